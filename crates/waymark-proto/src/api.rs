@@ -1,0 +1,814 @@
+//! Request and response bodies of HTTP API v1 (SPEC §9).
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use utoipa::ToSchema;
+
+use crate::state::{
+    AttemptState, DecisionKind, DecisionStatus, EffectStatus, FinishOutcome, TaskState,
+};
+
+/// One step of a task's plan (a DAG through `depends_on`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct PlanStep {
+    /// Unique within the plan, e.g. `deploy_staging`.
+    pub id: String,
+    /// What the step does, for people.
+    #[serde(default)]
+    pub title: String,
+    /// Steps that must complete first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub depends_on: Vec<String>,
+}
+
+/// Time and cost limits. Absent limits are unlimited.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct Budget {
+    /// Wall-clock seconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_wall_seconds: Option<u64>,
+    /// Model tokens.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_tokens: Option<u64>,
+    /// Money, in US dollars.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_cost_usd: Option<f64>,
+}
+
+/// Spend reported so far.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct Usage {
+    /// Model tokens.
+    pub tokens: u64,
+    /// Money, in US dollars.
+    pub cost_usd: f64,
+    /// Wall-clock seconds the workers reported.
+    pub wall_seconds: u64,
+}
+
+/// What the task works on, so recovery can tell whether it changed (e.g. repo and commit).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct Materials {
+    /// Repository, path or URL.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub repo: Option<String>,
+    /// Commit or version.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub commit: Option<String>,
+}
+
+/// `POST /v1/tasks`.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CreateTask {
+    /// Short name.
+    pub title: String,
+    /// The goal and its acceptance criteria.
+    #[serde(default)]
+    pub goal: String,
+    /// The agent runtime, e.g. `claude-code`, `codex`, `waymark-demo`.
+    #[serde(default)]
+    pub runtime: Option<String>,
+    /// Limits.
+    #[serde(default)]
+    pub budget: Budget,
+    /// The plan's steps.
+    #[serde(default)]
+    pub plan: Vec<PlanStep>,
+    /// What the task works on.
+    #[serde(default)]
+    pub materials: Materials,
+}
+
+/// A task: the goal and its acceptance (SPEC §2).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct Task {
+    /// `task_…`.
+    pub id: String,
+    /// The user who owns it.
+    pub owner: String,
+    /// Short name.
+    pub title: String,
+    /// The goal.
+    pub goal: String,
+    /// The agent runtime.
+    pub runtime: Option<String>,
+    /// Where it stands.
+    pub state: TaskState,
+    /// The plan's steps.
+    pub plan: Vec<PlanStep>,
+    /// Increases with every replan; approvals are bound to it.
+    pub plan_revision: i64,
+    /// Limits.
+    pub budget: Budget,
+    /// Spend so far.
+    pub usage: Usage,
+    /// What it works on.
+    pub materials: Materials,
+    /// The task's session (conversation and context).
+    pub session_id: String,
+    /// The fence of the newest attempt (0 before the first).
+    pub fence: i64,
+    /// The summary the last attempt finished with.
+    pub outcome_summary: Option<String>,
+    /// Creation time.
+    pub created_at: DateTime<Utc>,
+    /// Last change.
+    pub updated_at: DateTime<Utc>,
+}
+
+/// `POST /v1/tasks/{task}/attempts`.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct StartAttempt {
+    /// The worker's name, for people and audit.
+    pub worker: String,
+    /// Requested lease length in seconds; clamped to the server's bounds (default 30).
+    #[serde(default)]
+    pub lease_seconds: Option<u32>,
+    /// Digest of the worker's manifest (model, tool versions, config).
+    #[serde(default)]
+    pub manifest_digest: Option<String>,
+}
+
+/// One execution try, and its lease.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct Attempt {
+    /// `att_…`.
+    pub id: String,
+    /// Its task.
+    pub task_id: String,
+    /// The worker's name.
+    pub worker: String,
+    /// Fencing token: every write of this attempt carries it.
+    pub fence: i64,
+    /// When the lease runs out unless renewed (server clock).
+    pub expires_at: DateTime<Utc>,
+    /// Where it stands.
+    pub state: AttemptState,
+    /// Digest of the worker's manifest.
+    pub manifest_digest: Option<String>,
+    /// Start time.
+    pub started_at: DateTime<Utc>,
+    /// End time.
+    pub ended_at: Option<DateTime<Utc>>,
+    /// How it ended.
+    pub outcome: Option<FinishOutcome>,
+}
+
+/// `POST /v1/attempts/{attempt}/heartbeat`.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Heartbeat {
+    /// The attempt's fence.
+    pub fence: i64,
+    /// New lease length in seconds (default: the server's default).
+    #[serde(default)]
+    pub lease_seconds: Option<u32>,
+}
+
+/// A control command waiting for the worker (pause, cancel, replan…).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct ControlCommand {
+    /// The steer command's id.
+    pub command_id: String,
+    /// The operation.
+    pub operation: String,
+    /// Its arguments.
+    #[schema(value_type = Object)]
+    pub args: Value,
+    /// The plan revision after it applied.
+    pub plan_revision: i64,
+}
+
+/// Reply to a heartbeat.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct HeartbeatReply {
+    /// The renewed lease's end.
+    pub expires_at: DateTime<Utc>,
+    /// The task's state.
+    pub task_state: TaskState,
+    /// The task's plan revision.
+    pub plan_revision: i64,
+    /// Commands the worker has not acknowledged yet.
+    pub commands: Vec<ControlCommand>,
+}
+
+/// A fenced write's credentials: which attempt, with which fence.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct Fencing {
+    /// The writing attempt.
+    pub attempt_id: String,
+    /// Its fence.
+    pub fence: i64,
+}
+
+/// A plan step completed, with what it produced.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct CompletedStep {
+    /// Plan step id.
+    pub step: String,
+    /// sha256 of the artifacts it produced.
+    #[serde(default)]
+    pub artifact_digests: Vec<String>,
+    /// Whether its output was verified (e.g. tests passed).
+    #[serde(default)]
+    pub verified: bool,
+}
+
+/// The step in flight when the checkpoint was written.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct PendingStep {
+    /// Plan step id.
+    pub step: String,
+    /// Digest of the intended effect.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub intent_digest: Option<String>,
+    /// Idempotency key of the intended effect.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idempotency_key: Option<String>,
+    /// The approval it waits for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approval_id: Option<String>,
+}
+
+/// An effect's status as the checkpoint saw it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct EffectRef {
+    /// `eff_…`.
+    pub effect_id: String,
+    /// Its status then.
+    pub status: EffectStatus,
+}
+
+/// What a checkpoint records (SPEC §3). Secrets and raw private content never go here:
+/// digests and references do.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CheckpointBody {
+    /// Why it was written: `effect_boundary`, `human_wait`, `step_completed`, `handover`,
+    /// `compaction`, or the agent's own word.
+    #[serde(default)]
+    pub reason: String,
+    /// The plan revision the worker follows.
+    #[serde(default)]
+    pub plan_revision: i64,
+    /// Digest of the worker's manifest.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub manifest_digest: Option<String>,
+    /// Steps done, with artifacts and verification.
+    #[serde(default)]
+    pub completed_steps: Vec<CompletedStep>,
+    /// The step in flight.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pending_step: Option<PendingStep>,
+    /// Effect statuses.
+    #[serde(default)]
+    pub effects: Vec<EffectRef>,
+    /// Budget left, as the worker sees it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget_remaining: Option<Budget>,
+    /// Materials version.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub materials: Option<Materials>,
+    /// A line for people.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub summary: Option<String>,
+}
+
+/// `POST /v1/tasks/{task}/checkpoints`.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct AppendCheckpoint {
+    /// The writing attempt.
+    pub attempt_id: String,
+    /// Its fence.
+    pub fence: i64,
+    /// Must be the last sequence + 1 (the first is 1).
+    pub sequence: i64,
+    /// Content.
+    pub body: CheckpointBody,
+}
+
+/// A stored checkpoint, a link of the task's hash chain.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct Checkpoint {
+    /// Its task.
+    pub task_id: String,
+    /// 1, 2, 3… without gaps.
+    pub sequence: i64,
+    /// The attempt that wrote it.
+    pub attempt_id: String,
+    /// That attempt's fence.
+    pub fence: i64,
+    /// Content.
+    pub body: CheckpointBody,
+    /// The previous link's digest (`None` for the first).
+    pub prev_digest: Option<String>,
+    /// `sha256:` over this checkpoint and `prev_digest`.
+    pub digest: String,
+    /// Server time.
+    pub created_at: DateTime<Utc>,
+}
+
+/// The result of verifying a task's checkpoint chain.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct ChainStatus {
+    /// `true` when every link recomputes and points at its predecessor.
+    pub intact: bool,
+    /// How many checkpoints were checked.
+    pub checked: i64,
+    /// The first sequence that fails.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub broken_at: Option<i64>,
+    /// Why it fails, for people.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+/// `POST /v1/tasks/{task}/effects`: declare an intent.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct DeclareEffect {
+    /// The writing attempt.
+    pub attempt_id: String,
+    /// Its fence.
+    pub fence: i64,
+    /// Unique per task; passed to the provider so a repeat is recognised.
+    pub idempotency_key: String,
+    /// What kind of change, e.g. `deploy`, `http.post`, `git.push`.
+    pub kind: String,
+    /// The plan step it belongs to.
+    #[serde(default)]
+    pub step: Option<String>,
+    /// The provider's resource, when known.
+    #[serde(default)]
+    pub resource_id: Option<String>,
+    /// What will be done: target, parameters, digests. No secrets.
+    #[schema(value_type = Object)]
+    pub intent: Value,
+}
+
+/// A change in the outside world.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct Effect {
+    /// `eff_…`.
+    pub id: String,
+    /// Its task.
+    pub task_id: String,
+    /// The key the provider dedups on.
+    pub idempotency_key: String,
+    /// Kind of change.
+    pub kind: String,
+    /// Plan step.
+    pub step: Option<String>,
+    /// Provider resource.
+    pub resource_id: Option<String>,
+    /// The intent as declared.
+    #[schema(value_type = Object)]
+    pub intent: Value,
+    /// `sha256:` of the intent's canonical JSON.
+    pub intent_digest: String,
+    /// Reconciliation status.
+    pub status: EffectStatus,
+    /// The provider's receipt, once there is one.
+    #[schema(value_type = Option<Object>)]
+    pub receipt: Option<Value>,
+    /// The attempt that last wrote it.
+    pub attempt_id: String,
+    /// That attempt's fence.
+    pub fence: i64,
+    /// Declared at.
+    pub created_at: DateTime<Utc>,
+    /// Last change.
+    pub updated_at: DateTime<Utc>,
+}
+
+/// Reply to a declaration: the effect, and whether this call created it.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct EffectDeclared {
+    /// `false` when the key was already declared with the same body.
+    pub created: bool,
+    /// The effect.
+    pub effect: Effect,
+}
+
+/// `PATCH /v1/effects/{effect}`.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct UpdateEffect {
+    /// The writing attempt.
+    pub attempt_id: String,
+    /// Its fence.
+    pub fence: i64,
+    /// The new status.
+    pub status: EffectStatus,
+    /// The provider's receipt.
+    #[serde(default)]
+    #[schema(value_type = Option<Object>)]
+    pub receipt: Option<Value>,
+    /// The provider's resource id, once known.
+    #[serde(default)]
+    pub resource_id: Option<String>,
+}
+
+/// One option of a decision; it says what choosing it gives up.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct DecisionOption {
+    /// Stable id, e.g. `approve`, `relevant_tests`.
+    pub id: String,
+    /// For people.
+    pub label: String,
+    /// What this option gives up.
+    #[serde(default)]
+    pub gives_up: String,
+    /// What it costs, e.g. `+20 min, ~$1.40`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cost: Option<String>,
+}
+
+/// `POST /v1/tasks/{task}/approvals`.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RequestApproval {
+    /// The requesting attempt (optional for adapters without leases).
+    #[serde(default)]
+    pub attempt_id: Option<String>,
+    /// Its fence.
+    #[serde(default)]
+    pub fence: Option<i64>,
+    /// Plan step.
+    #[serde(default)]
+    pub step: Option<String>,
+    /// The effect it would allow.
+    #[serde(default)]
+    pub effect_id: Option<String>,
+    /// What will be done, in full (target, commit, artifact digests). No secrets.
+    #[schema(value_type = Object)]
+    pub intent: Value,
+    /// `sha256:` of the intent's canonical JSON; the server checks it.
+    #[serde(default)]
+    pub intent_digest: Option<String>,
+    /// The question, for people.
+    pub summary: String,
+    /// Seconds until the default applies (default 3600).
+    #[serde(default)]
+    pub expires_in_seconds: Option<u64>,
+    /// `deny` (the default) or `approve`.
+    #[serde(default)]
+    pub default_option: Option<String>,
+    /// Marks an approval the UI must confirm twice.
+    #[serde(default)]
+    pub risky: bool,
+}
+
+/// `POST /v1/tasks/{task}/decisions`.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RequestDecision {
+    /// The requesting attempt.
+    #[serde(default)]
+    pub attempt_id: Option<String>,
+    /// Its fence.
+    #[serde(default)]
+    pub fence: Option<i64>,
+    /// `question`, `budget` or `recovery`.
+    pub kind: DecisionKind,
+    /// Plan step.
+    #[serde(default)]
+    pub step: Option<String>,
+    /// What is asked.
+    pub question: String,
+    /// The choices; empty for a free-text question.
+    #[serde(default)]
+    pub options: Vec<DecisionOption>,
+    /// The option that applies on expiry.
+    #[serde(default)]
+    pub default_option: Option<String>,
+    /// Seconds until the default applies (default 3600).
+    #[serde(default)]
+    pub expires_in_seconds: Option<u64>,
+}
+
+/// How a decision was closed.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct DecisionOutcome {
+    /// The chosen option (absent for a void decision).
+    pub option: Option<String>,
+    /// A free-text answer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub text: Option<String>,
+    /// Who decided: `user:<name>`, `admin`, or `default` on expiry.
+    pub by: String,
+    /// When.
+    pub at: DateTime<Utc>,
+}
+
+/// An approval, question, budget choice or recovery decision.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct Decision {
+    /// `dec_…`.
+    pub id: String,
+    /// Its task.
+    pub task_id: String,
+    /// What it asks.
+    pub kind: DecisionKind,
+    /// Where it stands.
+    pub status: DecisionStatus,
+    /// Plan step.
+    pub step: Option<String>,
+    /// What is asked.
+    pub question: String,
+    /// The choices.
+    pub options: Vec<DecisionOption>,
+    /// Applies on expiry.
+    pub default_option: Option<String>,
+    /// For approvals: the intent in full.
+    #[schema(value_type = Option<Object>)]
+    pub intent: Option<Value>,
+    /// For approvals: its digest.
+    pub intent_digest: Option<String>,
+    /// For approvals: the effect it allows.
+    pub effect_id: Option<String>,
+    /// The plan revision it is bound to.
+    pub plan_revision: i64,
+    /// Confirm twice in the UI.
+    pub risky: bool,
+    /// When the default applies.
+    pub expires_at: DateTime<Utc>,
+    /// Asked at.
+    pub created_at: DateTime<Utc>,
+    /// The outcome, once closed.
+    pub outcome: Option<DecisionOutcome>,
+}
+
+/// Admin resolution of a decision (until devices answer them with signed commands).
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ResolveDecision {
+    /// The chosen option.
+    #[serde(default)]
+    pub option: Option<String>,
+    /// A free-text answer.
+    #[serde(default)]
+    pub text: Option<String>,
+}
+
+/// A content-addressed artifact attached to a task.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct Artifact {
+    /// `art_…`.
+    pub id: String,
+    /// Its task.
+    pub task_id: String,
+    /// Hex sha256 of the content (`GET /v1/blobs/{sha256}`).
+    pub sha256: String,
+    /// File name, e.g. `fix.diff`.
+    pub name: String,
+    /// Media type, e.g. `text/x-diff`.
+    pub media_type: String,
+    /// Bytes.
+    pub size: i64,
+    /// Plan step.
+    pub step: Option<String>,
+    /// Uploaded at.
+    pub created_at: DateTime<Utc>,
+}
+
+/// `POST /v1/tasks/{task}/test-receipts`.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SubmitTestReceipt {
+    /// The writing attempt.
+    pub attempt_id: String,
+    /// Its fence.
+    pub fence: i64,
+    /// Plan step.
+    #[serde(default)]
+    pub step: Option<String>,
+    /// The command that ran, e.g. `cargo nextest run`.
+    pub command: String,
+    /// Its exit code.
+    pub exit_code: i32,
+    /// The commit tested.
+    #[serde(default)]
+    pub commit: Option<String>,
+    /// The JUnit XML the runner wrote.
+    pub junit_xml: String,
+}
+
+/// Totals of a test run.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct TestTotals {
+    /// Test cases.
+    pub tests: u64,
+    /// Failed assertions.
+    pub failures: u64,
+    /// Errors (the test could not run to an assertion).
+    pub errors: u64,
+    /// Skipped.
+    pub skipped: u64,
+    /// Passed.
+    pub passed: u64,
+}
+
+/// One failed or errored test case.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct TestFailure {
+    /// Suite name.
+    pub suite: String,
+    /// Class or module.
+    pub classname: String,
+    /// Case name.
+    pub name: String,
+    /// `failure` or `error`.
+    pub kind: String,
+    /// The failure message.
+    pub message: String,
+}
+
+/// A parsed test receipt: a fact about a run, not a claim in a transcript.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct TestReceipt {
+    /// `rcpt_…`.
+    pub id: String,
+    /// Its task.
+    pub task_id: String,
+    /// Plan step.
+    pub step: Option<String>,
+    /// The command.
+    pub command: String,
+    /// Its exit code.
+    pub exit_code: i32,
+    /// The commit tested.
+    pub commit: Option<String>,
+    /// Totals.
+    pub totals: TestTotals,
+    /// Failed and errored cases.
+    pub failures: Vec<TestFailure>,
+    /// Sum of the suites' times.
+    pub duration_seconds: f64,
+    /// `true` when the exit code is 0 and nothing failed or errored.
+    pub passed: bool,
+    /// sha256 of the raw XML, kept as an artifact.
+    pub junit_sha256: String,
+    /// Recorded at.
+    pub created_at: DateTime<Utc>,
+}
+
+/// A message to append to the task's session.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct NewMessage {
+    /// `user`, `assistant`, `system`, `tool`.
+    pub role: String,
+    /// The text.
+    pub text: String,
+}
+
+/// `POST /v1/tasks/{task}/messages`.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct AppendMessages {
+    /// The writing attempt, when a worker writes.
+    #[serde(default)]
+    pub attempt_id: Option<String>,
+    /// Its fence.
+    #[serde(default)]
+    pub fence: Option<i64>,
+    /// The messages, in order.
+    pub messages: Vec<NewMessage>,
+}
+
+/// A session message.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct Message {
+    /// The session.
+    pub session_id: String,
+    /// Position in the session, from 1.
+    pub seq: i64,
+    /// Role.
+    pub role: String,
+    /// Text.
+    pub text: String,
+    /// Recorded at.
+    pub created_at: DateTime<Utc>,
+}
+
+/// `POST /v1/tasks/{task}/usage`: spend since the last report (deltas, not totals).
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ReportUsage {
+    /// The writing attempt.
+    #[serde(default)]
+    pub attempt_id: Option<String>,
+    /// Its fence.
+    #[serde(default)]
+    pub fence: Option<i64>,
+    /// Tokens used.
+    #[serde(default)]
+    pub tokens: u64,
+    /// Money spent.
+    #[serde(default)]
+    pub cost_usd: f64,
+    /// Wall seconds worked.
+    #[serde(default)]
+    pub wall_seconds: u64,
+}
+
+/// `POST /v1/attempts/{attempt}/finish`.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct FinishAttempt {
+    /// The attempt's fence.
+    pub fence: i64,
+    /// How it ends.
+    pub outcome: FinishOutcome,
+    /// What was delivered, and what was and was not verified.
+    #[serde(default)]
+    pub summary: Option<String>,
+}
+
+/// A task's session: conversation and context.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct Session {
+    /// `ses_…`.
+    pub id: String,
+    /// Its task.
+    pub task_id: String,
+    /// The session it continues, if any (lineage).
+    pub parent_id: Option<String>,
+    /// Created at.
+    pub created_at: DateTime<Utc>,
+}
+
+/// A task as lists show it.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct TaskSummary {
+    /// The task.
+    #[serde(flatten)]
+    pub task: Task,
+    /// Decisions waiting for a person.
+    pub pending_decisions: i64,
+    /// The newest checkpoint's sequence (0 when none).
+    pub last_sequence: i64,
+}
+
+/// `GET /v1/snapshot`: the visible tasks, current to `cursor`.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct Snapshot {
+    /// Stream events after this cursor to stay current.
+    pub cursor: i64,
+    /// The tasks.
+    pub tasks: Vec<TaskSummary>,
+}
+
+/// `GET /v1/tasks/{task}`: the whole thread.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct TaskDetail {
+    /// Current to this cursor.
+    pub cursor: i64,
+    /// The task.
+    pub task: Task,
+    /// Its session.
+    pub session: Session,
+    /// Attempts, oldest first.
+    pub attempts: Vec<Attempt>,
+    /// Checkpoints, by sequence.
+    pub checkpoints: Vec<Checkpoint>,
+    /// Whether the checkpoint chain verifies.
+    pub chain: ChainStatus,
+    /// Effects.
+    pub effects: Vec<Effect>,
+    /// Approvals and decisions.
+    pub decisions: Vec<Decision>,
+    /// Artifacts.
+    pub artifacts: Vec<Artifact>,
+    /// Test receipts.
+    pub test_receipts: Vec<TestReceipt>,
+    /// Session messages.
+    pub messages: Vec<Message>,
+}
+
+/// Reply of every write that changed state: the cursor of its event, so a client knows its
+/// write is mirrored once its stream passes it.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct Written<T> {
+    /// Event cursor of the change.
+    pub cursor: i64,
+    /// The changed object.
+    #[serde(flatten)]
+    pub value: T,
+}
+
+/// `GET /healthz`.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct Health {
+    /// `ok`.
+    pub status: String,
+    /// Server version.
+    pub version: String,
+    /// Newest event cursor.
+    pub cursor: i64,
+}

@@ -1,0 +1,19 @@
+//! Waymark's wire contract: every type that crosses a process boundary (HTTP bodies, SSE
+//! events, error documents), the state machines of the four objects, and the digests that
+//! bind them. No I/O lives here, so adapters and clients can depend on it cheaply.
+
+pub mod api;
+pub mod digest;
+pub mod error;
+pub mod event;
+pub mod ids;
+pub mod state;
+
+pub use api::*;
+pub use error::{ErrorCode, Problem};
+pub use event::{Event, EventKind};
+pub use state::{AttemptState, DecisionKind, DecisionStatus, EffectStatus, FinishOutcome, TaskState};
+
+/// Largest integer a JSON number carries exactly (SPEC §9: sequences, fences, revisions and
+/// cursors stay below it).
+pub const MAX_SAFE_INTEGER: i64 = (1 << 53) - 1;

@@ -1,0 +1,220 @@
+//! The state machines of Task, Attempt, Effect and Decision. Legal transitions are decided
+//! here, once, so every store backend and client agrees on them.
+
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+macro_rules! str_enum {
+    ($(#[$m:meta])* pub enum $name:ident { $($(#[$vm:meta])* $variant:ident => $s:literal),* $(,)? }) => {
+        $(#[$m])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
+        #[serde(rename_all = "snake_case")]
+        pub enum $name { $($(#[$vm])* $variant),* }
+
+        impl $name {
+            /// Every value, in declaration order.
+            pub const ALL: &'static [$name] = &[$($name::$variant),*];
+
+            /// The wire spelling.
+            pub fn as_str(self) -> &'static str {
+                match self { $($name::$variant => $s),* }
+            }
+        }
+
+        impl std::str::FromStr for $name {
+            type Err = UnknownValue;
+            fn from_str(s: &str) -> Result<Self, Self::Err> {
+                match s {
+                    $($s => Ok($name::$variant),)*
+                    other => Err(UnknownValue { kind: stringify!($name), value: other.to_owned() }),
+                }
+            }
+        }
+
+        impl std::fmt::Display for $name {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+    };
+}
+
+/// A string that names no value of the enum it was parsed as.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("unknown {kind} `{value}`")]
+pub struct UnknownValue {
+    /// The enum's name.
+    pub kind: &'static str,
+    /// What was given.
+    pub value: String,
+}
+
+str_enum! {
+    /// Where a task stands (SPEC §2).
+    pub enum TaskState {
+        Queued => "queued",
+        Running => "running",
+        WaitingApproval => "waiting_approval",
+        WaitingHuman => "waiting_human",
+        Paused => "paused",
+        RecoveryCandidate => "recovery_candidate",
+        NeedsHuman => "needs_human",
+        Verifying => "verifying",
+        Completed => "completed",
+        PartiallyDelivered => "partially_delivered",
+        Cancelled => "cancelled",
+        Failed => "failed",
+    }
+}
+
+impl TaskState {
+    /// Terminal states never change again.
+    pub fn is_terminal(self) -> bool {
+        matches!(
+            self,
+            TaskState::Completed
+                | TaskState::PartiallyDelivered
+                | TaskState::Cancelled
+                | TaskState::Failed
+        )
+    }
+}
+
+str_enum! {
+    /// The life of one execution try.
+    pub enum AttemptState {
+        /// Holds (or held, until it expires) the task's lease.
+        Active => "active",
+        /// Ended by its worker through `finish`.
+        Finished => "finished",
+        /// Its lease ran out and a newer attempt took the task over.
+        Superseded => "superseded",
+        /// Its lease was revoked (cancel, take-over).
+        Revoked => "revoked",
+    }
+}
+
+str_enum! {
+    /// An external effect's reconciliation status (SPEC §2, §4).
+    pub enum EffectStatus {
+        Intended => "intended",
+        InProgress => "in_progress",
+        Confirmed => "confirmed",
+        Failed => "failed",
+        FailedCompensable => "failed_compensable",
+        Unknown => "unknown",
+        Compensated => "compensated",
+    }
+}
+
+impl EffectStatus {
+    /// `confirmed`, `failed` and `compensated` are final.
+    pub fn is_terminal(self) -> bool {
+        matches!(self, EffectStatus::Confirmed | EffectStatus::Failed | EffectStatus::Compensated)
+    }
+
+    /// Whether a worker may move an effect from `self` to `next`. The same status is not a
+    /// transition (callers treat a repeat as idempotent when the receipt matches).
+    ///
+    /// `unknown` only leaves through a report of what the provider says: the server never
+    /// resolves it on its own.
+    pub fn can_become(self, next: EffectStatus) -> bool {
+        use EffectStatus::*;
+        match self {
+            Intended => matches!(next, InProgress | Confirmed | Failed | FailedCompensable | Unknown),
+            InProgress => matches!(next, Confirmed | Failed | FailedCompensable | Unknown),
+            Unknown => matches!(next, InProgress | Confirmed | Failed | FailedCompensable),
+            FailedCompensable => matches!(next, Compensated | Failed),
+            Confirmed | Failed | Compensated => false,
+        }
+    }
+}
+
+str_enum! {
+    /// What a decision asks a person.
+    pub enum DecisionKind {
+        /// Approve or deny one intent, bound to its digest and the plan revision.
+        Approval => "approval",
+        /// A free question with optional options.
+        Question => "question",
+        /// A budget threshold was reached: options say what each gives up.
+        Budget => "budget",
+        /// Recovery needs a human (admission failed, an effect is unknown).
+        Recovery => "recovery",
+    }
+}
+
+str_enum! {
+    /// Where a decision stands.
+    pub enum DecisionStatus {
+        Pending => "pending",
+        /// A person (or an admin) answered.
+        Resolved => "resolved",
+        /// Nobody answered in time; the stated default applied.
+        Expired => "expired",
+        /// A newer plan revision or a cancel made it moot.
+        Void => "void",
+    }
+}
+
+str_enum! {
+    /// How a worker ends an attempt.
+    pub enum FinishOutcome {
+        /// The task's goal is met and verified.
+        Completed => "completed",
+        /// Part of the goal was delivered; the summary says what was and was not verified.
+        PartiallyDelivered => "partially_delivered",
+        /// The task failed.
+        Failed => "failed",
+        /// The task was cancelled.
+        Cancelled => "cancelled",
+        /// The attempt hands the task back (e.g. a worker shutting down); the task stays open.
+        Released => "released",
+    }
+}
+
+impl FinishOutcome {
+    /// The task state this outcome leads to.
+    pub fn task_state(self) -> TaskState {
+        match self {
+            FinishOutcome::Completed => TaskState::Completed,
+            FinishOutcome::PartiallyDelivered => TaskState::PartiallyDelivered,
+            FinishOutcome::Failed => TaskState::Failed,
+            FinishOutcome::Cancelled => TaskState::Cancelled,
+            FinishOutcome::Released => TaskState::Queued,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn spelling_round_trips() {
+        for s in TaskState::ALL {
+            assert_eq!(s.as_str().parse::<TaskState>().unwrap(), *s);
+            assert_eq!(serde_json::to_value(s).unwrap(), s.as_str());
+        }
+        for s in EffectStatus::ALL {
+            assert_eq!(s.as_str().parse::<EffectStatus>().unwrap(), *s);
+        }
+        assert!("deployed".parse::<EffectStatus>().is_err());
+    }
+
+    #[test]
+    fn terminal_effects_never_move() {
+        for from in EffectStatus::ALL.iter().filter(|s| s.is_terminal()) {
+            for to in EffectStatus::ALL {
+                assert!(!from.can_become(*to), "{from} -> {to}");
+            }
+        }
+    }
+
+    #[test]
+    fn unknown_is_left_only_by_a_report() {
+        assert!(EffectStatus::Unknown.can_become(EffectStatus::Confirmed));
+        assert!(!EffectStatus::Unknown.can_become(EffectStatus::Intended));
+        assert!(!EffectStatus::Unknown.can_become(EffectStatus::Compensated));
+    }
+}

@@ -1,0 +1,994 @@
+//! The SQLite store: the embedded default of the control plane. One file in WAL mode with
+//! `synchronous=FULL` (an acknowledged write survives power loss), one writer connection
+//! (`BEGIN IMMEDIATE`, so writers queue instead of failing) and a pool of read-only readers
+//! that see consistent snapshots while writes go on.
+
+use std::path::Path;
+use std::str::FromStr;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use serde_json::Value;
+use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteRow, SqliteSynchronous};
+use sqlx::{Row, Sqlite, SqlitePool, Transaction};
+use tokio::sync::watch;
+use waymark_store::*;
+
+static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../../migrations/server-sqlite");
+
+/// A control-plane store in one SQLite file.
+pub struct SqliteStore {
+    writer: SqlitePool,
+    readers: SqlitePool,
+    cursor_tx: watch::Sender<i64>,
+}
+
+impl SqliteStore {
+    /// Opens (creating and migrating as needed) the database at `path`.
+    pub async fn open(path: &Path) -> Result<Self> {
+        let open_err = |reason: String| StoreError::Open { path: path.display().to_string(), reason };
+        let base = SqliteConnectOptions::new()
+            .filename(path)
+            .journal_mode(SqliteJournalMode::Wal)
+            .synchronous(SqliteSynchronous::Full)
+            .busy_timeout(Duration::from_secs(10))
+            .foreign_keys(true);
+        let writer = SqlitePoolOptions::new()
+            .max_connections(1)
+            .min_connections(1)
+            .acquire_timeout(Duration::from_secs(30))
+            .connect_with(base.clone().create_if_missing(true))
+            .await
+            .map_err(|e| open_err(e.to_string()))?;
+        migrate(&writer).await?;
+        let readers = SqlitePoolOptions::new()
+            .max_connections(8)
+            .acquire_timeout(Duration::from_secs(30))
+            .connect_with(base.read_only(true))
+            .await
+            .map_err(|e| open_err(e.to_string()))?;
+        let max: i64 = sqlx::query_scalar("SELECT COALESCE(MAX(cursor), 0) FROM events")
+            .fetch_one(&readers)
+            .await
+            .map_err(backend)?;
+        let (cursor_tx, _) = watch::channel(max);
+        Ok(SqliteStore { writer, readers, cursor_tx })
+    }
+
+    /// The newest migration this build knows.
+    pub fn schema_version() -> i64 {
+        MIGRATOR.iter().map(|m| m.version).max().unwrap_or(0)
+    }
+}
+
+async fn migrate(pool: &SqlitePool) -> Result<()> {
+    match MIGRATOR.run(pool).await {
+        Ok(()) => Ok(()),
+        Err(sqlx::migrate::MigrateError::VersionMissing(found)) => {
+            Err(StoreError::NewerSchema { found, known: SqliteStore::schema_version() })
+        }
+        Err(e) => Err(StoreError::Backend(format!("migrating the database: {e}"))),
+    }
+}
+
+#[async_trait]
+impl Store for SqliteStore {
+    async fn write(&self) -> Result<Box<dyn StoreTx>> {
+        let tx = self.writer.begin_with("BEGIN IMMEDIATE").await.map_err(backend)?;
+        Ok(Box::new(SqliteTx { tx, appended: None, notify: Some(self.cursor_tx.clone()) }))
+    }
+
+    async fn read(&self) -> Result<Box<dyn StoreTx>> {
+        let tx = self.readers.begin().await.map_err(backend)?;
+        Ok(Box::new(SqliteTx { tx, appended: None, notify: None }))
+    }
+
+    fn cursor_watch(&self) -> watch::Receiver<i64> {
+        self.cursor_tx.subscribe()
+    }
+
+    fn backend(&self) -> &'static str {
+        "sqlite"
+    }
+}
+
+struct SqliteTx {
+    tx: Transaction<'static, Sqlite>,
+    appended: Option<i64>,
+    notify: Option<watch::Sender<i64>>,
+}
+
+fn backend(e: sqlx::Error) -> StoreError {
+    if let sqlx::Error::Database(db) = &e {
+        if db.is_unique_violation() {
+            return StoreError::Conflict(db.message().to_owned());
+        }
+        // SQLITE_BUSY (5) and SQLITE_LOCKED (6), also in their extended forms.
+        if let Some(code) = db.code() {
+            if let Ok(n) = code.parse::<i64>() {
+                if n & 0xff == 5 || n & 0xff == 6 {
+                    return StoreError::Busy(db.message().to_owned());
+                }
+            }
+        }
+    }
+    if matches!(e, sqlx::Error::PoolTimedOut) {
+        return StoreError::Busy("timed out waiting for a database connection".into());
+    }
+    StoreError::Backend(e.to_string())
+}
+
+fn json_text(v: &Value) -> String {
+    v.to_string()
+}
+
+fn get<'r, T>(row: &'r SqliteRow, col: &str) -> Result<T>
+where
+    T: sqlx::Decode<'r, Sqlite> + sqlx::Type<Sqlite>,
+{
+    row.try_get(col).map_err(|e| StoreError::Corrupt(format!("column `{col}`: {e}")))
+}
+
+fn get_json(row: &SqliteRow, col: &str) -> Result<Value> {
+    let s: String = get(row, col)?;
+    Value::from_str(&s).map_err(|e| StoreError::Corrupt(format!("column `{col}` is not JSON: {e}")))
+}
+
+fn get_json_opt(row: &SqliteRow, col: &str) -> Result<Option<Value>> {
+    let s: Option<String> = get(row, col)?;
+    s.map(|s| {
+        Value::from_str(&s).map_err(|e| StoreError::Corrupt(format!("column `{col}` is not JSON: {e}")))
+    })
+    .transpose()
+}
+
+fn user_row(r: &SqliteRow) -> Result<UserRow> {
+    Ok(UserRow { id: get(r, "id")?, name: get(r, "name")?, created_at: get(r, "created_at")? })
+}
+
+fn token_row(r: &SqliteRow) -> Result<TokenRow> {
+    Ok(TokenRow {
+        id: get(r, "id")?,
+        kind: get(r, "kind")?,
+        name: get(r, "name")?,
+        user_id: get(r, "user_id")?,
+        secret_hash: get(r, "secret_hash")?,
+        created_at: get(r, "created_at")?,
+        revoked_at: get(r, "revoked_at")?,
+    })
+}
+
+fn task_row(r: &SqliteRow) -> Result<TaskRow> {
+    Ok(TaskRow {
+        id: get(r, "id")?,
+        owner_id: get(r, "owner_id")?,
+        title: get(r, "title")?,
+        goal: get(r, "goal")?,
+        runtime: get(r, "runtime")?,
+        state: get(r, "state")?,
+        plan: get_json(r, "plan")?,
+        plan_revision: get(r, "plan_revision")?,
+        budget: get_json(r, "budget")?,
+        usage: get_json(r, "usage")?,
+        materials: get_json(r, "materials")?,
+        session_id: get(r, "session_id")?,
+        fence: get(r, "fence")?,
+        outcome_summary: get(r, "outcome_summary")?,
+        created_at: get(r, "created_at")?,
+        updated_at: get(r, "updated_at")?,
+    })
+}
+
+fn session_row(r: &SqliteRow) -> Result<SessionRow> {
+    Ok(SessionRow {
+        id: get(r, "id")?,
+        task_id: get(r, "task_id")?,
+        parent_id: get(r, "parent_id")?,
+        created_at: get(r, "created_at")?,
+    })
+}
+
+fn attempt_row(r: &SqliteRow) -> Result<AttemptRow> {
+    Ok(AttemptRow {
+        id: get(r, "id")?,
+        task_id: get(r, "task_id")?,
+        worker: get(r, "worker")?,
+        fence: get(r, "fence")?,
+        expires_at: get(r, "expires_at")?,
+        state: get(r, "state")?,
+        manifest_digest: get(r, "manifest_digest")?,
+        started_at: get(r, "started_at")?,
+        ended_at: get(r, "ended_at")?,
+        outcome: get(r, "outcome")?,
+    })
+}
+
+fn checkpoint_row(r: &SqliteRow) -> Result<CheckpointRow> {
+    Ok(CheckpointRow {
+        task_id: get(r, "task_id")?,
+        sequence: get(r, "sequence")?,
+        attempt_id: get(r, "attempt_id")?,
+        fence: get(r, "fence")?,
+        body: get_json(r, "body")?,
+        prev_digest: get(r, "prev_digest")?,
+        digest: get(r, "digest")?,
+        created_at: get(r, "created_at")?,
+    })
+}
+
+fn effect_row(r: &SqliteRow) -> Result<EffectRow> {
+    Ok(EffectRow {
+        id: get(r, "id")?,
+        task_id: get(r, "task_id")?,
+        idempotency_key: get(r, "idempotency_key")?,
+        body_digest: get(r, "body_digest")?,
+        kind: get(r, "kind")?,
+        step: get(r, "step")?,
+        resource_id: get(r, "resource_id")?,
+        intent: get_json(r, "intent")?,
+        intent_digest: get(r, "intent_digest")?,
+        status: get(r, "status")?,
+        receipt: get_json_opt(r, "receipt")?,
+        attempt_id: get(r, "attempt_id")?,
+        fence: get(r, "fence")?,
+        created_at: get(r, "created_at")?,
+        updated_at: get(r, "updated_at")?,
+    })
+}
+
+fn decision_row(r: &SqliteRow) -> Result<DecisionRow> {
+    Ok(DecisionRow {
+        id: get(r, "id")?,
+        task_id: get(r, "task_id")?,
+        kind: get(r, "kind")?,
+        status: get(r, "status")?,
+        step: get(r, "step")?,
+        question: get(r, "question")?,
+        options: get_json(r, "options")?,
+        default_option: get(r, "default_option")?,
+        intent: get_json_opt(r, "intent")?,
+        intent_digest: get(r, "intent_digest")?,
+        effect_id: get(r, "effect_id")?,
+        plan_revision: get(r, "plan_revision")?,
+        risky: get(r, "risky")?,
+        expires_at: get(r, "expires_at")?,
+        created_at: get(r, "created_at")?,
+        outcome: get_json_opt(r, "outcome")?,
+    })
+}
+
+fn artifact_row(r: &SqliteRow) -> Result<ArtifactRow> {
+    Ok(ArtifactRow {
+        id: get(r, "id")?,
+        task_id: get(r, "task_id")?,
+        sha256: get(r, "sha256")?,
+        name: get(r, "name")?,
+        media_type: get(r, "media_type")?,
+        size: get(r, "size")?,
+        step: get(r, "step")?,
+        created_at: get(r, "created_at")?,
+    })
+}
+
+fn receipt_row(r: &SqliteRow) -> Result<ReceiptRow> {
+    Ok(ReceiptRow {
+        id: get(r, "id")?,
+        task_id: get(r, "task_id")?,
+        step: get(r, "step")?,
+        command: get(r, "command")?,
+        exit_code: get(r, "exit_code")?,
+        commit: get(r, "commit_id")?,
+        totals: get_json(r, "totals")?,
+        failures: get_json(r, "failures")?,
+        duration_seconds: get(r, "duration_seconds")?,
+        passed: get(r, "passed")?,
+        junit_sha256: get(r, "junit_sha256")?,
+        created_at: get(r, "created_at")?,
+    })
+}
+
+fn message_row(r: &SqliteRow) -> Result<MessageRow> {
+    Ok(MessageRow {
+        session_id: get(r, "session_id")?,
+        task_id: get(r, "task_id")?,
+        seq: get(r, "seq")?,
+        role: get(r, "role")?,
+        text: get(r, "text")?,
+        created_at: get(r, "created_at")?,
+    })
+}
+
+fn event_row(r: &SqliteRow) -> Result<EventRow> {
+    Ok(EventRow {
+        cursor: get(r, "cursor")?,
+        task_id: get(r, "task_id")?,
+        owner_id: get(r, "owner_id")?,
+        kind: get(r, "kind")?,
+        data: get_json(r, "data")?,
+        at: get(r, "at")?,
+    })
+}
+
+fn audit_row(r: &SqliteRow) -> Result<AuditRow> {
+    Ok(AuditRow {
+        at: get(r, "at")?,
+        actor: get(r, "actor")?,
+        action: get(r, "action")?,
+        task_id: get(r, "task_id")?,
+        code: get(r, "code")?,
+        detail: get(r, "detail")?,
+    })
+}
+
+type Q<'q> = sqlx::query::Query<'q, Sqlite, sqlx::sqlite::SqliteArguments<'q>>;
+
+impl SqliteTx {
+    async fn one<'q, T>(
+        &mut self,
+        q: Q<'q>,
+        map: fn(&SqliteRow) -> Result<T>,
+    ) -> Result<Option<T>> {
+        q.fetch_optional(&mut *self.tx).await.map_err(backend)?.as_ref().map(map).transpose()
+    }
+
+    async fn all<'q, T>(
+        &mut self,
+        q: Q<'q>,
+        map: fn(&SqliteRow) -> Result<T>,
+    ) -> Result<Vec<T>> {
+        q.fetch_all(&mut *self.tx).await.map_err(backend)?.iter().map(map).collect()
+    }
+
+    async fn exec<'q>(&mut self, q: Q<'q>) -> Result<u64> {
+        Ok(q.execute(&mut *self.tx).await.map_err(backend)?.rows_affected())
+    }
+}
+
+#[async_trait]
+impl StoreTx for SqliteTx {
+    async fn commit(self: Box<Self>) -> Result<()> {
+        let SqliteTx { tx, appended, notify } = *self;
+        tx.commit().await.map_err(backend)?;
+        if let (Some(cursor), Some(notify)) = (appended, notify) {
+            notify.send_if_modified(|c| {
+                let newer = cursor > *c;
+                if newer {
+                    *c = cursor;
+                }
+                newer
+            });
+        }
+        Ok(())
+    }
+
+    async fn insert_user(&mut self, u: &UserRow) -> Result<()> {
+        self.exec(
+            sqlx::query("INSERT INTO users (id, name, created_at) VALUES (?, ?, ?)")
+                .bind(&u.id)
+                .bind(&u.name)
+                .bind(u.created_at),
+        )
+        .await
+        .map(drop)
+    }
+
+    async fn user_by_name(&mut self, name: &str) -> Result<Option<UserRow>> {
+        self.one(sqlx::query("SELECT * FROM users WHERE name = ?").bind(name), user_row).await
+    }
+
+    async fn user_by_id(&mut self, id: &str) -> Result<Option<UserRow>> {
+        self.one(sqlx::query("SELECT * FROM users WHERE id = ?").bind(id), user_row).await
+    }
+
+    async fn list_users(&mut self) -> Result<Vec<UserRow>> {
+        self.all(sqlx::query("SELECT * FROM users ORDER BY name"), user_row).await
+    }
+
+    async fn insert_token(&mut self, t: &TokenRow) -> Result<()> {
+        self.exec(
+            sqlx::query(
+                "INSERT INTO tokens (id, kind, name, user_id, secret_hash, created_at, revoked_at)
+                 VALUES (?, ?, ?, ?, ?, ?, ?)",
+            )
+            .bind(&t.id)
+            .bind(&t.kind)
+            .bind(&t.name)
+            .bind(&t.user_id)
+            .bind(&t.secret_hash)
+            .bind(t.created_at)
+            .bind(t.revoked_at),
+        )
+        .await
+        .map(drop)
+    }
+
+    async fn token_by_hash(&mut self, hash: &str) -> Result<Option<TokenRow>> {
+        self.one(sqlx::query("SELECT * FROM tokens WHERE secret_hash = ?").bind(hash), token_row)
+            .await
+    }
+
+    async fn list_tokens(&mut self, kind: &str) -> Result<Vec<TokenRow>> {
+        self.all(
+            sqlx::query("SELECT * FROM tokens WHERE kind = ? ORDER BY created_at, id").bind(kind),
+            token_row,
+        )
+        .await
+    }
+
+    async fn insert_task(&mut self, t: &TaskRow) -> Result<()> {
+        self.exec(
+            sqlx::query(
+                "INSERT INTO tasks (id, owner_id, title, goal, runtime, state, plan, plan_revision,
+                   budget, usage, materials, session_id, fence, outcome_summary, created_at, updated_at)
+                 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            )
+            .bind(&t.id)
+            .bind(&t.owner_id)
+            .bind(&t.title)
+            .bind(&t.goal)
+            .bind(&t.runtime)
+            .bind(&t.state)
+            .bind(json_text(&t.plan))
+            .bind(t.plan_revision)
+            .bind(json_text(&t.budget))
+            .bind(json_text(&t.usage))
+            .bind(json_text(&t.materials))
+            .bind(&t.session_id)
+            .bind(t.fence)
+            .bind(&t.outcome_summary)
+            .bind(t.created_at)
+            .bind(t.updated_at),
+        )
+        .await
+        .map(drop)
+    }
+
+    async fn task(&mut self, id: &str) -> Result<Option<TaskRow>> {
+        self.one(sqlx::query("SELECT * FROM tasks WHERE id = ?").bind(id), task_row).await
+    }
+
+    async fn update_task(&mut self, t: &TaskRow) -> Result<()> {
+        self.exec(
+            sqlx::query(
+                "UPDATE tasks SET title = ?, goal = ?, runtime = ?, state = ?, plan = ?,
+                   plan_revision = ?, budget = ?, usage = ?, materials = ?, fence = ?,
+                   outcome_summary = ?, updated_at = ?
+                 WHERE id = ?",
+            )
+            .bind(&t.title)
+            .bind(&t.goal)
+            .bind(&t.runtime)
+            .bind(&t.state)
+            .bind(json_text(&t.plan))
+            .bind(t.plan_revision)
+            .bind(json_text(&t.budget))
+            .bind(json_text(&t.usage))
+            .bind(json_text(&t.materials))
+            .bind(t.fence)
+            .bind(&t.outcome_summary)
+            .bind(t.updated_at)
+            .bind(&t.id),
+        )
+        .await
+        .map(drop)
+    }
+
+    async fn list_tasks(&mut self, owner_id: Option<&str>) -> Result<Vec<TaskRow>> {
+        match owner_id {
+            Some(o) => {
+                self.all(
+                    sqlx::query("SELECT * FROM tasks WHERE owner_id = ? ORDER BY created_at DESC, id DESC")
+                        .bind(o),
+                    task_row,
+                )
+                .await
+            }
+            None => {
+                self.all(sqlx::query("SELECT * FROM tasks ORDER BY created_at DESC, id DESC"), task_row)
+                    .await
+            }
+        }
+    }
+
+    async fn insert_session(&mut self, s: &SessionRow) -> Result<()> {
+        self.exec(
+            sqlx::query("INSERT INTO sessions (id, task_id, parent_id, created_at) VALUES (?, ?, ?, ?)")
+                .bind(&s.id)
+                .bind(&s.task_id)
+                .bind(&s.parent_id)
+                .bind(s.created_at),
+        )
+        .await
+        .map(drop)
+    }
+
+    async fn session(&mut self, id: &str) -> Result<Option<SessionRow>> {
+        self.one(sqlx::query("SELECT * FROM sessions WHERE id = ?").bind(id), session_row).await
+    }
+
+    async fn insert_attempt(&mut self, a: &AttemptRow) -> Result<()> {
+        self.exec(
+            sqlx::query(
+                "INSERT INTO attempts (id, task_id, worker, fence, expires_at, state, manifest_digest,
+                   started_at, ended_at, outcome)
+                 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            )
+            .bind(&a.id)
+            .bind(&a.task_id)
+            .bind(&a.worker)
+            .bind(a.fence)
+            .bind(a.expires_at)
+            .bind(&a.state)
+            .bind(&a.manifest_digest)
+            .bind(a.started_at)
+            .bind(a.ended_at)
+            .bind(&a.outcome),
+        )
+        .await
+        .map(drop)
+    }
+
+    async fn attempt(&mut self, id: &str) -> Result<Option<AttemptRow>> {
+        self.one(sqlx::query("SELECT * FROM attempts WHERE id = ?").bind(id), attempt_row).await
+    }
+
+    async fn update_attempt(&mut self, a: &AttemptRow) -> Result<()> {
+        self.exec(
+            sqlx::query(
+                "UPDATE attempts SET expires_at = ?, state = ?, ended_at = ?, outcome = ? WHERE id = ?",
+            )
+            .bind(a.expires_at)
+            .bind(&a.state)
+            .bind(a.ended_at)
+            .bind(&a.outcome)
+            .bind(&a.id),
+        )
+        .await
+        .map(drop)
+    }
+
+    async fn list_attempts(&mut self, task_id: &str) -> Result<Vec<AttemptRow>> {
+        self.all(
+            sqlx::query("SELECT * FROM attempts WHERE task_id = ? ORDER BY fence").bind(task_id),
+            attempt_row,
+        )
+        .await
+    }
+
+    async fn insert_checkpoint(&mut self, c: &CheckpointRow) -> Result<()> {
+        self.exec(
+            sqlx::query(
+                "INSERT INTO checkpoints (task_id, sequence, attempt_id, fence, body, prev_digest,
+                   digest, created_at)
+                 VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            )
+            .bind(&c.task_id)
+            .bind(c.sequence)
+            .bind(&c.attempt_id)
+            .bind(c.fence)
+            .bind(json_text(&c.body))
+            .bind(&c.prev_digest)
+            .bind(&c.digest)
+            .bind(c.created_at),
+        )
+        .await
+        .map(drop)
+    }
+
+    async fn last_checkpoint(&mut self, task_id: &str) -> Result<Option<CheckpointRow>> {
+        self.one(
+            sqlx::query("SELECT * FROM checkpoints WHERE task_id = ? ORDER BY sequence DESC LIMIT 1")
+                .bind(task_id),
+            checkpoint_row,
+        )
+        .await
+    }
+
+    async fn list_checkpoints(&mut self, task_id: &str) -> Result<Vec<CheckpointRow>> {
+        self.all(
+            sqlx::query("SELECT * FROM checkpoints WHERE task_id = ? ORDER BY sequence").bind(task_id),
+            checkpoint_row,
+        )
+        .await
+    }
+
+    async fn insert_effect(&mut self, e: &EffectRow) -> Result<()> {
+        self.exec(
+            sqlx::query(
+                "INSERT INTO effects (id, task_id, idempotency_key, body_digest, kind, step, resource_id,
+                   intent, intent_digest, status, receipt, attempt_id, fence, created_at, updated_at)
+                 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            )
+            .bind(&e.id)
+            .bind(&e.task_id)
+            .bind(&e.idempotency_key)
+            .bind(&e.body_digest)
+            .bind(&e.kind)
+            .bind(&e.step)
+            .bind(&e.resource_id)
+            .bind(json_text(&e.intent))
+            .bind(&e.intent_digest)
+            .bind(&e.status)
+            .bind(e.receipt.as_ref().map(json_text))
+            .bind(&e.attempt_id)
+            .bind(e.fence)
+            .bind(e.created_at)
+            .bind(e.updated_at),
+        )
+        .await
+        .map(drop)
+    }
+
+    async fn effect(&mut self, id: &str) -> Result<Option<EffectRow>> {
+        self.one(sqlx::query("SELECT * FROM effects WHERE id = ?").bind(id), effect_row).await
+    }
+
+    async fn effect_by_key(&mut self, task_id: &str, key: &str) -> Result<Option<EffectRow>> {
+        self.one(
+            sqlx::query("SELECT * FROM effects WHERE task_id = ? AND idempotency_key = ?")
+                .bind(task_id)
+                .bind(key),
+            effect_row,
+        )
+        .await
+    }
+
+    async fn update_effect(&mut self, e: &EffectRow) -> Result<()> {
+        self.exec(
+            sqlx::query(
+                "UPDATE effects SET resource_id = ?, status = ?, receipt = ?, attempt_id = ?, fence = ?,
+                   updated_at = ?
+                 WHERE id = ?",
+            )
+            .bind(&e.resource_id)
+            .bind(&e.status)
+            .bind(e.receipt.as_ref().map(json_text))
+            .bind(&e.attempt_id)
+            .bind(e.fence)
+            .bind(e.updated_at)
+            .bind(&e.id),
+        )
+        .await
+        .map(drop)
+    }
+
+    async fn list_effects(&mut self, task_id: &str) -> Result<Vec<EffectRow>> {
+        self.all(
+            sqlx::query("SELECT * FROM effects WHERE task_id = ? ORDER BY created_at, id").bind(task_id),
+            effect_row,
+        )
+        .await
+    }
+
+    async fn insert_decision(&mut self, d: &DecisionRow) -> Result<()> {
+        self.exec(
+            sqlx::query(
+                "INSERT INTO decisions (id, task_id, kind, status, step, question, options,
+                   default_option, intent, intent_digest, effect_id, plan_revision, risky, expires_at,
+                   created_at, outcome)
+                 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            )
+            .bind(&d.id)
+            .bind(&d.task_id)
+            .bind(&d.kind)
+            .bind(&d.status)
+            .bind(&d.step)
+            .bind(&d.question)
+            .bind(json_text(&d.options))
+            .bind(&d.default_option)
+            .bind(d.intent.as_ref().map(json_text))
+            .bind(&d.intent_digest)
+            .bind(&d.effect_id)
+            .bind(d.plan_revision)
+            .bind(d.risky)
+            .bind(d.expires_at)
+            .bind(d.created_at)
+            .bind(d.outcome.as_ref().map(json_text)),
+        )
+        .await
+        .map(drop)
+    }
+
+    async fn decision(&mut self, id: &str) -> Result<Option<DecisionRow>> {
+        self.one(sqlx::query("SELECT * FROM decisions WHERE id = ?").bind(id), decision_row).await
+    }
+
+    async fn update_decision(&mut self, d: &DecisionRow) -> Result<()> {
+        self.exec(
+            sqlx::query("UPDATE decisions SET status = ?, expires_at = ?, outcome = ? WHERE id = ?")
+                .bind(&d.status)
+                .bind(d.expires_at)
+                .bind(d.outcome.as_ref().map(json_text))
+                .bind(&d.id),
+        )
+        .await
+        .map(drop)
+    }
+
+    async fn list_decisions(&mut self, task_id: &str) -> Result<Vec<DecisionRow>> {
+        self.all(
+            sqlx::query("SELECT * FROM decisions WHERE task_id = ? ORDER BY created_at, id")
+                .bind(task_id),
+            decision_row,
+        )
+        .await
+    }
+
+    async fn due_decisions(&mut self, now_ms: i64) -> Result<Vec<DecisionRow>> {
+        self.all(
+            sqlx::query(
+                "SELECT * FROM decisions WHERE status = 'pending' AND expires_at <= ?
+                 ORDER BY expires_at, id",
+            )
+            .bind(now_ms),
+            decision_row,
+        )
+        .await
+    }
+
+    async fn pending_decision_count(&mut self, task_id: &str) -> Result<i64> {
+        sqlx::query_scalar("SELECT COUNT(*) FROM decisions WHERE task_id = ? AND status = 'pending'")
+            .bind(task_id)
+            .fetch_one(&mut *self.tx)
+            .await
+            .map_err(backend)
+    }
+
+    async fn put_blob(&mut self, sha256: &str, data: &[u8]) -> Result<()> {
+        self.exec(
+            sqlx::query("INSERT INTO blobs (sha256, size, data) VALUES (?, ?, ?) ON CONFLICT DO NOTHING")
+                .bind(sha256)
+                .bind(data.len() as i64)
+                .bind(data),
+        )
+        .await
+        .map(drop)
+    }
+
+    async fn blob(&mut self, sha256: &str) -> Result<Option<Vec<u8>>> {
+        sqlx::query_scalar("SELECT data FROM blobs WHERE sha256 = ?")
+            .bind(sha256)
+            .fetch_optional(&mut *self.tx)
+            .await
+            .map_err(backend)
+    }
+
+    async fn insert_artifact(&mut self, a: &ArtifactRow) -> Result<()> {
+        self.exec(
+            sqlx::query(
+                "INSERT INTO artifacts (id, task_id, sha256, name, media_type, size, step, created_at)
+                 VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            )
+            .bind(&a.id)
+            .bind(&a.task_id)
+            .bind(&a.sha256)
+            .bind(&a.name)
+            .bind(&a.media_type)
+            .bind(a.size)
+            .bind(&a.step)
+            .bind(a.created_at),
+        )
+        .await
+        .map(drop)
+    }
+
+    async fn list_artifacts(&mut self, task_id: &str) -> Result<Vec<ArtifactRow>> {
+        self.all(
+            sqlx::query("SELECT * FROM artifacts WHERE task_id = ? ORDER BY created_at, id")
+                .bind(task_id),
+            artifact_row,
+        )
+        .await
+    }
+
+    async fn blob_visible(&mut self, sha256: &str, owner_id: Option<&str>) -> Result<bool> {
+        let n: i64 = sqlx::query_scalar(
+            "SELECT COUNT(*) FROM artifacts a JOIN tasks t ON t.id = a.task_id
+             WHERE a.sha256 = ? AND (? IS NULL OR t.owner_id = ?)",
+        )
+        .bind(sha256)
+        .bind(owner_id)
+        .bind(owner_id)
+        .fetch_one(&mut *self.tx)
+        .await
+        .map_err(backend)?;
+        Ok(n > 0)
+    }
+
+    async fn insert_receipt(&mut self, r: &ReceiptRow) -> Result<()> {
+        self.exec(
+            sqlx::query(
+                "INSERT INTO test_receipts (id, task_id, step, command, exit_code, commit_id, totals,
+                   failures, duration_seconds, passed, junit_sha256, created_at)
+                 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            )
+            .bind(&r.id)
+            .bind(&r.task_id)
+            .bind(&r.step)
+            .bind(&r.command)
+            .bind(r.exit_code)
+            .bind(&r.commit)
+            .bind(json_text(&r.totals))
+            .bind(json_text(&r.failures))
+            .bind(r.duration_seconds)
+            .bind(r.passed)
+            .bind(&r.junit_sha256)
+            .bind(r.created_at),
+        )
+        .await
+        .map(drop)
+    }
+
+    async fn list_receipts(&mut self, task_id: &str) -> Result<Vec<ReceiptRow>> {
+        self.all(
+            sqlx::query("SELECT * FROM test_receipts WHERE task_id = ? ORDER BY created_at, id")
+                .bind(task_id),
+            receipt_row,
+        )
+        .await
+    }
+
+    async fn insert_message(&mut self, m: &MessageRow) -> Result<i64> {
+        let seq: i64 = sqlx::query_scalar(
+            "INSERT INTO messages (session_id, seq, task_id, role, text, created_at)
+             VALUES (?, (SELECT COALESCE(MAX(seq), 0) + 1 FROM messages WHERE session_id = ?), ?, ?, ?, ?)
+             RETURNING seq",
+        )
+        .bind(&m.session_id)
+        .bind(&m.session_id)
+        .bind(&m.task_id)
+        .bind(&m.role)
+        .bind(&m.text)
+        .bind(m.created_at)
+        .fetch_one(&mut *self.tx)
+        .await
+        .map_err(backend)?;
+        Ok(seq)
+    }
+
+    async fn list_messages(&mut self, session_id: &str) -> Result<Vec<MessageRow>> {
+        self.all(
+            sqlx::query("SELECT * FROM messages WHERE session_id = ? ORDER BY seq").bind(session_id),
+            message_row,
+        )
+        .await
+    }
+
+    async fn append_event(&mut self, e: &NewEvent) -> Result<i64> {
+        let cursor: i64 = sqlx::query_scalar(
+            "INSERT INTO events (task_id, owner_id, kind, data, at) VALUES (?, ?, ?, ?, ?)
+             RETURNING cursor",
+        )
+        .bind(&e.task_id)
+        .bind(&e.owner_id)
+        .bind(&e.kind)
+        .bind(json_text(&e.data))
+        .bind(e.at)
+        .fetch_one(&mut *self.tx)
+        .await
+        .map_err(backend)?;
+        self.appended = Some(cursor);
+        Ok(cursor)
+    }
+
+    async fn events_after(
+        &mut self,
+        cursor: i64,
+        limit: i64,
+        owner_id: Option<&str>,
+    ) -> Result<Vec<EventRow>> {
+        match owner_id {
+            Some(o) => {
+                self.all(
+                    sqlx::query(
+                        "SELECT * FROM events WHERE owner_id = ? AND cursor > ? ORDER BY cursor LIMIT ?",
+                    )
+                    .bind(o)
+                    .bind(cursor)
+                    .bind(limit),
+                    event_row,
+                )
+                .await
+            }
+            None => {
+                self.all(
+                    sqlx::query("SELECT * FROM events WHERE cursor > ? ORDER BY cursor LIMIT ?")
+                        .bind(cursor)
+                        .bind(limit),
+                    event_row,
+                )
+                .await
+            }
+        }
+    }
+
+    async fn max_cursor(&mut self) -> Result<i64> {
+        // The sequence table remembers the newest cursor even after pruning deleted it.
+        sqlx::query_scalar(
+            "SELECT MAX(COALESCE((SELECT MAX(cursor) FROM events), 0),
+                        (SELECT pruned_through FROM event_retention WHERE id = 1))",
+        )
+        .fetch_one(&mut *self.tx)
+        .await
+        .map_err(backend)
+    }
+
+    async fn pruned_through(&mut self) -> Result<i64> {
+        sqlx::query_scalar("SELECT pruned_through FROM event_retention WHERE id = 1")
+            .fetch_one(&mut *self.tx)
+            .await
+            .map_err(backend)
+    }
+
+    async fn prune_events_through(&mut self, cursor: i64) -> Result<u64> {
+        let n = self.exec(sqlx::query("DELETE FROM events WHERE cursor <= ?").bind(cursor)).await?;
+        self.exec(
+            sqlx::query(
+                "UPDATE event_retention SET pruned_through = MAX(pruned_through, ?) WHERE id = 1",
+            )
+            .bind(cursor),
+        )
+        .await?;
+        Ok(n)
+    }
+
+    async fn insert_audit(&mut self, a: &AuditRow) -> Result<()> {
+        self.exec(
+            sqlx::query(
+                "INSERT INTO audit (at, actor, action, task_id, code, detail) VALUES (?, ?, ?, ?, ?, ?)",
+            )
+            .bind(a.at)
+            .bind(&a.actor)
+            .bind(&a.action)
+            .bind(&a.task_id)
+            .bind(&a.code)
+            .bind(&a.detail),
+        )
+        .await
+        .map(drop)
+    }
+
+    async fn list_audit(&mut self, task_id: Option<&str>, limit: i64) -> Result<Vec<AuditRow>> {
+        self.all(
+            sqlx::query(
+                "SELECT * FROM audit WHERE (? IS NULL OR task_id = ?) ORDER BY id DESC LIMIT ?",
+            )
+            .bind(task_id)
+            .bind(task_id)
+            .bind(limit),
+            audit_row,
+        )
+        .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn store_story() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SqliteStore::open(&dir.path().join("waymark.db")).await.unwrap();
+        waymark_store::story::run_store_story(&store).await;
+    }
+
+    #[tokio::test]
+    async fn a_newer_schema_is_refused_clearly() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("waymark.db");
+        drop(SqliteStore::open(&path).await.unwrap());
+        let pool = SqlitePool::connect_with(SqliteConnectOptions::new().filename(&path)).await.unwrap();
+        sqlx::query(
+            "INSERT INTO _sqlx_migrations (version, description, success, checksum, execution_time)
+             VALUES (29991231000000, 'from the future', 1, x'00', 0)",
+        )
+        .execute(&pool)
+        .await
+        .unwrap();
+        pool.close().await;
+        let err = SqliteStore::open(&path).await.err().expect("a newer schema must be refused");
+        assert!(matches!(err, StoreError::NewerSchema { found: 29991231000000, .. }), "{err}");
+        assert!(err.to_string().contains("upgrade waymark"), "{err}");
+    }
+}

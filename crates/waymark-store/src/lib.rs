@@ -1,0 +1,190 @@
+//! The storage seam of the control plane. The server's rules (leases, fences, CAS, state
+//! machines) are written once over [`StoreTx`]; a backend only stores and loads rows inside a
+//! transaction. Rows are storage shapes, not wire types: the server converts at the boundary.
+
+mod rows;
+pub mod story;
+
+pub use rows::*;
+
+use async_trait::async_trait;
+use tokio::sync::watch;
+
+/// Why a storage call failed.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// A unique constraint refused the row (e.g. a checkpoint sequence already taken).
+    #[error("conflict: {0}")]
+    Conflict(String),
+    /// The database was written by a newer Waymark.
+    #[error(
+        "the database was written by a newer waymark (schema version {found}, this build knows up to {known}) — upgrade waymark"
+    )]
+    NewerSchema {
+        /// The newest migration found in the database.
+        found: i64,
+        /// The newest migration this build has.
+        known: i64,
+    },
+    /// The database cannot be opened or created.
+    #[error("cannot open the database at {path}: {reason}")]
+    Open {
+        /// Where.
+        path: String,
+        /// Why.
+        reason: String,
+    },
+    /// The database is busy beyond the timeout; retry.
+    #[error("storage busy: {0}")]
+    Busy(String),
+    /// A stored value could not be decoded (corruption or a hand edit).
+    #[error("corrupt row: {0}")]
+    Corrupt(String),
+    /// Anything else from the backend.
+    #[error("storage: {0}")]
+    Backend(String),
+}
+
+/// Storage result.
+pub type Result<T, E = StoreError> = std::result::Result<T, E>;
+
+/// A storage backend.
+#[async_trait]
+pub trait Store: Send + Sync + 'static {
+    /// Begins a write transaction. Writes serialise per backend rules; the transaction sees
+    /// the newest committed state.
+    async fn write(&self) -> Result<Box<dyn StoreTx>>;
+
+    /// Begins a read transaction: a consistent snapshot, never blocked by writers.
+    async fn read(&self) -> Result<Box<dyn StoreTx>>;
+
+    /// The newest committed event cursor, updated after every commit that appended events
+    /// (by any replica, for backends that fan out).
+    fn cursor_watch(&self) -> watch::Receiver<i64>;
+
+    /// Which backend, for logs and `/healthz`.
+    fn backend(&self) -> &'static str;
+}
+
+/// One transaction. Dropping it without [`StoreTx::commit`] rolls back.
+#[async_trait]
+pub trait StoreTx: Send {
+    /// Makes the transaction's writes durable and visible.
+    async fn commit(self: Box<Self>) -> Result<()>;
+
+    // users and credentials
+    /// Adds a user; `Conflict` when the name is taken.
+    async fn insert_user(&mut self, user: &UserRow) -> Result<()>;
+    /// A user by name.
+    async fn user_by_name(&mut self, name: &str) -> Result<Option<UserRow>>;
+    /// A user by id.
+    async fn user_by_id(&mut self, id: &str) -> Result<Option<UserRow>>;
+    /// All users, by name.
+    async fn list_users(&mut self) -> Result<Vec<UserRow>>;
+    /// Adds a credential.
+    async fn insert_token(&mut self, token: &TokenRow) -> Result<()>;
+    /// A credential by the sha256 of its secret.
+    async fn token_by_hash(&mut self, hash: &str) -> Result<Option<TokenRow>>;
+    /// Credentials of one kind.
+    async fn list_tokens(&mut self, kind: &str) -> Result<Vec<TokenRow>>;
+
+    // tasks, sessions, attempts
+    /// Adds a task.
+    async fn insert_task(&mut self, task: &TaskRow) -> Result<()>;
+    /// A task by id.
+    async fn task(&mut self, id: &str) -> Result<Option<TaskRow>>;
+    /// Writes every mutable column of a task.
+    async fn update_task(&mut self, task: &TaskRow) -> Result<()>;
+    /// Tasks, newest first; only `owner_id`'s when given.
+    async fn list_tasks(&mut self, owner_id: Option<&str>) -> Result<Vec<TaskRow>>;
+    /// Adds a session.
+    async fn insert_session(&mut self, session: &SessionRow) -> Result<()>;
+    /// A session by id.
+    async fn session(&mut self, id: &str) -> Result<Option<SessionRow>>;
+    /// Adds an attempt.
+    async fn insert_attempt(&mut self, attempt: &AttemptRow) -> Result<()>;
+    /// An attempt by id.
+    async fn attempt(&mut self, id: &str) -> Result<Option<AttemptRow>>;
+    /// Writes every mutable column of an attempt.
+    async fn update_attempt(&mut self, attempt: &AttemptRow) -> Result<()>;
+    /// A task's attempts, oldest first.
+    async fn list_attempts(&mut self, task_id: &str) -> Result<Vec<AttemptRow>>;
+
+    // checkpoints
+    /// Adds a checkpoint; `Conflict` when `(task_id, sequence)` exists.
+    async fn insert_checkpoint(&mut self, cp: &CheckpointRow) -> Result<()>;
+    /// The newest checkpoint of a task.
+    async fn last_checkpoint(&mut self, task_id: &str) -> Result<Option<CheckpointRow>>;
+    /// A task's checkpoints by sequence.
+    async fn list_checkpoints(&mut self, task_id: &str) -> Result<Vec<CheckpointRow>>;
+
+    // effects
+    /// Adds an effect; `Conflict` when `(task_id, idempotency_key)` exists.
+    async fn insert_effect(&mut self, effect: &EffectRow) -> Result<()>;
+    /// An effect by id.
+    async fn effect(&mut self, id: &str) -> Result<Option<EffectRow>>;
+    /// An effect by its task and idempotency key.
+    async fn effect_by_key(&mut self, task_id: &str, key: &str) -> Result<Option<EffectRow>>;
+    /// Writes every mutable column of an effect.
+    async fn update_effect(&mut self, effect: &EffectRow) -> Result<()>;
+    /// A task's effects, oldest first.
+    async fn list_effects(&mut self, task_id: &str) -> Result<Vec<EffectRow>>;
+
+    // decisions (approvals included)
+    /// Adds a decision.
+    async fn insert_decision(&mut self, decision: &DecisionRow) -> Result<()>;
+    /// A decision by id.
+    async fn decision(&mut self, id: &str) -> Result<Option<DecisionRow>>;
+    /// Writes every mutable column of a decision.
+    async fn update_decision(&mut self, decision: &DecisionRow) -> Result<()>;
+    /// A task's decisions, oldest first.
+    async fn list_decisions(&mut self, task_id: &str) -> Result<Vec<DecisionRow>>;
+    /// Pending decisions whose expiry is at or before `now_ms`.
+    async fn due_decisions(&mut self, now_ms: i64) -> Result<Vec<DecisionRow>>;
+    /// Pending decisions per task, for lists.
+    async fn pending_decision_count(&mut self, task_id: &str) -> Result<i64>;
+
+    // blobs, artifacts, receipts
+    /// Stores content under its sha256; a second put of the same content is a no-op.
+    async fn put_blob(&mut self, sha256: &str, data: &[u8]) -> Result<()>;
+    /// Content by sha256.
+    async fn blob(&mut self, sha256: &str) -> Result<Option<Vec<u8>>>;
+    /// Adds an artifact.
+    async fn insert_artifact(&mut self, artifact: &ArtifactRow) -> Result<()>;
+    /// A task's artifacts, oldest first.
+    async fn list_artifacts(&mut self, task_id: &str) -> Result<Vec<ArtifactRow>>;
+    /// Whether any artifact of a task owned by `owner_id` (any owner when `None`) has this
+    /// content.
+    async fn blob_visible(&mut self, sha256: &str, owner_id: Option<&str>) -> Result<bool>;
+    /// Adds a test receipt.
+    async fn insert_receipt(&mut self, receipt: &ReceiptRow) -> Result<()>;
+    /// A task's test receipts, oldest first.
+    async fn list_receipts(&mut self, task_id: &str) -> Result<Vec<ReceiptRow>>;
+
+    // messages
+    /// Appends a message; its `seq` is the session's last plus one and is returned.
+    async fn insert_message(&mut self, message: &MessageRow) -> Result<i64>;
+    /// A session's messages in order.
+    async fn list_messages(&mut self, session_id: &str) -> Result<Vec<MessageRow>>;
+
+    // events and audit
+    /// Appends an event and returns its cursor (strictly greater than every earlier one).
+    async fn append_event(&mut self, event: &NewEvent) -> Result<i64>;
+    /// Up to `limit` events after `cursor`, by cursor; only `owner_id`'s when given.
+    async fn events_after(
+        &mut self,
+        cursor: i64,
+        limit: i64,
+        owner_id: Option<&str>,
+    ) -> Result<Vec<EventRow>>;
+    /// The newest cursor (0 when the log is empty).
+    async fn max_cursor(&mut self) -> Result<i64>;
+    /// Every event at or below this cursor has been pruned (0 when none).
+    async fn pruned_through(&mut self) -> Result<i64>;
+    /// Deletes events at or below `cursor` and records it as pruned.
+    async fn prune_events_through(&mut self, cursor: i64) -> Result<u64>;
+    /// Records a refusal or other security-relevant fact.
+    async fn insert_audit(&mut self, audit: &AuditRow) -> Result<()>;
+    /// The newest audit entries first; only one task's when given.
+    async fn list_audit(&mut self, task_id: Option<&str>, limit: i64) -> Result<Vec<AuditRow>>;
+}

@@ -1,0 +1,211 @@
+//! Storage rows. Times are unix milliseconds (server clock); structured columns are JSON.
+
+use serde_json::Value;
+
+/// A person who owns tasks.
+#[derive(Debug, Clone, PartialEq)]
+pub struct UserRow {
+    pub id: String,
+    pub name: String,
+    pub created_at: i64,
+}
+
+/// A bearer credential, stored as the sha256 of its secret.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TokenRow {
+    pub id: String,
+    /// `admin` or `worker`.
+    pub kind: String,
+    pub name: String,
+    pub user_id: String,
+    pub secret_hash: String,
+    pub created_at: i64,
+    pub revoked_at: Option<i64>,
+}
+
+/// A task.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TaskRow {
+    pub id: String,
+    pub owner_id: String,
+    pub title: String,
+    pub goal: String,
+    pub runtime: Option<String>,
+    pub state: String,
+    /// JSON array of plan steps.
+    pub plan: Value,
+    pub plan_revision: i64,
+    /// JSON budget.
+    pub budget: Value,
+    /// JSON usage totals.
+    pub usage: Value,
+    /// JSON materials.
+    pub materials: Value,
+    pub session_id: String,
+    /// The newest attempt's fence (0 before the first).
+    pub fence: i64,
+    pub outcome_summary: Option<String>,
+    pub created_at: i64,
+    pub updated_at: i64,
+}
+
+/// A session (conversation and context) of a task.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SessionRow {
+    pub id: String,
+    pub task_id: String,
+    pub parent_id: Option<String>,
+    pub created_at: i64,
+}
+
+/// An attempt and its lease.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AttemptRow {
+    pub id: String,
+    pub task_id: String,
+    pub worker: String,
+    pub fence: i64,
+    pub expires_at: i64,
+    pub state: String,
+    pub manifest_digest: Option<String>,
+    pub started_at: i64,
+    pub ended_at: Option<i64>,
+    pub outcome: Option<String>,
+}
+
+/// A link of a task's checkpoint chain.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CheckpointRow {
+    pub task_id: String,
+    pub sequence: i64,
+    pub attempt_id: String,
+    pub fence: i64,
+    /// JSON checkpoint body.
+    pub body: Value,
+    pub prev_digest: Option<String>,
+    pub digest: String,
+    pub created_at: i64,
+}
+
+/// An external effect.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EffectRow {
+    pub id: String,
+    pub task_id: String,
+    pub idempotency_key: String,
+    /// Digest of the declaration (kind, step, resource, intent) to tell a repeat from a misuse.
+    pub body_digest: String,
+    pub kind: String,
+    pub step: Option<String>,
+    pub resource_id: Option<String>,
+    pub intent: Value,
+    pub intent_digest: String,
+    pub status: String,
+    pub receipt: Option<Value>,
+    pub attempt_id: String,
+    pub fence: i64,
+    pub created_at: i64,
+    pub updated_at: i64,
+}
+
+/// An approval or decision.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DecisionRow {
+    pub id: String,
+    pub task_id: String,
+    pub kind: String,
+    pub status: String,
+    pub step: Option<String>,
+    pub question: String,
+    /// JSON array of options.
+    pub options: Value,
+    pub default_option: Option<String>,
+    pub intent: Option<Value>,
+    pub intent_digest: Option<String>,
+    pub effect_id: Option<String>,
+    pub plan_revision: i64,
+    pub risky: bool,
+    pub expires_at: i64,
+    pub created_at: i64,
+    /// JSON outcome once closed.
+    pub outcome: Option<Value>,
+}
+
+/// An artifact's metadata; the bytes are a blob.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ArtifactRow {
+    pub id: String,
+    pub task_id: String,
+    pub sha256: String,
+    pub name: String,
+    pub media_type: String,
+    pub size: i64,
+    pub step: Option<String>,
+    pub created_at: i64,
+}
+
+/// A parsed test receipt.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ReceiptRow {
+    pub id: String,
+    pub task_id: String,
+    pub step: Option<String>,
+    pub command: String,
+    pub exit_code: i64,
+    pub commit: Option<String>,
+    /// JSON totals.
+    pub totals: Value,
+    /// JSON array of failures.
+    pub failures: Value,
+    pub duration_seconds: f64,
+    pub passed: bool,
+    pub junit_sha256: String,
+    pub created_at: i64,
+}
+
+/// A session message. `seq` is assigned on insert.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MessageRow {
+    pub session_id: String,
+    pub task_id: String,
+    pub seq: i64,
+    pub role: String,
+    pub text: String,
+    pub created_at: i64,
+}
+
+/// An event to append.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NewEvent {
+    pub task_id: String,
+    /// The task owner, so streams can filter by user.
+    pub owner_id: String,
+    pub kind: String,
+    pub data: Value,
+    pub at: i64,
+}
+
+/// A stored event.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EventRow {
+    pub cursor: i64,
+    pub task_id: String,
+    pub owner_id: String,
+    pub kind: String,
+    pub data: Value,
+    pub at: i64,
+}
+
+/// An audit entry: refusals and security-relevant facts.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AuditRow {
+    pub at: i64,
+    /// Who: `worker:<name>`, `admin`, `device:<id>`.
+    pub actor: String,
+    /// What was attempted, e.g. `checkpoint.append`.
+    pub action: String,
+    pub task_id: Option<String>,
+    /// The refusal's code, e.g. `fenced`.
+    pub code: String,
+    pub detail: String,
+}

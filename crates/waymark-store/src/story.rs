@@ -1,0 +1,378 @@
+//! The store conformance story: one scenario every backend must pass, so a second backend
+//! never drifts from the first. Backends call [`run_store_story`] from their own tests with a
+//! fresh, empty store.
+
+use serde_json::json;
+
+use crate::*;
+
+fn user(id: &str, name: &str) -> UserRow {
+    UserRow { id: id.into(), name: name.into(), created_at: 1 }
+}
+
+fn task(id: &str, owner: &str) -> TaskRow {
+    TaskRow {
+        id: id.into(),
+        owner_id: owner.into(),
+        title: "fix the flaky deploy".into(),
+        goal: "green CI, staging deployed".into(),
+        runtime: Some("story".into()),
+        state: "queued".into(),
+        plan: json!([{"id": "fix"}, {"id": "deploy", "depends_on": ["fix"]}]),
+        plan_revision: 1,
+        budget: json!({"max_tokens": 1000}),
+        usage: json!({"tokens": 0, "cost_usd": 0.0, "wall_seconds": 0}),
+        materials: json!({"repo": "r", "commit": "c"}),
+        session_id: format!("ses_{id}"),
+        fence: 0,
+        outcome_summary: None,
+        created_at: 10,
+        updated_at: 10,
+    }
+}
+
+fn checkpoint(task_id: &str, sequence: i64) -> CheckpointRow {
+    CheckpointRow {
+        task_id: task_id.into(),
+        sequence,
+        attempt_id: "att_1".into(),
+        fence: 1,
+        body: json!({"reason": "step_completed", "n": sequence}),
+        prev_digest: (sequence > 1).then(|| format!("d{}", sequence - 1)),
+        digest: format!("d{sequence}"),
+        created_at: 20 + sequence,
+    }
+}
+
+fn effect(id: &str, task_id: &str, key: &str) -> EffectRow {
+    EffectRow {
+        id: id.into(),
+        task_id: task_id.into(),
+        idempotency_key: key.into(),
+        body_digest: "b".into(),
+        kind: "deploy".into(),
+        step: Some("deploy".into()),
+        resource_id: None,
+        intent: json!({"target": "staging"}),
+        intent_digest: "sha256:i".into(),
+        status: "intended".into(),
+        receipt: None,
+        attempt_id: "att_1".into(),
+        fence: 1,
+        created_at: 30,
+        updated_at: 30,
+    }
+}
+
+fn event(task_id: &str, owner: &str, kind: &str) -> NewEvent {
+    NewEvent {
+        task_id: task_id.into(),
+        owner_id: owner.into(),
+        kind: kind.into(),
+        data: json!({"k": kind}),
+        at: 40,
+    }
+}
+
+/// Runs the whole story against an empty store. Panics with a message on the first
+/// divergence.
+pub async fn run_store_story(store: &dyn Store) {
+    // users: unique names, lookups both ways
+    let mut tx = store.write().await.unwrap();
+    tx.insert_user(&user("usr_a", "alice")).await.unwrap();
+    tx.insert_user(&user("usr_b", "bob")).await.unwrap();
+    tx.commit().await.unwrap();
+    let mut tx = store.write().await.unwrap();
+    assert!(
+        matches!(tx.insert_user(&user("usr_x", "alice")).await, Err(StoreError::Conflict(_))),
+        "a second user named alice must conflict"
+    );
+    drop(tx);
+    let mut r = store.read().await.unwrap();
+    assert_eq!(r.user_by_name("alice").await.unwrap().unwrap().id, "usr_a");
+    assert_eq!(r.user_by_id("usr_b").await.unwrap().unwrap().name, "bob");
+    assert!(r.user_by_name("mallory").await.unwrap().is_none());
+    assert_eq!(r.list_users().await.unwrap().len(), 2);
+    drop(r);
+
+    // tokens
+    let mut tx = store.write().await.unwrap();
+    let token = TokenRow {
+        id: "tok_1".into(),
+        kind: "worker".into(),
+        name: "ci".into(),
+        user_id: "usr_a".into(),
+        secret_hash: "h1".into(),
+        created_at: 1,
+        revoked_at: None,
+    };
+    tx.insert_token(&token).await.unwrap();
+    tx.commit().await.unwrap();
+    let mut r = store.read().await.unwrap();
+    assert_eq!(r.token_by_hash("h1").await.unwrap(), Some(token.clone()));
+    assert!(r.token_by_hash("h2").await.unwrap().is_none());
+    assert_eq!(r.list_tokens("worker").await.unwrap(), vec![token]);
+    drop(r);
+
+    // a dropped transaction leaves nothing behind
+    let mut tx = store.write().await.unwrap();
+    tx.insert_task(&task("task_gone", "usr_a")).await.unwrap();
+    tx.append_event(&event("task_gone", "usr_a", "task.created")).await.unwrap();
+    drop(tx);
+    let mut r = store.read().await.unwrap();
+    assert!(r.task("task_gone").await.unwrap().is_none(), "rolled back task is visible");
+    assert_eq!(r.max_cursor().await.unwrap(), 0, "rolled back event is visible");
+    drop(r);
+
+    // tasks, sessions, attempts round-trip
+    let mut tx = store.write().await.unwrap();
+    let mut t = task("task_1", "usr_a");
+    tx.insert_task(&t).await.unwrap();
+    tx.insert_task(&task("task_2", "usr_b")).await.unwrap();
+    let session = SessionRow {
+        id: "ses_task_1".into(),
+        task_id: "task_1".into(),
+        parent_id: None,
+        created_at: 10,
+    };
+    tx.insert_session(&session).await.unwrap();
+    let mut attempt = AttemptRow {
+        id: "att_1".into(),
+        task_id: "task_1".into(),
+        worker: "w1".into(),
+        fence: 1,
+        expires_at: 1000,
+        state: "active".into(),
+        manifest_digest: Some("m".into()),
+        started_at: 11,
+        ended_at: None,
+        outcome: None,
+    };
+    tx.insert_attempt(&attempt).await.unwrap();
+    tx.commit().await.unwrap();
+
+    let mut tx = store.write().await.unwrap();
+    t.state = "running".into();
+    t.fence = 1;
+    t.usage = json!({"tokens": 5, "cost_usd": 0.25, "wall_seconds": 3});
+    t.updated_at = 12;
+    tx.update_task(&t).await.unwrap();
+    attempt.state = "finished".into();
+    attempt.ended_at = Some(99);
+    attempt.outcome = Some("completed".into());
+    tx.update_attempt(&attempt).await.unwrap();
+    tx.commit().await.unwrap();
+
+    let mut r = store.read().await.unwrap();
+    assert_eq!(r.task("task_1").await.unwrap(), Some(t.clone()));
+    assert_eq!(r.session("ses_task_1").await.unwrap(), Some(session));
+    assert_eq!(r.attempt("att_1").await.unwrap(), Some(attempt.clone()));
+    assert_eq!(r.list_attempts("task_1").await.unwrap(), vec![attempt]);
+    assert_eq!(r.list_tasks(None).await.unwrap().len(), 2);
+    let mine = r.list_tasks(Some("usr_b")).await.unwrap();
+    assert_eq!(mine.len(), 1);
+    assert_eq!(mine[0].id, "task_2");
+    drop(r);
+
+    // checkpoints: exactly one row per (task, sequence)
+    let mut tx = store.write().await.unwrap();
+    tx.insert_checkpoint(&checkpoint("task_1", 1)).await.unwrap();
+    tx.insert_checkpoint(&checkpoint("task_1", 2)).await.unwrap();
+    tx.commit().await.unwrap();
+    let mut tx = store.write().await.unwrap();
+    assert!(
+        matches!(tx.insert_checkpoint(&checkpoint("task_1", 2)).await, Err(StoreError::Conflict(_))),
+        "a taken checkpoint sequence must conflict"
+    );
+    drop(tx);
+    let mut r = store.read().await.unwrap();
+    assert_eq!(r.last_checkpoint("task_1").await.unwrap(), Some(checkpoint("task_1", 2)));
+    assert_eq!(
+        r.list_checkpoints("task_1").await.unwrap(),
+        vec![checkpoint("task_1", 1), checkpoint("task_1", 2)]
+    );
+    assert!(r.last_checkpoint("task_2").await.unwrap().is_none());
+    drop(r);
+
+    // effects: one per (task, key); update round-trips
+    let mut tx = store.write().await.unwrap();
+    tx.insert_effect(&effect("eff_1", "task_1", "k1")).await.unwrap();
+    tx.insert_effect(&effect("eff_2", "task_2", "k1")).await.unwrap();
+    tx.commit().await.unwrap();
+    let mut tx = store.write().await.unwrap();
+    assert!(
+        matches!(tx.insert_effect(&effect("eff_3", "task_1", "k1")).await, Err(StoreError::Conflict(_))),
+        "a reused idempotency key must conflict"
+    );
+    drop(tx);
+    let mut tx = store.write().await.unwrap();
+    let mut e = tx.effect_by_key("task_1", "k1").await.unwrap().unwrap();
+    assert_eq!(e, effect("eff_1", "task_1", "k1"));
+    e.status = "confirmed".into();
+    e.receipt = Some(json!({"deploy_id": 7}));
+    e.updated_at = 31;
+    tx.update_effect(&e).await.unwrap();
+    tx.commit().await.unwrap();
+    let mut r = store.read().await.unwrap();
+    assert_eq!(r.effect("eff_1").await.unwrap(), Some(e.clone()));
+    assert_eq!(r.list_effects("task_1").await.unwrap(), vec![e]);
+    drop(r);
+
+    // decisions: due ones, pending counts
+    let mut tx = store.write().await.unwrap();
+    let mut d = DecisionRow {
+        id: "dec_1".into(),
+        task_id: "task_1".into(),
+        kind: "approval".into(),
+        status: "pending".into(),
+        step: Some("deploy".into()),
+        question: "deploy to staging?".into(),
+        options: json!([{"id": "approve", "label": "Approve", "gives_up": ""}]),
+        default_option: Some("deny".into()),
+        intent: Some(json!({"target": "staging"})),
+        intent_digest: Some("sha256:i".into()),
+        effect_id: Some("eff_1".into()),
+        plan_revision: 1,
+        risky: true,
+        expires_at: 500,
+        created_at: 50,
+        outcome: None,
+    };
+    tx.insert_decision(&d).await.unwrap();
+    tx.commit().await.unwrap();
+    let mut tx = store.write().await.unwrap();
+    assert_eq!(tx.pending_decision_count("task_1").await.unwrap(), 1);
+    assert!(tx.due_decisions(499).await.unwrap().is_empty());
+    assert_eq!(tx.due_decisions(500).await.unwrap(), vec![d.clone()]);
+    d.status = "expired".into();
+    d.outcome = Some(json!({"option": "deny", "by": "default"}));
+    tx.update_decision(&d).await.unwrap();
+    tx.commit().await.unwrap();
+    let mut r = store.read().await.unwrap();
+    assert_eq!(r.decision("dec_1").await.unwrap(), Some(d.clone()));
+    assert_eq!(r.list_decisions("task_1").await.unwrap(), vec![d]);
+    assert_eq!(r.pending_decision_count("task_1").await.unwrap(), 0);
+    assert!(r.due_decisions(10_000).await.unwrap().is_empty());
+    drop(r);
+
+    // blobs dedup, artifacts, visibility by owner
+    let mut tx = store.write().await.unwrap();
+    tx.put_blob("aa", b"hello").await.unwrap();
+    tx.put_blob("aa", b"hello").await.unwrap();
+    let art = ArtifactRow {
+        id: "art_1".into(),
+        task_id: "task_1".into(),
+        sha256: "aa".into(),
+        name: "fix.diff".into(),
+        media_type: "text/x-diff".into(),
+        size: 5,
+        step: None,
+        created_at: 60,
+    };
+    tx.insert_artifact(&art).await.unwrap();
+    let receipt = ReceiptRow {
+        id: "rcpt_1".into(),
+        task_id: "task_1".into(),
+        step: Some("fix".into()),
+        command: "pytest".into(),
+        exit_code: 1,
+        commit: Some("c".into()),
+        totals: json!({"tests": 3, "failures": 1}),
+        failures: json!([{"name": "t"}]),
+        duration_seconds: 0.5,
+        passed: false,
+        junit_sha256: "aa".into(),
+        created_at: 61,
+    };
+    tx.insert_receipt(&receipt).await.unwrap();
+    tx.commit().await.unwrap();
+    let mut r = store.read().await.unwrap();
+    assert_eq!(r.blob("aa").await.unwrap().as_deref(), Some(&b"hello"[..]));
+    assert!(r.blob("bb").await.unwrap().is_none());
+    assert_eq!(r.list_artifacts("task_1").await.unwrap(), vec![art]);
+    assert!(r.blob_visible("aa", Some("usr_a")).await.unwrap());
+    assert!(!r.blob_visible("aa", Some("usr_b")).await.unwrap());
+    assert!(r.blob_visible("aa", None).await.unwrap());
+    assert_eq!(r.list_receipts("task_1").await.unwrap(), vec![receipt]);
+    drop(r);
+
+    // messages get consecutive seqs per session
+    let mut tx = store.write().await.unwrap();
+    for (i, text) in ["one", "two", "three"].iter().enumerate() {
+        let m = MessageRow {
+            session_id: "ses_task_1".into(),
+            task_id: "task_1".into(),
+            seq: 0,
+            role: "assistant".into(),
+            text: (*text).into(),
+            created_at: 70,
+        };
+        assert_eq!(tx.insert_message(&m).await.unwrap(), i as i64 + 1);
+    }
+    tx.commit().await.unwrap();
+    let mut r = store.read().await.unwrap();
+    let msgs = r.list_messages("ses_task_1").await.unwrap();
+    assert_eq!(msgs.iter().map(|m| m.seq).collect::<Vec<_>>(), vec![1, 2, 3]);
+    assert_eq!(msgs[2].text, "three");
+    drop(r);
+
+    // events: increasing cursors, owner filter, the watch, pruning
+    let mut watch = store.cursor_watch();
+    let mut tx = store.write().await.unwrap();
+    let mut cursors = Vec::new();
+    for i in 0..10 {
+        let owner = if i % 2 == 0 { "usr_a" } else { "usr_b" };
+        cursors.push(tx.append_event(&event("task_1", owner, "task.updated")).await.unwrap());
+    }
+    tx.commit().await.unwrap();
+    assert!(cursors.windows(2).all(|w| w[0] < w[1]), "cursors must increase: {cursors:?}");
+    tokio::time::timeout(std::time::Duration::from_secs(5), watch.wait_for(|c| *c >= cursors[9]))
+        .await
+        .expect("the cursor watch must see the commit")
+        .unwrap();
+    let mut r = store.read().await.unwrap();
+    assert_eq!(r.max_cursor().await.unwrap(), cursors[9]);
+    let all = r.events_after(0, 100, None).await.unwrap();
+    assert_eq!(all.iter().map(|e| e.cursor).collect::<Vec<_>>(), cursors);
+    assert_eq!(all[0].data, json!({"k": "task.updated"}));
+    let page = r.events_after(cursors[2], 3, None).await.unwrap();
+    assert_eq!(page.iter().map(|e| e.cursor).collect::<Vec<_>>(), cursors[3..6].to_vec());
+    let bobs = r.events_after(0, 100, Some("usr_b")).await.unwrap();
+    assert_eq!(bobs.len(), 5);
+    assert!(bobs.iter().all(|e| e.owner_id == "usr_b"));
+    assert_eq!(r.pruned_through().await.unwrap(), 0);
+    drop(r);
+    let mut tx = store.write().await.unwrap();
+    assert_eq!(tx.prune_events_through(cursors[4]).await.unwrap(), 5);
+    tx.commit().await.unwrap();
+    let mut r = store.read().await.unwrap();
+    assert_eq!(r.pruned_through().await.unwrap(), cursors[4]);
+    assert_eq!(r.events_after(0, 100, None).await.unwrap().len(), 5);
+    drop(r);
+    // new cursors keep increasing after a prune
+    let mut tx = store.write().await.unwrap();
+    let next = tx.append_event(&event("task_1", "usr_a", "task.updated")).await.unwrap();
+    tx.commit().await.unwrap();
+    assert!(next > cursors[9]);
+
+    // audit
+    let mut tx = store.write().await.unwrap();
+    for code in ["fenced", "sequence_conflict"] {
+        tx.insert_audit(&AuditRow {
+            at: 80,
+            actor: "worker:w1".into(),
+            action: "checkpoint.append".into(),
+            task_id: Some("task_1".into()),
+            code: code.into(),
+            detail: "stale".into(),
+        })
+        .await
+        .unwrap();
+    }
+    tx.commit().await.unwrap();
+    let mut r = store.read().await.unwrap();
+    let audit = r.list_audit(Some("task_1"), 10).await.unwrap();
+    assert_eq!(audit.len(), 2);
+    assert_eq!(audit[0].code, "sequence_conflict", "newest first");
+    assert!(r.list_audit(Some("task_2"), 10).await.unwrap().is_empty());
+}
