@@ -1,1 +1,72 @@
-fn main() {}
+//! `waymark`: the control plane (`serve`), host administration (`admin`), and — as later
+//! issues land — the demo agent and the terminal client. Exit codes: 0 success, 1 refused or
+//! conflict, 2 usage, 3 cannot reach the server.
+
+mod admin;
+mod output;
+mod serve;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "waymark",
+    version,
+    about = "Keep long-running AI agents safe across interruptions, and steer them"
+)]
+struct Cli {
+    /// Print machine-readable JSON instead of text.
+    #[arg(long, global = true)]
+    json: bool,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run the control plane.
+    Serve(serve::ServeArgs),
+    /// Administer the host's data dir: users and worker tokens.
+    Admin(admin::AdminArgs),
+}
+
+/// Where the control plane keeps its data: `--data-dir`, else `$WAYMARK_DATA_DIR`, else the
+/// XDG data dir (`~/.local/share/waymark`).
+pub(crate) fn default_data_dir() -> PathBuf {
+    directories::ProjectDirs::from("dev", "waymark", "waymark")
+        .map(|d| d.data_dir().to_path_buf())
+        .unwrap_or_else(|| PathBuf::from(".waymark"))
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("WAYMARK_LOG").unwrap_or_else(|_| {
+                tracing_subscriber::EnvFilter::new("warn,waymark=info,waymark_server=info")
+            }),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    let json = cli.json;
+    let result = runtime.block_on(async move {
+        match cli.command {
+            Command::Serve(args) => serve::run(args, json).await,
+            Command::Admin(args) => admin::run(args, json).await,
+        }
+    });
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(f) => f.report(json),
+    }
+}

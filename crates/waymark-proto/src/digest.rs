@@ -55,8 +55,12 @@ mod tests {
 
     #[test]
     fn canonical_form_sorts_keys_and_drops_whitespace() {
-        let v: serde_json::Value = serde_json::from_str(r#"{ "b": 1, "a": [true, null, "x"] }"#).unwrap();
-        assert_eq!(canonical_json(&v).unwrap(), br#"{"a":[true,null,"x"],"b":1}"#);
+        let v: serde_json::Value =
+            serde_json::from_str(r#"{ "b": 1, "a": [true, null, "x"] }"#).unwrap();
+        assert_eq!(
+            canonical_json(&v).unwrap(),
+            br#"{"a":[true,null,"x"],"b":1}"#
+        );
     }
 
     #[test]
@@ -65,8 +69,14 @@ mod tests {
         let base = checkpoint_digest("t", 1, "a", 1, &body, None);
         assert_ne!(base, checkpoint_digest("t", 2, "a", 1, &body, None));
         assert_ne!(base, checkpoint_digest("t", 1, "a", 2, &body, None));
-        assert_ne!(base, checkpoint_digest("t", 1, "a", 1, &serde_json::json!({"note": "y"}), None));
-        assert_ne!(base, checkpoint_digest("t", 1, "a", 1, &body, Some("sha256:00")));
+        assert_ne!(
+            base,
+            checkpoint_digest("t", 1, "a", 1, &serde_json::json!({"note": "y"}), None)
+        );
+        assert_ne!(
+            base,
+            checkpoint_digest("t", 1, "a", 1, &body, Some("sha256:00"))
+        );
         assert_eq!(base, checkpoint_digest("t", 1, "a", 1, &body, None));
     }
 

@@ -112,8 +112,10 @@ impl Problem {
 
     /// Adds a context fact.
     pub fn with(mut self, key: &str, value: impl Serialize) -> Self {
-        self.context
-            .insert(key.to_owned(), serde_json::to_value(value).unwrap_or_default());
+        self.context.insert(
+            key.to_owned(),
+            serde_json::to_value(value).unwrap_or_default(),
+        );
         self
     }
 }

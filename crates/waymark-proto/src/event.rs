@@ -71,7 +71,10 @@ impl std::str::FromStr for EventKind {
     type Err = crate::state::UnknownValue;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         serde_json::from_value(serde_json::Value::String(s.to_owned())).map_err(|_| {
-            crate::state::UnknownValue { kind: "EventKind", value: s.to_owned() }
+            crate::state::UnknownValue {
+                kind: "EventKind",
+                value: s.to_owned(),
+            }
         })
     }
 }
@@ -98,7 +101,11 @@ mod tests {
 
     #[test]
     fn kind_spelling_matches_serde() {
-        for k in [EventKind::TaskCreated, EventKind::MessagesAppended, EventKind::DecisionClosed] {
+        for k in [
+            EventKind::TaskCreated,
+            EventKind::MessagesAppended,
+            EventKind::DecisionClosed,
+        ] {
             assert_eq!(serde_json::to_value(k).unwrap(), k.as_str());
             assert_eq!(k.as_str().parse::<EventKind>().unwrap(), k);
         }

@@ -12,7 +12,9 @@ pub mod state;
 pub use api::*;
 pub use error::{ErrorCode, Problem};
 pub use event::{Event, EventKind};
-pub use state::{AttemptState, DecisionKind, DecisionStatus, EffectStatus, FinishOutcome, TaskState};
+pub use state::{
+    AttemptState, DecisionKind, DecisionStatus, EffectStatus, FinishOutcome, TaskState,
+};
 
 /// Largest integer a JSON number carries exactly (SPEC §9: sequences, fences, revisions and
 /// cursors stay below it).

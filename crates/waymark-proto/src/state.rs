@@ -110,7 +110,10 @@ str_enum! {
 impl EffectStatus {
     /// `confirmed`, `failed` and `compensated` are final.
     pub fn is_terminal(self) -> bool {
-        matches!(self, EffectStatus::Confirmed | EffectStatus::Failed | EffectStatus::Compensated)
+        matches!(
+            self,
+            EffectStatus::Confirmed | EffectStatus::Failed | EffectStatus::Compensated
+        )
     }
 
     /// Whether a worker may move an effect from `self` to `next`. The same status is not a
@@ -121,7 +124,10 @@ impl EffectStatus {
     pub fn can_become(self, next: EffectStatus) -> bool {
         use EffectStatus::*;
         match self {
-            Intended => matches!(next, InProgress | Confirmed | Failed | FailedCompensable | Unknown),
+            Intended => matches!(
+                next,
+                InProgress | Confirmed | Failed | FailedCompensable | Unknown
+            ),
             InProgress => matches!(next, Confirmed | Failed | FailedCompensable | Unknown),
             Unknown => matches!(next, InProgress | Confirmed | Failed | FailedCompensable),
             FailedCompensable => matches!(next, Compensated | Failed),

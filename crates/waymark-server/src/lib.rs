@@ -1,0 +1,257 @@
+//! The Waymark control plane: the durable record of every agent run. [`app`] builds the axum
+//! router over an [`AppState`]; [`start`] opens a data dir, binds, and runs the background
+//! work (decision expiry, event retention) next to the router.
+
+pub mod admin;
+pub mod auth;
+mod background;
+mod convert;
+pub mod error;
+mod extract;
+mod junit;
+mod metrics;
+mod openapi;
+mod reads;
+mod worker;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::routing::{get, patch, post};
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use waymark_store::Store;
+
+pub use admin::{AdminError, DataDir};
+pub use metrics::Metrics;
+pub use openapi::openapi_json;
+
+/// Limits and timings of a control plane.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Lease length when the worker asks for none.
+    pub lease_default: Duration,
+    /// Shortest lease granted (tests use short ones).
+    pub lease_min: Duration,
+    /// Longest lease granted.
+    pub lease_max: Duration,
+    /// Largest JSON body.
+    pub max_json_bytes: usize,
+    /// Largest artifact.
+    pub max_blob_bytes: usize,
+    /// How many events the log keeps; older cursors get 410 `cursor_expired`.
+    pub event_retention: i64,
+    /// SSE keep-alive interval.
+    pub keep_alive: Duration,
+    /// How often background work (expiry, retention) runs.
+    pub tick: Duration,
+    /// Decision expiry when the requester gives none.
+    pub decision_expiry_default: Duration,
+    /// Longest decision expiry accepted.
+    pub decision_expiry_max: Duration,
+    /// Longest long-poll wait.
+    pub max_wait: Duration,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            lease_default: Duration::from_secs(30),
+            lease_min: Duration::from_secs(1),
+            lease_max: Duration::from_secs(3600),
+            max_json_bytes: 8 << 20,
+            max_blob_bytes: 32 << 20,
+            event_retention: 1_000_000,
+            keep_alive: Duration::from_secs(15),
+            tick: Duration::from_millis(500),
+            decision_expiry_default: Duration::from_secs(3600),
+            decision_expiry_max: Duration::from_secs(30 * 24 * 3600),
+            max_wait: Duration::from_secs(60),
+        }
+    }
+}
+
+/// What every handler shares.
+#[derive(Clone)]
+pub struct AppState {
+    /// Storage.
+    pub store: Arc<dyn Store>,
+    /// Limits and timings.
+    pub config: Arc<Config>,
+    /// Prometheus metrics.
+    pub metrics: Arc<Metrics>,
+    /// Flips to `true` when the server shuts down, so streams end and background work stops.
+    pub(crate) stopping: Arc<watch::Sender<bool>>,
+}
+
+impl AppState {
+    /// State over a store.
+    pub fn new(store: Arc<dyn Store>, config: Config) -> Self {
+        AppState {
+            store,
+            config: Arc::new(config),
+            metrics: Arc::new(Metrics::default()),
+            stopping: Arc::new(watch::channel(false).0),
+        }
+    }
+
+    pub(crate) fn cursor_watch(&self) -> watch::Receiver<i64> {
+        self.store.cursor_watch()
+    }
+}
+
+/// Server time in unix milliseconds.
+pub fn now_ms() -> i64 {
+    chrono::Utc::now().timestamp_millis()
+}
+
+/// The HTTP API v1 router.
+pub fn app(state: AppState) -> Router {
+    Router::new()
+        .route("/healthz", get(reads::healthz))
+        .route("/metrics", get(metrics::render))
+        .route("/v1/openapi.json", get(openapi::serve))
+        .route("/v1/tasks", post(worker::create_task))
+        .route("/v1/tasks/{task}", get(reads::task_detail))
+        .route("/v1/tasks/{task}/attempts", post(worker::start_attempt))
+        .route("/v1/attempts/{attempt}/heartbeat", post(worker::heartbeat))
+        .route("/v1/attempts/{attempt}/finish", post(worker::finish))
+        .route(
+            "/v1/tasks/{task}/checkpoints",
+            post(worker::append_checkpoint),
+        )
+        .route("/v1/tasks/{task}/effects", post(worker::declare_effect))
+        .route("/v1/effects/{effect}", patch(worker::update_effect))
+        .route("/v1/tasks/{task}/approvals", post(worker::request_approval))
+        .route("/v1/tasks/{task}/decisions", post(worker::request_decision))
+        .route(
+            "/v1/tasks/{task}/decisions/{decision}",
+            get(reads::get_decision),
+        )
+        .route("/v1/tasks/{task}/artifacts", post(worker::upload_artifact))
+        .route(
+            "/v1/tasks/{task}/test-receipts",
+            post(worker::submit_test_receipt),
+        )
+        .route("/v1/tasks/{task}/messages", post(worker::append_messages))
+        .route("/v1/tasks/{task}/usage", post(worker::report_usage))
+        .route("/v1/snapshot", get(reads::snapshot))
+        .route("/v1/events", get(reads::events))
+        .route("/v1/blobs/{sha256}", get(reads::blob))
+        .route(
+            "/v1/admin/decisions/{decision}/resolve",
+            post(worker::admin_resolve),
+        )
+        .route("/v1/admin/events/prune", post(reads::admin_prune))
+        .route("/v1/admin/audit", get(reads::admin_audit))
+        .fallback(reads::not_found)
+        .method_not_allowed_fallback(reads::method_not_allowed)
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            metrics::track,
+        ))
+        .layer(tower_http::trace::TraceLayer::new_for_http())
+        .with_state(state)
+}
+
+/// Why a server could not start. Messages say what to do.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    /// The data dir or its database.
+    #[error(transparent)]
+    Admin(#[from] AdminError),
+    /// The address is taken.
+    #[error(
+        "{addr} is already in use — is another `waymark serve` running? pick another address with `--listen`"
+    )]
+    AddrInUse {
+        /// The address.
+        addr: SocketAddr,
+    },
+    /// Binding failed otherwise.
+    #[error("cannot listen on {addr}: {reason}")]
+    Bind {
+        /// The address.
+        addr: SocketAddr,
+        /// Why.
+        reason: String,
+    },
+}
+
+/// A control plane running in this process.
+pub struct Running {
+    /// Where it listens.
+    pub addr: SocketAddr,
+    /// The admin credential.
+    pub admin_token: String,
+    /// Its state (store, config).
+    pub state: AppState,
+    shutdown: Option<tokio::sync::oneshot::Sender<()>>,
+    task: tokio::task::JoinHandle<std::io::Result<()>>,
+}
+
+impl Running {
+    /// `http://addr`.
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// Stops accepting, lets open requests finish, and waits.
+    pub async fn shutdown(mut self) -> std::io::Result<()> {
+        if let Some(tx) = self.shutdown.take() {
+            let _ = tx.send(());
+        }
+        self.task.await.unwrap_or(Ok(()))
+    }
+
+    /// Waits until the server stops (it stops on its own only on an I/O error).
+    pub async fn wait(self) -> std::io::Result<()> {
+        let Running { task, shutdown, .. } = self;
+        let _keep = shutdown;
+        task.await.unwrap_or(Ok(()))
+    }
+}
+
+/// Opens `data_dir`, binds `addr`, and serves in the background.
+pub async fn start(
+    data_dir: &DataDir,
+    addr: SocketAddr,
+    config: Config,
+) -> Result<Running, ServeError> {
+    let store = data_dir.open().await?;
+    let admin_token = data_dir.bootstrap(&store).await?;
+    let listener = TcpListener::bind(addr).await.map_err(|e| match e.kind() {
+        std::io::ErrorKind::AddrInUse => ServeError::AddrInUse { addr },
+        _ => ServeError::Bind {
+            addr,
+            reason: e.to_string(),
+        },
+    })?;
+    let addr = listener.local_addr().map_err(|e| ServeError::Bind {
+        addr,
+        reason: e.to_string(),
+    })?;
+    let state = AppState::new(Arc::new(store), config);
+    background::spawn(state.clone());
+    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+    let router = app(state.clone());
+    let stopping = state.stopping.clone();
+    let task = tokio::spawn(async move {
+        axum::serve(listener, router)
+            .with_graceful_shutdown(async move {
+                let _ = rx.await;
+                stopping.send_replace(true);
+            })
+            .await
+    });
+    tracing::info!(%addr, dir = %data_dir.root().display(), "control plane listening");
+    Ok(Running {
+        addr,
+        admin_token,
+        state,
+        shutdown: Some(tx),
+        task,
+    })
+}

@@ -9,7 +9,9 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use serde_json::Value;
-use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteRow, SqliteSynchronous};
+use sqlx::sqlite::{
+    SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteRow, SqliteSynchronous,
+};
 use sqlx::{Row, Sqlite, SqlitePool, Transaction};
 use tokio::sync::watch;
 use waymark_store::*;
@@ -26,7 +28,10 @@ pub struct SqliteStore {
 impl SqliteStore {
     /// Opens (creating and migrating as needed) the database at `path`.
     pub async fn open(path: &Path) -> Result<Self> {
-        let open_err = |reason: String| StoreError::Open { path: path.display().to_string(), reason };
+        let open_err = |reason: String| StoreError::Open {
+            path: path.display().to_string(),
+            reason,
+        };
         let base = SqliteConnectOptions::new()
             .filename(path)
             .journal_mode(SqliteJournalMode::Wal)
@@ -52,7 +57,11 @@ impl SqliteStore {
             .await
             .map_err(backend)?;
         let (cursor_tx, _) = watch::channel(max);
-        Ok(SqliteStore { writer, readers, cursor_tx })
+        Ok(SqliteStore {
+            writer,
+            readers,
+            cursor_tx,
+        })
     }
 
     /// The newest migration this build knows.
@@ -64,9 +73,10 @@ impl SqliteStore {
 async fn migrate(pool: &SqlitePool) -> Result<()> {
     match MIGRATOR.run(pool).await {
         Ok(()) => Ok(()),
-        Err(sqlx::migrate::MigrateError::VersionMissing(found)) => {
-            Err(StoreError::NewerSchema { found, known: SqliteStore::schema_version() })
-        }
+        Err(sqlx::migrate::MigrateError::VersionMissing(found)) => Err(StoreError::NewerSchema {
+            found,
+            known: SqliteStore::schema_version(),
+        }),
         Err(e) => Err(StoreError::Backend(format!("migrating the database: {e}"))),
     }
 }
@@ -74,13 +84,25 @@ async fn migrate(pool: &SqlitePool) -> Result<()> {
 #[async_trait]
 impl Store for SqliteStore {
     async fn write(&self) -> Result<Box<dyn StoreTx>> {
-        let tx = self.writer.begin_with("BEGIN IMMEDIATE").await.map_err(backend)?;
-        Ok(Box::new(SqliteTx { tx, appended: None, notify: Some(self.cursor_tx.clone()) }))
+        let tx = self
+            .writer
+            .begin_with("BEGIN IMMEDIATE")
+            .await
+            .map_err(backend)?;
+        Ok(Box::new(SqliteTx {
+            tx,
+            appended: None,
+            notify: Some(self.cursor_tx.clone()),
+        }))
     }
 
     async fn read(&self) -> Result<Box<dyn StoreTx>> {
         let tx = self.readers.begin().await.map_err(backend)?;
-        Ok(Box::new(SqliteTx { tx, appended: None, notify: None }))
+        Ok(Box::new(SqliteTx {
+            tx,
+            appended: None,
+            notify: None,
+        }))
     }
 
     fn cursor_watch(&self) -> watch::Receiver<i64> {
@@ -104,12 +126,12 @@ fn backend(e: sqlx::Error) -> StoreError {
             return StoreError::Conflict(db.message().to_owned());
         }
         // SQLITE_BUSY (5) and SQLITE_LOCKED (6), also in their extended forms.
-        if let Some(code) = db.code() {
-            if let Ok(n) = code.parse::<i64>() {
-                if n & 0xff == 5 || n & 0xff == 6 {
-                    return StoreError::Busy(db.message().to_owned());
-                }
-            }
+        let busy = db
+            .code()
+            .and_then(|c| c.parse::<i64>().ok())
+            .is_some_and(|n| n & 0xff == 5 || n & 0xff == 6);
+        if busy {
+            return StoreError::Busy(db.message().to_owned());
         }
     }
     if matches!(e, sqlx::Error::PoolTimedOut) {
@@ -126,7 +148,8 @@ fn get<'r, T>(row: &'r SqliteRow, col: &str) -> Result<T>
 where
     T: sqlx::Decode<'r, Sqlite> + sqlx::Type<Sqlite>,
 {
-    row.try_get(col).map_err(|e| StoreError::Corrupt(format!("column `{col}`: {e}")))
+    row.try_get(col)
+        .map_err(|e| StoreError::Corrupt(format!("column `{col}`: {e}")))
 }
 
 fn get_json(row: &SqliteRow, col: &str) -> Result<Value> {
@@ -137,13 +160,18 @@ fn get_json(row: &SqliteRow, col: &str) -> Result<Value> {
 fn get_json_opt(row: &SqliteRow, col: &str) -> Result<Option<Value>> {
     let s: Option<String> = get(row, col)?;
     s.map(|s| {
-        Value::from_str(&s).map_err(|e| StoreError::Corrupt(format!("column `{col}` is not JSON: {e}")))
+        Value::from_str(&s)
+            .map_err(|e| StoreError::Corrupt(format!("column `{col}` is not JSON: {e}")))
     })
     .transpose()
 }
 
 fn user_row(r: &SqliteRow) -> Result<UserRow> {
-    Ok(UserRow { id: get(r, "id")?, name: get(r, "name")?, created_at: get(r, "created_at")? })
+    Ok(UserRow {
+        id: get(r, "id")?,
+        name: get(r, "name")?,
+        created_at: get(r, "created_at")?,
+    })
 }
 
 fn token_row(r: &SqliteRow) -> Result<TokenRow> {
@@ -328,26 +356,39 @@ impl SqliteTx {
         q: Q<'q>,
         map: fn(&SqliteRow) -> Result<T>,
     ) -> Result<Option<T>> {
-        q.fetch_optional(&mut *self.tx).await.map_err(backend)?.as_ref().map(map).transpose()
+        q.fetch_optional(&mut *self.tx)
+            .await
+            .map_err(backend)?
+            .as_ref()
+            .map(map)
+            .transpose()
     }
 
-    async fn all<'q, T>(
-        &mut self,
-        q: Q<'q>,
-        map: fn(&SqliteRow) -> Result<T>,
-    ) -> Result<Vec<T>> {
-        q.fetch_all(&mut *self.tx).await.map_err(backend)?.iter().map(map).collect()
+    async fn all<'q, T>(&mut self, q: Q<'q>, map: fn(&SqliteRow) -> Result<T>) -> Result<Vec<T>> {
+        q.fetch_all(&mut *self.tx)
+            .await
+            .map_err(backend)?
+            .iter()
+            .map(map)
+            .collect()
     }
 
     async fn exec<'q>(&mut self, q: Q<'q>) -> Result<u64> {
-        Ok(q.execute(&mut *self.tx).await.map_err(backend)?.rows_affected())
+        Ok(q.execute(&mut *self.tx)
+            .await
+            .map_err(backend)?
+            .rows_affected())
     }
 }
 
 #[async_trait]
 impl StoreTx for SqliteTx {
     async fn commit(self: Box<Self>) -> Result<()> {
-        let SqliteTx { tx, appended, notify } = *self;
+        let SqliteTx {
+            tx,
+            appended,
+            notify,
+        } = *self;
         tx.commit().await.map_err(backend)?;
         if let (Some(cursor), Some(notify)) = (appended, notify) {
             notify.send_if_modified(|c| {
@@ -373,15 +414,24 @@ impl StoreTx for SqliteTx {
     }
 
     async fn user_by_name(&mut self, name: &str) -> Result<Option<UserRow>> {
-        self.one(sqlx::query("SELECT * FROM users WHERE name = ?").bind(name), user_row).await
+        self.one(
+            sqlx::query("SELECT * FROM users WHERE name = ?").bind(name),
+            user_row,
+        )
+        .await
     }
 
     async fn user_by_id(&mut self, id: &str) -> Result<Option<UserRow>> {
-        self.one(sqlx::query("SELECT * FROM users WHERE id = ?").bind(id), user_row).await
+        self.one(
+            sqlx::query("SELECT * FROM users WHERE id = ?").bind(id),
+            user_row,
+        )
+        .await
     }
 
     async fn list_users(&mut self) -> Result<Vec<UserRow>> {
-        self.all(sqlx::query("SELECT * FROM users ORDER BY name"), user_row).await
+        self.all(sqlx::query("SELECT * FROM users ORDER BY name"), user_row)
+            .await
     }
 
     async fn insert_token(&mut self, t: &TokenRow) -> Result<()> {
@@ -403,8 +453,11 @@ impl StoreTx for SqliteTx {
     }
 
     async fn token_by_hash(&mut self, hash: &str) -> Result<Option<TokenRow>> {
-        self.one(sqlx::query("SELECT * FROM tokens WHERE secret_hash = ?").bind(hash), token_row)
-            .await
+        self.one(
+            sqlx::query("SELECT * FROM tokens WHERE secret_hash = ?").bind(hash),
+            token_row,
+        )
+        .await
     }
 
     async fn list_tokens(&mut self, kind: &str) -> Result<Vec<TokenRow>> {
@@ -444,7 +497,11 @@ impl StoreTx for SqliteTx {
     }
 
     async fn task(&mut self, id: &str) -> Result<Option<TaskRow>> {
-        self.one(sqlx::query("SELECT * FROM tasks WHERE id = ?").bind(id), task_row).await
+        self.one(
+            sqlx::query("SELECT * FROM tasks WHERE id = ?").bind(id),
+            task_row,
+        )
+        .await
     }
 
     async fn update_task(&mut self, t: &TaskRow) -> Result<()> {
@@ -477,33 +534,44 @@ impl StoreTx for SqliteTx {
         match owner_id {
             Some(o) => {
                 self.all(
-                    sqlx::query("SELECT * FROM tasks WHERE owner_id = ? ORDER BY created_at DESC, id DESC")
-                        .bind(o),
+                    sqlx::query(
+                        "SELECT * FROM tasks WHERE owner_id = ? ORDER BY created_at DESC, id DESC",
+                    )
+                    .bind(o),
                     task_row,
                 )
                 .await
             }
             None => {
-                self.all(sqlx::query("SELECT * FROM tasks ORDER BY created_at DESC, id DESC"), task_row)
-                    .await
+                self.all(
+                    sqlx::query("SELECT * FROM tasks ORDER BY created_at DESC, id DESC"),
+                    task_row,
+                )
+                .await
             }
         }
     }
 
     async fn insert_session(&mut self, s: &SessionRow) -> Result<()> {
         self.exec(
-            sqlx::query("INSERT INTO sessions (id, task_id, parent_id, created_at) VALUES (?, ?, ?, ?)")
-                .bind(&s.id)
-                .bind(&s.task_id)
-                .bind(&s.parent_id)
-                .bind(s.created_at),
+            sqlx::query(
+                "INSERT INTO sessions (id, task_id, parent_id, created_at) VALUES (?, ?, ?, ?)",
+            )
+            .bind(&s.id)
+            .bind(&s.task_id)
+            .bind(&s.parent_id)
+            .bind(s.created_at),
         )
         .await
         .map(drop)
     }
 
     async fn session(&mut self, id: &str) -> Result<Option<SessionRow>> {
-        self.one(sqlx::query("SELECT * FROM sessions WHERE id = ?").bind(id), session_row).await
+        self.one(
+            sqlx::query("SELECT * FROM sessions WHERE id = ?").bind(id),
+            session_row,
+        )
+        .await
     }
 
     async fn insert_attempt(&mut self, a: &AttemptRow) -> Result<()> {
@@ -529,7 +597,11 @@ impl StoreTx for SqliteTx {
     }
 
     async fn attempt(&mut self, id: &str) -> Result<Option<AttemptRow>> {
-        self.one(sqlx::query("SELECT * FROM attempts WHERE id = ?").bind(id), attempt_row).await
+        self.one(
+            sqlx::query("SELECT * FROM attempts WHERE id = ?").bind(id),
+            attempt_row,
+        )
+        .await
     }
 
     async fn update_attempt(&mut self, a: &AttemptRow) -> Result<()> {
@@ -577,8 +649,10 @@ impl StoreTx for SqliteTx {
 
     async fn last_checkpoint(&mut self, task_id: &str) -> Result<Option<CheckpointRow>> {
         self.one(
-            sqlx::query("SELECT * FROM checkpoints WHERE task_id = ? ORDER BY sequence DESC LIMIT 1")
-                .bind(task_id),
+            sqlx::query(
+                "SELECT * FROM checkpoints WHERE task_id = ? ORDER BY sequence DESC LIMIT 1",
+            )
+            .bind(task_id),
             checkpoint_row,
         )
         .await
@@ -586,7 +660,8 @@ impl StoreTx for SqliteTx {
 
     async fn list_checkpoints(&mut self, task_id: &str) -> Result<Vec<CheckpointRow>> {
         self.all(
-            sqlx::query("SELECT * FROM checkpoints WHERE task_id = ? ORDER BY sequence").bind(task_id),
+            sqlx::query("SELECT * FROM checkpoints WHERE task_id = ? ORDER BY sequence")
+                .bind(task_id),
             checkpoint_row,
         )
         .await
@@ -620,7 +695,11 @@ impl StoreTx for SqliteTx {
     }
 
     async fn effect(&mut self, id: &str) -> Result<Option<EffectRow>> {
-        self.one(sqlx::query("SELECT * FROM effects WHERE id = ?").bind(id), effect_row).await
+        self.one(
+            sqlx::query("SELECT * FROM effects WHERE id = ?").bind(id),
+            effect_row,
+        )
+        .await
     }
 
     async fn effect_by_key(&mut self, task_id: &str, key: &str) -> Result<Option<EffectRow>> {
@@ -654,7 +733,8 @@ impl StoreTx for SqliteTx {
 
     async fn list_effects(&mut self, task_id: &str) -> Result<Vec<EffectRow>> {
         self.all(
-            sqlx::query("SELECT * FROM effects WHERE task_id = ? ORDER BY created_at, id").bind(task_id),
+            sqlx::query("SELECT * FROM effects WHERE task_id = ? ORDER BY created_at, id")
+                .bind(task_id),
             effect_row,
         )
         .await
@@ -690,16 +770,22 @@ impl StoreTx for SqliteTx {
     }
 
     async fn decision(&mut self, id: &str) -> Result<Option<DecisionRow>> {
-        self.one(sqlx::query("SELECT * FROM decisions WHERE id = ?").bind(id), decision_row).await
+        self.one(
+            sqlx::query("SELECT * FROM decisions WHERE id = ?").bind(id),
+            decision_row,
+        )
+        .await
     }
 
     async fn update_decision(&mut self, d: &DecisionRow) -> Result<()> {
         self.exec(
-            sqlx::query("UPDATE decisions SET status = ?, expires_at = ?, outcome = ? WHERE id = ?")
-                .bind(&d.status)
-                .bind(d.expires_at)
-                .bind(d.outcome.as_ref().map(json_text))
-                .bind(&d.id),
+            sqlx::query(
+                "UPDATE decisions SET status = ?, expires_at = ?, outcome = ? WHERE id = ?",
+            )
+            .bind(&d.status)
+            .bind(d.expires_at)
+            .bind(d.outcome.as_ref().map(json_text))
+            .bind(&d.id),
         )
         .await
         .map(drop)
@@ -727,19 +813,23 @@ impl StoreTx for SqliteTx {
     }
 
     async fn pending_decision_count(&mut self, task_id: &str) -> Result<i64> {
-        sqlx::query_scalar("SELECT COUNT(*) FROM decisions WHERE task_id = ? AND status = 'pending'")
-            .bind(task_id)
-            .fetch_one(&mut *self.tx)
-            .await
-            .map_err(backend)
+        sqlx::query_scalar(
+            "SELECT COUNT(*) FROM decisions WHERE task_id = ? AND status = 'pending'",
+        )
+        .bind(task_id)
+        .fetch_one(&mut *self.tx)
+        .await
+        .map_err(backend)
     }
 
     async fn put_blob(&mut self, sha256: &str, data: &[u8]) -> Result<()> {
         self.exec(
-            sqlx::query("INSERT INTO blobs (sha256, size, data) VALUES (?, ?, ?) ON CONFLICT DO NOTHING")
-                .bind(sha256)
-                .bind(data.len() as i64)
-                .bind(data),
+            sqlx::query(
+                "INSERT INTO blobs (sha256, size, data) VALUES (?, ?, ?) ON CONFLICT DO NOTHING",
+            )
+            .bind(sha256)
+            .bind(data.len() as i64)
+            .bind(data),
         )
         .await
         .map(drop)
@@ -848,7 +938,8 @@ impl StoreTx for SqliteTx {
 
     async fn list_messages(&mut self, session_id: &str) -> Result<Vec<MessageRow>> {
         self.all(
-            sqlx::query("SELECT * FROM messages WHERE session_id = ? ORDER BY seq").bind(session_id),
+            sqlx::query("SELECT * FROM messages WHERE session_id = ? ORDER BY seq")
+                .bind(session_id),
             message_row,
         )
         .await
@@ -921,7 +1012,9 @@ impl StoreTx for SqliteTx {
     }
 
     async fn prune_events_through(&mut self, cursor: i64) -> Result<u64> {
-        let n = self.exec(sqlx::query("DELETE FROM events WHERE cursor <= ?").bind(cursor)).await?;
+        let n = self
+            .exec(sqlx::query("DELETE FROM events WHERE cursor <= ?").bind(cursor))
+            .await?;
         self.exec(
             sqlx::query(
                 "UPDATE event_retention SET pruned_through = MAX(pruned_through, ?) WHERE id = 1",
@@ -969,7 +1062,9 @@ mod tests {
     #[tokio::test]
     async fn store_story() {
         let dir = tempfile::tempdir().unwrap();
-        let store = SqliteStore::open(&dir.path().join("waymark.db")).await.unwrap();
+        let store = SqliteStore::open(&dir.path().join("waymark.db"))
+            .await
+            .unwrap();
         waymark_store::story::run_store_story(&store).await;
     }
 
@@ -978,7 +1073,9 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("waymark.db");
         drop(SqliteStore::open(&path).await.unwrap());
-        let pool = SqlitePool::connect_with(SqliteConnectOptions::new().filename(&path)).await.unwrap();
+        let pool = SqlitePool::connect_with(SqliteConnectOptions::new().filename(&path))
+            .await
+            .unwrap();
         sqlx::query(
             "INSERT INTO _sqlx_migrations (version, description, success, checksum, execution_time)
              VALUES (29991231000000, 'from the future', 1, x'00', 0)",
@@ -987,8 +1084,20 @@ mod tests {
         .await
         .unwrap();
         pool.close().await;
-        let err = SqliteStore::open(&path).await.err().expect("a newer schema must be refused");
-        assert!(matches!(err, StoreError::NewerSchema { found: 29991231000000, .. }), "{err}");
+        let err = SqliteStore::open(&path)
+            .await
+            .err()
+            .expect("a newer schema must be refused");
+        assert!(
+            matches!(
+                err,
+                StoreError::NewerSchema {
+                    found: 29991231000000,
+                    ..
+                }
+            ),
+            "{err}"
+        );
         assert!(err.to_string().contains("upgrade waymark"), "{err}");
     }
 }

@@ -7,7 +7,11 @@ use serde_json::json;
 use crate::*;
 
 fn user(id: &str, name: &str) -> UserRow {
-    UserRow { id: id.into(), name: name.into(), created_at: 1 }
+    UserRow {
+        id: id.into(),
+        name: name.into(),
+        created_at: 1,
+    }
 }
 
 fn task(id: &str, owner: &str) -> TaskRow {
@@ -84,7 +88,10 @@ pub async fn run_store_story(store: &dyn Store) {
     tx.commit().await.unwrap();
     let mut tx = store.write().await.unwrap();
     assert!(
-        matches!(tx.insert_user(&user("usr_x", "alice")).await, Err(StoreError::Conflict(_))),
+        matches!(
+            tx.insert_user(&user("usr_x", "alice")).await,
+            Err(StoreError::Conflict(_))
+        ),
         "a second user named alice must conflict"
     );
     drop(tx);
@@ -117,11 +124,20 @@ pub async fn run_store_story(store: &dyn Store) {
     // a dropped transaction leaves nothing behind
     let mut tx = store.write().await.unwrap();
     tx.insert_task(&task("task_gone", "usr_a")).await.unwrap();
-    tx.append_event(&event("task_gone", "usr_a", "task.created")).await.unwrap();
+    tx.append_event(&event("task_gone", "usr_a", "task.created"))
+        .await
+        .unwrap();
     drop(tx);
     let mut r = store.read().await.unwrap();
-    assert!(r.task("task_gone").await.unwrap().is_none(), "rolled back task is visible");
-    assert_eq!(r.max_cursor().await.unwrap(), 0, "rolled back event is visible");
+    assert!(
+        r.task("task_gone").await.unwrap().is_none(),
+        "rolled back task is visible"
+    );
+    assert_eq!(
+        r.max_cursor().await.unwrap(),
+        0,
+        "rolled back event is visible"
+    );
     drop(r);
 
     // tasks, sessions, attempts round-trip
@@ -176,17 +192,27 @@ pub async fn run_store_story(store: &dyn Store) {
 
     // checkpoints: exactly one row per (task, sequence)
     let mut tx = store.write().await.unwrap();
-    tx.insert_checkpoint(&checkpoint("task_1", 1)).await.unwrap();
-    tx.insert_checkpoint(&checkpoint("task_1", 2)).await.unwrap();
+    tx.insert_checkpoint(&checkpoint("task_1", 1))
+        .await
+        .unwrap();
+    tx.insert_checkpoint(&checkpoint("task_1", 2))
+        .await
+        .unwrap();
     tx.commit().await.unwrap();
     let mut tx = store.write().await.unwrap();
     assert!(
-        matches!(tx.insert_checkpoint(&checkpoint("task_1", 2)).await, Err(StoreError::Conflict(_))),
+        matches!(
+            tx.insert_checkpoint(&checkpoint("task_1", 2)).await,
+            Err(StoreError::Conflict(_))
+        ),
         "a taken checkpoint sequence must conflict"
     );
     drop(tx);
     let mut r = store.read().await.unwrap();
-    assert_eq!(r.last_checkpoint("task_1").await.unwrap(), Some(checkpoint("task_1", 2)));
+    assert_eq!(
+        r.last_checkpoint("task_1").await.unwrap(),
+        Some(checkpoint("task_1", 2))
+    );
     assert_eq!(
         r.list_checkpoints("task_1").await.unwrap(),
         vec![checkpoint("task_1", 1), checkpoint("task_1", 2)]
@@ -196,12 +222,19 @@ pub async fn run_store_story(store: &dyn Store) {
 
     // effects: one per (task, key); update round-trips
     let mut tx = store.write().await.unwrap();
-    tx.insert_effect(&effect("eff_1", "task_1", "k1")).await.unwrap();
-    tx.insert_effect(&effect("eff_2", "task_2", "k1")).await.unwrap();
+    tx.insert_effect(&effect("eff_1", "task_1", "k1"))
+        .await
+        .unwrap();
+    tx.insert_effect(&effect("eff_2", "task_2", "k1"))
+        .await
+        .unwrap();
     tx.commit().await.unwrap();
     let mut tx = store.write().await.unwrap();
     assert!(
-        matches!(tx.insert_effect(&effect("eff_3", "task_1", "k1")).await, Err(StoreError::Conflict(_))),
+        matches!(
+            tx.insert_effect(&effect("eff_3", "task_1", "k1")).await,
+            Err(StoreError::Conflict(_))
+        ),
         "a reused idempotency key must conflict"
     );
     drop(tx);
@@ -312,7 +345,10 @@ pub async fn run_store_story(store: &dyn Store) {
     tx.commit().await.unwrap();
     let mut r = store.read().await.unwrap();
     let msgs = r.list_messages("ses_task_1").await.unwrap();
-    assert_eq!(msgs.iter().map(|m| m.seq).collect::<Vec<_>>(), vec![1, 2, 3]);
+    assert_eq!(
+        msgs.iter().map(|m| m.seq).collect::<Vec<_>>(),
+        vec![1, 2, 3]
+    );
     assert_eq!(msgs[2].text, "three");
     drop(r);
 
@@ -322,21 +358,34 @@ pub async fn run_store_story(store: &dyn Store) {
     let mut cursors = Vec::new();
     for i in 0..10 {
         let owner = if i % 2 == 0 { "usr_a" } else { "usr_b" };
-        cursors.push(tx.append_event(&event("task_1", owner, "task.updated")).await.unwrap());
+        cursors.push(
+            tx.append_event(&event("task_1", owner, "task.updated"))
+                .await
+                .unwrap(),
+        );
     }
     tx.commit().await.unwrap();
-    assert!(cursors.windows(2).all(|w| w[0] < w[1]), "cursors must increase: {cursors:?}");
-    tokio::time::timeout(std::time::Duration::from_secs(5), watch.wait_for(|c| *c >= cursors[9]))
-        .await
-        .expect("the cursor watch must see the commit")
-        .unwrap();
+    assert!(
+        cursors.windows(2).all(|w| w[0] < w[1]),
+        "cursors must increase: {cursors:?}"
+    );
+    tokio::time::timeout(
+        std::time::Duration::from_secs(5),
+        watch.wait_for(|c| *c >= cursors[9]),
+    )
+    .await
+    .expect("the cursor watch must see the commit")
+    .unwrap();
     let mut r = store.read().await.unwrap();
     assert_eq!(r.max_cursor().await.unwrap(), cursors[9]);
     let all = r.events_after(0, 100, None).await.unwrap();
     assert_eq!(all.iter().map(|e| e.cursor).collect::<Vec<_>>(), cursors);
     assert_eq!(all[0].data, json!({"k": "task.updated"}));
     let page = r.events_after(cursors[2], 3, None).await.unwrap();
-    assert_eq!(page.iter().map(|e| e.cursor).collect::<Vec<_>>(), cursors[3..6].to_vec());
+    assert_eq!(
+        page.iter().map(|e| e.cursor).collect::<Vec<_>>(),
+        cursors[3..6].to_vec()
+    );
     let bobs = r.events_after(0, 100, Some("usr_b")).await.unwrap();
     assert_eq!(bobs.len(), 5);
     assert!(bobs.iter().all(|e| e.owner_id == "usr_b"));
@@ -351,7 +400,10 @@ pub async fn run_store_story(store: &dyn Store) {
     drop(r);
     // new cursors keep increasing after a prune
     let mut tx = store.write().await.unwrap();
-    let next = tx.append_event(&event("task_1", "usr_a", "task.updated")).await.unwrap();
+    let next = tx
+        .append_event(&event("task_1", "usr_a", "task.updated"))
+        .await
+        .unwrap();
     tx.commit().await.unwrap();
     assert!(next > cursors[9]);
 

@@ -1,0 +1,110 @@
+//! `waymark serve`: the control plane on this machine.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use clap::Args;
+use waymark_server::{AdminError, Config, DataDir, ServeError};
+
+use crate::output::{CliResult, Exit, Failure, emit};
+
+#[derive(Debug, Args)]
+pub(crate) struct ServeArgs {
+    /// Data dir (SQLite database, admin credential).
+    #[arg(long, env = "WAYMARK_DATA_DIR")]
+    data_dir: Option<PathBuf>,
+    /// Address to listen on.
+    #[arg(long, default_value = "127.0.0.1:7700", env = "WAYMARK_LISTEN")]
+    listen: SocketAddr,
+    /// Database URL (`postgres://…` for replicas; SQLite in the data dir by default).
+    #[arg(long, env = "WAYMARK_DATABASE_URL")]
+    database_url: Option<String>,
+    /// How many events the log keeps before older cursors get `410 cursor_expired`.
+    #[arg(long, default_value_t = Config::default().event_retention)]
+    event_retention: i64,
+}
+
+pub(crate) fn serve_failure(e: ServeError) -> Failure {
+    match e {
+        ServeError::AddrInUse { .. } => Failure::new(Exit::Refused, "addr_in_use", e.to_string()),
+        ServeError::Bind { .. } => Failure::new(Exit::Refused, "bind_failed", e.to_string()),
+        ServeError::Admin(a) => admin_failure(a),
+    }
+}
+
+pub(crate) fn admin_failure(e: AdminError) -> Failure {
+    let code = match &e {
+        AdminError::DataDir { .. } => "data_dir",
+        AdminError::UnknownUser(_) => "unknown_user",
+        AdminError::UserExists(_) => "user_exists",
+        AdminError::InvalidName(_) => "invalid_name",
+        AdminError::Store(waymark_store::StoreError::NewerSchema { .. }) => "newer_schema",
+        AdminError::Store(_) => "storage",
+    };
+    let exit = match &e {
+        AdminError::InvalidName(_) => Exit::Usage,
+        _ => Exit::Refused,
+    };
+    Failure::new(exit, code, e.to_string())
+}
+
+pub(crate) async fn run(args: ServeArgs, json: bool) -> CliResult {
+    if let Some(url) = &args.database_url {
+        return Err(Failure::new(
+            Exit::Usage,
+            "unsupported_database",
+            if url.starts_with("postgres") {
+                "PostgreSQL is not supported by this build yet; run on SQLite with `--data-dir`"
+                    .to_owned()
+            } else {
+                format!("unsupported database URL `{url}`; SQLite lives in `--data-dir`")
+            },
+        ));
+    }
+    let dir = DataDir::new(args.data_dir.unwrap_or_else(crate::default_data_dir));
+    let config = Config {
+        event_retention: args.event_retention.max(1),
+        ..Config::default()
+    };
+    let running = waymark_server::start(&dir, args.listen, config)
+        .await
+        .map_err(serve_failure)?;
+    let url = running.url();
+    emit(
+        json,
+        &serde_json::json!({"listening": url, "data_dir": dir.root(), "admin_token_file": dir.admin_token_file()}),
+        || {
+            format!(
+                "waymark control plane listening on {url}\n  data dir:    {}\n  admin token: {}\n  API:         {url}/v1/openapi.json",
+                dir.root().display(),
+                dir.admin_token_file().display()
+            )
+        },
+    );
+    shutdown_signal().await;
+    eprintln!("shutting down");
+    running.shutdown().await.map_err(|e| {
+        Failure::new(
+            Exit::Refused,
+            "shutdown",
+            format!("the server stopped with an error: {e}"),
+        )
+    })
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+            .expect("installing a SIGTERM handler");
+        tokio::select! {
+            _ = ctrl_c => {}
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = ctrl_c.await;
+    }
+}

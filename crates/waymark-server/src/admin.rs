@@ -1,0 +1,215 @@
+//! Host administration on the data dir: opening it, the first-start admin credential, users
+//! and worker tokens. The `waymark admin` commands run these against the same files the
+//! server uses, so only whoever runs the host administers it.
+
+use std::path::{Path, PathBuf};
+
+use waymark_proto::ids;
+use waymark_store::{Store, StoreError, TokenRow, UserRow};
+use waymark_store_sqlite::SqliteStore;
+
+use crate::auth::{CallerKind, new_secret, secret_hash};
+use crate::now_ms;
+
+/// The user that owns what the admin creates, and worker tokens given no `--user`.
+pub const DEFAULT_USER: &str = "admin";
+
+/// Why an admin operation failed. Messages say what to do.
+#[derive(Debug, thiserror::Error)]
+pub enum AdminError {
+    /// The data dir cannot be created or written.
+    #[error("cannot write to the data dir {path}: {reason} — choose another with `--data-dir`")]
+    DataDir {
+        /// Where.
+        path: PathBuf,
+        /// Why.
+        reason: String,
+    },
+    /// No such user.
+    #[error("no user `{0}` — add one with `waymark admin user add {0}`")]
+    UnknownUser(String),
+    /// The name is taken.
+    #[error("a user named `{0}` already exists")]
+    UserExists(String),
+    /// A name that cannot be used.
+    #[error("invalid name `{0}`: use 1–64 letters, digits, `-`, `_` or `.`")]
+    InvalidName(String),
+    /// Storage.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// The files of a data dir.
+#[derive(Debug, Clone)]
+pub struct DataDir {
+    root: PathBuf,
+}
+
+impl DataDir {
+    /// A data dir at `root`.
+    pub fn new(root: impl Into<PathBuf>) -> Self {
+        DataDir { root: root.into() }
+    }
+
+    /// Its root.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// The SQLite database.
+    pub fn database(&self) -> PathBuf {
+        self.root.join("waymark.db")
+    }
+
+    /// The admin credential, readable only by its owner.
+    pub fn admin_token_file(&self) -> PathBuf {
+        self.root.join("admin.token")
+    }
+
+    /// Creates the dir if needed, checks it is writable, and opens (migrating) the store.
+    pub async fn open(&self) -> Result<SqliteStore, AdminError> {
+        let fail = |e: std::io::Error| AdminError::DataDir {
+            path: self.root.clone(),
+            reason: e.to_string(),
+        };
+        std::fs::create_dir_all(&self.root).map_err(fail)?;
+        let probe = self.root.join(".write-probe");
+        std::fs::write(&probe, b"").map_err(fail)?;
+        let _ = std::fs::remove_file(&probe);
+        Ok(SqliteStore::open(&self.database()).await?)
+    }
+
+    /// Makes sure the default user and an admin credential exist, and returns the
+    /// credential. On first start it is created and written to `admin.token` (0600).
+    pub async fn bootstrap(&self, store: &dyn Store) -> Result<String, AdminError> {
+        let path = self.admin_token_file();
+        if let Ok(existing) = std::fs::read_to_string(&path) {
+            let existing = existing.trim().to_owned();
+            let mut tx = store.read().await?;
+            if tx
+                .token_by_hash(&secret_hash(&existing))
+                .await?
+                .is_some_and(|t| t.revoked_at.is_none())
+            {
+                return Ok(existing);
+            }
+        }
+        let user = ensure_user(store, DEFAULT_USER).await?;
+        let secret = new_secret(CallerKind::Admin);
+        let mut tx = store.write().await?;
+        tx.insert_token(&TokenRow {
+            id: ids::token(),
+            kind: "admin".into(),
+            name: "admin".into(),
+            user_id: user.id,
+            secret_hash: secret_hash(&secret),
+            created_at: now_ms(),
+            revoked_at: None,
+        })
+        .await?;
+        write_private(&path, &format!("{secret}\n")).map_err(|e| AdminError::DataDir {
+            path: path.clone(),
+            reason: e.to_string(),
+        })?;
+        tx.commit().await?;
+        Ok(secret)
+    }
+}
+
+fn write_private(path: &Path, contents: &str) -> std::io::Result<()> {
+    use std::io::Write;
+    let tmp = path.with_extension("tmp");
+    let mut opts = std::fs::OpenOptions::new();
+    opts.write(true).create(true).truncate(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        opts.mode(0o600);
+    }
+    let mut f = opts.open(&tmp)?;
+    f.write_all(contents.as_bytes())?;
+    f.sync_all()?;
+    std::fs::rename(&tmp, path)
+}
+
+fn check_name(name: &str) -> Result<(), AdminError> {
+    let ok = !name.is_empty()
+        && name.len() <= 64
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'));
+    if ok {
+        Ok(())
+    } else {
+        Err(AdminError::InvalidName(name.to_owned()))
+    }
+}
+
+async fn ensure_user(store: &dyn Store, name: &str) -> Result<UserRow, AdminError> {
+    let mut tx = store.write().await?;
+    if let Some(u) = tx.user_by_name(name).await? {
+        return Ok(u);
+    }
+    let user = UserRow {
+        id: ids::user(),
+        name: name.to_owned(),
+        created_at: now_ms(),
+    };
+    tx.insert_user(&user).await?;
+    tx.commit().await?;
+    Ok(user)
+}
+
+/// `waymark admin user add NAME`.
+pub async fn add_user(store: &dyn Store, name: &str) -> Result<UserRow, AdminError> {
+    check_name(name)?;
+    let mut tx = store.write().await?;
+    if tx.user_by_name(name).await?.is_some() {
+        return Err(AdminError::UserExists(name.to_owned()));
+    }
+    let user = UserRow {
+        id: ids::user(),
+        name: name.to_owned(),
+        created_at: now_ms(),
+    };
+    tx.insert_user(&user).await?;
+    tx.commit().await?;
+    Ok(user)
+}
+
+/// `waymark admin user list`.
+pub async fn list_users(store: &dyn Store) -> Result<Vec<UserRow>, AdminError> {
+    Ok(store.read().await?.list_users().await?)
+}
+
+/// A new worker token; tasks it creates belong to `user` (the default user when `None`).
+pub async fn create_worker_token(
+    store: &dyn Store,
+    name: &str,
+    user: Option<&str>,
+) -> Result<(String, UserRow), AdminError> {
+    check_name(name)?;
+    let user = match user {
+        Some(u) => store
+            .read()
+            .await?
+            .user_by_name(u)
+            .await?
+            .ok_or_else(|| AdminError::UnknownUser(u.to_owned()))?,
+        None => ensure_user(store, DEFAULT_USER).await?,
+    };
+    let secret = new_secret(CallerKind::Worker);
+    let mut tx = store.write().await?;
+    tx.insert_token(&TokenRow {
+        id: ids::token(),
+        kind: "worker".into(),
+        name: name.to_owned(),
+        user_id: user.id.clone(),
+        secret_hash: secret_hash(&secret),
+        created_at: now_ms(),
+        revoked_at: None,
+    })
+    .await?;
+    tx.commit().await?;
+    Ok((secret, user))
+}

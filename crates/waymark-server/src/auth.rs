@@ -1,0 +1,121 @@
+//! Who is calling. Bearer credentials are random secrets stored only as their sha256; the
+//! admin credential is created on first start and written to the data dir (mode 0600).
+
+use axum::extract::FromRequestParts;
+use axum::http::header;
+use axum::http::request::Parts;
+use base64::Engine;
+use rand::RngCore;
+use waymark_proto::{ErrorCode, digest::sha256_hex};
+
+use crate::AppState;
+use crate::error::ApiError;
+
+/// The kind of credential.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CallerKind {
+    /// Whoever runs the host: sees and resolves everything.
+    Admin,
+    /// An agent or adapter, acting for its user.
+    Worker,
+}
+
+/// An authenticated caller.
+#[derive(Debug, Clone)]
+pub struct Caller {
+    /// Admin or worker.
+    pub kind: CallerKind,
+    /// The credential's name (the worker's name).
+    pub name: String,
+    /// The user it acts for; tasks it creates belong to this user.
+    pub user_id: String,
+}
+
+impl Caller {
+    /// `None` for the admin (sees every owner), else the user whose tasks are visible.
+    pub fn owner_filter(&self) -> Option<&str> {
+        match self.kind {
+            CallerKind::Admin => None,
+            CallerKind::Worker => Some(&self.user_id),
+        }
+    }
+
+    /// Whether this caller may see and write a task of `owner_id`.
+    pub fn may_access(&self, owner_id: &str) -> bool {
+        self.kind == CallerKind::Admin || self.user_id == owner_id
+    }
+
+    /// How the audit log names this caller.
+    pub fn actor(&self) -> String {
+        match self.kind {
+            CallerKind::Admin => "admin".to_owned(),
+            CallerKind::Worker => format!("worker:{}", self.name),
+        }
+    }
+}
+
+/// A fresh secret with a readable prefix (`wmk_a_…` admin, `wmk_w_…` worker).
+pub fn new_secret(kind: CallerKind) -> String {
+    let mut bytes = [0u8; 32];
+    rand::rngs::OsRng.fill_bytes(&mut bytes);
+    let tag = match kind {
+        CallerKind::Admin => "a",
+        CallerKind::Worker => "w",
+    };
+    format!(
+        "wmk_{tag}_{}",
+        base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes)
+    )
+}
+
+/// What the store keeps of a secret.
+pub fn secret_hash(secret: &str) -> String {
+    sha256_hex(secret.as_bytes())
+}
+
+impl FromRequestParts<AppState> for Caller {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(
+        parts: &mut Parts,
+        state: &AppState,
+    ) -> Result<Self, Self::Rejection> {
+        let header = parts
+            .headers
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .ok_or_else(|| {
+                ApiError::new(
+                    ErrorCode::Unauthorized,
+                    "missing `Authorization: Bearer <token>`; workers get a token from `waymark admin worker-token`",
+                )
+            })?;
+        let secret = header
+            .strip_prefix("Bearer ")
+            .or_else(|| header.strip_prefix("bearer "))
+            .map(str::trim)
+            .ok_or_else(|| {
+                ApiError::new(
+                    ErrorCode::Unauthorized,
+                    "the Authorization header must be `Bearer <token>`",
+                )
+            })?;
+        let mut tx = state.store.read().await?;
+        let token = tx.token_by_hash(&secret_hash(secret)).await?;
+        let Some(token) = token.filter(|t| t.revoked_at.is_none()) else {
+            return Err(ApiError::new(
+                ErrorCode::Unauthorized,
+                "unknown or revoked token",
+            ));
+        };
+        let kind = match token.kind.as_str() {
+            "admin" => CallerKind::Admin,
+            _ => CallerKind::Worker,
+        };
+        Ok(Caller {
+            kind,
+            name: token.name,
+            user_id: token.user_id,
+        })
+    }
+}

@@ -1,0 +1,24 @@
+//! Work the control plane does on its own clock: applying the default of expired decisions
+//! and pruning the event log to its retention bound.
+
+use crate::AppState;
+
+pub(crate) fn spawn(st: AppState) {
+    tokio::spawn(async move {
+        let mut stopping = st.stopping.subscribe();
+        let mut tick = tokio::time::interval(st.config.tick);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = tick.tick() => {}
+                _ = stopping.wait_for(|s| *s) => break,
+            }
+            if let Err(e) = crate::reads::expire_due(&st).await {
+                tracing::warn!(error = %e.problem, "applying decision defaults failed");
+            }
+            if let Err(e) = crate::reads::prune(&st).await {
+                tracing::warn!(error = %e.problem, "pruning the event log failed");
+            }
+        }
+    });
+}

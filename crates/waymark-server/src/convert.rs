@@ -1,0 +1,181 @@
+//! Rows to wire types. The only place that knows both shapes.
+
+use chrono::{DateTime, TimeZone, Utc};
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+use waymark_proto as p;
+use waymark_store::{self as s, StoreError};
+
+type R<T> = Result<T, StoreError>;
+
+/// Unix milliseconds to a UTC time.
+pub(crate) fn dt(ms: i64) -> DateTime<Utc> {
+    Utc.timestamp_millis_opt(ms).single().unwrap_or_default()
+}
+
+fn parse<T: std::str::FromStr>(v: &str, what: &str) -> R<T> {
+    v.parse()
+        .map_err(|_| StoreError::Corrupt(format!("{what} `{v}`")))
+}
+
+fn json<T: DeserializeOwned>(v: &Value, what: &str) -> R<T> {
+    serde_json::from_value(v.clone()).map_err(|e| StoreError::Corrupt(format!("{what}: {e}")))
+}
+
+pub(crate) fn task(t: &s::TaskRow, owner: &str) -> R<p::Task> {
+    Ok(p::Task {
+        id: t.id.clone(),
+        owner: owner.to_owned(),
+        title: t.title.clone(),
+        goal: t.goal.clone(),
+        runtime: t.runtime.clone(),
+        state: parse(&t.state, "task state")?,
+        plan: json(&t.plan, "plan")?,
+        plan_revision: t.plan_revision,
+        budget: json(&t.budget, "budget")?,
+        usage: json(&t.usage, "usage")?,
+        materials: json(&t.materials, "materials")?,
+        session_id: t.session_id.clone(),
+        fence: t.fence,
+        outcome_summary: t.outcome_summary.clone(),
+        created_at: dt(t.created_at),
+        updated_at: dt(t.updated_at),
+    })
+}
+
+pub(crate) fn session(x: &s::SessionRow) -> p::Session {
+    p::Session {
+        id: x.id.clone(),
+        task_id: x.task_id.clone(),
+        parent_id: x.parent_id.clone(),
+        created_at: dt(x.created_at),
+    }
+}
+
+pub(crate) fn attempt(a: &s::AttemptRow) -> R<p::Attempt> {
+    Ok(p::Attempt {
+        id: a.id.clone(),
+        task_id: a.task_id.clone(),
+        worker: a.worker.clone(),
+        fence: a.fence,
+        expires_at: dt(a.expires_at),
+        state: parse(&a.state, "attempt state")?,
+        manifest_digest: a.manifest_digest.clone(),
+        started_at: dt(a.started_at),
+        ended_at: a.ended_at.map(dt),
+        outcome: a
+            .outcome
+            .as_deref()
+            .map(|o| parse(o, "attempt outcome"))
+            .transpose()?,
+    })
+}
+
+/// A checkpoint as stored. A body that no longer parses (a hand edit) is shown empty; the
+/// chain check reports the edit.
+pub(crate) fn checkpoint(c: &s::CheckpointRow) -> p::Checkpoint {
+    p::Checkpoint {
+        task_id: c.task_id.clone(),
+        sequence: c.sequence,
+        attempt_id: c.attempt_id.clone(),
+        fence: c.fence,
+        body: serde_json::from_value(c.body.clone()).unwrap_or_default(),
+        prev_digest: c.prev_digest.clone(),
+        digest: c.digest.clone(),
+        created_at: dt(c.created_at),
+    }
+}
+
+pub(crate) fn effect(e: &s::EffectRow) -> R<p::Effect> {
+    Ok(p::Effect {
+        id: e.id.clone(),
+        task_id: e.task_id.clone(),
+        idempotency_key: e.idempotency_key.clone(),
+        kind: e.kind.clone(),
+        step: e.step.clone(),
+        resource_id: e.resource_id.clone(),
+        intent: e.intent.clone(),
+        intent_digest: e.intent_digest.clone(),
+        status: parse(&e.status, "effect status")?,
+        receipt: e.receipt.clone(),
+        attempt_id: e.attempt_id.clone(),
+        fence: e.fence,
+        created_at: dt(e.created_at),
+        updated_at: dt(e.updated_at),
+    })
+}
+
+pub(crate) fn decision(d: &s::DecisionRow) -> R<p::Decision> {
+    Ok(p::Decision {
+        id: d.id.clone(),
+        task_id: d.task_id.clone(),
+        kind: parse(&d.kind, "decision kind")?,
+        status: parse(&d.status, "decision status")?,
+        step: d.step.clone(),
+        question: d.question.clone(),
+        options: json(&d.options, "decision options")?,
+        default_option: d.default_option.clone(),
+        intent: d.intent.clone(),
+        intent_digest: d.intent_digest.clone(),
+        effect_id: d.effect_id.clone(),
+        plan_revision: d.plan_revision,
+        risky: d.risky,
+        expires_at: dt(d.expires_at),
+        created_at: dt(d.created_at),
+        outcome: d
+            .outcome
+            .as_ref()
+            .map(|o| json(o, "decision outcome"))
+            .transpose()?,
+    })
+}
+
+pub(crate) fn artifact(a: &s::ArtifactRow) -> p::Artifact {
+    p::Artifact {
+        id: a.id.clone(),
+        task_id: a.task_id.clone(),
+        sha256: a.sha256.clone(),
+        name: a.name.clone(),
+        media_type: a.media_type.clone(),
+        size: a.size,
+        step: a.step.clone(),
+        created_at: dt(a.created_at),
+    }
+}
+
+pub(crate) fn receipt(r: &s::ReceiptRow) -> R<p::TestReceipt> {
+    Ok(p::TestReceipt {
+        id: r.id.clone(),
+        task_id: r.task_id.clone(),
+        step: r.step.clone(),
+        command: r.command.clone(),
+        exit_code: r.exit_code as i32,
+        commit: r.commit.clone(),
+        totals: json(&r.totals, "receipt totals")?,
+        failures: json(&r.failures, "receipt failures")?,
+        duration_seconds: r.duration_seconds,
+        passed: r.passed,
+        junit_sha256: r.junit_sha256.clone(),
+        created_at: dt(r.created_at),
+    })
+}
+
+pub(crate) fn message(m: &s::MessageRow) -> p::Message {
+    p::Message {
+        session_id: m.session_id.clone(),
+        seq: m.seq,
+        role: m.role.clone(),
+        text: m.text.clone(),
+        created_at: dt(m.created_at),
+    }
+}
+
+pub(crate) fn event(e: &s::EventRow) -> R<p::Event> {
+    Ok(p::Event {
+        cursor: e.cursor,
+        task_id: e.task_id.clone(),
+        kind: parse(&e.kind, "event kind")?,
+        at: dt(e.at),
+        data: e.data.clone(),
+    })
+}

@@ -1,0 +1,106 @@
+//! The one API error: a stable code, a safe message, an HTTP status, rendered as
+//! `application/problem+json`. Causes are logged, never sent.
+
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use waymark_proto::{ErrorCode, Problem};
+use waymark_store::StoreError;
+
+/// An error answered to an API client.
+#[derive(Debug)]
+pub struct ApiError {
+    /// What the client sees (boxed: errors travel through every `Result`).
+    pub problem: Box<Problem>,
+    /// The task it concerns, for the audit log.
+    pub task_id: Option<String>,
+}
+
+impl ApiError {
+    /// An error with a code and a human detail.
+    pub fn new(code: ErrorCode, detail: impl Into<String>) -> Self {
+        ApiError {
+            problem: Box::new(Problem::new(code, detail)),
+            task_id: None,
+        }
+    }
+
+    /// Adds a fact the client can act on.
+    pub fn with(mut self, key: &str, value: impl serde::Serialize) -> Self {
+        *self.problem =
+            std::mem::replace(&mut *self.problem, Problem::new(ErrorCode::Internal, ""))
+                .with(key, value);
+        self
+    }
+
+    /// Names the task, for the audit log.
+    pub fn on_task(mut self, task_id: &str) -> Self {
+        self.task_id = Some(task_id.to_owned());
+        self
+    }
+
+    /// The stable code.
+    pub fn code(&self) -> ErrorCode {
+        self.problem.code
+    }
+
+    /// A refusal worth an audit entry: a write the rules turned down, not a malformed call.
+    pub fn is_refusal(&self) -> bool {
+        matches!(
+            self.code(),
+            ErrorCode::Fenced
+                | ErrorCode::LeaseExpired
+                | ErrorCode::LeaseHeld
+                | ErrorCode::AttemptClosed
+                | ErrorCode::SequenceConflict
+                | ErrorCode::IdempotencyMismatch
+                | ErrorCode::IllegalTransition
+                | ErrorCode::TaskTerminal
+                | ErrorCode::RevisionConflict
+                | ErrorCode::DecisionClosed
+                | ErrorCode::Forbidden
+        )
+    }
+
+    pub(crate) fn not_found(what: &str, id: &str) -> Self {
+        ApiError::new(ErrorCode::NotFound, format!("no {what} `{id}`"))
+    }
+}
+
+impl From<StoreError> for ApiError {
+    fn from(e: StoreError) -> Self {
+        match e {
+            StoreError::Busy(_) => {
+                tracing::warn!(error = %e, "storage busy");
+                ApiError::new(ErrorCode::Unavailable, "storage is busy; retry shortly")
+            }
+            other => {
+                tracing::error!(error = %other, "storage failure");
+                ApiError::new(
+                    ErrorCode::Internal,
+                    "the server could not complete the request",
+                )
+            }
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        problem_response(&self.problem)
+    }
+}
+
+/// Renders a problem document.
+pub fn problem_response(problem: &Problem) -> Response {
+    let status = StatusCode::from_u16(problem.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    let body = serde_json::to_vec(problem).unwrap_or_default();
+    let mut res = (status, body).into_response();
+    res.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/problem+json"),
+    );
+    res
+}
+
+/// API result.
+pub type ApiResult<T> = Result<T, ApiError>;

@@ -1,0 +1,77 @@
+//! Request extractors that refuse bad input with problem+json and a clear reason: a JSON body
+//! (size limit, media type, syntax versus shape) and a bounded raw body.
+
+use axum::body::{Body, Bytes};
+use axum::extract::{FromRequest, Request};
+use axum::http::header;
+use serde::de::DeserializeOwned;
+use waymark_proto::ErrorCode;
+
+use crate::AppState;
+use crate::error::ApiError;
+
+/// A JSON body: at most `max_json_bytes`, `application/json`, deserialised strictly.
+pub(crate) struct Json<T>(pub T);
+
+impl<T: DeserializeOwned> FromRequest<AppState> for Json<T> {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &AppState) -> Result<Self, Self::Rejection> {
+        let ct = req
+            .headers()
+            .get(header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("");
+        let mime = ct
+            .split(';')
+            .next()
+            .unwrap_or("")
+            .trim()
+            .to_ascii_lowercase();
+        if mime != "application/json" && !mime.ends_with("+json") {
+            return Err(ApiError::new(
+                ErrorCode::UnsupportedMediaType,
+                format!("expected `Content-Type: application/json`, got `{ct}`"),
+            ));
+        }
+        let bytes = read_limited(req.into_body(), state.config.max_json_bytes).await?;
+        parse_json(&bytes).map(Json)
+    }
+}
+
+/// Parses JSON, telling a syntax error (400 `malformed_json`) from a wrong shape (422
+/// `validation_failed`), with serde's line and column.
+pub(crate) fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
+    serde_json::from_slice(bytes).map_err(|e| {
+        use serde_json::error::Category;
+        match e.classify() {
+            Category::Data => ApiError::new(ErrorCode::ValidationFailed, e.to_string()),
+            _ => ApiError::new(
+                ErrorCode::MalformedJson,
+                format!("the body is not valid JSON: {e}"),
+            ),
+        }
+    })
+}
+
+/// Reads a whole body, refusing more than `limit` bytes with 413.
+pub(crate) async fn read_limited(body: Body, limit: usize) -> Result<Bytes, ApiError> {
+    axum::body::to_bytes(body, limit).await.map_err(|e| {
+        let inner = e.into_inner();
+        if inner
+            .downcast_ref::<http_body_util::LengthLimitError>()
+            .is_some()
+        {
+            ApiError::new(
+                ErrorCode::PayloadTooLarge,
+                format!("the body is larger than this route accepts ({limit} bytes)"),
+            )
+            .with("limit_bytes", limit)
+        } else {
+            ApiError::new(
+                ErrorCode::BadRequest,
+                format!("could not read the body: {inner}"),
+            )
+        }
+    })
+}

@@ -1,0 +1,145 @@
+//! Prometheus metrics at `/metrics`: requests by route and status, refusals by code, and the
+//! counters an operator watches (tasks, checkpoints, live SSE subscribers).
+
+use std::time::Instant;
+
+use axum::extract::{MatchedPath, Request, State};
+use axum::http::header;
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::Registry;
+use waymark_proto::ErrorCode;
+
+use crate::AppState;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RequestLabels {
+    method: String,
+    route: String,
+    status: u16,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct CodeLabels {
+    code: String,
+}
+
+/// The control plane's metrics.
+pub struct Metrics {
+    registry: Registry,
+    requests: Family<RequestLabels, Counter>,
+    latency: Family<RequestLabels, Histogram>,
+    refusals: Family<CodeLabels, Counter>,
+    /// Tasks created.
+    pub tasks_created: Counter,
+    /// Checkpoints appended.
+    pub checkpoints: Counter,
+    sse: Gauge,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        let mut registry = Registry::with_prefix("waymark");
+        let requests = Family::<RequestLabels, Counter>::default();
+        let latency = Family::<RequestLabels, Histogram>::new_with_constructor(|| {
+            Histogram::new([0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0, 5.0, 30.0])
+        });
+        let refusals = Family::<CodeLabels, Counter>::default();
+        let tasks_created = Counter::default();
+        let checkpoints = Counter::default();
+        let sse = Gauge::default();
+        registry.register("http_requests", "HTTP requests answered", requests.clone());
+        registry.register(
+            "http_request_seconds",
+            "HTTP request latency",
+            latency.clone(),
+        );
+        registry.register(
+            "refusals",
+            "Writes refused by the rules, by code",
+            refusals.clone(),
+        );
+        registry.register("tasks_created", "Tasks created", tasks_created.clone());
+        registry.register(
+            "checkpoints_appended",
+            "Checkpoints appended",
+            checkpoints.clone(),
+        );
+        registry.register("sse_subscribers", "Open event streams", sse.clone());
+        Metrics {
+            registry,
+            requests,
+            latency,
+            refusals,
+            tasks_created,
+            checkpoints,
+            sse,
+        }
+    }
+}
+
+/// Decrements the subscriber gauge when a stream ends.
+pub(crate) struct SubscriberGuard(Gauge);
+
+impl Drop for SubscriberGuard {
+    fn drop(&mut self) {
+        self.0.dec();
+    }
+}
+
+impl Metrics {
+    pub(crate) fn refusal(&self, code: ErrorCode) {
+        self.refusals
+            .get_or_create(&CodeLabels {
+                code: code.as_str().into(),
+            })
+            .inc();
+    }
+
+    pub(crate) fn sse_subscriber(&self) -> SubscriberGuard {
+        self.sse.inc();
+        SubscriberGuard(self.sse.clone())
+    }
+}
+
+pub(crate) async fn track(State(st): State<AppState>, req: Request, next: Next) -> Response {
+    let route = req
+        .extensions()
+        .get::<MatchedPath>()
+        .map(|p| p.as_str().to_owned())
+        .unwrap_or_else(|| "unmatched".into());
+    let method = req.method().to_string();
+    let start = Instant::now();
+    let res = next.run(req).await;
+    let labels = RequestLabels {
+        method,
+        route,
+        status: res.status().as_u16(),
+    };
+    st.metrics.requests.get_or_create(&labels).inc();
+    st.metrics
+        .latency
+        .get_or_create(&labels)
+        .observe(start.elapsed().as_secs_f64());
+    res
+}
+
+pub(crate) async fn render(State(st): State<AppState>) -> Response {
+    let mut out = String::new();
+    if prometheus_client::encoding::text::encode(&mut out, &st.metrics.registry).is_err() {
+        return axum::http::StatusCode::INTERNAL_SERVER_ERROR.into_response();
+    }
+    (
+        [(
+            header::CONTENT_TYPE,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )],
+        out,
+    )
+        .into_response()
+}

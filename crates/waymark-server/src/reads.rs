@@ -1,0 +1,520 @@
+//! The read side: snapshot, thread detail (with chain verification), decision long-polls, the
+//! SSE event stream with resumable cursors, blobs, and the admin's audit and retention routes.
+
+use std::convert::Infallible;
+use std::time::Duration;
+
+use axum::Json as Out;
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, Uri, header};
+use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use futures::Stream;
+use serde::{Deserialize, Serialize};
+use waymark_proto::digest::{checkpoint_digest, is_sha256_hex};
+use waymark_proto::*;
+use waymark_store::{CheckpointRow, DecisionRow};
+
+use crate::auth::{Caller, CallerKind};
+use crate::error::{ApiError, ApiResult};
+use crate::worker::{close_decision, task_for, task_wire};
+use crate::{AppState, convert, now_ms};
+
+#[utoipa::path(get, path = "/healthz", tag = "ops", responses((status = 200, body = Health)))]
+pub(crate) async fn healthz(State(st): State<AppState>) -> ApiResult<Out<Health>> {
+    let cursor = st.store.read().await?.max_cursor().await?;
+    Ok(Out(Health {
+        status: "ok".into(),
+        version: env!("CARGO_PKG_VERSION").into(),
+        cursor,
+    }))
+}
+
+pub(crate) async fn not_found(uri: Uri) -> ApiError {
+    ApiError::new(
+        ErrorCode::NotFound,
+        format!("no route `{}`; see `/v1/openapi.json`", uri.path()),
+    )
+}
+
+pub(crate) async fn method_not_allowed(uri: Uri) -> ApiError {
+    ApiError::new(
+        ErrorCode::MethodNotAllowed,
+        format!("`{}` does not take this method", uri.path()),
+    )
+}
+
+/// Verifies a task's hash chain: contiguous sequences from 1, each link pointing at its
+/// predecessor and recomputing to its stored digest.
+pub(crate) fn verify_chain(rows: &[CheckpointRow]) -> ChainStatus {
+    let mut prev: Option<&str> = None;
+    for (i, c) in rows.iter().enumerate() {
+        let broken = |reason: String| ChainStatus {
+            intact: false,
+            checked: i as i64 + 1,
+            broken_at: Some(c.sequence),
+            reason: Some(reason),
+        };
+        if c.sequence != i as i64 + 1 {
+            return broken(format!("expected sequence {}, found {}", i + 1, c.sequence));
+        }
+        if c.prev_digest.as_deref() != prev {
+            return broken(format!(
+                "checkpoint {} points at {:?}, but its predecessor's digest is {:?}",
+                c.sequence, c.prev_digest, prev
+            ));
+        }
+        let want = checkpoint_digest(
+            &c.task_id,
+            c.sequence,
+            &c.attempt_id,
+            c.fence,
+            &c.body,
+            prev,
+        );
+        if want != c.digest {
+            return broken(format!(
+                "checkpoint {} does not match its digest: its content was changed after it was written",
+                c.sequence
+            ));
+        }
+        prev = Some(&c.digest);
+    }
+    ChainStatus {
+        intact: true,
+        checked: rows.len() as i64,
+        broken_at: None,
+        reason: None,
+    }
+}
+
+#[utoipa::path(get, path = "/v1/snapshot", tag = "read", responses((status = 200, body = Snapshot)))]
+pub(crate) async fn snapshot(
+    State(st): State<AppState>,
+    caller: Caller,
+) -> ApiResult<Out<Snapshot>> {
+    let mut tx = st.store.read().await?;
+    let cursor = tx.max_cursor().await?;
+    let mut tasks = Vec::new();
+    for row in tx.list_tasks(caller.owner_filter()).await? {
+        let pending_decisions = tx.pending_decision_count(&row.id).await?;
+        let last_sequence = tx.last_checkpoint(&row.id).await?.map_or(0, |c| c.sequence);
+        let task = task_wire(&mut tx, &row).await?;
+        tasks.push(TaskSummary {
+            task,
+            pending_decisions,
+            last_sequence,
+        });
+    }
+    Ok(Out(Snapshot { cursor, tasks }))
+}
+
+#[utoipa::path(get, path = "/v1/tasks/{task}", tag = "read", params(("task" = String, Path)),
+    responses((status = 200, body = TaskDetail), (status = 404, body = Problem)))]
+pub(crate) async fn task_detail(
+    State(st): State<AppState>,
+    caller: Caller,
+    Path(task_id): Path<String>,
+) -> ApiResult<Out<TaskDetail>> {
+    let mut tx = st.store.read().await?;
+    let cursor = tx.max_cursor().await?;
+    let row = task_for(&mut tx, &caller, &task_id).await?;
+    let task = task_wire(&mut tx, &row).await?;
+    let session = tx
+        .session(&row.session_id)
+        .await?
+        .map(|s| convert::session(&s))
+        .ok_or_else(|| ApiError::new(ErrorCode::Internal, "task without session"))?;
+    let cps = tx.list_checkpoints(&row.id).await?;
+    let chain = verify_chain(&cps);
+    if !chain.intact {
+        tracing::warn!(task = %row.id, reason = ?chain.reason, "checkpoint chain is broken");
+    }
+    let detail = TaskDetail {
+        cursor,
+        task,
+        session,
+        attempts: tx
+            .list_attempts(&row.id)
+            .await?
+            .iter()
+            .map(convert::attempt)
+            .collect::<Result<_, _>>()?,
+        checkpoints: cps.iter().map(convert::checkpoint).collect(),
+        chain,
+        effects: tx
+            .list_effects(&row.id)
+            .await?
+            .iter()
+            .map(convert::effect)
+            .collect::<Result<_, _>>()?,
+        decisions: tx
+            .list_decisions(&row.id)
+            .await?
+            .iter()
+            .map(convert::decision)
+            .collect::<Result<_, _>>()?,
+        artifacts: tx
+            .list_artifacts(&row.id)
+            .await?
+            .iter()
+            .map(convert::artifact)
+            .collect(),
+        test_receipts: tx
+            .list_receipts(&row.id)
+            .await?
+            .iter()
+            .map(convert::receipt)
+            .collect::<Result<_, _>>()?,
+        messages: tx
+            .list_messages(&row.session_id)
+            .await?
+            .iter()
+            .map(convert::message)
+            .collect(),
+    };
+    Ok(Out(detail))
+}
+
+/// `?wait=30s`: how long to hold the request open for an outcome.
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+pub(crate) struct WaitQuery {
+    /// A duration (`30s`, `2m`) or seconds; at most the server's bound (60 s).
+    wait: Option<String>,
+}
+
+fn parse_wait(st: &AppState, q: &WaitQuery) -> ApiResult<Duration> {
+    let Some(w) = q.wait.as_deref() else {
+        return Ok(Duration::ZERO);
+    };
+    let d = w
+        .parse::<u64>()
+        .map(Duration::from_secs)
+        .or_else(|_| humantime::parse_duration(w))
+        .map_err(|_| {
+            ApiError::new(
+                ErrorCode::BadRequest,
+                format!("`wait={w}` is not a duration like `30s`"),
+            )
+        })?;
+    Ok(d.min(st.config.max_wait))
+}
+
+/// Applies the default of every pending decision whose expiry has passed. Returns how many.
+pub(crate) async fn expire_due(st: &AppState) -> ApiResult<usize> {
+    let now = now_ms();
+    if st.store.read().await?.due_decisions(now).await?.is_empty() {
+        return Ok(0);
+    }
+    let mut tx = st.store.write().await?;
+    let due = tx.due_decisions(now).await?;
+    for mut d in due.iter().cloned() {
+        expire_one(&mut tx, &mut d).await?;
+    }
+    tx.commit().await?;
+    Ok(due.len())
+}
+
+async fn expire_one(
+    tx: &mut Box<dyn waymark_store::StoreTx>,
+    d: &mut DecisionRow,
+) -> ApiResult<i64> {
+    let outcome = DecisionOutcome {
+        option: d.default_option.clone(),
+        text: None,
+        by: "default".into(),
+        at: chrono::Utc::now(),
+    };
+    close_decision(tx, d, DecisionStatus::Expired, outcome).await
+}
+
+#[utoipa::path(get, path = "/v1/tasks/{task}/decisions/{decision}", tag = "worker",
+    params(("task" = String, Path), ("decision" = String, Path), WaitQuery),
+    responses((status = 200, body = Decision)))]
+pub(crate) async fn get_decision(
+    State(st): State<AppState>,
+    caller: Caller,
+    Path((task_id, decision_id)): Path<(String, String)>,
+    Query(q): Query<WaitQuery>,
+) -> ApiResult<Out<Decision>> {
+    let deadline = tokio::time::Instant::now() + parse_wait(&st, &q)?;
+    let mut watch = st.cursor_watch();
+    loop {
+        watch.borrow_and_update();
+        let mut tx = st.store.read().await?;
+        let task = task_for(&mut tx, &caller, &task_id).await?;
+        let d = tx
+            .decision(&decision_id)
+            .await?
+            .filter(|d| d.task_id == task.id)
+            .ok_or_else(|| ApiError::not_found("decision", &decision_id))?;
+        drop(tx);
+        let pending = d.status == DecisionStatus::Pending.as_str();
+        let now = now_ms();
+        if pending && d.expires_at <= now {
+            expire_due(&st).await?;
+            continue;
+        }
+        if !pending || tokio::time::Instant::now() >= deadline {
+            return Ok(Out(convert::decision(&d)?));
+        }
+        let until_expiry = Duration::from_millis((d.expires_at - now).max(0) as u64);
+        let wake = deadline.min(tokio::time::Instant::now() + until_expiry);
+        tokio::select! {
+            _ = tokio::time::sleep_until(wake) => {}
+            r = watch.changed() => { if r.is_err() { return Ok(Out(convert::decision(&d)?)); } }
+        }
+    }
+}
+
+/// `?after=CURSOR`.
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+pub(crate) struct EventsQuery {
+    /// Stream events after this cursor (default 0). `Last-Event-ID` takes precedence.
+    after: Option<i64>,
+}
+
+const PAGE: i64 = 500;
+
+#[utoipa::path(get, path = "/v1/events", tag = "read", params(EventsQuery),
+    responses((status = 200, content_type = "text/event-stream", description = "SSE: `id:` is the cursor, `event:` the kind, `data:` the Event"),
+              (status = 410, body = Problem, description = "`cursor_expired`: re-snapshot")))]
+pub(crate) async fn events(
+    State(st): State<AppState>,
+    caller: Caller,
+    headers: HeaderMap,
+    Query(q): Query<EventsQuery>,
+) -> ApiResult<Response> {
+    let from_header = match headers.get("last-event-id") {
+        Some(v) => Some(
+            v.to_str()
+                .ok()
+                .and_then(|s| s.trim().parse::<i64>().ok())
+                .ok_or_else(|| {
+                    ApiError::new(
+                        ErrorCode::BadRequest,
+                        "`Last-Event-ID` must be a cursor number",
+                    )
+                })?,
+        ),
+        None => None,
+    };
+    let after = from_header.or(q.after).unwrap_or(0);
+    if after < 0 {
+        return Err(ApiError::new(
+            ErrorCode::BadRequest,
+            "a cursor is never negative",
+        ));
+    }
+    let pruned = st.store.read().await?.pruned_through().await?;
+    if after < pruned {
+        return Err(cursor_expired(after, pruned));
+    }
+    let stream = event_stream(st.clone(), caller, after);
+    let mut res = Sse::new(stream)
+        .keep_alive(KeepAlive::new().interval(st.config.keep_alive))
+        .into_response();
+    res.headers_mut()
+        .insert("x-accel-buffering", HeaderValue::from_static("no"));
+    Ok(res)
+}
+
+fn cursor_expired(after: i64, pruned: i64) -> ApiError {
+    ApiError::new(
+        ErrorCode::CursorExpired,
+        format!("cursor {after} is older than the retained events (pruned through {pruned}); take a new snapshot"),
+    )
+    .with("pruned_through", pruned)
+}
+
+fn event_stream(
+    st: AppState,
+    caller: Caller,
+    after: i64,
+) -> impl Stream<Item = Result<SseEvent, Infallible>> {
+    let owner = caller.owner_filter().map(str::to_owned);
+    async_stream::stream! {
+        let _gauge = st.metrics.sse_subscriber();
+        let mut watch = st.cursor_watch();
+        let mut stopping = st.stopping.subscribe();
+        let mut last = after;
+        loop {
+            watch.borrow_and_update();
+            let page = async {
+                let mut tx = st.store.read().await?;
+                let pruned = tx.pruned_through().await?;
+                let rows = tx.events_after(last, PAGE, owner.as_deref()).await?;
+                Ok::<_, waymark_store::StoreError>((pruned, rows))
+            }.await;
+            let (pruned, rows) = match page {
+                Ok(p) => p,
+                Err(e) => {
+                    tracing::warn!(error = %e, "event stream read failed; ending the stream");
+                    break;
+                }
+            };
+            if last < pruned {
+                // The reader fell behind retention: say so, and let it re-snapshot.
+                let p = cursor_expired(last, pruned).problem;
+                yield Ok(SseEvent::default().event("cursor_expired").data(serde_json::to_string(&p).unwrap_or_default()));
+                break;
+            }
+            let full = rows.len() as i64 == PAGE;
+            for row in rows {
+                last = row.cursor;
+                match convert::event(&row) {
+                    Ok(ev) => {
+                        let data = serde_json::to_string(&ev).unwrap_or_default();
+                        yield Ok(SseEvent::default().id(ev.cursor.to_string()).event(ev.kind.as_str()).data(data));
+                    }
+                    Err(e) => tracing::error!(cursor = row.cursor, error = %e, "skipping an undecodable event"),
+                }
+            }
+            if full {
+                continue;
+            }
+            tokio::select! {
+                r = watch.changed() => if r.is_err() { break },
+                _ = stopping.wait_for(|s| *s) => break,
+            }
+        }
+    }
+}
+
+#[utoipa::path(get, path = "/v1/blobs/{sha256}", tag = "read", params(("sha256" = String, Path)),
+    responses((status = 200, content_type = "application/octet-stream", body = Vec<u8>), (status = 404, body = Problem)))]
+pub(crate) async fn blob(
+    State(st): State<AppState>,
+    caller: Caller,
+    Path(sha): Path<String>,
+) -> ApiResult<Response> {
+    if !is_sha256_hex(&sha) {
+        return Err(ApiError::new(
+            ErrorCode::BadRequest,
+            "a blob is named by 64 lower-case hex digits (sha256)",
+        ));
+    }
+    let mut tx = st.store.read().await?;
+    if !tx.blob_visible(&sha, caller.owner_filter()).await? {
+        return Err(ApiError::not_found("blob", &sha));
+    }
+    let data = tx
+        .blob(&sha)
+        .await?
+        .ok_or_else(|| ApiError::not_found("blob", &sha))?;
+    let mut res = (StatusCode::OK, data).into_response();
+    let h = res.headers_mut();
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/octet-stream"),
+    );
+    h.insert(
+        "x-content-type-options",
+        HeaderValue::from_static("nosniff"),
+    );
+    if let Ok(v) = HeaderValue::from_str(&format!("\"{sha}\"")) {
+        h.insert(header::ETAG, v);
+    }
+    h.insert(
+        header::CACHE_CONTROL,
+        HeaderValue::from_static("private, max-age=31536000, immutable"),
+    );
+    Ok(res)
+}
+
+fn admin_only(caller: &Caller) -> ApiResult<()> {
+    if caller.kind == CallerKind::Admin {
+        Ok(())
+    } else {
+        Err(ApiError::new(
+            ErrorCode::Forbidden,
+            "this route needs the admin token",
+        ))
+    }
+}
+
+/// Reply of a prune.
+#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
+pub(crate) struct Pruned {
+    /// Events deleted now.
+    pub deleted: u64,
+    /// Every event at or below this cursor is gone.
+    pub pruned_through: i64,
+}
+
+/// Applies the retention bound: keeps the newest `event_retention` events.
+pub(crate) async fn prune(st: &AppState) -> ApiResult<Pruned> {
+    let mut tx = st.store.write().await?;
+    let max = tx.max_cursor().await?;
+    let through = max - st.config.event_retention;
+    let already = tx.pruned_through().await?;
+    if through <= already {
+        return Ok(Pruned {
+            deleted: 0,
+            pruned_through: already,
+        });
+    }
+    let deleted = tx.prune_events_through(through).await?;
+    tx.commit().await?;
+    Ok(Pruned {
+        deleted,
+        pruned_through: through,
+    })
+}
+
+#[utoipa::path(post, path = "/v1/admin/events/prune", tag = "admin", responses((status = 200, body = Pruned)))]
+pub(crate) async fn admin_prune(
+    State(st): State<AppState>,
+    caller: Caller,
+) -> ApiResult<Out<Pruned>> {
+    admin_only(&caller)?;
+    Ok(Out(prune(&st).await?))
+}
+
+/// An audit entry.
+#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
+pub(crate) struct AuditEntry {
+    at: chrono::DateTime<chrono::Utc>,
+    actor: String,
+    action: String,
+    task_id: Option<String>,
+    code: String,
+    detail: String,
+}
+
+/// `?task=…&limit=…`.
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+pub(crate) struct AuditQuery {
+    /// Only this task's entries.
+    task: Option<String>,
+    /// At most this many (default 100, at most 1000).
+    limit: Option<i64>,
+}
+
+#[utoipa::path(get, path = "/v1/admin/audit", tag = "admin", params(AuditQuery),
+    responses((status = 200, body = Vec<AuditEntry>)))]
+pub(crate) async fn admin_audit(
+    State(st): State<AppState>,
+    caller: Caller,
+    Query(q): Query<AuditQuery>,
+) -> ApiResult<Out<Vec<AuditEntry>>> {
+    admin_only(&caller)?;
+    let limit = q.limit.unwrap_or(100).clamp(1, 1000);
+    let rows = st
+        .store
+        .read()
+        .await?
+        .list_audit(q.task.as_deref(), limit)
+        .await?;
+    Ok(Out(rows
+        .into_iter()
+        .map(|a| AuditEntry {
+            at: convert::dt(a.at),
+            actor: a.actor,
+            action: a.action,
+            task_id: a.task_id,
+            code: a.code,
+            detail: a.detail,
+        })
+        .collect()))
+}

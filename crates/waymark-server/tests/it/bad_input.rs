@@ -1,0 +1,189 @@
+use reqwest::StatusCode;
+use serde_json::json;
+
+use crate::support::{Harness, assert_problem, test_config};
+
+async fn raw(
+    h: &Harness,
+    path: &str,
+    content_type: Option<&str>,
+    body: impl Into<reqwest::Body>,
+) -> (StatusCode, String, serde_json::Value) {
+    let mut req = h.http.post(h.url(path)).bearer_auth(&h.alice).body(body);
+    if let Some(ct) = content_type {
+        req = req.header("content-type", ct);
+    }
+    let res = req.send().await.unwrap();
+    let status = res.status();
+    let ct = res
+        .headers()
+        .get("content-type")
+        .map(|v| v.to_str().unwrap().to_owned())
+        .unwrap_or_default();
+    let text = res.text().await.unwrap();
+    (
+        status,
+        ct,
+        serde_json::from_str(&text).unwrap_or(serde_json::Value::String(text)),
+    )
+}
+
+/// (path, content type, body, expected status, expected code)
+type Case = (
+    &'static str,
+    Option<&'static str>,
+    Vec<u8>,
+    u16,
+    &'static str,
+);
+
+async fn state(h: &Harness) -> (usize, i64) {
+    let (_, snap) = h.get(&h.admin, "/v1/snapshot").await;
+    (
+        snap["tasks"].as_array().unwrap().len(),
+        snap["cursor"].as_i64().unwrap(),
+    )
+}
+
+#[tokio::test]
+async fn bad_bodies_get_problem_json_and_write_nothing() {
+    let h = Harness::start_with(waymark_server::Config {
+        max_json_bytes: 4096,
+        max_blob_bytes: 1024,
+        ..test_config()
+    })
+    .await;
+    let task = h.create_task(&h.alice).await;
+    let before = state(&h).await;
+
+    let cases: Vec<Case> = vec![
+        ("/v1/tasks", Some("application/json"), b"{\"title\": \"x\",".to_vec(), 400, "malformed_json"),
+        ("/v1/tasks", Some("application/json"), b"not json at all".to_vec(), 400, "malformed_json"),
+        ("/v1/tasks", Some("application/json"), br#"{"title": 42}"#.to_vec(), 422, "validation_failed"),
+        ("/v1/tasks", Some("application/json"), br#"{"title": "x", "plan": "steps"}"#.to_vec(), 422, "validation_failed"),
+        ("/v1/tasks", Some("application/json"), br#"{"title": "x", "colour": "red"}"#.to_vec(), 422, "validation_failed"),
+        ("/v1/tasks", Some("application/json"), br#"{"title": "  "}"#.to_vec(), 422, "validation_failed"),
+        ("/v1/tasks", Some("application/json"),
+         br#"{"title": "x", "plan": [{"id": "a", "depends_on": ["b"]}, {"id": "b", "depends_on": ["a"]}]}"#.to_vec(), 422, "validation_failed"),
+        ("/v1/tasks", Some("text/plain"), br#"{"title": "x"}"#.to_vec(), 415, "unsupported_media_type"),
+        ("/v1/tasks", None, br#"{"title": "x"}"#.to_vec(), 415, "unsupported_media_type"),
+        ("/v1/tasks", Some("application/json"),
+         format!(r#"{{"title": "x", "goal": "{}"}}"#, "a".repeat(10_000)).into_bytes(), 413, "payload_too_large"),
+    ];
+    for (path, ct, body, status, code) in cases {
+        let (s, rct, v) = raw(&h, path, ct, body).await;
+        assert_problem(s, &v, status, code);
+        assert_eq!(rct, "application/problem+json");
+    }
+    let checkpoint_path = format!("/v1/tasks/{task}/checkpoints");
+    let (s, _, v) = raw(
+        &h,
+        &checkpoint_path,
+        Some("application/json"),
+        r#"{"attempt_id": "a", "fence": "one", "sequence": 1, "body": {}}"#,
+    )
+    .await;
+    assert_problem(s, &v, 422, "validation_failed");
+    let (s, _, v) = raw(
+        &h,
+        &checkpoint_path,
+        Some("application/json"),
+        r#"{"attempt_id": "a", "fence": 1, "sequence": 0, "body": {}}"#,
+    )
+    .await;
+    assert_problem(s, &v, 422, "validation_failed");
+    let (s, _, v) = raw(
+        &h,
+        &format!("/v1/tasks/{task}/artifacts?name=big.bin"),
+        Some("application/octet-stream"),
+        vec![0u8; 4096],
+    )
+    .await;
+    assert_problem(s, &v, 413, "payload_too_large");
+    assert_eq!(v["context"]["limit_bytes"], 1024);
+
+    assert_eq!(state(&h).await, before, "a refused request wrote something");
+    assert!(
+        h.detail(&task).await["artifacts"]
+            .as_array()
+            .unwrap()
+            .is_empty()
+    );
+}
+
+#[tokio::test]
+async fn unknown_credentials_routes_and_methods_get_problem_json() {
+    let h = Harness::start().await;
+    let res = h.http.get(h.url("/v1/snapshot")).send().await.unwrap();
+    assert_eq!(res.status(), StatusCode::UNAUTHORIZED);
+    let v: serde_json::Value = res.json().await.unwrap();
+    assert_eq!(v["code"], "unauthorized");
+    assert!(
+        v["detail"]
+            .as_str()
+            .unwrap()
+            .contains("waymark admin worker-token")
+    );
+
+    let (s, v) = h.get("wmk_w_forged", "/v1/snapshot").await;
+    assert_problem(s, &v, 401, "unauthorized");
+    let (s, v) = h.get(&h.alice, "/v1/nope").await;
+    assert_problem(s, &v, 404, "not_found");
+    let (s, v) = h
+        .send(reqwest::Method::DELETE, &h.alice, "/v1/tasks", None)
+        .await;
+    assert_problem(s, &v, 405, "method_not_allowed");
+    let (s, v) = h
+        .post(
+            &h.alice,
+            "/v1/tasks/task_missing/attempts",
+            json!({"worker": "w"}),
+        )
+        .await;
+    assert_problem(s, &v, 404, "not_found");
+    let (s, v) = h.get(&h.alice, "/v1/events?after=-4").await;
+    assert_problem(s, &v, 400, "bad_request");
+    let (s, v) = h.get(&h.alice, "/v1/blobs/not-a-digest").await;
+    assert_problem(s, &v, 400, "bad_request");
+}
+
+#[tokio::test]
+async fn the_operational_surface_answers() {
+    let h = Harness::start().await;
+    let (s, v) = h.get("", "/healthz").await;
+    assert_eq!(s, StatusCode::OK);
+    assert_eq!(v["status"], "ok");
+
+    let (s, doc) = h.get("", "/v1/openapi.json").await;
+    assert_eq!(s, StatusCode::OK);
+    assert_eq!(doc["openapi"].as_str().unwrap().chars().next(), Some('3'));
+    for path in [
+        "/v1/tasks",
+        "/v1/tasks/{task}/checkpoints",
+        "/v1/effects/{effect}",
+        "/v1/events",
+        "/v1/snapshot",
+        "/v1/tasks/{task}/decisions/{decision}",
+        "/v1/attempts/{attempt}/finish",
+        "/v1/blobs/{sha256}",
+    ] {
+        assert!(
+            doc["paths"][path].is_object(),
+            "{path} missing from the OpenAPI document"
+        );
+    }
+    assert!(doc["components"]["schemas"]["Problem"].is_object());
+
+    h.create_task(&h.alice).await;
+    let text = h
+        .http
+        .get(h.url("/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(text.contains("waymark_tasks_created_total 1"), "{text}");
+    assert!(text.contains("waymark_http_requests_total{"), "{text}");
+}

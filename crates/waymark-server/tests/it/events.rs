@@ -1,0 +1,169 @@
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use eventsource_stream::Eventsource;
+use futures::StreamExt;
+use rand::{Rng, SeedableRng};
+use reqwest::StatusCode;
+
+use crate::support::{Harness, assert_problem, test_config};
+
+/// Reads up to `take` events from the stream, resuming after `last`; returns what it saw.
+async fn read_some(h: &Harness, last: Option<i64>, take: usize) -> Vec<(i64, String)> {
+    let mut req = h.http.get(h.url("/v1/events")).bearer_auth(&h.admin);
+    if let Some(l) = last {
+        req = req.header("Last-Event-ID", l.to_string());
+    }
+    let res = req.send().await.unwrap();
+    assert_eq!(res.status(), StatusCode::OK);
+    assert_eq!(res.headers()["content-type"], "text/event-stream");
+    let mut stream = res.bytes_stream().eventsource();
+    let mut out = Vec::new();
+    while out.len() < take {
+        match tokio::time::timeout(Duration::from_secs(2), stream.next()).await {
+            Ok(Some(Ok(ev))) => {
+                let data: serde_json::Value = serde_json::from_str(&ev.data).unwrap();
+                let cursor: i64 = ev.id.parse().unwrap();
+                assert_eq!(data["cursor"], cursor);
+                assert_eq!(data["kind"], ev.event.as_str());
+                out.push((cursor, ev.event));
+            }
+            Ok(other) => panic!("stream ended: {other:?}"),
+            Err(_) => break,
+        }
+    }
+    out // dropping the stream disconnects
+}
+
+#[tokio::test]
+async fn a_reader_that_disconnects_at_random_points_resumes_without_gap_or_duplicate() {
+    let h = std::sync::Arc::new(Harness::start().await);
+    let task = h.create_task(&h.alice).await;
+    let (att, fence) = h.attempt(&h.alice, &task, 120).await;
+
+    // 1,000 checkpoints written while the reader comes and goes.
+    let writer = {
+        let (h, task, att) = (h.clone(), task.clone(), att.clone());
+        tokio::spawn(async move {
+            for seq in 1..=1000 {
+                let (s, v) = h.checkpoint(&h.alice, &task, &att, fence, seq).await;
+                assert_eq!(s, StatusCode::CREATED, "{v}");
+            }
+        })
+    };
+
+    let mut rng = rand::rngs::StdRng::seed_from_u64(7);
+    let mut seen: Vec<i64> = Vec::new();
+    let mut reconnects = 0;
+    let mut done = false;
+    while !done {
+        let take = rng.gen_range(1..150);
+        let got = read_some(&h, seen.last().copied(), take).await;
+        reconnects += 1;
+        seen.extend(got.iter().map(|(c, _)| *c));
+        if writer.is_finished() {
+            let (_, health) = h.get(&h.admin, "/healthz").await;
+            done = seen.last() == health["cursor"].as_i64().as_ref();
+        }
+        assert!(reconnects < 10_000);
+    }
+    writer.await.unwrap();
+
+    let unique: BTreeSet<i64> = seen.iter().copied().collect();
+    assert_eq!(unique.len(), seen.len(), "a duplicate was delivered");
+    let max = *seen.last().unwrap();
+    assert_eq!(
+        seen,
+        (1..=max).collect::<Vec<_>>(),
+        "a gap: events are not contiguous"
+    );
+    assert!(max >= 1000);
+    assert!(
+        reconnects > 10,
+        "the test should disconnect many times, did {reconnects}"
+    );
+}
+
+#[tokio::test]
+async fn a_cursor_older_than_retention_is_answered_410_and_the_snapshot_is_current() {
+    let h = Harness::start_with(waymark_server::Config {
+        event_retention: 20,
+        ..test_config()
+    })
+    .await;
+    let task = h.create_task(&h.alice).await;
+    let (att, fence) = h.attempt(&h.alice, &task, 120).await;
+    for seq in 1..=60 {
+        h.checkpoint(&h.alice, &task, &att, fence, seq).await;
+    }
+    let (s, v) = h
+        .post(&h.admin, "/v1/admin/events/prune", serde_json::json!({}))
+        .await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    let pruned = v["pruned_through"].as_i64().unwrap();
+    assert!(pruned > 1, "{v}");
+
+    let (s, v) = h.get(&h.admin, "/v1/events?after=1").await;
+    assert_problem(s, &v, 410, "cursor_expired");
+    let res = h
+        .http
+        .get(h.url("/v1/events"))
+        .bearer_auth(&h.admin)
+        .header("Last-Event-ID", "2")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), StatusCode::GONE);
+    assert_eq!(res.headers()["content-type"], "application/problem+json");
+
+    // The way back: a snapshot, then the stream from its cursor.
+    let (s, snap) = h.get(&h.admin, "/v1/snapshot").await;
+    assert_eq!(s, StatusCode::OK);
+    let cursor = snap["cursor"].as_i64().unwrap();
+    assert_eq!(snap["tasks"][0]["last_sequence"], 60);
+    let res = h
+        .http
+        .get(h.url(&format!("/v1/events?after={cursor}")))
+        .bearer_auth(&h.admin)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), StatusCode::OK);
+    // Right at the retention edge is still served.
+    let res = h
+        .http
+        .get(h.url(&format!("/v1/events?after={pruned}")))
+        .bearer_auth(&h.admin)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), StatusCode::OK);
+}
+
+#[tokio::test]
+async fn a_user_streams_only_their_own_tasks() {
+    let h = Harness::start().await;
+    let mine = h.create_task(&h.alice).await;
+    let _theirs = h.create_task(&h.bob).await;
+    let res = h
+        .http
+        .get(h.url("/v1/events"))
+        .bearer_auth(&h.alice)
+        .send()
+        .await
+        .unwrap();
+    let mut stream = res.bytes_stream().eventsource();
+    let ev = tokio::time::timeout(Duration::from_secs(5), stream.next())
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    let data: serde_json::Value = serde_json::from_str(&ev.data).unwrap();
+    assert_eq!(data["task_id"], mine.as_str());
+    assert!(
+        tokio::time::timeout(Duration::from_millis(300), stream.next())
+            .await
+            .is_err(),
+        "bob's task leaked"
+    );
+}

@@ -1,0 +1,12 @@
+#![allow(unreachable_pub)]
+
+//! End-to-end tests of the control plane: the real server on 127.0.0.1:0 over a real SQLite
+//! file, driven over real HTTP.
+
+mod support;
+
+mod bad_input;
+mod chain;
+mod events;
+mod junit;
+mod worker_api;

@@ -1,0 +1,174 @@
+use std::time::Duration;
+
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+use waymark_server::{Config, DataDir, Running};
+
+pub struct Harness {
+    pub dir: tempfile::TempDir,
+    pub server: Running,
+    pub http: reqwest::Client,
+    pub admin: String,
+    /// alice's worker token.
+    pub alice: String,
+    /// bob's worker token.
+    pub bob: String,
+}
+
+pub fn test_config() -> Config {
+    Config {
+        tick: Duration::from_millis(100),
+        ..Config::default()
+    }
+}
+
+impl Harness {
+    pub async fn start() -> Self {
+        Self::start_with(test_config()).await
+    }
+
+    pub async fn start_with(config: Config) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let data = DataDir::new(dir.path());
+        let server = waymark_server::start(&data, "127.0.0.1:0".parse().unwrap(), config)
+            .await
+            .unwrap();
+        let store = server.state.store.clone();
+        waymark_server::admin::add_user(&*store, "alice")
+            .await
+            .unwrap();
+        waymark_server::admin::add_user(&*store, "bob")
+            .await
+            .unwrap();
+        let (alice, _) =
+            waymark_server::admin::create_worker_token(&*store, "alice-worker", Some("alice"))
+                .await
+                .unwrap();
+        let (bob, _) =
+            waymark_server::admin::create_worker_token(&*store, "bob-worker", Some("bob"))
+                .await
+                .unwrap();
+        let admin = server.admin_token.clone();
+        Harness {
+            dir,
+            server,
+            http: reqwest::Client::new(),
+            admin,
+            alice,
+            bob,
+        }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.server.url())
+    }
+
+    pub async fn send(
+        &self,
+        method: reqwest::Method,
+        token: &str,
+        path: &str,
+        body: Option<Value>,
+    ) -> (StatusCode, Value) {
+        let mut req = self.http.request(method, self.url(path)).bearer_auth(token);
+        if let Some(b) = body {
+            req = req.json(&b);
+        }
+        let res = req.send().await.unwrap();
+        let status = res.status();
+        let text = res.text().await.unwrap();
+        (
+            status,
+            serde_json::from_str(&text).unwrap_or(Value::String(text)),
+        )
+    }
+
+    pub async fn post(&self, token: &str, path: &str, body: Value) -> (StatusCode, Value) {
+        self.send(reqwest::Method::POST, token, path, Some(body))
+            .await
+    }
+
+    pub async fn get(&self, token: &str, path: &str) -> (StatusCode, Value) {
+        self.send(reqwest::Method::GET, token, path, None).await
+    }
+
+    pub async fn create_task(&self, token: &str) -> String {
+        let (s, v) = self
+            .post(
+                token,
+                "/v1/tasks",
+                json!({
+                    "title": "fix the failing checkout test",
+                    "goal": "tests green, staging deployed",
+                    "runtime": "test",
+                    "plan": [{"id": "fix", "title": "fix"}, {"id": "deploy", "title": "deploy", "depends_on": ["fix"]}],
+                    "budget": {"max_tokens": 100000},
+                    "materials": {"repo": "demo", "commit": "abc123"}
+                }),
+            )
+            .await;
+        assert_eq!(s, StatusCode::CREATED, "{v}");
+        v["id"].as_str().unwrap().to_owned()
+    }
+
+    /// Starts an attempt; returns (attempt id, fence).
+    pub async fn attempt(&self, token: &str, task: &str, lease_seconds: u32) -> (String, i64) {
+        let (s, v) = self
+            .post(
+                token,
+                &format!("/v1/tasks/{task}/attempts"),
+                json!({"worker": "w", "lease_seconds": lease_seconds}),
+            )
+            .await;
+        assert_eq!(s, StatusCode::CREATED, "{v}");
+        (
+            v["id"].as_str().unwrap().to_owned(),
+            v["fence"].as_i64().unwrap(),
+        )
+    }
+
+    pub async fn checkpoint(
+        &self,
+        token: &str,
+        task: &str,
+        attempt: &str,
+        fence: i64,
+        seq: i64,
+    ) -> (StatusCode, Value) {
+        self.post(
+            token,
+            &format!("/v1/tasks/{task}/checkpoints"),
+            json!({"attempt_id": attempt, "fence": fence, "sequence": seq,
+                   "body": {"reason": "step_completed", "plan_revision": 1, "summary": format!("step {seq}")}}),
+        )
+        .await
+    }
+
+    pub async fn detail(&self, task: &str) -> Value {
+        let (s, v) = self.get(&self.admin, &format!("/v1/tasks/{task}")).await;
+        assert_eq!(s, StatusCode::OK, "{v}");
+        v
+    }
+
+    pub async fn audit_codes(&self, task: &str) -> Vec<String> {
+        let (s, v) = self
+            .get(&self.admin, &format!("/v1/admin/audit?task={task}"))
+            .await;
+        assert_eq!(s, StatusCode::OK, "{v}");
+        v.as_array()
+            .unwrap()
+            .iter()
+            .map(|a| a["code"].as_str().unwrap().to_owned())
+            .collect()
+    }
+}
+
+pub fn assert_problem(status: StatusCode, body: &Value, want_status: u16, want_code: &str) {
+    assert_eq!(status.as_u16(), want_status, "{body}");
+    assert_eq!(body["code"], want_code, "{body}");
+    assert_eq!(body["status"], want_status, "{body}");
+    assert!(
+        body["detail"].as_str().is_some_and(|d| !d.is_empty()),
+        "{body}"
+    );
+}

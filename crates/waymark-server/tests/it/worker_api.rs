@@ -1,0 +1,516 @@
+use std::time::Duration;
+
+use reqwest::{Method, StatusCode};
+use serde_json::json;
+
+use crate::support::{Harness, assert_problem};
+
+#[tokio::test]
+async fn a_live_lease_is_exclusive_and_an_expired_one_is_taken_over_with_a_higher_fence() {
+    let h = Harness::start().await;
+    let task = h.create_task(&h.alice).await;
+    let (old, f1) = h.attempt(&h.alice, &task, 1).await;
+    assert_eq!(f1, 1);
+
+    let (s, v) = h
+        .post(
+            &h.alice,
+            &format!("/v1/tasks/{task}/attempts"),
+            json!({"worker": "second"}),
+        )
+        .await;
+    assert_problem(s, &v, 409, "lease_held");
+    assert_eq!(v["context"]["attempt_id"], old.as_str());
+
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    let (new, f2) = h.attempt(&h.alice, &task, 30).await;
+    assert_eq!(f2, 2, "takeover gets fence + 1");
+
+    let d = h.detail(&task).await;
+    assert_eq!(d["task"]["fence"], 2);
+    assert_eq!(d["attempts"][0]["state"], "superseded");
+    assert_eq!(d["attempts"][1]["id"], new.as_str());
+    assert_eq!(d["task"]["state"], "running");
+}
+
+#[tokio::test]
+async fn every_fenced_write_of_a_stale_attempt_is_refused_and_audited() {
+    let h = Harness::start().await;
+    let task = h.create_task(&h.alice).await;
+    let (old, f1) = h.attempt(&h.alice, &task, 1).await;
+    let (s, v) = h.checkpoint(&h.alice, &task, &old, f1, 1).await;
+    assert_eq!(s, StatusCode::CREATED, "{v}");
+    let (s, eff) = h
+        .post(
+            &h.alice,
+            &format!("/v1/tasks/{task}/effects"),
+            json!({"attempt_id": old, "fence": f1, "idempotency_key": "deploy-1", "kind": "deploy",
+                   "intent": {"target": "staging"}}),
+        )
+        .await;
+    assert_eq!(s, StatusCode::CREATED, "{eff}");
+    let effect_id = eff["effect"]["id"].as_str().unwrap().to_owned();
+
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    // Even before anyone takes over, an expired lease writes nothing.
+    let (s, v) = h.checkpoint(&h.alice, &task, &old, f1, 2).await;
+    assert_problem(s, &v, 409, "lease_expired");
+
+    let (new, f2) = h.attempt(&h.alice, &task, 30).await;
+
+    let (s, v) = h.checkpoint(&h.alice, &task, &old, f1, 2).await;
+    assert_problem(s, &v, 409, "fenced");
+    assert_eq!(v["context"]["current_fence"], f2);
+
+    let (s, v) = h
+        .send(
+            Method::PATCH,
+            &h.alice,
+            &format!("/v1/effects/{effect_id}"),
+            Some(json!({"attempt_id": old, "fence": f1, "status": "confirmed", "receipt": {"id": 1}})),
+        )
+        .await;
+    assert_problem(s, &v, 409, "fenced");
+
+    let (s, v) = h
+        .post(
+            &h.alice,
+            &format!("/v1/tasks/{task}/test-receipts"),
+            json!({"attempt_id": old, "fence": f1, "command": "pytest", "exit_code": 0,
+                   "junit_xml": "<testsuite name=\"s\"><testcase name=\"t\"/></testsuite>"}),
+        )
+        .await;
+    assert_problem(s, &v, 409, "fenced");
+
+    let (s, v) = h
+        .post(
+            &h.alice,
+            &format!("/v1/attempts/{old}/finish"),
+            json!({"fence": f1, "outcome": "completed"}),
+        )
+        .await;
+    assert_problem(s, &v, 409, "fenced");
+
+    // A caller lying about its fence is refused too.
+    let (s, v) = h.checkpoint(&h.alice, &task, &new, f1, 2).await;
+    assert_problem(s, &v, 409, "fenced");
+
+    // The new attempt writes fine, and nothing of the old one landed.
+    let (s, v) = h.checkpoint(&h.alice, &task, &new, f2, 2).await;
+    assert_eq!(s, StatusCode::CREATED, "{v}");
+    let d = h.detail(&task).await;
+    assert_eq!(d["checkpoints"].as_array().unwrap().len(), 2);
+    assert_eq!(d["effects"][0]["status"], "intended");
+    assert!(d["test_receipts"].as_array().unwrap().is_empty());
+    assert_eq!(d["task"]["state"], "running");
+
+    let codes = h.audit_codes(&task).await;
+    assert_eq!(
+        codes.iter().filter(|c| *c == "fenced").count(),
+        5,
+        "{codes:?}"
+    );
+    assert!(codes.contains(&"lease_expired".to_owned()), "{codes:?}");
+}
+
+#[tokio::test]
+async fn sixteen_writers_race_for_each_sequence_and_exactly_one_wins() {
+    let h = std::sync::Arc::new(Harness::start().await);
+    let task = h.create_task(&h.alice).await;
+    let (att, fence) = h.attempt(&h.alice, &task, 60).await;
+    for seq in 1..=25 {
+        let mut set = tokio::task::JoinSet::new();
+        for _ in 0..16 {
+            let (h, task, att) = (h.clone(), task.clone(), att.clone());
+            set.spawn(async move { h.checkpoint(&h.alice, &task, &att, fence, seq).await });
+        }
+        let mut won = 0;
+        while let Some(r) = set.join_next().await {
+            let (s, v) = r.unwrap();
+            match s.as_u16() {
+                201 => won += 1,
+                409 => {
+                    assert_eq!(v["code"], "sequence_conflict", "{v}");
+                    assert_eq!(v["context"]["current_sequence"], seq, "{v}");
+                }
+                other => panic!("unexpected {other}: {v}"),
+            }
+        }
+        assert_eq!(won, 1, "sequence {seq}: {won} writers won");
+    }
+    let d = h.detail(&task).await;
+    let seqs: Vec<i64> = d["checkpoints"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["sequence"].as_i64().unwrap())
+        .collect();
+    assert_eq!(seqs, (1..=25).collect::<Vec<_>>());
+    assert_eq!(d["chain"]["intact"], true, "{}", d["chain"]);
+}
+
+#[tokio::test]
+async fn effects_are_idempotent_by_key_and_move_only_along_legal_transitions() {
+    let h = Harness::start().await;
+    let task = h.create_task(&h.alice).await;
+    let (att, fence) = h.attempt(&h.alice, &task, 60).await;
+    let declare = |intent: serde_json::Value| {
+        json!({"attempt_id": att, "fence": fence, "idempotency_key": "deploy-staging-abc123",
+               "kind": "deploy", "step": "deploy", "intent": intent})
+    };
+    let path = format!("/v1/tasks/{task}/effects");
+    let (s, first) = h
+        .post(
+            &h.alice,
+            &path,
+            declare(json!({"target": "staging", "commit": "abc123"})),
+        )
+        .await;
+    assert_eq!(s, StatusCode::CREATED, "{first}");
+    assert_eq!(first["created"], true);
+    assert_eq!(first["effect"]["status"], "intended");
+    assert!(
+        first["effect"]["intent_digest"]
+            .as_str()
+            .unwrap()
+            .starts_with("sha256:")
+    );
+
+    // Same key, same body (keys in another order): the same effect.
+    let (s, again) = h
+        .post(
+            &h.alice,
+            &path,
+            declare(json!({"commit": "abc123", "target": "staging"})),
+        )
+        .await;
+    assert_eq!(s, StatusCode::OK, "{again}");
+    assert_eq!(again["created"], false);
+    assert_eq!(again["effect"]["id"], first["effect"]["id"]);
+
+    // Same key, different body: refused.
+    let (s, v) = h
+        .post(
+            &h.alice,
+            &path,
+            declare(json!({"target": "production", "commit": "abc123"})),
+        )
+        .await;
+    assert_problem(s, &v, 422, "idempotency_mismatch");
+    assert_eq!(v["context"]["effect_id"], first["effect"]["id"]);
+
+    let id = first["effect"]["id"].as_str().unwrap();
+    let patch = |status: &str, receipt: serde_json::Value| json!({"attempt_id": att, "fence": fence, "status": status, "receipt": receipt});
+    let epath = format!("/v1/effects/{id}");
+    let (s, v) = h
+        .send(
+            Method::PATCH,
+            &h.alice,
+            &epath,
+            Some(patch("in_progress", json!(null))),
+        )
+        .await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    let (s, v) = h
+        .send(
+            Method::PATCH,
+            &h.alice,
+            &epath,
+            Some(patch("unknown", json!(null))),
+        )
+        .await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+
+    // The server never resolves `unknown` on its own, whatever time passes.
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert_eq!(h.detail(&task).await["effects"][0]["status"], "unknown");
+
+    let (s, v) = h
+        .send(
+            Method::PATCH,
+            &h.alice,
+            &epath,
+            Some(patch("confirmed", json!({"deploy_id": "d-1"}))),
+        )
+        .await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    let cursor_after_confirm = v["cursor"].as_i64().unwrap();
+
+    // The same receipt again is applied once.
+    let (s, v) = h
+        .send(
+            Method::PATCH,
+            &h.alice,
+            &epath,
+            Some(patch("confirmed", json!({"deploy_id": "d-1"}))),
+        )
+        .await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    assert_eq!(
+        v["cursor"].as_i64().unwrap(),
+        cursor_after_confirm,
+        "a repeat writes no event"
+    );
+
+    let (s, v) = h
+        .send(
+            Method::PATCH,
+            &h.alice,
+            &epath,
+            Some(patch("confirmed", json!({"deploy_id": "d-2"}))),
+        )
+        .await;
+    assert_problem(s, &v, 409, "illegal_transition");
+    let (s, v) = h
+        .send(
+            Method::PATCH,
+            &h.alice,
+            &epath,
+            Some(patch("in_progress", json!(null))),
+        )
+        .await;
+    assert_problem(s, &v, 409, "illegal_transition");
+
+    let d = h.detail(&task).await;
+    assert_eq!(d["effects"].as_array().unwrap().len(), 1);
+    assert_eq!(d["effects"][0]["receipt"], json!({"deploy_id": "d-1"}));
+}
+
+#[tokio::test]
+async fn approvals_bind_the_intent_digest_and_long_polls_see_the_outcome() {
+    let h = std::sync::Arc::new(Harness::start().await);
+    let task = h.create_task(&h.alice).await;
+    let (att, fence) = h.attempt(&h.alice, &task, 60).await;
+    let intent = json!({"target": "staging", "commit": "abc123", "artifacts": ["sha256:00"]});
+    let path = format!("/v1/tasks/{task}/approvals");
+
+    let (s, v) = h
+        .post(
+            &h.alice,
+            &path,
+            json!({"attempt_id": att, "fence": fence, "intent": intent,
+                                      "intent_digest": "sha256:0000", "summary": "deploy?"}),
+        )
+        .await;
+    assert_problem(s, &v, 422, "validation_failed");
+
+    let digest = waymark_proto::digest::json_digest(&intent).unwrap();
+    let (s, appr) = h
+        .post(&h.alice, &path, json!({"attempt_id": att, "fence": fence, "intent": intent,
+                                      "intent_digest": digest, "summary": "deploy abc123 to staging?",
+                                      "step": "deploy", "expires_in_seconds": 600}))
+        .await;
+    assert_eq!(s, StatusCode::CREATED, "{appr}");
+    assert_eq!(appr["status"], "pending");
+    assert_eq!(appr["intent_digest"], digest.as_str());
+    assert_eq!(appr["plan_revision"], 1);
+    assert_eq!(appr["default_option"], "deny");
+    assert_eq!(h.detail(&task).await["task"]["state"], "waiting_approval");
+
+    let id = appr["id"].as_str().unwrap().to_owned();
+    let poll = format!("/v1/tasks/{task}/decisions/{id}?wait=1s");
+    let started = std::time::Instant::now();
+    let (s, v) = h.get(&h.alice, &poll).await;
+    assert_eq!(s, StatusCode::OK);
+    assert_eq!(v["status"], "pending");
+    assert!(
+        started.elapsed() >= Duration::from_millis(900),
+        "the long-poll waited"
+    );
+
+    let waiter = {
+        let h = h.clone();
+        let poll = format!("/v1/tasks/{task}/decisions/{id}?wait=30s");
+        tokio::spawn(async move { h.get(&h.alice, &poll).await })
+    };
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    // Workers cannot answer their own approvals.
+    let (s, v) = h
+        .post(
+            &h.alice,
+            &format!("/v1/admin/decisions/{id}/resolve"),
+            json!({"option": "approve"}),
+        )
+        .await;
+    assert_problem(s, &v, 403, "forbidden");
+    let (s, v) = h
+        .post(
+            &h.admin,
+            &format!("/v1/admin/decisions/{id}/resolve"),
+            json!({"option": "maybe"}),
+        )
+        .await;
+    assert_problem(s, &v, 422, "validation_failed");
+    let (s, v) = h
+        .post(
+            &h.admin,
+            &format!("/v1/admin/decisions/{id}/resolve"),
+            json!({"option": "approve"}),
+        )
+        .await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    let (s, v) = waiter.await.unwrap();
+    assert_eq!(s, StatusCode::OK);
+    assert_eq!(v["status"], "resolved");
+    assert_eq!(v["outcome"]["option"], "approve");
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "the long-poll returned on the change"
+    );
+    assert_eq!(h.detail(&task).await["task"]["state"], "running");
+
+    let (s, v) = h
+        .post(
+            &h.admin,
+            &format!("/v1/admin/decisions/{id}/resolve"),
+            json!({"option": "deny"}),
+        )
+        .await;
+    assert_problem(s, &v, 409, "decision_closed");
+}
+
+#[tokio::test]
+async fn an_unanswered_decision_takes_its_stated_default_on_expiry() {
+    let h = Harness::start().await;
+    let task = h.create_task(&h.alice).await;
+    let (s, d) = h
+        .post(
+            &h.alice,
+            &format!("/v1/tasks/{task}/decisions"),
+            json!({"kind": "budget", "question": "80% of the budget is spent",
+                   "options": [
+                     {"id": "relevant_tests", "label": "Run only relevant tests", "gives_up": "full-suite coverage"},
+                     {"id": "full_suite", "label": "Continue the full suite", "gives_up": "budget: +$2", "cost": "$2"},
+                     {"id": "deliver_patch", "label": "Stop and deliver the patch", "gives_up": "unverified tests"}],
+                   "default_option": "deliver_patch", "expires_in_seconds": 1}),
+        )
+        .await;
+    assert_eq!(s, StatusCode::CREATED, "{d}");
+    assert_eq!(h.detail(&task).await["task"]["state"], "waiting_human");
+    let id = d["id"].as_str().unwrap();
+    let (s, v) = h
+        .get(
+            &h.alice,
+            &format!("/v1/tasks/{task}/decisions/{id}?wait=10s"),
+        )
+        .await;
+    assert_eq!(s, StatusCode::OK);
+    assert_eq!(v["status"], "expired", "{v}");
+    assert_eq!(v["outcome"]["option"], "deliver_patch");
+    assert_eq!(v["outcome"]["by"], "default");
+
+    let (s, v) = h
+        .post(
+            &h.alice,
+            &format!("/v1/tasks/{task}/decisions"),
+            json!({"kind": "budget", "question": "q", "options": [{"id": "a", "label": "A"}]}),
+        )
+        .await;
+    assert_problem(s, &v, 422, "validation_failed");
+}
+
+#[tokio::test]
+async fn artifacts_are_content_addressed_and_visible_only_to_their_owner() {
+    let h = Harness::start().await;
+    let task = h.create_task(&h.alice).await;
+    let diff = "--- a/x\n+++ b/x\n@@ -1 +1 @@\n-bug\n+fix\n";
+    let upload = || {
+        h.http
+            .post(h.url(&format!(
+                "/v1/tasks/{task}/artifacts?name=fix.diff&step=fix"
+            )))
+            .bearer_auth(&h.alice)
+            .header("content-type", "text/x-diff")
+            .body(diff)
+            .send()
+    };
+    let a: serde_json::Value = upload().await.unwrap().json().await.unwrap();
+    let b: serde_json::Value = upload().await.unwrap().json().await.unwrap();
+    let sha = a["sha256"].as_str().unwrap();
+    assert_eq!(sha, waymark_proto::digest::sha256_hex(diff.as_bytes()));
+    assert_eq!(b["sha256"], sha);
+    assert_eq!(a["media_type"], "text/x-diff");
+
+    let res = h
+        .http
+        .get(h.url(&format!("/v1/blobs/{sha}")))
+        .bearer_auth(&h.alice)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), StatusCode::OK);
+    assert_eq!(res.text().await.unwrap(), diff);
+    let (s, v) = h.get(&h.bob, &format!("/v1/blobs/{sha}")).await;
+    assert_problem(s, &v, 404, "not_found");
+    let (s, v) = h.get(&h.bob, &format!("/v1/tasks/{task}")).await;
+    assert_problem(s, &v, 404, "not_found");
+    let (s, v) = h.get(&h.bob, "/v1/snapshot").await;
+    assert_eq!(s, StatusCode::OK);
+    assert!(
+        v["tasks"].as_array().unwrap().is_empty(),
+        "bob sees none of alice's tasks"
+    );
+    let (_, v) = h.get(&h.alice, "/v1/snapshot").await;
+    assert_eq!(v["tasks"].as_array().unwrap().len(), 1);
+    assert_eq!(v["tasks"][0]["owner"], "alice");
+}
+
+#[tokio::test]
+async fn messages_usage_and_finish_complete_the_thread() {
+    let h = Harness::start().await;
+    let task = h.create_task(&h.alice).await;
+    let (att, fence) = h.attempt(&h.alice, &task, 60).await;
+    let (s, v) = h
+        .post(
+            &h.alice,
+            &format!("/v1/tasks/{task}/messages"),
+            json!({"attempt_id": att, "fence": fence,
+                     "messages": [{"role": "assistant", "text": "reproduced the failure"},
+                                  {"role": "assistant", "text": "patched the off-by-one"}]}),
+        )
+        .await;
+    assert_eq!(s, StatusCode::CREATED, "{v}");
+    assert_eq!(v["messages"][1]["seq"], 2);
+    let (s, v) = h
+        .post(
+            &h.alice,
+            &format!("/v1/tasks/{task}/usage"),
+            json!({"tokens": 1200, "cost_usd": 0.25, "wall_seconds": 30}),
+        )
+        .await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    let (_, v) = h
+        .post(
+            &h.alice,
+            &format!("/v1/tasks/{task}/usage"),
+            json!({"tokens": 800, "cost_usd": 0.5}),
+        )
+        .await;
+    assert_eq!(v["usage"]["tokens"], 2000);
+    assert_eq!(v["usage"]["cost_usd"], 0.75);
+
+    let (s, v) = h
+        .post(&h.alice, &format!("/v1/attempts/{att}/finish"),
+              json!({"fence": fence, "outcome": "partially_delivered", "summary": "patch ready; deploy not approved"}))
+        .await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    let d = h.detail(&task).await;
+    assert_eq!(d["task"]["state"], "partially_delivered");
+    assert_eq!(
+        d["task"]["outcome_summary"],
+        "patch ready; deploy not approved"
+    );
+    assert_eq!(d["attempts"][0]["state"], "finished");
+    assert_eq!(d["messages"].as_array().unwrap().len(), 2);
+
+    let (s, v) = h.checkpoint(&h.alice, &task, &att, fence, 1).await;
+    assert_problem(s, &v, 409, "attempt_closed");
+    let (s, v) = h
+        .post(
+            &h.alice,
+            &format!("/v1/tasks/{task}/attempts"),
+            json!({"worker": "late"}),
+        )
+        .await;
+    assert_problem(s, &v, 409, "task_terminal");
+}
