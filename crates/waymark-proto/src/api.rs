@@ -6,7 +6,7 @@ use serde_json::Value;
 use utoipa::ToSchema;
 
 use crate::state::{
-    AttemptState, DecisionKind, DecisionStatus, EffectStatus, FinishOutcome, TaskState,
+    AttemptState, DecisionKind, DecisionStatus, EffectStatus, FinishOutcome, Operation, TaskState,
 };
 
 /// One step of a task's plan (a DAG through `depends_on`).
@@ -166,20 +166,28 @@ pub struct Heartbeat {
     /// New lease length in seconds (default: the server's default).
     #[serde(default)]
     pub lease_seconds: Option<u32>,
+    /// Control commands the worker has seen (by `command_id`); they stop being redelivered
+    /// and their senders see them acknowledged.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub acknowledged: Vec<String>,
 }
 
-/// A control command waiting for the worker (pause, cancel, replan…).
+/// A control command for the worker (pause, resume, cancel, replan, take-over), delivered
+/// on the heartbeat reply and on `GET /v1/attempts/{attempt}/control` (SSE `event: control`)
+/// until the worker acknowledges it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct ControlCommand {
     /// The steer command's id.
     pub command_id: String,
     /// The operation.
-    pub operation: String,
-    /// Its arguments.
+    pub operation: Operation,
+    /// Its arguments (e.g. `{"instructions": "…"}` for a replan).
     #[schema(value_type = Object)]
     pub args: Value,
     /// The plan revision after it applied.
     pub plan_revision: i64,
+    /// When it applied.
+    pub applied_at: DateTime<Utc>,
 }
 
 /// Reply to a heartbeat.

@@ -164,6 +164,34 @@ str_enum! {
 }
 
 str_enum! {
+    /// What a signed steer command asks (SPEC §5).
+    pub enum Operation {
+        /// Stop claiming new steps; keep the checkpoint. Always applies.
+        Pause => "pause",
+        /// Continue after a pause.
+        Resume => "resume",
+        /// Revoke the lease, stop the runner, reconcile effects.
+        Cancel => "cancel",
+        /// Suspend the run and replan: new plan revision, old approvals void.
+        SuspendAndReplan => "suspend_and_replan",
+        /// Replan: new plan revision, old approvals void.
+        Replan => "replan",
+        /// Answer a question decision.
+        AnswerQuestion => "answer_question",
+        /// Approve an approval (bound to its intent digest and plan revision).
+        Approve => "approve",
+        /// Deny an approval.
+        Deny => "deny",
+        /// Choose an option of a decision (budget and others).
+        ChooseOption => "choose_option",
+        /// A new owner takes control; the old one is fenced off.
+        TakeOver => "take_over",
+        /// Not a steer: a signed request for a read session token.
+        OpenSession => "open_session",
+    }
+}
+
+str_enum! {
     /// How a worker ends an attempt.
     pub enum FinishOutcome {
         /// The task's goal is met and verified.
