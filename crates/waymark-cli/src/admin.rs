@@ -24,6 +24,24 @@ enum AdminCommand {
     /// Users, who own tasks.
     #[command(subcommand)]
     User(UserCommand),
+    /// A one-time pairing code for a device of `--user`: code, `waymark://` link and QR code.
+    Pair {
+        /// The user the device will act for.
+        #[arg(long)]
+        user: String,
+        /// What the device may do: `view`, `steer`, `approve` (comma-separated).
+        #[arg(long, value_delimiter = ',', default_value = "view,steer,approve")]
+        scopes: Vec<String>,
+        /// How long the code is valid, e.g. `10m`, `1h`.
+        #[arg(long, default_value = "10m", value_parser = humantime::parse_duration)]
+        ttl: std::time::Duration,
+        /// The server URL the device should use (default: where `waymark serve` listens).
+        #[arg(long)]
+        server: Option<String>,
+    },
+    /// Paired devices.
+    #[command(subcommand)]
+    Device(DeviceCommand),
     /// Print a new worker token; tasks created with it belong to `--user`.
     WorkerToken {
         /// The worker's name (for audit).
@@ -32,6 +50,17 @@ enum AdminCommand {
         /// The user its tasks belong to (default: `admin`).
         #[arg(long)]
         user: Option<String>,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum DeviceCommand {
+    /// List devices.
+    List,
+    /// Revoke a device: its sessions and commands are refused from now on.
+    Revoke {
+        /// The device id (`dev_…`).
+        device: String,
     },
 }
 
@@ -73,6 +102,92 @@ pub(crate) async fn run(args: AdminArgs, json: bool) -> CliResult {
                     .join("\n")
             });
         }
+        AdminCommand::Pair {
+            user,
+            scopes,
+            ttl,
+            server,
+        } => {
+            let ttl_ms = i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX);
+            if ttl_ms < 1000 {
+                return Err(crate::output::Failure::new(
+                    crate::output::Exit::Usage,
+                    "bad_ttl",
+                    "`--ttl` must be at least 1s",
+                ));
+            }
+            let (code, expires) =
+                waymark_server::steer::create_pairing(&store, &user, &scopes, ttl_ms)
+                    .await
+                    .map_err(admin_failure)?;
+            let server = server
+                .or_else(|| dir.recorded_url())
+                .unwrap_or_else(|| "http://127.0.0.1:7700".into());
+            let link = pairing_link(&server, &code);
+            let expires = rfc3339(expires);
+            emit(
+                json,
+                &serde_json::json!({"code": code, "link": link, "server": server, "user": user, "scopes": scopes, "expires_at": expires}),
+                || {
+                    let qr = qrcode::QrCode::new(link.as_bytes())
+                        .map(|q| {
+                            q.render::<qrcode::render::unicode::Dense1x2>()
+                                .quiet_zone(true)
+                                .build()
+                        })
+                        .unwrap_or_default();
+                    format!(
+                        "{qr}\npairing code for `{user}` ({}): {code}\n  link:    {link}\n  expires: {expires} (single use)\n\non the device: waymark pair '{link}'",
+                        scopes.join(",")
+                    )
+                },
+            );
+        }
+        AdminCommand::Device(DeviceCommand::List) => {
+            let devices = waymark_server::steer::list_devices(&store)
+                .await
+                .map_err(admin_failure)?;
+            emit(
+                json,
+                &serde_json::to_value(&devices).unwrap_or_default(),
+                || {
+                    if devices.is_empty() {
+                        return "no devices — pair one with `waymark admin pair --user NAME`"
+                            .into();
+                    }
+                    devices
+                        .iter()
+                        .map(|d| {
+                            let state = if d.revoked_at.is_some() {
+                                "revoked"
+                            } else {
+                                "active"
+                            };
+                            format!(
+                                "{}  {:<8} {:<10} {:<20} {}",
+                                d.id,
+                                state,
+                                d.user,
+                                d.name,
+                                d.scopes.join(",")
+                            )
+                        })
+                        .collect::<Vec<_>>()
+                        .join("\n")
+                },
+            );
+        }
+        AdminCommand::Device(DeviceCommand::Revoke { device }) => {
+            let d = waymark_server::steer::revoke_device(&store, &device)
+                .await
+                .map_err(admin_failure)?;
+            emit(json, &serde_json::to_value(&d).unwrap_or_default(), || {
+                format!(
+                    "revoked `{}` ({}): its sessions and commands are refused from now on",
+                    d.id, d.name
+                )
+            });
+        }
         AdminCommand::WorkerToken { name, user } => {
             let (token, user) = ops::create_worker_token(&store, &name, user.as_deref())
                 .await
@@ -85,4 +200,25 @@ pub(crate) async fn run(args: AdminArgs, json: bool) -> CliResult {
         }
     }
     Ok(())
+}
+
+/// `waymark://pair?server=…&code=…`.
+fn pairing_link(server: &str, code: &str) -> String {
+    let enc = |s: &str| -> String {
+        s.bytes()
+            .map(|b| match b {
+                b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                    (b as char).to_string()
+                }
+                _ => format!("%{b:02X}"),
+            })
+            .collect()
+    };
+    format!("waymark://pair?server={}&code={}", enc(server), enc(code))
+}
+
+fn rfc3339(ms: i64) -> String {
+    chrono::DateTime::<chrono::Utc>::from_timestamp_millis(ms)
+        .map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true))
+        .unwrap_or_default()
 }

@@ -38,11 +38,13 @@ pub(crate) fn admin_failure(e: AdminError) -> Failure {
         AdminError::UnknownUser(_) => "unknown_user",
         AdminError::UserExists(_) => "user_exists",
         AdminError::InvalidName(_) => "invalid_name",
+        AdminError::InvalidScope(_) => "invalid_scope",
+        AdminError::UnknownDevice(_) => "unknown_device",
         AdminError::Store(waymark_store::StoreError::NewerSchema { .. }) => "newer_schema",
         AdminError::Store(_) => "storage",
     };
     let exit = match &e {
-        AdminError::InvalidName(_) => Exit::Usage,
+        AdminError::InvalidName(_) | AdminError::InvalidScope(_) => Exit::Usage,
         _ => Exit::Refused,
     };
     Failure::new(exit, code, e.to_string())

@@ -391,6 +391,9 @@ pub struct Effect {
     pub created_at: DateTime<Utc>,
     /// Last change.
     pub updated_at: DateTime<Utc>,
+    /// Why it needs reconciliation or may no longer start (cancel, replan).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub flag: Option<String>,
 }
 
 /// Reply to a declaration: the effect, and whether this call created it.

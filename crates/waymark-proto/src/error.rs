@@ -61,6 +61,14 @@ codes! {
     DecisionClosed => ("decision_closed", 409, "decision is closed"),
     /// The plan revision moved on.
     RevisionConflict => ("revision_conflict", 409, "plan revision conflict"),
+    /// The task is paused: no new step or effect may start until it is resumed.
+    TaskPaused => ("task_paused", 409, "task is paused"),
+    /// No pairing code like this one.
+    PairingCodeInvalid => ("pairing_code_invalid", 401, "unknown pairing code"),
+    /// The pairing code has expired.
+    PairingCodeExpired => ("pairing_code_expired", 410, "pairing code expired"),
+    /// The pairing code was used already.
+    PairingCodeUsed => ("pairing_code_used", 409, "pairing code already used"),
     /// The event cursor is older than the server's retention: re-snapshot.
     CursorExpired => ("cursor_expired", 410, "event cursor expired"),
     /// The route exists but not with this method.

@@ -45,6 +45,12 @@ pub enum EventKind {
     /// `data`: `{"messages": [Message…]}`.
     #[serde(rename = "messages.appended")]
     MessagesAppended,
+    /// `data`: the `CommandResult` of an applied steer command.
+    #[serde(rename = "command.applied")]
+    CommandApplied,
+    /// `data`: the `CommandAck` (the worker saw the command).
+    #[serde(rename = "command.acknowledged")]
+    CommandAcknowledged,
 }
 
 impl EventKind {
@@ -63,6 +69,8 @@ impl EventKind {
             EventKind::ArtifactAdded => "artifact.added",
             EventKind::TestReceiptAdded => "test_receipt.added",
             EventKind::MessagesAppended => "messages.appended",
+            EventKind::CommandApplied => "command.applied",
+            EventKind::CommandAcknowledged => "command.acknowledged",
         }
     }
 }

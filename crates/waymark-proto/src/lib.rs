@@ -7,14 +7,17 @@ pub mod digest;
 pub mod error;
 pub mod event;
 pub mod ids;
+pub mod signing;
 pub mod state;
+pub mod steer;
 
 pub use api::*;
 pub use error::{ErrorCode, Problem};
 pub use event::{Event, EventKind};
 pub use state::{
-    AttemptState, DecisionKind, DecisionStatus, EffectStatus, FinishOutcome, TaskState,
+    AttemptState, DecisionKind, DecisionStatus, EffectStatus, FinishOutcome, Operation, TaskState,
 };
+pub use steer::*;
 
 /// Largest integer a JSON number carries exactly (SPEC §9: sequences, fences, revisions and
 /// cursors stay below it).

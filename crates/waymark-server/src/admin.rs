@@ -34,6 +34,12 @@ pub enum AdminError {
     /// A name that cannot be used.
     #[error("invalid name `{0}`: use 1–64 letters, digits, `-`, `_` or `.`")]
     InvalidName(String),
+    /// Not a scope.
+    #[error("unknown scope `{0}`: use `view`, `steer` and `approve`")]
+    InvalidScope(String),
+    /// No such device.
+    #[error("no device `{0}` — list them with `waymark admin device list`")]
+    UnknownDevice(String),
     /// Storage.
     #[error(transparent)]
     Store(#[from] StoreError),
@@ -64,6 +70,26 @@ impl DataDir {
     /// The admin credential, readable only by its owner.
     pub fn admin_token_file(&self) -> PathBuf {
         self.root.join("admin.token")
+    }
+
+    /// Where the running server said it listens (for pairing links).
+    pub fn server_url_file(&self) -> PathBuf {
+        self.root.join("server.url")
+    }
+
+    /// Records the URL the server listens on; pairing links default to it.
+    pub fn record_url(&self, url: &str) {
+        if let Err(e) = std::fs::write(self.server_url_file(), format!("{url}\n")) {
+            tracing::warn!(error = %e, "could not record the server URL in the data dir");
+        }
+    }
+
+    /// The URL the server last said it listens on.
+    pub fn recorded_url(&self) -> Option<String> {
+        std::fs::read_to_string(self.server_url_file())
+            .ok()
+            .map(|s| s.trim().to_owned())
+            .filter(|s| !s.is_empty())
     }
 
     /// Creates the dir if needed, checks it is writable, and opens (migrating) the store.

@@ -18,6 +18,9 @@ pub enum CallerKind {
     Admin,
     /// An agent or adapter, acting for its user.
     Worker,
+    /// A paired device with a read session: reads its user's tasks; steers only with signed
+    /// commands.
+    Device,
 }
 
 /// An authenticated caller.
@@ -31,12 +34,16 @@ pub struct Caller {
     pub user_id: String,
 }
 
+/// A caller that may use the worker API (admin or worker token, not a device session).
+#[derive(Debug, Clone)]
+pub struct WorkerCaller(pub Caller);
+
 impl Caller {
     /// `None` for the admin (sees every owner), else the user whose tasks are visible.
     pub fn owner_filter(&self) -> Option<&str> {
         match self.kind {
             CallerKind::Admin => None,
-            CallerKind::Worker => Some(&self.user_id),
+            CallerKind::Worker | CallerKind::Device => Some(&self.user_id),
         }
     }
 
@@ -50,6 +57,7 @@ impl Caller {
         match self.kind {
             CallerKind::Admin => "admin".to_owned(),
             CallerKind::Worker => format!("worker:{}", self.name),
+            CallerKind::Device => format!("device:{}", self.name),
         }
     }
 }
@@ -61,6 +69,7 @@ pub fn new_secret(kind: CallerKind) -> String {
     let tag = match kind {
         CallerKind::Admin => "a",
         CallerKind::Worker => "w",
+        CallerKind::Device => "s",
     };
     format!(
         "wmk_{tag}_{}",
@@ -101,6 +110,9 @@ impl FromRequestParts<AppState> for Caller {
                 )
             })?;
         let mut tx = state.store.read().await?;
+        if secret.starts_with("wmk_s_") {
+            return device_caller(&mut tx, secret).await;
+        }
         let token = tx.token_by_hash(&secret_hash(secret)).await?;
         let Some(token) = token.filter(|t| t.revoked_at.is_none()) else {
             return Err(ApiError::new(
@@ -117,5 +129,54 @@ impl FromRequestParts<AppState> for Caller {
             name: token.name,
             user_id: token.user_id,
         })
+    }
+}
+
+async fn device_caller(
+    tx: &mut Box<dyn waymark_store::StoreTx>,
+    secret: &str,
+) -> Result<Caller, ApiError> {
+    let expired = || {
+        ApiError::new(
+            ErrorCode::Unauthorized,
+            "the device session is unknown or expired; open a new one with a signed `open_session`",
+        )
+    };
+    let session = tx
+        .device_session(&secret_hash(secret))
+        .await?
+        .ok_or_else(expired)?;
+    if session.expires_at <= crate::now_ms() {
+        return Err(expired());
+    }
+    let device = tx.device(&session.device_id).await?.ok_or_else(expired)?;
+    if device.revoked_at.is_some() {
+        return Err(ApiError::new(
+            ErrorCode::Unauthorized,
+            "this device was revoked; pair it again",
+        ));
+    }
+    Ok(Caller {
+        kind: CallerKind::Device,
+        name: device.id,
+        user_id: device.user_id,
+    })
+}
+
+impl FromRequestParts<AppState> for WorkerCaller {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(
+        parts: &mut Parts,
+        state: &AppState,
+    ) -> Result<Self, Self::Rejection> {
+        let caller = Caller::from_request_parts(parts, state).await?;
+        if caller.kind == CallerKind::Device {
+            return Err(ApiError::new(
+                ErrorCode::Forbidden,
+                "device sessions read; they write only through signed commands (`POST /v1/commands`)",
+            ));
+        }
+        Ok(WorkerCaller(caller))
     }
 }

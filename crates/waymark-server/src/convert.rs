@@ -102,6 +102,7 @@ pub(crate) fn effect(e: &s::EffectRow) -> R<p::Effect> {
         fence: e.fence,
         created_at: dt(e.created_at),
         updated_at: dt(e.updated_at),
+        flag: e.flag.clone(),
     })
 }
 

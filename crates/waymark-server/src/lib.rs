@@ -12,6 +12,7 @@ mod junit;
 mod metrics;
 mod openapi;
 mod reads;
+pub mod steer;
 mod worker;
 
 use std::net::SocketAddr;
@@ -137,6 +138,10 @@ pub fn app(state: AppState) -> Router {
         )
         .route("/v1/tasks/{task}/messages", post(worker::append_messages))
         .route("/v1/tasks/{task}/usage", post(worker::report_usage))
+        .route("/v1/attempts/{attempt}/control", get(steer::control_stream))
+        .route("/v1/devices/pair", post(steer::pair))
+        .route("/v1/devices/{device}/session", post(steer::open_session))
+        .route("/v1/commands", post(steer::submit))
         .route("/v1/snapshot", get(reads::snapshot))
         .route("/v1/events", get(reads::events))
         .route("/v1/blobs/{sha256}", get(reads::blob))
@@ -146,6 +151,7 @@ pub fn app(state: AppState) -> Router {
         )
         .route("/v1/admin/events/prune", post(reads::admin_prune))
         .route("/v1/admin/audit", get(reads::admin_audit))
+        .route("/v1/admin/tasks/{task}/commands", get(steer::admin_ledger))
         .fallback(reads::not_found)
         .method_not_allowed_fallback(reads::method_not_allowed)
         .layer(axum::middleware::from_fn_with_state(
@@ -246,6 +252,7 @@ pub async fn start(
             })
             .await
     });
+    data_dir.record_url(&format!("http://{addr}"));
     tracing::info!(%addr, dir = %data_dir.root().display(), "control plane listening");
     Ok(Running {
         addr,

@@ -94,10 +94,12 @@ impl Drop for SubscriberGuard {
 
 impl Metrics {
     pub(crate) fn refusal(&self, code: ErrorCode) {
+        self.refusal_code(code.as_str());
+    }
+
+    pub(crate) fn refusal_code(&self, code: &str) {
         self.refusals
-            .get_or_create(&CodeLabels {
-                code: code.as_str().into(),
-            })
+            .get_or_create(&CodeLabels { code: code.into() })
             .inc();
     }
 

@@ -5,7 +5,7 @@ use axum::Json;
 use utoipa::OpenApi;
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 
-use crate::{reads, worker};
+use crate::{reads, steer, worker};
 
 #[derive(OpenApi)]
 #[openapi(
@@ -27,12 +27,17 @@ use crate::{reads, worker};
         worker::submit_test_receipt,
         worker::append_messages,
         worker::report_usage,
+        steer::control_stream,
+        steer::pair,
+        steer::open_session,
+        steer::submit,
         reads::snapshot,
         reads::events,
         reads::blob,
         worker::admin_resolve,
         reads::admin_prune,
         reads::admin_audit,
+        steer::admin_ledger,
     ),
     components(schemas(waymark_proto::Event, waymark_proto::EventKind, waymark_proto::ErrorCode)),
     modifiers(&BearerAuth),

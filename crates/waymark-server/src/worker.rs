@@ -12,7 +12,7 @@ use waymark_proto::digest::{checkpoint_digest, json_digest, sha256_hex};
 use waymark_proto::*;
 use waymark_store::*;
 
-use crate::auth::{Caller, CallerKind};
+use crate::auth::{Caller, CallerKind, WorkerCaller};
 use crate::error::{ApiError, ApiResult};
 use crate::extract::{Json, read_limited};
 use crate::{AppState, convert, now_ms};
@@ -230,7 +230,7 @@ fn to_value<T: Serialize>(v: &T) -> Value {
     serde_json::to_value(v).unwrap_or(Value::Null)
 }
 
-fn validate_plan(plan: &[PlanStep]) -> ApiResult<()> {
+pub(crate) fn validate_plan(plan: &[PlanStep]) -> ApiResult<()> {
     let mut seen = std::collections::HashSet::new();
     for s in plan {
         check_text("plan[].id", &s.id, 128, true)?;
@@ -296,7 +296,7 @@ fn created<T>(cursor: i64, value: T) -> Created<T> {
               (status = 422, body = Problem)))]
 pub(crate) async fn create_task(
     State(st): State<AppState>,
-    caller: Caller,
+    WorkerCaller(caller): WorkerCaller,
     Json(req): Json<CreateTask>,
 ) -> ApiResult<Created<Task>> {
     check_text("title", &req.title, 200, true)?;
@@ -353,7 +353,7 @@ fn lease_ms(st: &AppState, requested: Option<u32>) -> i64 {
     responses((status = 201, body = Attempt), (status = 409, body = Problem, description = "`lease_held`, `task_terminal`")))]
 pub(crate) async fn start_attempt(
     State(st): State<AppState>,
-    caller: Caller,
+    WorkerCaller(caller): WorkerCaller,
     Path(task_id): Path<String>,
     Json(req): Json<StartAttempt>,
 ) -> ApiResult<Created<Attempt>> {
@@ -433,7 +433,7 @@ pub(crate) async fn start_attempt(
     responses((status = 200, body = HeartbeatReply), (status = 409, body = Problem, description = "`fenced`, `lease_expired`, `attempt_closed`")))]
 pub(crate) async fn heartbeat(
     State(st): State<AppState>,
-    caller: Caller,
+    WorkerCaller(caller): WorkerCaller,
     Path(attempt_id): Path<String>,
     Json(req): Json<Heartbeat>,
 ) -> ApiResult<Out<HeartbeatReply>> {
@@ -447,12 +447,14 @@ pub(crate) async fn heartbeat(
         check_fence(&task, &attempt, req.fence, now_ms())?;
         attempt.expires_at = now_ms() + lease_ms(&st, req.lease_seconds);
         tx.update_attempt(&attempt).await?;
+        let commands =
+            crate::steer::exchange_controls(&mut tx, &task, &attempt.id, &req.acknowledged).await?;
         tx.commit().await?;
         Ok(Out(HeartbeatReply {
             expires_at: convert::dt(attempt.expires_at),
             task_state: task.state.parse().unwrap_or(TaskState::Running),
             plan_revision: task.plan_revision,
-            commands: Vec::new(),
+            commands,
         }))
     })
     .await
@@ -463,7 +465,7 @@ pub(crate) async fn heartbeat(
     responses((status = 201, body = Checkpoint), (status = 409, body = Problem, description = "`sequence_conflict`, `fenced`, `lease_expired`")))]
 pub(crate) async fn append_checkpoint(
     State(st): State<AppState>,
-    caller: Caller,
+    WorkerCaller(caller): WorkerCaller,
     Path(task_id): Path<String>,
     Json(req): Json<AppendCheckpoint>,
 ) -> ApiResult<Created<Checkpoint>> {
@@ -523,7 +525,7 @@ pub(crate) async fn append_checkpoint(
               (status = 422, body = Problem, description = "`idempotency_mismatch`")))]
 pub(crate) async fn declare_effect(
     State(st): State<AppState>,
-    caller: Caller,
+    WorkerCaller(caller): WorkerCaller,
     Path(task_id): Path<String>,
     Json(req): Json<DeclareEffect>,
 ) -> ApiResult<(StatusCode, Out<Written<EffectDeclared>>)> {
@@ -555,6 +557,13 @@ pub(crate) async fn declare_effect(
             let effect = convert::effect(&existing)?;
             return Ok((StatusCode::OK, Out(Written { cursor, value: EffectDeclared { created: false, effect } })));
         }
+        if task.state == TaskState::Paused.as_str() {
+            return Err(ApiError::new(
+                ErrorCode::TaskPaused,
+                "the task is paused: no new effect may start until it is resumed",
+            )
+            .on_task(&task.id));
+        }
         let now = now_ms();
         let row = EffectRow {
             id: ids::effect(),
@@ -572,6 +581,7 @@ pub(crate) async fn declare_effect(
             fence: req.fence,
             created_at: now,
             updated_at: now,
+            flag: None,
         };
         match tx.insert_effect(&row).await {
             Err(StoreError::Conflict(_)) => {
@@ -593,7 +603,7 @@ pub(crate) async fn declare_effect(
     responses((status = 200, body = Effect), (status = 409, body = Problem, description = "`illegal_transition`, `fenced`")))]
 pub(crate) async fn update_effect(
     State(st): State<AppState>,
-    caller: Caller,
+    WorkerCaller(caller): WorkerCaller,
     Path(effect_id): Path<String>,
     Json(req): Json<UpdateEffect>,
 ) -> ApiResult<Out<Written<Effect>>> {
@@ -721,7 +731,7 @@ async fn open_decision(
     responses((status = 201, body = Decision), (status = 422, body = Problem)))]
 pub(crate) async fn request_approval(
     State(st): State<AppState>,
-    caller: Caller,
+    WorkerCaller(caller): WorkerCaller,
     Path(task_id): Path<String>,
     Json(req): Json<RequestApproval>,
 ) -> ApiResult<Created<Decision>> {
@@ -798,7 +808,7 @@ pub(crate) async fn request_approval(
     responses((status = 201, body = Decision), (status = 422, body = Problem)))]
 pub(crate) async fn request_decision(
     State(st): State<AppState>,
-    caller: Caller,
+    WorkerCaller(caller): WorkerCaller,
     Path(task_id): Path<String>,
     Json(req): Json<RequestDecision>,
 ) -> ApiResult<Created<Decision>> {
@@ -892,7 +902,7 @@ pub(crate) async fn close_decision(
     responses((status = 200, body = Decision), (status = 409, body = Problem, description = "`decision_closed`, `revision_conflict`")))]
 pub(crate) async fn admin_resolve(
     State(st): State<AppState>,
-    caller: Caller,
+    WorkerCaller(caller): WorkerCaller,
     Path(decision_id): Path<String>,
     Json(req): Json<ResolveDecision>,
 ) -> ApiResult<Out<Written<Decision>>> {
@@ -985,7 +995,7 @@ pub(crate) struct ArtifactQuery {
     responses((status = 201, body = Artifact), (status = 413, body = Problem)))]
 pub(crate) async fn upload_artifact(
     State(st): State<AppState>,
-    caller: Caller,
+    WorkerCaller(caller): WorkerCaller,
     Path(task_id): Path<String>,
     Query(q): Query<ArtifactQuery>,
     headers: HeaderMap,
@@ -1028,7 +1038,7 @@ pub(crate) async fn upload_artifact(
     responses((status = 201, body = TestReceipt), (status = 422, body = Problem, description = "not JUnit XML")))]
 pub(crate) async fn submit_test_receipt(
     State(st): State<AppState>,
-    caller: Caller,
+    WorkerCaller(caller): WorkerCaller,
     Path(task_id): Path<String>,
     Json(req): Json<SubmitTestReceipt>,
 ) -> ApiResult<Created<TestReceipt>> {
@@ -1103,7 +1113,7 @@ pub(crate) struct MessagesAppended {
     responses((status = 201, body = MessagesAppended)))]
 pub(crate) async fn append_messages(
     State(st): State<AppState>,
-    caller: Caller,
+    WorkerCaller(caller): WorkerCaller,
     Path(task_id): Path<String>,
     Json(req): Json<AppendMessages>,
 ) -> ApiResult<Created<MessagesAppended>> {
@@ -1145,7 +1155,7 @@ pub(crate) async fn append_messages(
     responses((status = 200, body = Task)))]
 pub(crate) async fn report_usage(
     State(st): State<AppState>,
-    caller: Caller,
+    WorkerCaller(caller): WorkerCaller,
     Path(task_id): Path<String>,
     Json(req): Json<ReportUsage>,
 ) -> ApiResult<Out<Written<Task>>> {
@@ -1179,7 +1189,7 @@ pub(crate) async fn report_usage(
     responses((status = 200, body = Attempt), (status = 409, body = Problem, description = "`fenced`, `lease_expired`, `attempt_closed`")))]
 pub(crate) async fn finish(
     State(st): State<AppState>,
-    caller: Caller,
+    WorkerCaller(caller): WorkerCaller,
     Path(attempt_id): Path<String>,
     Json(req): Json<FinishAttempt>,
 ) -> ApiResult<Out<Written<Attempt>>> {

@@ -261,6 +261,7 @@ fn effect_row(r: &SqliteRow) -> Result<EffectRow> {
         fence: get(r, "fence")?,
         created_at: get(r, "created_at")?,
         updated_at: get(r, "updated_at")?,
+        flag: get(r, "flag")?,
     })
 }
 
@@ -345,6 +346,66 @@ fn audit_row(r: &SqliteRow) -> Result<AuditRow> {
         task_id: get(r, "task_id")?,
         code: get(r, "code")?,
         detail: get(r, "detail")?,
+    })
+}
+
+fn device_row(r: &SqliteRow) -> Result<DeviceRow> {
+    Ok(DeviceRow {
+        id: get(r, "id")?,
+        user_id: get(r, "user_id")?,
+        name: get(r, "name")?,
+        public_key: get(r, "public_key")?,
+        scopes: get_json(r, "scopes")?,
+        created_at: get(r, "created_at")?,
+        revoked_at: get(r, "revoked_at")?,
+    })
+}
+
+fn pairing_row(r: &SqliteRow) -> Result<PairingRow> {
+    Ok(PairingRow {
+        code_hash: get(r, "code_hash")?,
+        user_id: get(r, "user_id")?,
+        scopes: get_json(r, "scopes")?,
+        created_at: get(r, "created_at")?,
+        expires_at: get(r, "expires_at")?,
+        used_at: get(r, "used_at")?,
+        device_id: get(r, "device_id")?,
+    })
+}
+
+fn device_session_row(r: &SqliteRow) -> Result<DeviceSessionRow> {
+    Ok(DeviceSessionRow {
+        token_hash: get(r, "token_hash")?,
+        device_id: get(r, "device_id")?,
+        created_at: get(r, "created_at")?,
+        expires_at: get(r, "expires_at")?,
+    })
+}
+
+fn command_row(r: &SqliteRow) -> Result<CommandRow> {
+    Ok(CommandRow {
+        command_id: get(r, "command_id")?,
+        task_id: get(r, "task_id")?,
+        device_id: get(r, "device_id")?,
+        body_digest: get(r, "body_digest")?,
+        operation: get(r, "operation")?,
+        envelope: get_json(r, "envelope")?,
+        status: get(r, "status")?,
+        result: get_json(r, "result")?,
+        created_at: get(r, "created_at")?,
+    })
+}
+
+fn control_row(r: &SqliteRow) -> Result<ControlRow> {
+    Ok(ControlRow {
+        command_id: get(r, "command_id")?,
+        task_id: get(r, "task_id")?,
+        operation: get(r, "operation")?,
+        args: get_json(r, "args")?,
+        plan_revision: get(r, "plan_revision")?,
+        applied_at: get(r, "applied_at")?,
+        acknowledged_at: get(r, "acknowledged_at")?,
+        acknowledged_by: get(r, "acknowledged_by")?,
     })
 }
 
@@ -671,8 +732,8 @@ impl StoreTx for SqliteTx {
         self.exec(
             sqlx::query(
                 "INSERT INTO effects (id, task_id, idempotency_key, body_digest, kind, step, resource_id,
-                   intent, intent_digest, status, receipt, attempt_id, fence, created_at, updated_at)
-                 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                   intent, intent_digest, status, receipt, attempt_id, fence, created_at, updated_at, flag)
+                 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             )
             .bind(&e.id)
             .bind(&e.task_id)
@@ -688,7 +749,8 @@ impl StoreTx for SqliteTx {
             .bind(&e.attempt_id)
             .bind(e.fence)
             .bind(e.created_at)
-            .bind(e.updated_at),
+            .bind(e.updated_at)
+            .bind(&e.flag),
         )
         .await
         .map(drop)
@@ -716,7 +778,7 @@ impl StoreTx for SqliteTx {
         self.exec(
             sqlx::query(
                 "UPDATE effects SET resource_id = ?, status = ?, receipt = ?, attempt_id = ?, fence = ?,
-                   updated_at = ?
+                   updated_at = ?, flag = ?
                  WHERE id = ?",
             )
             .bind(&e.resource_id)
@@ -725,6 +787,7 @@ impl StoreTx for SqliteTx {
             .bind(&e.attempt_id)
             .bind(e.fence)
             .bind(e.updated_at)
+            .bind(&e.flag)
             .bind(&e.id),
         )
         .await
@@ -1052,6 +1115,207 @@ impl StoreTx for SqliteTx {
             audit_row,
         )
         .await
+    }
+
+    async fn insert_device(&mut self, d: &DeviceRow) -> Result<()> {
+        self.exec(
+            sqlx::query(
+                "INSERT INTO devices (id, user_id, name, public_key, scopes, created_at, revoked_at)
+                 VALUES (?, ?, ?, ?, ?, ?, ?)",
+            )
+            .bind(&d.id)
+            .bind(&d.user_id)
+            .bind(&d.name)
+            .bind(&d.public_key)
+            .bind(json_text(&d.scopes))
+            .bind(d.created_at)
+            .bind(d.revoked_at),
+        )
+        .await
+        .map(drop)
+    }
+
+    async fn device(&mut self, id: &str) -> Result<Option<DeviceRow>> {
+        self.one(
+            sqlx::query("SELECT * FROM devices WHERE id = ?").bind(id),
+            device_row,
+        )
+        .await
+    }
+
+    async fn list_devices(&mut self, user_id: Option<&str>) -> Result<Vec<DeviceRow>> {
+        self.all(
+            sqlx::query(
+                "SELECT * FROM devices WHERE (? IS NULL OR user_id = ?) ORDER BY created_at, id",
+            )
+            .bind(user_id)
+            .bind(user_id),
+            device_row,
+        )
+        .await
+    }
+
+    async fn update_device(&mut self, d: &DeviceRow) -> Result<()> {
+        self.exec(
+            sqlx::query("UPDATE devices SET name = ?, scopes = ?, revoked_at = ? WHERE id = ?")
+                .bind(&d.name)
+                .bind(json_text(&d.scopes))
+                .bind(d.revoked_at)
+                .bind(&d.id),
+        )
+        .await
+        .map(drop)
+    }
+
+    async fn insert_pairing(&mut self, p: &PairingRow) -> Result<()> {
+        self.exec(
+            sqlx::query(
+                "INSERT INTO pairing_codes (code_hash, user_id, scopes, created_at, expires_at, used_at, device_id)
+                 VALUES (?, ?, ?, ?, ?, ?, ?)",
+            )
+            .bind(&p.code_hash)
+            .bind(&p.user_id)
+            .bind(json_text(&p.scopes))
+            .bind(p.created_at)
+            .bind(p.expires_at)
+            .bind(p.used_at)
+            .bind(&p.device_id),
+        )
+        .await
+        .map(drop)
+    }
+
+    async fn pairing(&mut self, code_hash: &str) -> Result<Option<PairingRow>> {
+        self.one(
+            sqlx::query("SELECT * FROM pairing_codes WHERE code_hash = ?").bind(code_hash),
+            pairing_row,
+        )
+        .await
+    }
+
+    async fn update_pairing(&mut self, p: &PairingRow) -> Result<()> {
+        self.exec(
+            sqlx::query("UPDATE pairing_codes SET used_at = ?, device_id = ? WHERE code_hash = ?")
+                .bind(p.used_at)
+                .bind(&p.device_id)
+                .bind(&p.code_hash),
+        )
+        .await
+        .map(drop)
+    }
+
+    async fn insert_device_session(&mut self, d: &DeviceSessionRow) -> Result<()> {
+        self.exec(
+            sqlx::query(
+                "INSERT INTO device_sessions (token_hash, device_id, created_at, expires_at) VALUES (?, ?, ?, ?)",
+            )
+            .bind(&d.token_hash)
+            .bind(&d.device_id)
+            .bind(d.created_at)
+            .bind(d.expires_at),
+        )
+        .await
+        .map(drop)
+    }
+
+    async fn device_session(&mut self, token_hash: &str) -> Result<Option<DeviceSessionRow>> {
+        self.one(
+            sqlx::query("SELECT * FROM device_sessions WHERE token_hash = ?").bind(token_hash),
+            device_session_row,
+        )
+        .await
+    }
+
+    async fn insert_command(&mut self, c: &CommandRow) -> Result<()> {
+        self.exec(
+            sqlx::query(
+                "INSERT INTO commands (command_id, task_id, device_id, body_digest, operation, envelope,
+                   status, result, created_at)
+                 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            )
+            .bind(&c.command_id)
+            .bind(&c.task_id)
+            .bind(&c.device_id)
+            .bind(&c.body_digest)
+            .bind(&c.operation)
+            .bind(json_text(&c.envelope))
+            .bind(&c.status)
+            .bind(json_text(&c.result))
+            .bind(c.created_at),
+        )
+        .await
+        .map(drop)
+    }
+
+    async fn command(&mut self, command_id: &str) -> Result<Option<CommandRow>> {
+        self.one(
+            sqlx::query("SELECT * FROM commands WHERE command_id = ?").bind(command_id),
+            command_row,
+        )
+        .await
+    }
+
+    async fn list_commands(&mut self, task_id: &str) -> Result<Vec<CommandRow>> {
+        self.all(
+            sqlx::query("SELECT * FROM commands WHERE task_id = ? ORDER BY created_at, command_id")
+                .bind(task_id),
+            command_row,
+        )
+        .await
+    }
+
+    async fn insert_control(&mut self, c: &ControlRow) -> Result<()> {
+        self.exec(
+            sqlx::query(
+                "INSERT INTO control_commands (command_id, task_id, operation, args, plan_revision, applied_at,
+                   acknowledged_at, acknowledged_by)
+                 VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            )
+            .bind(&c.command_id)
+            .bind(&c.task_id)
+            .bind(&c.operation)
+            .bind(json_text(&c.args))
+            .bind(c.plan_revision)
+            .bind(c.applied_at)
+            .bind(c.acknowledged_at)
+            .bind(&c.acknowledged_by),
+        )
+        .await
+        .map(drop)
+    }
+
+    async fn pending_controls(&mut self, task_id: &str) -> Result<Vec<ControlRow>> {
+        self.all(
+            sqlx::query(
+                "SELECT * FROM control_commands WHERE task_id = ? AND acknowledged_at IS NULL
+                 ORDER BY applied_at, command_id",
+            )
+            .bind(task_id),
+            control_row,
+        )
+        .await
+    }
+
+    async fn ack_control(
+        &mut self,
+        task_id: &str,
+        command_id: &str,
+        at: i64,
+        attempt_id: &str,
+    ) -> Result<bool> {
+        let n = self
+            .exec(
+                sqlx::query(
+                    "UPDATE control_commands SET acknowledged_at = ?, acknowledged_by = ?
+                     WHERE task_id = ? AND command_id = ? AND acknowledged_at IS NULL",
+                )
+                .bind(at)
+                .bind(attempt_id)
+                .bind(task_id)
+                .bind(command_id),
+            )
+            .await?;
+        Ok(n == 1)
     }
 }
 

@@ -187,4 +187,42 @@ pub trait StoreTx: Send {
     async fn insert_audit(&mut self, audit: &AuditRow) -> Result<()>;
     /// The newest audit entries first; only one task's when given.
     async fn list_audit(&mut self, task_id: Option<&str>, limit: i64) -> Result<Vec<AuditRow>>;
+
+    // devices and commands
+    /// Adds a device; `Conflict` when its public key is already paired.
+    async fn insert_device(&mut self, device: &DeviceRow) -> Result<()>;
+    /// A device by id.
+    async fn device(&mut self, id: &str) -> Result<Option<DeviceRow>>;
+    /// All devices, oldest first; only `user_id`'s when given.
+    async fn list_devices(&mut self, user_id: Option<&str>) -> Result<Vec<DeviceRow>>;
+    /// Writes a device's mutable columns (name, scopes, revocation).
+    async fn update_device(&mut self, device: &DeviceRow) -> Result<()>;
+    /// Adds a pairing code.
+    async fn insert_pairing(&mut self, pairing: &PairingRow) -> Result<()>;
+    /// A pairing code by its hash.
+    async fn pairing(&mut self, code_hash: &str) -> Result<Option<PairingRow>>;
+    /// Marks a pairing code used.
+    async fn update_pairing(&mut self, pairing: &PairingRow) -> Result<()>;
+    /// Adds a device read session.
+    async fn insert_device_session(&mut self, session: &DeviceSessionRow) -> Result<()>;
+    /// A device read session by its token hash.
+    async fn device_session(&mut self, token_hash: &str) -> Result<Option<DeviceSessionRow>>;
+    /// Adds a ledger entry; `Conflict` when the command id exists.
+    async fn insert_command(&mut self, command: &CommandRow) -> Result<()>;
+    /// A ledger entry by command id.
+    async fn command(&mut self, command_id: &str) -> Result<Option<CommandRow>>;
+    /// A task's ledger entries, oldest first.
+    async fn list_commands(&mut self, task_id: &str) -> Result<Vec<CommandRow>>;
+    /// Queues a control command for a task's worker.
+    async fn insert_control(&mut self, control: &ControlRow) -> Result<()>;
+    /// A task's control commands not yet acknowledged, oldest first.
+    async fn pending_controls(&mut self, task_id: &str) -> Result<Vec<ControlRow>>;
+    /// Marks a control command acknowledged; returns whether it was pending.
+    async fn ack_control(
+        &mut self,
+        task_id: &str,
+        command_id: &str,
+        at: i64,
+        attempt_id: &str,
+    ) -> Result<bool>;
 }

@@ -106,6 +106,8 @@ pub struct EffectRow {
     pub fence: i64,
     pub created_at: i64,
     pub updated_at: i64,
+    /// Set when the effect needs reconciliation or lost its capability (cancel, replan).
+    pub flag: Option<String>,
 }
 
 /// An approval or decision.
@@ -208,4 +210,70 @@ pub struct AuditRow {
     /// The refusal's code, e.g. `fenced`.
     pub code: String,
     pub detail: String,
+}
+
+/// A paired device and its public key.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DeviceRow {
+    pub id: String,
+    pub user_id: String,
+    pub name: String,
+    /// base64url Ed25519 public key.
+    pub public_key: String,
+    /// JSON array of scopes.
+    pub scopes: Value,
+    pub created_at: i64,
+    pub revoked_at: Option<i64>,
+}
+
+/// A one-time pairing code, stored as the sha256 of its normalised form.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PairingRow {
+    pub code_hash: String,
+    pub user_id: String,
+    /// JSON array of scopes.
+    pub scopes: Value,
+    pub created_at: i64,
+    pub expires_at: i64,
+    pub used_at: Option<i64>,
+    pub device_id: Option<String>,
+}
+
+/// A device's short-lived read session.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DeviceSessionRow {
+    pub token_hash: String,
+    pub device_id: String,
+    pub created_at: i64,
+    pub expires_at: i64,
+}
+
+/// A ledger entry: a verified command and the result it got.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CommandRow {
+    pub command_id: String,
+    pub task_id: Option<String>,
+    pub device_id: String,
+    /// sha256 of the command's canonical JSON: a repeat must match it.
+    pub body_digest: String,
+    pub operation: String,
+    /// JSON of the signed envelope, kept as evidence.
+    pub envelope: Value,
+    pub status: String,
+    /// JSON of the result.
+    pub result: Value,
+    pub created_at: i64,
+}
+
+/// A command a worker must see, until it acknowledges it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ControlRow {
+    pub command_id: String,
+    pub task_id: String,
+    pub operation: String,
+    pub args: Value,
+    pub plan_revision: i64,
+    pub applied_at: i64,
+    pub acknowledged_at: Option<i64>,
+    pub acknowledged_by: Option<String>,
 }

@@ -65,6 +65,7 @@ fn effect(id: &str, task_id: &str, key: &str) -> EffectRow {
         fence: 1,
         created_at: 30,
         updated_at: 30,
+        flag: None,
     }
 }
 
@@ -244,6 +245,7 @@ pub async fn run_store_story(store: &dyn Store) {
     e.status = "confirmed".into();
     e.receipt = Some(json!({"deploy_id": 7}));
     e.updated_at = 31;
+    e.flag = Some("cancelled: reconcile".into());
     tx.update_effect(&e).await.unwrap();
     tx.commit().await.unwrap();
     let mut r = store.read().await.unwrap();
@@ -427,4 +429,157 @@ pub async fn run_store_story(store: &dyn Store) {
     assert_eq!(audit.len(), 2);
     assert_eq!(audit[0].code, "sequence_conflict", "newest first");
     assert!(r.list_audit(Some("task_2"), 10).await.unwrap().is_empty());
+    drop(r);
+
+    // devices: unique keys, revocation round-trips, per-user lists
+    let mut tx = store.write().await.unwrap();
+    let mut phone = DeviceRow {
+        id: "dev_1".into(),
+        user_id: "usr_a".into(),
+        name: "alice's phone".into(),
+        public_key: "pk1".into(),
+        scopes: json!(["view", "steer"]),
+        created_at: 90,
+        revoked_at: None,
+    };
+    tx.insert_device(&phone).await.unwrap();
+    tx.commit().await.unwrap();
+    let mut tx = store.write().await.unwrap();
+    let dup = DeviceRow {
+        id: "dev_2".into(),
+        ..phone.clone()
+    };
+    assert!(
+        matches!(tx.insert_device(&dup).await, Err(StoreError::Conflict(_))),
+        "a key pairs once"
+    );
+    drop(tx);
+    let mut tx = store.write().await.unwrap();
+    phone.revoked_at = Some(95);
+    tx.update_device(&phone).await.unwrap();
+    tx.commit().await.unwrap();
+    let mut r = store.read().await.unwrap();
+    assert_eq!(r.device("dev_1").await.unwrap(), Some(phone.clone()));
+    assert_eq!(r.list_devices(Some("usr_a")).await.unwrap(), vec![phone]);
+    assert!(r.list_devices(Some("usr_b")).await.unwrap().is_empty());
+    drop(r);
+
+    // pairing codes and device sessions
+    let mut tx = store.write().await.unwrap();
+    let mut pairing = PairingRow {
+        code_hash: "ph".into(),
+        user_id: "usr_a".into(),
+        scopes: json!(["view"]),
+        created_at: 1,
+        expires_at: 2,
+        used_at: None,
+        device_id: None,
+    };
+    tx.insert_pairing(&pairing).await.unwrap();
+    pairing.used_at = Some(2);
+    pairing.device_id = Some("dev_1".into());
+    tx.update_pairing(&pairing).await.unwrap();
+    let session = DeviceSessionRow {
+        token_hash: "th".into(),
+        device_id: "dev_1".into(),
+        created_at: 1,
+        expires_at: 9,
+    };
+    tx.insert_device_session(&session).await.unwrap();
+    tx.commit().await.unwrap();
+    let mut r = store.read().await.unwrap();
+    assert_eq!(r.pairing("ph").await.unwrap(), Some(pairing));
+    assert_eq!(r.device_session("th").await.unwrap(), Some(session));
+    assert!(r.device_session("nope").await.unwrap().is_none());
+    drop(r);
+
+    // the command ledger: one row per command id
+    let mut tx = store.write().await.unwrap();
+    let cmd = CommandRow {
+        command_id: "c1".into(),
+        task_id: Some("task_1".into()),
+        device_id: "dev_1".into(),
+        body_digest: "bd".into(),
+        operation: "pause".into(),
+        envelope: json!({"command": {}}),
+        status: "applied".into(),
+        result: json!({"status": "applied"}),
+        created_at: 100,
+    };
+    tx.insert_command(&cmd).await.unwrap();
+    tx.commit().await.unwrap();
+    let mut tx = store.write().await.unwrap();
+    assert!(
+        matches!(tx.insert_command(&cmd).await, Err(StoreError::Conflict(_))),
+        "a command id is recorded once"
+    );
+    drop(tx);
+    assert_eq!(
+        store.read().await.unwrap().command("c1").await.unwrap(),
+        Some(cmd.clone())
+    );
+    assert_eq!(
+        store
+            .read()
+            .await
+            .unwrap()
+            .list_commands("task_1")
+            .await
+            .unwrap(),
+        vec![cmd]
+    );
+    assert!(
+        store
+            .read()
+            .await
+            .unwrap()
+            .list_commands("task_2")
+            .await
+            .unwrap()
+            .is_empty()
+    );
+
+    // control commands: pending until acknowledged, acknowledged once
+    let mut tx = store.write().await.unwrap();
+    for (id, at) in [("c1", 100), ("c2", 101)] {
+        tx.insert_control(&ControlRow {
+            command_id: id.into(),
+            task_id: "task_1".into(),
+            operation: "pause".into(),
+            args: json!({}),
+            plan_revision: 1,
+            applied_at: at,
+            acknowledged_at: None,
+            acknowledged_by: None,
+        })
+        .await
+        .unwrap();
+    }
+    tx.commit().await.unwrap();
+    let mut tx = store.write().await.unwrap();
+    assert_eq!(tx.pending_controls("task_1").await.unwrap().len(), 2);
+    assert!(tx.ack_control("task_1", "c1", 102, "att_1").await.unwrap());
+    assert!(
+        !tx.ack_control("task_1", "c1", 103, "att_1").await.unwrap(),
+        "acknowledged twice"
+    );
+    assert!(
+        !tx.ack_control("task_2", "c2", 103, "att_1").await.unwrap(),
+        "another task's command"
+    );
+    tx.commit().await.unwrap();
+    let pending = store
+        .read()
+        .await
+        .unwrap()
+        .pending_controls("task_1")
+        .await
+        .unwrap();
+    assert_eq!(
+        pending
+            .iter()
+            .map(|c| c.command_id.as_str())
+            .collect::<Vec<_>>(),
+        vec!["c2"]
+    );
 }

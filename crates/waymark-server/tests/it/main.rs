@@ -9,4 +9,5 @@ mod bad_input;
 mod chain;
 mod events;
 mod junit;
+mod steer;
 mod worker_api;

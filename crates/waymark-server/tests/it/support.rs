@@ -172,3 +172,78 @@ pub fn assert_problem(status: StatusCode, body: &Value, want_status: u16, want_c
         "{body}"
     );
 }
+
+/// A paired device with its private key (kept here as a real device keeps it in its keychain).
+pub struct TestDevice {
+    pub id: String,
+    pub user: String,
+    pub key: ed25519_dalek::SigningKey,
+}
+
+impl TestDevice {
+    pub fn command(
+        &self,
+        task: &str,
+        revision: Option<i64>,
+        op: waymark_proto::Operation,
+        args: Value,
+    ) -> waymark_proto::SteerCommand {
+        let now = chrono::Utc::now();
+        waymark_proto::SteerCommand {
+            command_id: waymark_proto::ids::command(),
+            task_id: Some(task.to_owned()),
+            expected_plan_revision: revision,
+            operation: op,
+            scope: vec![],
+            args,
+            issued_by: format!("user:{}", self.user),
+            device_id: self.id.clone(),
+            issued_at: now,
+            expires_at: now + chrono::Duration::minutes(10),
+        }
+    }
+
+    pub fn sign(&self, cmd: &waymark_proto::SteerCommand) -> Value {
+        serde_json::to_value(waymark_proto::signing::sign(cmd, &self.key).unwrap()).unwrap()
+    }
+}
+
+impl Harness {
+    pub async fn pair_device(&self, user: &str, scopes: &[&str]) -> TestDevice {
+        let scopes: Vec<String> = scopes.iter().map(|s| s.to_string()).collect();
+        let (code, _) = waymark_server::steer::create_pairing(
+            &*self.server.state.store,
+            user,
+            &scopes,
+            600_000,
+        )
+        .await
+        .unwrap();
+        let key = ed25519_dalek::SigningKey::generate(&mut rand::rngs::OsRng);
+        let (s, v) = self
+            .post(
+                "",
+                "/v1/devices/pair",
+                json!({"code": code.to_lowercase(), "name": format!("{user}'s phone"),
+                   "public_key": waymark_proto::signing::public_key_b64(&key.verifying_key())}),
+            )
+            .await;
+        assert_eq!(s, StatusCode::CREATED, "{v}");
+        assert_eq!(v["user"], user);
+        TestDevice {
+            id: v["id"].as_str().unwrap().to_owned(),
+            user: user.to_owned(),
+            key,
+        }
+    }
+
+    pub async fn submit(&self, envelope: &Value) -> (StatusCode, Value) {
+        self.post("", "/v1/commands", envelope.clone()).await
+    }
+
+    pub async fn revision(&self, task: &str) -> i64 {
+        self.detail(task).await["task"]["plan_revision"]
+            .as_i64()
+            .unwrap()
+    }
+}

@@ -1,0 +1,258 @@
+//! Devices and signed steer commands on the wire (SPEC §5, §9): pairing, the command and its
+//! signed envelope, and the command ledger's answers.
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use utoipa::ToSchema;
+
+use crate::state::{Operation, TaskState};
+
+/// A steer command: versioned, signed, applied by compare-and-set on the plan revision.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SteerCommand {
+    /// UUIDv7, chosen by the device; the same id is applied once.
+    pub command_id: String,
+    /// The task it steers (absent for `open_session`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub task_id: Option<String>,
+    /// The plan revision the person saw when they decided.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expected_plan_revision: Option<i64>,
+    /// What to do.
+    pub operation: Operation,
+    /// Plan steps it concerns (e.g. the steps a replan suspends).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub scope: Vec<String>,
+    /// Operation arguments: `decision_id`, `intent_digest`, `option`, `text`, `instructions`,
+    /// `plan`.
+    #[serde(default, skip_serializing_if = "Value::is_null")]
+    #[schema(value_type = Object)]
+    pub args: Value,
+    /// `user:<name>`.
+    pub issued_by: String,
+    /// The signing device (must equal the signature's `key_id`).
+    pub device_id: String,
+    /// When it was signed (device clock).
+    pub issued_at: DateTime<Utc>,
+    /// After this it is refused.
+    pub expires_at: DateTime<Utc>,
+}
+
+/// The signature over a command's RFC 8785 canonical bytes.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Signature {
+    /// `ed25519`.
+    pub alg: String,
+    /// The device id.
+    pub key_id: String,
+    /// base64url (no padding) of the 64-byte signature.
+    pub sig: String,
+}
+
+/// What a device sends: `{"command": {...}, "signature": {...}}`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SignedEnvelope {
+    /// The command, exactly as signed. Servers verify over the canonical form of the JSON they
+    /// received, so fields they do not know cannot slip past the signature.
+    #[schema(value_type = SteerCommand)]
+    pub command: Value,
+    /// The signature.
+    pub signature: Signature,
+}
+
+/// How a command ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum CommandStatus {
+    /// Applied now.
+    Applied,
+    /// This id was seen before with the same body; `original` is its result.
+    Duplicate,
+    /// The plan moved on: nothing was applied; the current revision and state are given.
+    Conflict,
+    /// Refused; `reason` says why.
+    Rejected,
+}
+
+/// Why a command was refused. Stable codes; each refusal is audited with it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum RejectReason {
+    /// `signature.alg` is not `ed25519`.
+    UnsupportedAlg,
+    /// No device with this key id.
+    UnknownDevice,
+    /// `command.device_id` differs from `signature.key_id`.
+    DeviceMismatch,
+    /// The device was revoked.
+    DeviceRevoked,
+    /// The signature does not verify over the command's canonical bytes.
+    BadSignature,
+    /// `expires_at` has passed.
+    Expired,
+    /// `issued_at` is in the future beyond the allowed skew.
+    ClockSkew,
+    /// `expires_at` is too far after `issued_at`.
+    LifetimeTooLong,
+    /// The command id was used before with a different body.
+    CommandIdReused,
+    /// The command is not well-formed (missing task, bad args, wrong shape).
+    InvalidCommand,
+    /// The task does not exist or belongs to another user.
+    NotYourTask,
+    /// The device lacks the scope the operation needs.
+    MissingScope,
+    /// The task has finished.
+    TaskTerminal,
+    /// The decision is not pending.
+    DecisionClosed,
+    /// The approval has expired.
+    ApprovalExpired,
+    /// The approval was asked at an older plan revision.
+    ApprovalSuperseded,
+    /// The intent digest differs from the one the approval binds.
+    DigestMismatch,
+    /// The operation does not fit the decision (e.g. `approve` on a question).
+    WrongOperation,
+    /// The operation is not valid in the task's current state (e.g. resume when running).
+    InvalidState,
+}
+
+impl RejectReason {
+    /// The wire spelling.
+    pub fn as_str(self) -> &'static str {
+        REASONS
+            .iter()
+            .find(|(r, _)| *r == self)
+            .map_or("invalid_command", |(_, n)| *n)
+    }
+}
+
+const REASONS: &[(RejectReason, &str)] = &[
+    (RejectReason::UnsupportedAlg, "unsupported_alg"),
+    (RejectReason::UnknownDevice, "unknown_device"),
+    (RejectReason::DeviceMismatch, "device_mismatch"),
+    (RejectReason::DeviceRevoked, "device_revoked"),
+    (RejectReason::BadSignature, "bad_signature"),
+    (RejectReason::Expired, "expired"),
+    (RejectReason::ClockSkew, "clock_skew"),
+    (RejectReason::LifetimeTooLong, "lifetime_too_long"),
+    (RejectReason::CommandIdReused, "command_id_reused"),
+    (RejectReason::InvalidCommand, "invalid_command"),
+    (RejectReason::NotYourTask, "not_your_task"),
+    (RejectReason::MissingScope, "missing_scope"),
+    (RejectReason::TaskTerminal, "task_terminal"),
+    (RejectReason::DecisionClosed, "decision_closed"),
+    (RejectReason::ApprovalExpired, "approval_expired"),
+    (RejectReason::ApprovalSuperseded, "approval_superseded"),
+    (RejectReason::DigestMismatch, "digest_mismatch"),
+    (RejectReason::WrongOperation, "wrong_operation"),
+    (RejectReason::InvalidState, "invalid_state"),
+];
+
+/// The ledger's answer to a command.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct CommandResult {
+    /// Applied, duplicate, conflict or rejected.
+    pub status: CommandStatus,
+    /// The command.
+    pub command_id: String,
+    /// The task (when known).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub task_id: Option<String>,
+    /// The operation (when it parsed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub operation: Option<Operation>,
+    /// Why it was rejected.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<RejectReason>,
+    /// For people: what happened and what to do.
+    pub detail: String,
+    /// The plan revision the command was based on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub based_on_revision: Option<i64>,
+    /// The task's plan revision now (after applying, or met on conflict).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub plan_revision: Option<i64>,
+    /// The task's state now.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub task_state: Option<TaskState>,
+    /// The event cursor of the change (applied only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cursor: Option<i64>,
+    /// For a duplicate: the first delivery's result.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(no_recursion)]
+    pub original: Option<Box<CommandResult>>,
+}
+
+/// `POST /v1/devices/pair`.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PairDevice {
+    /// The one-time code from `waymark admin pair` (dashes and case ignored).
+    pub code: String,
+    /// The device's Ed25519 public key, base64url (32 bytes). The private half never leaves
+    /// the device.
+    pub public_key: String,
+    /// A name for people, e.g. `alice's phone`.
+    pub name: String,
+}
+
+/// A paired device.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct Device {
+    /// `dev_…`; also the signature `key_id`.
+    pub id: String,
+    /// Its user.
+    pub user: String,
+    /// Its name.
+    pub name: String,
+    /// `view`, `steer`, `approve`.
+    pub scopes: Vec<String>,
+    /// base64url public key.
+    pub public_key: String,
+    /// Paired at.
+    pub created_at: DateTime<Utc>,
+    /// Revoked at.
+    pub revoked_at: Option<DateTime<Utc>>,
+}
+
+/// A read session for a device.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct DeviceSession {
+    /// Bearer token for reads (`wmk_s_…`).
+    pub token: String,
+    /// When it stops working.
+    pub expires_at: DateTime<Utc>,
+}
+
+/// A command acknowledged by the worker (`command.acknowledged` event data).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct CommandAck {
+    /// The command.
+    pub command_id: String,
+    /// Its task.
+    pub task_id: String,
+    /// The attempt that saw it.
+    pub attempt_id: String,
+    /// When.
+    pub at: DateTime<Utc>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reason_spelling_matches_serde() {
+        for (r, name) in REASONS {
+            assert_eq!(serde_json::to_value(r).unwrap(), *name);
+            assert_eq!(r.as_str(), *name);
+        }
+    }
+}
