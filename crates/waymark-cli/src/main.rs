@@ -3,6 +3,8 @@
 //! conflict, 2 usage, 3 cannot reach the server.
 
 mod admin;
+mod client;
+mod demo;
 mod output;
 mod serve;
 
@@ -31,6 +33,10 @@ enum Command {
     Serve(serve::ServeArgs),
     /// Administer the host's data dir: users and worker tokens.
     Admin(admin::AdminArgs),
+    #[command(flatten)]
+    Client(client::ClientCommand),
+    /// Run the seed scenario as a real agent run (an embedded control plane unless `--server`).
+    Demo(demo::DemoArgs),
 }
 
 /// Where the control plane keeps its data: `--data-dir`, else `$WAYMARK_DATA_DIR`, else the
@@ -63,6 +69,8 @@ fn main() -> ExitCode {
         match cli.command {
             Command::Serve(args) => serve::run(args, json).await,
             Command::Admin(args) => admin::run(args, json).await,
+            Command::Client(cmd) => client::run(cmd, json).await,
+            Command::Demo(args) => demo::run(args, json).await,
         }
     });
     match result {

@@ -11,7 +11,6 @@ pub(crate) enum Exit {
     /// Usage.
     Usage = 2,
     /// Cannot reach the server.
-    #[allow(dead_code)] // the client commands use it
     Unreachable = 3,
 }
 

@@ -1,0 +1,573 @@
+//! The terminal client (SPEC §10): pairing, sync, threads, inbox, outbox and steering, all on
+//! `waymark-companion` — the same core the app runs on. Reads answer from the local mirror, so
+//! they work offline.
+
+use clap::{Args, Subcommand, ValueEnum};
+use serde_json::json;
+use waymark_companion::{Companion, Error, OutboxEntry};
+use waymark_proto::Operation;
+
+use crate::output::{CliResult, Exit, Failure, emit};
+
+#[derive(Debug, Args)]
+pub(crate) struct PairArgs {
+    /// The `waymark://pair?server=…&code=…` link (or the server URL with `--code`).
+    link: String,
+    /// The one-time code, when the link carries none.
+    #[arg(long)]
+    code: Option<String>,
+    /// A name for this device.
+    #[arg(long)]
+    name: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct SyncArgs {
+    /// Keep following the server, reconnecting as needed (Ctrl-C stops).
+    #[arg(long)]
+    follow: bool,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub(crate) enum SteerOp {
+    Pause,
+    Resume,
+    Cancel,
+    TakeOver,
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum ClientCommand {
+    /// Make this machine a device of a server (the key stays in the OS keychain).
+    Pair(PairArgs),
+    /// Bring the local mirror up to date and deliver queued commands.
+    Sync(SyncArgs),
+    /// Threads, what needs attention first (offline: from the mirror).
+    Threads,
+    /// One thread in full: stages, checkpoints, effects, decisions, artifacts, receipts.
+    Show {
+        /// Task id.
+        task: String,
+    },
+    /// Pending decisions, most urgent first.
+    Inbox,
+    /// Commands signed on this device and where each stands.
+    Outbox,
+    /// Approve an approval (bound to its intent digest and plan revision).
+    Approve {
+        /// Decision id.
+        decision: String,
+    },
+    /// Deny an approval.
+    Deny {
+        /// Decision id.
+        decision: String,
+    },
+    /// Answer a question.
+    Answer {
+        /// Decision id.
+        decision: String,
+        /// The answer.
+        text: String,
+    },
+    /// Choose an option of a decision (budget and others).
+    Choose {
+        /// Decision id.
+        decision: String,
+        /// Option id.
+        option: String,
+    },
+    /// Pause, resume, cancel or take over a task.
+    Steer {
+        /// Task id.
+        task: String,
+        /// What to do.
+        #[arg(value_enum)]
+        op: SteerOp,
+        /// Skip the confirmation for cancel and take-over.
+        #[arg(long, short = 'y')]
+        yes: bool,
+    },
+    /// Replan a task with new instructions (old approvals become void).
+    Replan {
+        /// Task id.
+        task: String,
+        /// What the agent should do now.
+        #[arg(long)]
+        instructions: String,
+        /// Plan steps to suspend (comma-separated).
+        #[arg(long, value_delimiter = ',')]
+        suspend: Vec<String>,
+    },
+}
+
+fn failure(e: Error) -> Failure {
+    let (exit, code) = match &e {
+        Error::Unreachable(_) => (Exit::Unreachable, "unreachable"),
+        Error::Invalid(_) => (Exit::Usage, "invalid"),
+        Error::NotFound(_) => (Exit::Refused, "not_found"),
+        Error::NotPaired => (Exit::Refused, "not_paired"),
+        Error::NoKeychain(_) | Error::NoDeviceKey(_) => (Exit::Refused, "keychain"),
+        Error::BlobMissing(_) => (Exit::Unreachable, "blob_missing"),
+        Error::Refused { .. } => (Exit::Refused, "refused"),
+        _ => (Exit::Refused, "error"),
+    };
+    Failure::new(exit, code, e.to_string())
+}
+
+fn ago(ms: i64) -> String {
+    let secs = (chrono::Utc::now().timestamp_millis() - ms) / 1000;
+    match secs {
+        s if s < 60 => format!("{s}s ago"),
+        s if s < 3600 => format!("{}m ago", s / 60),
+        s if s < 86400 => format!("{}h ago", s / 3600),
+        s => format!("{}d ago", s / 86400),
+    }
+}
+
+fn short(s: &str, n: usize) -> String {
+    let s = s.trim_start_matches("sha256:");
+    s.chars().take(n).collect()
+}
+
+fn outbox_line(e: &OutboxEntry) -> String {
+    let mut line = format!(
+        "{:<12} {:<18} {} rev {}  {}",
+        e.status,
+        e.operation,
+        e.task_id,
+        e.based_on_revision.map_or("-".into(), |r| r.to_string()),
+        ago(e.created_at)
+    );
+    if let Some(w) = &e.what_changed {
+        line.push_str(&format!("\n             {w}"));
+    }
+    line
+}
+
+/// Prints a command's outcome and maps it to an exit code.
+fn report_command(json: bool, r: Result<OutboxEntry, Error>) -> CliResult {
+    match r {
+        Ok(e) => {
+            emit(json, &serde_json::to_value(&e).unwrap_or_default(), || {
+                outbox_line(&e)
+            });
+            match e.status.as_str() {
+                "conflict" | "rejected" | "expired" => Err(Failure::new(
+                    Exit::Refused,
+                    "refused",
+                    e.what_changed
+                        .clone()
+                        .unwrap_or_else(|| format!("the command was {}", e.status)),
+                )),
+                _ => Ok(()),
+            }
+        }
+        Err(e) => Err(failure(e)),
+    }
+}
+
+fn confirm(question: &str) -> bool {
+    use std::io::{BufRead, IsTerminal, Write};
+    if !std::io::stdin().is_terminal() {
+        return false;
+    }
+    eprint!("{question} [y/N] ");
+    let _ = std::io::stderr().flush();
+    let mut line = String::new();
+    std::io::stdin().lock().read_line(&mut line).is_ok() && matches!(line.trim(), "y" | "Y" | "yes")
+}
+
+pub(crate) async fn run(cmd: ClientCommand, json: bool) -> CliResult {
+    let home = waymark_companion::default_home();
+    let c = Companion::open(&home).await.map_err(failure)?;
+    match cmd {
+        ClientCommand::Pair(a) => {
+            let (server, code) = match a.code {
+                Some(code) => (a.link.clone(), code),
+                None => waymark_companion::parse_pairing_link(&a.link).map_err(failure)?,
+            };
+            let name = a.name.unwrap_or_else(|| {
+                std::env::var("HOSTNAME")
+                    .ok()
+                    .filter(|h| !h.is_empty())
+                    .unwrap_or_else(|| "terminal".into())
+            });
+            let id = c.pair(&server, &code, &name).await.map_err(failure)?;
+            let backend = waymark_companion::Keystore::open(&home)
+                .map(|k| k.backend().describe())
+                .unwrap_or("the keychain");
+            emit(json, &serde_json::to_value(&id).unwrap_or_default(), || {
+                format!(
+                    "paired as {} for `{}` ({}) with {}\n  the device key is in {backend}; run `waymark sync`",
+                    id.device_id,
+                    id.user,
+                    id.scopes.join(","),
+                    id.server
+                )
+            });
+            Ok(())
+        }
+        ClientCommand::Sync(a) if a.follow => {
+            let (tx, rx) = tokio::sync::watch::channel(false);
+            tokio::spawn(async move {
+                let _ = tokio::signal::ctrl_c().await;
+                let _ = tx.send(true);
+            });
+            let print = move |batch: &[waymark_proto::Event]| {
+                for ev in batch {
+                    if json {
+                        println!("{}", serde_json::to_string(ev).unwrap_or_default());
+                    } else {
+                        println!("{:>8}  {:<20} {}", ev.cursor, ev.kind.as_str(), ev.task_id);
+                    }
+                }
+            };
+            c.follow(rx, &print).await.map_err(failure)
+        }
+        ClientCommand::Sync(_) => {
+            let r = c.sync_once().await.map_err(failure)?;
+            emit(json, &serde_json::to_value(&r).unwrap_or_default(), || {
+                let mut s = format!(
+                    "synced to cursor {}: {} event(s){}{}",
+                    r.cursor,
+                    r.events,
+                    if r.snapshot { ", fresh snapshot" } else { "" },
+                    if r.prefetched > 0 {
+                        format!(", {} blob(s) cached for offline review", r.prefetched)
+                    } else {
+                        String::new()
+                    }
+                );
+                for e in &r.delivered {
+                    s.push_str(&format!("\n  delivered: {}", outbox_line(e)));
+                }
+                s
+            });
+            Ok(())
+        }
+        ClientCommand::Threads => {
+            let rows = c.mirror().threads().await.map_err(failure)?;
+            let health = c.mirror().meta("last_event_at").await.ok().flatten();
+            emit(
+                json,
+                &serde_json::to_value(&rows).unwrap_or_default(),
+                || {
+                    if rows.is_empty() {
+                        return "no threads in the mirror — run `waymark sync`".into();
+                    }
+                    let mut out = String::new();
+                    if let Some(h) = health.and_then(|h| h.parse::<i64>().ok()) {
+                        out.push_str(&format!("(mirror current to an event from {})\n", ago(h)));
+                    }
+                    for r in &rows {
+                        let done = r.stages.iter().filter(|s| s.status == "done").count();
+                        let flag = match (r.pending_decisions, r.unknown_effects) {
+                            (0, 0) => String::new(),
+                            (p, 0) => format!("  ⚑ {p} decision(s)"),
+                            (0, u) => format!("  ? {u} unknown effect(s)"),
+                            (p, u) => format!("  ⚑ {p} decision(s), ? {u} unknown"),
+                        };
+                        out.push_str(&format!(
+                            "{:<19} rev {:<3} {}/{} stages  {}{}\n    {}\n",
+                            r.task.state.as_str(),
+                            r.task.plan_revision,
+                            done,
+                            r.stages.len(),
+                            r.task.title,
+                            flag,
+                            r.task.id
+                        ));
+                    }
+                    out.trim_end().to_owned()
+                },
+            );
+            Ok(())
+        }
+        ClientCommand::Show { task } => {
+            let t = c
+                .mirror()
+                .thread(&task)
+                .await
+                .map_err(failure)?
+                .ok_or_else(|| {
+                    failure(Error::NotFound(format!(
+                        "no task `{task}` in the mirror — run `waymark sync` or `waymark threads`"
+                    )))
+                })?;
+            emit(json, &serde_json::to_value(&t).unwrap_or_default(), || {
+                render_thread(&t)
+            });
+            Ok(())
+        }
+        ClientCommand::Inbox => {
+            let items = c.mirror().inbox().await.map_err(failure)?;
+            emit(
+                json,
+                &serde_json::to_value(&items).unwrap_or_default(),
+                || {
+                    if items.is_empty() {
+                        return "nothing waits for you".into();
+                    }
+                    let mut out = String::new();
+                    for i in &items {
+                        let d = &i.decision;
+                        out.push_str(&format!(
+                            "{} [{}] {}\n  task: {} (rev {})\n",
+                            d.id, d.kind, d.question, i.task_title, i.plan_revision
+                        ));
+                        if let Some(digest) = &d.intent_digest {
+                            out.push_str(&format!(
+                                "  intent: {} digest {}…\n",
+                                d.intent.as_ref().map(|v| v.to_string()).unwrap_or_default(),
+                                short(digest, 12)
+                            ));
+                        }
+                        if d.plan_revision != i.plan_revision {
+                            out.push_str(&format!(
+                                "  ! asked at revision {}: stale\n",
+                                d.plan_revision
+                            ));
+                        }
+                        for o in &d.options {
+                            out.push_str(&format!(
+                                "  - {:<16} {}{}\n",
+                                o.id,
+                                o.label,
+                                if o.gives_up.is_empty() {
+                                    String::new()
+                                } else {
+                                    format!(" — gives up {}", o.gives_up)
+                                }
+                            ));
+                        }
+                        out.push_str(&format!(
+                            "  expires {} → default {}\n",
+                            d.expires_at.format("%Y-%m-%d %H:%M UTC"),
+                            d.default_option.as_deref().unwrap_or("none")
+                        ));
+                        for r in &i.receipts {
+                            out.push_str(&format!(
+                                "  receipt: `{}` exit {} — {} passed, {} failed\n",
+                                r.command,
+                                r.exit_code,
+                                r.totals.passed,
+                                r.totals.failures + r.totals.errors
+                            ));
+                        }
+                        for a in &i.diffs {
+                            out.push_str(&format!(
+                                "  diff: {} ({} bytes, {}…)\n",
+                                a.name,
+                                a.size,
+                                short(&a.sha256, 12)
+                            ));
+                        }
+                        let verbs = if d.kind == waymark_proto::DecisionKind::Approval {
+                            format!("waymark approve {0} | waymark deny {0}", d.id)
+                        } else {
+                            format!("waymark choose {} OPTION", d.id)
+                        };
+                        out.push_str(&format!("  → {verbs}\n\n"));
+                    }
+                    out.trim_end().to_owned()
+                },
+            );
+            Ok(())
+        }
+        ClientCommand::Outbox => {
+            let entries = c.mirror().outbox(None).await.map_err(failure)?;
+            emit(
+                json,
+                &serde_json::to_value(&entries).unwrap_or_default(),
+                || {
+                    if entries.is_empty() {
+                        "the outbox is empty".into()
+                    } else {
+                        entries
+                            .iter()
+                            .map(outbox_line)
+                            .collect::<Vec<_>>()
+                            .join("\n")
+                    }
+                },
+            );
+            Ok(())
+        }
+        ClientCommand::Approve { decision } => report_command(
+            json,
+            c.answer(&decision, Operation::Approve, None, None).await,
+        ),
+        ClientCommand::Deny { decision } => {
+            report_command(json, c.answer(&decision, Operation::Deny, None, None).await)
+        }
+        ClientCommand::Answer { decision, text } => report_command(
+            json,
+            c.answer(&decision, Operation::AnswerQuestion, None, Some(&text))
+                .await,
+        ),
+        ClientCommand::Choose { decision, option } => report_command(
+            json,
+            c.answer(&decision, Operation::ChooseOption, Some(&option), None)
+                .await,
+        ),
+        ClientCommand::Steer { task, op, yes } => {
+            let op = match op {
+                SteerOp::Pause => Operation::Pause,
+                SteerOp::Resume => Operation::Resume,
+                SteerOp::Cancel => Operation::Cancel,
+                SteerOp::TakeOver => Operation::TakeOver,
+            };
+            if matches!(op, Operation::Cancel | Operation::TakeOver)
+                && !yes
+                && !confirm(&format!("{} task {task}?", op.as_str().replace('_', " ")))
+            {
+                return Err(Failure::new(
+                    Exit::Refused,
+                    "not_confirmed",
+                    format!(
+                        "not confirmed; pass `--yes` to {} without asking",
+                        op.as_str()
+                    ),
+                ));
+            }
+            report_command(json, c.command(&task, op, json!({}), vec![]).await)
+        }
+        ClientCommand::Replan {
+            task,
+            instructions,
+            suspend,
+        } => {
+            let op = if suspend.is_empty() {
+                Operation::Replan
+            } else {
+                Operation::SuspendAndReplan
+            };
+            report_command(
+                json,
+                c.command(&task, op, json!({"instructions": instructions}), suspend)
+                    .await,
+            )
+        }
+    }
+}
+
+fn render_thread(t: &waymark_companion::ThreadDetail) -> String {
+    let mut o = format!(
+        "{}\n  {} · {} · plan revision {}\n",
+        t.task.title, t.task.id, t.task.state, t.task.plan_revision
+    );
+    if !t.task.goal.is_empty() {
+        o.push_str(&format!("  goal: {}\n", t.task.goal));
+    }
+    if let Some(s) = &t.task.outcome_summary {
+        o.push_str(&format!("  outcome: {s}\n"));
+    }
+    let u = &t.task.usage;
+    o.push_str(&format!(
+        "  usage: {} tokens, ${:.2}, {}s\n\nstages\n",
+        u.tokens, u.cost_usd, u.wall_seconds
+    ));
+    for s in &t.stages {
+        let mark = match s.status.as_str() {
+            "done" if s.verified => "✔",
+            "done" => "✓",
+            "in_flight" => "▶",
+            _ => "·",
+        };
+        o.push_str(&format!("  {mark} {} {}\n", s.step, s.title));
+    }
+    o.push_str("\ncheckpoints\n");
+    for c in &t.checkpoints {
+        o.push_str(&format!(
+            "  #{:<3} {:<16} {} {}\n",
+            c.sequence,
+            c.body.reason,
+            c.body.summary.as_deref().unwrap_or(""),
+            short(&c.digest, 10)
+        ));
+    }
+    if !t.effects.is_empty() {
+        o.push_str("\neffects\n");
+        for e in &t.effects {
+            let warn = if e.status == waymark_proto::EffectStatus::Unknown {
+                "  ← outcome unknown: not guessed"
+            } else {
+                ""
+            };
+            o.push_str(&format!(
+                "  {:<18} {} `{}`{warn}\n",
+                e.status.as_str(),
+                e.kind,
+                e.idempotency_key
+            ));
+            if let Some(f) = &e.flag {
+                o.push_str(&format!("  {:<18} {f}\n", ""));
+            }
+        }
+    }
+    if !t.decisions.is_empty() {
+        o.push_str("\ndecisions\n");
+        for d in &t.decisions {
+            let outcome = d
+                .outcome
+                .as_ref()
+                .map(|x| {
+                    format!(
+                        " → {} by {}",
+                        x.option.as_deref().or(x.text.as_deref()).unwrap_or("-"),
+                        x.by
+                    )
+                })
+                .unwrap_or_default();
+            o.push_str(&format!(
+                "  {:<9} [{}] {}{outcome}\n",
+                d.status.as_str(),
+                d.kind,
+                d.question
+            ));
+        }
+    }
+    if !t.receipts.is_empty() {
+        o.push_str("\ntest receipts\n");
+        for r in &t.receipts {
+            o.push_str(&format!(
+                "  {} `{}` exit {}: {} passed, {} failed, {} skipped\n",
+                if r.passed { "PASS" } else { "FAIL" },
+                r.command,
+                r.exit_code,
+                r.totals.passed,
+                r.totals.failures + r.totals.errors,
+                r.totals.skipped
+            ));
+            for f in &r.failures {
+                o.push_str(&format!("       {}: {}\n", f.name, f.message));
+            }
+        }
+    }
+    if !t.artifacts.is_empty() {
+        o.push_str("\nartifacts\n");
+        for a in &t.artifacts {
+            o.push_str(&format!(
+                "  {:<28} {:<18} {:>8} B  {}\n",
+                a.name,
+                a.media_type,
+                a.size,
+                short(&a.sha256, 12)
+            ));
+        }
+    }
+    if !t.messages.is_empty() {
+        o.push_str("\nmessages\n");
+        for m in t.messages.iter().rev().take(10).rev() {
+            o.push_str(&format!("  {:<9} {}\n", m.role, m.text));
+        }
+    }
+    if !t.outbox.is_empty() {
+        o.push_str("\nyour commands\n");
+        for e in &t.outbox {
+            o.push_str(&format!("  {}\n", outbox_line(e)));
+        }
+    }
+    o.trim_end().to_owned()
+}

@@ -1,0 +1,287 @@
+//! The terminal client as a person uses it: a real `waymark serve` process, the real binary
+//! for every client command, the device key in a real Secret Service (gnome-keyring under
+//! `dbus-run-session`), and the exit codes of SPEC §10.
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Output, Stdio};
+
+use serde_json::{Value, json};
+
+fn waymark() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_waymark"));
+    c.env_remove("WAYMARK_DATA_DIR")
+        .env_remove("WAYMARK_KEYSTORE")
+        .env("WAYMARK_LOG", "error");
+    c
+}
+
+struct Serving(Child, String);
+
+impl Drop for Serving {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn serve(dir: &Path) -> Serving {
+    serve_at(dir, "127.0.0.1:0")
+}
+
+fn serve_at(dir: &Path, listen: &str) -> Serving {
+    let mut child = waymark()
+        .args(["serve", "--json", "--listen", listen, "--data-dir"])
+        .arg(dir)
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let v: Value = serde_json::from_str(&line).unwrap();
+    Serving(child, v["listening"].as_str().unwrap().to_owned())
+}
+
+fn admin(dir: &Path, args: &[&str]) -> Value {
+    let out = waymark()
+        .arg("admin")
+        .args(args)
+        .arg("--json")
+        .arg("--data-dir")
+        .arg(dir)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+fn client(home: &Path, args: &[&str]) -> Output {
+    waymark()
+        .env("WAYMARK_HOME", home)
+        .env("WAYMARK_KEYSTORE", "file-insecure")
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// A task with an attempt and a pending deploy approval, made by a worker over HTTP.
+fn agent_waits_for_approval(url: &str, token: &str) -> (String, String) {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let http = reqwest::Client::new();
+        let post = |path: String, body: Value| {
+            let http = http.clone();
+            let token = token.to_owned();
+            async move {
+                let res = http.post(path).bearer_auth(token).json(&body).send().await.unwrap();
+                assert!(res.status().is_success());
+                res.json::<Value>().await.unwrap()
+            }
+        };
+        let t = post(format!("{url}/v1/tasks"), json!({"title": "fix the checkout total", "plan": [{"id": "fix"}, {"id": "deploy"}]})).await;
+        let task = t["id"].as_str().unwrap().to_owned();
+        let a = post(format!("{url}/v1/tasks/{task}/attempts"), json!({"worker": "agent", "lease_seconds": 600})).await;
+        let d = post(
+            format!("{url}/v1/tasks/{task}/approvals"),
+            json!({"attempt_id": a["id"], "fence": 1, "intent": {"target": "staging", "commit": "abc123"}, "summary": "deploy abc123 to staging?"}),
+        )
+        .await;
+        (task, d["id"].as_str().unwrap().to_owned())
+    })
+}
+
+fn decision(url: &str, token: &str, task: &str, id: &str) -> Value {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        reqwest::Client::new()
+            .get(format!("{url}/v1/tasks/{task}/decisions/{id}"))
+            .bearer_auth(token)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap()
+    })
+}
+
+#[test]
+fn pair_sync_and_approve_with_the_key_in_a_real_secret_service() {
+    for tool in ["dbus-run-session", "gnome-keyring-daemon"] {
+        assert!(
+            Command::new("sh")
+                .args(["-c", &format!("command -v {tool}")])
+                .output()
+                .unwrap()
+                .status
+                .success(),
+            "`{tool}` is needed (apt package dbus / gnome-keyring; `.ci/run` installs them)"
+        );
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("srv");
+    admin(&data, &["user", "add", "alice"]);
+    let token = admin(
+        &data,
+        &["worker-token", "--name", "agent", "--user", "alice"],
+    )["token"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let s = serve(&data);
+    let (task, approval) = agent_waits_for_approval(&s.1, &token);
+    let link = admin(&data, &["pair", "--user", "alice"])["link"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let home = dir.path().join("home");
+
+    // One D-Bus session: unlock a fresh gnome-keyring, then pair, sync and approve.
+    let script = format!(
+        r#"set -e
+eval "$(printf waymark-test | gnome-keyring-daemon --unlock --components=secrets)"
+export WAYMARK_KEYSTORE=secret-service WAYMARK_HOME='{home}' WAYMARK_LOG=error
+W='{bin}'
+"$W" pair '{link}' --name laptop --json
+"$W" sync --json
+"$W" inbox --json
+"$W" approve {approval} --json
+"#,
+        home = home.display(),
+        bin = env!("CARGO_BIN_EXE_waymark"),
+    );
+    let out = Command::new("dbus-run-session")
+        .args(["--", "sh", "-c", &script])
+        .env_remove("WAYMARK_KEYSTORE")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "stdout: {}\nstderr: {}",
+        String::from_utf8_lossy(&out.stdout),
+        stderr(&out)
+    );
+    let lines: Vec<Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines[0]["user"], "alice");
+    assert!(lines[1]["snapshot"].as_bool().unwrap());
+    assert_eq!(lines[2][0]["decision"]["id"], approval.as_str());
+    assert_eq!(lines[3]["status"], "delivered");
+
+    let d = decision(&s.1, &token, &task, &approval);
+    assert_eq!(d["status"], "resolved");
+    assert_eq!(d["outcome"]["option"], "approve");
+    assert_eq!(d["outcome"]["by"], "user:alice");
+    // The key lived in the keychain: nothing in the home but the mirror.
+    for e in std::fs::read_dir(&home).unwrap() {
+        let name = e.unwrap().file_name().into_string().unwrap();
+        assert!(
+            name.starts_with("mirror.db"),
+            "unexpected file in the companion home: {name}"
+        );
+    }
+}
+
+#[test]
+fn the_client_reads_offline_queues_offline_and_says_so_with_exit_codes() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("srv");
+    let home = dir.path().join("home");
+    admin(&data, &["user", "add", "alice"]);
+    let token = admin(
+        &data,
+        &["worker-token", "--name", "agent", "--user", "alice"],
+    )["token"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+
+    let out = client(&home, &["sync"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stderr(&out).contains("waymark pair"), "{}", stderr(&out));
+    let out = client(&home, &["pair", "not a link"]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+
+    let s = serve(&data);
+    let (task, approval) = agent_waits_for_approval(&s.1, &token);
+    let expired = admin(&data, &["pair", "--user", "alice", "--ttl", "1s"])["link"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    std::thread::sleep(std::time::Duration::from_millis(1200));
+    let out = client(&home, &["pair", &expired]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stderr(&out).contains("expired")
+            && stderr(&out).contains("waymark admin pair --user alice"),
+        "{}",
+        stderr(&out)
+    );
+
+    let link = admin(&data, &["pair", "--user", "alice"])["link"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(client(&home, &["pair", &link]).status.success());
+    assert!(client(&home, &["sync"]).status.success());
+
+    let out = client(&home, &["threads"]);
+    assert!(String::from_utf8_lossy(&out.stdout).contains("fix the checkout total"));
+    let out = client(&home, &["steer", &task, "explode"]);
+    assert_eq!(out.status.code(), Some(2));
+    let out = client(&home, &["approve", "dec_nope"]);
+    assert_eq!(out.status.code(), Some(1));
+    let out = client(&home, &["steer", &task, "cancel"]);
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "cancel asks for confirmation: {}",
+        stderr(&out)
+    );
+
+    // Offline: reads still answer; a command is queued and the exit code says it is not delivered.
+    let addr = s.1.trim_start_matches("http://").to_owned();
+    drop(s);
+    let out = client(&home, &["show", &task, "--json"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let t: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(t["decisions"][0]["id"], approval.as_str());
+    let out = client(&home, &["inbox"]);
+    assert!(String::from_utf8_lossy(&out.stdout).contains("deploy abc123 to staging?"));
+    let out = client(&home, &["approve", &approval]);
+    assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
+    assert!(stderr(&out).contains("queued"), "{}", stderr(&out));
+    let out = client(&home, &["sync"]);
+    assert_eq!(out.status.code(), Some(3));
+    let out = client(&home, &["outbox", "--json"]);
+    let outbox: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(outbox[0]["status"], "queued");
+
+    // Back online: the queued approval is delivered, once.
+    let s = serve_at(&data, &addr);
+    let out = client(&home, &["sync", "--json"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let r: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(r["delivered"][0]["status"], "delivered", "{r}");
+    let d = decision(&s.1, &token, &task, &approval);
+    assert_eq!(d["outcome"]["option"], "approve");
+    let out = client(&home, &["approve", &approval]);
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "a second approval is refused: {}",
+        stderr(&out)
+    );
+}

@@ -1,0 +1,324 @@
+//! `waymark demo` as real processes: a control plane (`waymark serve`), the deploy service
+//! (`waymark demo deploy-service`) and demo workers that crash, hang and resume.
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+fn waymark() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_waymark"));
+    c.env_remove("WAYMARK_DATA_DIR")
+        .env_remove("WAYMARK_SERVER")
+        .env_remove("WAYMARK_TOKEN")
+        .env_remove("WAYMARK_ADMIN_TOKEN")
+        .env("WAYMARK_LOG", "error");
+    c
+}
+
+/// A child process killed when the test ends.
+struct Proc(Child, Value);
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Starts a `--json` command whose first stdout line says where it listens.
+fn listening(mut cmd: Command) -> Proc {
+    let mut child = cmd.stdout(Stdio::piped()).spawn().unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let v: Value = serde_json::from_str(&line).unwrap_or_else(|e| panic!("{e}: {line:?}"));
+    Proc(child, v)
+}
+
+struct Setup {
+    dir: tempfile::TempDir,
+    server: Proc,
+    deploy: Proc,
+    admin: String,
+    token: String,
+}
+
+impl Setup {
+    fn start() -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let data = dir.path().join("data");
+        let mut serve = waymark();
+        serve
+            .args(["serve", "--json", "--listen", "127.0.0.1:0", "--data-dir"])
+            .arg(&data);
+        let server = listening(serve);
+        let admin = std::fs::read_to_string(data.join("admin.token"))
+            .unwrap()
+            .trim()
+            .to_owned();
+        let out = waymark()
+            .args([
+                "admin",
+                "worker-token",
+                "--name",
+                "demo",
+                "--json",
+                "--data-dir",
+            ])
+            .arg(&data)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        let token = serde_json::from_slice::<Value>(&out.stdout).unwrap()["token"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        let mut ds = waymark();
+        ds.args(["--json", "demo", "deploy-service", "--state"])
+            .arg(dir.path().join("deploys.json"));
+        let deploy = listening(ds);
+        Setup {
+            dir,
+            server,
+            deploy,
+            admin,
+            token,
+        }
+    }
+
+    fn url(&self) -> &str {
+        self.server.1["listening"].as_str().unwrap()
+    }
+
+    fn demo(&self, extra: &[&str]) -> Command {
+        let mut c = waymark();
+        c.args(["demo", "--server", self.url(), "--token", &self.token])
+            .args(["--admin-token", &self.admin, "--lease-seconds", "2"])
+            .args(["--deploy-url", self.deploy.1["listening"].as_str().unwrap()])
+            .arg("--workdir")
+            .arg(self.dir.path().join("work"))
+            .args(extra);
+        c
+    }
+
+    fn deploys(&self) -> Value {
+        let bytes = std::fs::read(self.dir.path().join("deploys.json")).unwrap();
+        serde_json::from_slice(&bytes).unwrap()
+    }
+
+    fn get(&self, path: &str) -> Value {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            reqwest::Client::new()
+                .get(format!("{}{path}", self.url()))
+                .bearer_auth(&self.admin)
+                .send()
+                .await
+                .unwrap()
+                .json()
+                .await
+                .unwrap()
+        })
+    }
+
+    fn only_task(&self) -> Value {
+        let snapshot = self.get("/v1/snapshot");
+        let tasks = snapshot["tasks"].as_array().unwrap();
+        assert_eq!(tasks.len(), 1, "{snapshot}");
+        let id = tasks[0]["id"].as_str().unwrap();
+        self.get(&format!("/v1/tasks/{id}"))
+    }
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+fn summary(out: &Output) -> Value {
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "stdout: {}\nstderr: {}",
+        text(&out.stdout),
+        text(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", text(&out.stdout)))
+}
+
+#[test]
+fn a_worker_that_crashes_after_the_deploy_committed_is_resumed_and_the_deploy_happens_once() {
+    let s = Setup::start();
+    let crashed = s
+        .demo(&["--scenario", "crash-after-commit", "--approve", "yes"])
+        .output()
+        .unwrap();
+    assert_eq!(crashed.status.code(), Some(70), "{}", text(&crashed.stderr));
+    let said = text(&crashed.stdout);
+    assert!(said.contains("exiting with 70"), "{said}");
+    assert!(said.contains("--scenario resume --task task_"), "{said}");
+
+    // The deploy service committed; the control plane still has the effect in progress.
+    assert_eq!(s.deploys()["deploys"].as_array().unwrap().len(), 1);
+    let before = s.only_task();
+    assert_eq!(before["effects"][0]["status"], "in_progress");
+    let task = before["task"]["id"].as_str().unwrap().to_owned();
+
+    let resumed = s
+        .demo(&["--scenario", "resume", "--task", &task, "--json"])
+        .output()
+        .unwrap();
+    let v = summary(&resumed);
+    assert_eq!(v["outcome"], "completed");
+    assert_eq!(v["fence"], 2);
+    assert_eq!(v["deploy"]["resolution"], "reconciled");
+    assert_eq!(v["chain_intact"], true);
+
+    let log = s.deploys();
+    assert_eq!(
+        log["deploys"].as_array().unwrap().len(),
+        1,
+        "the deploy service saw exactly one deploy: {log}"
+    );
+    let after = s.only_task();
+    assert_eq!(after["task"]["state"], "completed");
+    assert_eq!(after["effects"][0]["status"], "confirmed");
+    assert_eq!(after["effects"][0]["receipt"], log["deploys"][0]);
+    assert_eq!(after["chain"]["intact"], true);
+    // The resumed worker continued the first one's chain.
+    let cps = after["checkpoints"].as_array().unwrap();
+    assert_eq!(cps.last().unwrap()["fence"], 2);
+    assert_eq!(cps.last().unwrap()["body"]["reason"], "effect_boundary");
+    assert_eq!(cps[0]["fence"], 1);
+}
+
+#[test]
+fn a_worker_hung_past_its_lease_is_refused_by_the_deploy_service_after_a_second_worker_deployed() {
+    let s = Setup::start();
+    let hung = s
+        .demo(&["--scenario", "hang-past-lease", "--approve", "yes"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let hung = Proc(hung, Value::Null);
+    // Wait until the hung worker holds the deploy in progress.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let task = loop {
+        assert!(
+            Instant::now() < deadline,
+            "the hung worker never started its deploy"
+        );
+        let snapshot = s.get("/v1/snapshot");
+        if let Some(id) = snapshot["tasks"][0]["id"].as_str() {
+            let d = s.get(&format!("/v1/tasks/{id}"));
+            if d["effects"][0]["status"] == "in_progress" {
+                break id.to_owned();
+            }
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    let second = s
+        .demo(&["--scenario", "resume", "--task", &task, "--json"])
+        .output()
+        .unwrap();
+    let v = summary(&second);
+    assert_eq!(v["outcome"], "completed");
+    assert_eq!(v["deploy"]["resolution"], "ran");
+
+    let mut hung = hung;
+    let child = &mut hung.0;
+    let mut out = String::new();
+    std::io::Read::read_to_string(child.stdout.as_mut().unwrap(), &mut out).unwrap();
+    let mut err = String::new();
+    std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut err).unwrap();
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(1), "{out}\n{err}");
+    assert!(
+        out.contains("refused: the deploy service refused: fence 1 is older than fence 2"),
+        "{out}"
+    );
+    assert!(err.contains("fenced off"), "{err}");
+
+    let log = s.deploys();
+    assert_eq!(log["deploys"].as_array().unwrap().len(), 1, "{log}");
+    assert_eq!(log["deploys"][0]["fence"], 2);
+    assert_eq!(log["refusals"].as_array().unwrap().len(), 1, "{log}");
+    assert_eq!(log["refusals"][0]["fence"], 1);
+    let d = s.get(&format!("/v1/tasks/{task}"));
+    assert_eq!(d["effects"][0]["status"], "confirmed");
+    assert_eq!(d["task"]["state"], "completed");
+}
+
+#[test]
+fn the_embedded_demo_runs_whole_with_one_command_and_reports_what_it_did() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = waymark()
+        .args(["demo", "--approve", "no", "--json", "--workdir"])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    let v = summary(&out);
+    assert_eq!(v["outcome"], "partially_delivered");
+    assert_eq!(v["decision"]["option"], "deny");
+    assert!(v["deploy"].is_null());
+    let names: Vec<_> = v["artifacts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a[0].as_str().unwrap().to_owned())
+        .collect();
+    assert!(names.contains(&"fix.diff".to_owned()), "{names:?}");
+    assert!(names.contains(&"report.md".to_owned()), "{names:?}");
+    assert!(Path::new(v["repo"].as_str().unwrap()).join(".git").exists());
+    // The record outlives the run.
+    assert!(dir.path().join("server/waymark.db").exists());
+}
+
+#[test]
+fn usage_mistakes_exit_2_and_an_unreachable_server_exits_3() {
+    let out = waymark()
+        .args(["demo", "--scenario", "resume"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("--task"),
+        "{}",
+        text(&out.stderr)
+    );
+
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", closed.local_addr().unwrap());
+    drop(closed);
+    let dir = tempfile::tempdir().unwrap();
+    let out = waymark()
+        .args([
+            "demo",
+            "--server",
+            &url,
+            "--token",
+            "wmk_w_x",
+            "--json",
+            "--workdir",
+        ])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out.stderr));
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["error"]["code"], "unreachable");
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("waymark serve"),
+        "{v}"
+    );
+}

@@ -1,0 +1,193 @@
+//! The device side of HTTP API v1, as the companion speaks it: pairing, sessions, snapshot,
+//! thread detail, blobs, the event stream and signed commands.
+
+use std::time::Duration;
+
+use eventsource_stream::Eventsource;
+use futures::{Stream, StreamExt};
+use serde::de::DeserializeOwned;
+use waymark_proto::*;
+
+use crate::Error;
+
+#[derive(Clone)]
+pub(crate) struct Api {
+    http: reqwest::Client,
+    base: String,
+}
+
+fn unreachable(base: &str, e: reqwest::Error) -> Error {
+    Error::Unreachable(format!("{base}: {e}"))
+}
+
+impl Api {
+    pub(crate) fn new(base: &str) -> Self {
+        let http = reqwest::Client::builder()
+            .connect_timeout(Duration::from_secs(5))
+            .build()
+            .unwrap_or_default();
+        Api {
+            http,
+            base: base.trim_end_matches('/').to_owned(),
+        }
+    }
+
+    pub(crate) fn base(&self) -> &str {
+        &self.base
+    }
+
+    async fn decode<T: DeserializeOwned>(&self, res: reqwest::Response) -> Result<T, Error> {
+        let status = res.status();
+        let bytes = res.bytes().await.map_err(|e| unreachable(&self.base, e))?;
+        if status.is_success() {
+            return serde_json::from_slice(&bytes).map_err(|e| {
+                Error::Protocol(format!("unexpected answer from {}: {e}", self.base))
+            });
+        }
+        match serde_json::from_slice::<Problem>(&bytes) {
+            Ok(p) if p.code == ErrorCode::CursorExpired => Err(Error::CursorExpired),
+            Ok(p) => Err(Error::Refused {
+                code: p.code.as_str().to_owned(),
+                detail: p.detail,
+            }),
+            Err(_) => Err(Error::Protocol(format!("{} answered {status}", self.base))),
+        }
+    }
+
+    pub(crate) async fn pair(&self, req: &PairDevice) -> Result<Device, Error> {
+        let res = self
+            .http
+            .post(format!("{}/v1/devices/pair", self.base))
+            .json(req)
+            .send()
+            .await
+            .map_err(|e| unreachable(&self.base, e))?;
+        self.decode(res).await
+    }
+
+    pub(crate) async fn open_session(
+        &self,
+        device_id: &str,
+        env: &SignedEnvelope,
+    ) -> Result<DeviceSession, Error> {
+        let res = self
+            .http
+            .post(format!("{}/v1/devices/{device_id}/session", self.base))
+            .json(env)
+            .send()
+            .await
+            .map_err(|e| unreachable(&self.base, e))?;
+        if res.status().is_success() {
+            return self.decode(res).await;
+        }
+        let status = res.status();
+        let body: serde_json::Value = res.json().await.unwrap_or_default();
+        let reason = body
+            .get("reason")
+            .and_then(|r| r.as_str())
+            .unwrap_or("refused")
+            .to_owned();
+        let detail = body
+            .get("detail")
+            .and_then(|r| r.as_str())
+            .map(str::to_owned)
+            .unwrap_or_else(|| format!("{status}"));
+        Err(Error::Refused {
+            code: reason,
+            detail,
+        })
+    }
+
+    pub(crate) async fn get<T: DeserializeOwned>(
+        &self,
+        token: &str,
+        path: &str,
+    ) -> Result<T, Error> {
+        let res = self
+            .http
+            .get(format!("{}{path}", self.base))
+            .bearer_auth(token)
+            .send()
+            .await
+            .map_err(|e| unreachable(&self.base, e))?;
+        self.decode(res).await
+    }
+
+    pub(crate) async fn blob(&self, token: &str, sha256: &str) -> Result<Vec<u8>, Error> {
+        let res = self
+            .http
+            .get(format!("{}/v1/blobs/{sha256}", self.base))
+            .bearer_auth(token)
+            .send()
+            .await
+            .map_err(|e| unreachable(&self.base, e))?;
+        if !res.status().is_success() {
+            return self
+                .decode::<serde_json::Value>(res)
+                .await
+                .map(|_| Vec::new());
+        }
+        Ok(res
+            .bytes()
+            .await
+            .map_err(|e| unreachable(&self.base, e))?
+            .to_vec())
+    }
+
+    /// Submits a signed command. Every answer (applied, duplicate, conflict, rejected) is a
+    /// `CommandResult`; only transport failures are errors.
+    pub(crate) async fn submit(&self, env: &SignedEnvelope) -> Result<CommandResult, Error> {
+        let res = self
+            .http
+            .post(format!("{}/v1/commands", self.base))
+            .json(env)
+            .send()
+            .await
+            .map_err(|e| unreachable(&self.base, e))?;
+        let status = res.status();
+        let bytes = res.bytes().await.map_err(|e| unreachable(&self.base, e))?;
+        serde_json::from_slice(&bytes).map_err(|_| {
+            match serde_json::from_slice::<Problem>(&bytes) {
+                Ok(p) => Error::Refused {
+                    code: p.code.as_str().to_owned(),
+                    detail: p.detail,
+                },
+                Err(_) => Error::Protocol(format!("{} answered {status} to a command", self.base)),
+            }
+        })
+    }
+
+    /// The event stream from `after`. 410 → `CursorExpired`.
+    pub(crate) async fn events(
+        &self,
+        token: &str,
+        after: i64,
+    ) -> Result<impl Stream<Item = Result<Event, Error>> + use<>, Error> {
+        let res = self
+            .http
+            .get(format!("{}/v1/events?after={after}", self.base))
+            .bearer_auth(token)
+            .send()
+            .await
+            .map_err(|e| unreachable(&self.base, e))?;
+        if !res.status().is_success() {
+            return Err(self
+                .decode::<serde_json::Value>(res)
+                .await
+                .err()
+                .unwrap_or(Error::Protocol("event stream refused".into())));
+        }
+        let base = self.base.clone();
+        Ok(res
+            .bytes_stream()
+            .eventsource()
+            .map(move |item| match item {
+                Ok(ev) if ev.event == "cursor_expired" => Err(Error::CursorExpired),
+                Ok(ev) => serde_json::from_str::<Event>(&ev.data)
+                    .map_err(|e| Error::Protocol(format!("bad event from {base}: {e}"))),
+                Err(e) => Err(Error::Unreachable(format!(
+                    "{base}: the event stream broke: {e}"
+                ))),
+            }))
+    }
+}

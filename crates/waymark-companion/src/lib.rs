@@ -1,0 +1,679 @@
+//! The companion's core, shared by the `waymark` terminal client and the app: a local SQLite
+//! mirror of the threads a person may see, a sync engine (snapshot, then the event stream from
+//! a cursor), an outbox of commands signed on this device and delivered exactly once, device
+//! keys in the OS keychain, and the notification policy. It never imports axum or tauri.
+
+mod api;
+pub mod keystore;
+pub mod mirror;
+pub mod notify;
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use chrono::Utc;
+use ed25519_dalek::SigningKey;
+use futures::StreamExt;
+use serde::{Deserialize, Serialize};
+use tokio::sync::{Mutex, watch};
+use waymark_proto::*;
+
+pub use keystore::{Backend, Keystore};
+pub use mirror::{InboxItem, Mirror, OutboxEntry, Stage, ThreadDetail, ThreadRow};
+
+use crate::api::Api;
+
+/// Why a companion operation failed. Messages say what to do.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The server cannot be reached (the operation may be queued).
+    #[error("cannot reach the server — {0}")]
+    Unreachable(String),
+    /// The server refused (a stable code and its reason).
+    #[error("{detail} ({code})")]
+    Refused {
+        /// The stable code.
+        code: String,
+        /// Why.
+        detail: String,
+    },
+    /// The server answered something this client does not understand.
+    #[error("{0}")]
+    Protocol(String),
+    /// The event cursor is older than the server keeps; a new snapshot follows.
+    #[error("the event cursor expired; re-snapshotting")]
+    CursorExpired,
+    /// This machine is not paired.
+    #[error(
+        "this machine is not paired with a server — run `waymark pair LINK` with a link from `waymark admin pair`"
+    )]
+    NotPaired,
+    /// No usable OS keychain.
+    #[error(
+        "no usable OS keychain ({0}) — start a Secret Service (e.g. gnome-keyring) or use the kernel keyring (`keyctl session`); on a headless host where you accept a key file, set WAYMARK_KEYSTORE=file-insecure"
+    )]
+    NoKeychain(String),
+    /// The device key is missing from the keychain.
+    #[error("the device key is not in {0} — pair this machine again with `waymark pair`")]
+    NoDeviceKey(String),
+    /// The mirror database failed.
+    #[error("the local mirror: {0}")]
+    Mirror(String),
+    /// Not in the mirror.
+    #[error("{0}")]
+    NotFound(String),
+    /// Bad input from the person.
+    #[error("{0}")]
+    Invalid(String),
+    /// A blob is not cached and the server is unreachable.
+    #[error(
+        "`{0}` is not in the offline cache and the server cannot be reached — it will be fetched when you are back online"
+    )]
+    BlobMissing(String),
+}
+
+/// The companion's data dir: `$WAYMARK_HOME`, else the XDG data dir (`~/.local/share/waymark-companion`).
+pub fn default_home() -> PathBuf {
+    if let Some(h) = std::env::var_os("WAYMARK_HOME") {
+        return PathBuf::from(h);
+    }
+    directories::ProjectDirs::from("dev", "waymark", "waymark-companion")
+        .map(|d| d.data_dir().to_path_buf())
+        .unwrap_or_else(|| PathBuf::from(".waymark-companion"))
+}
+
+/// The link between this device and its server.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct LinkHealth {
+    /// A stream is open.
+    pub connected: bool,
+    /// Since when the engine has been trying to reconnect (unix ms).
+    pub reconnecting_since: Option<i64>,
+    /// Server time of the last event applied (unix ms).
+    pub last_event_at: Option<i64>,
+    /// When the mirror last caught up (unix ms).
+    pub last_sync_at: Option<i64>,
+    /// The last call reached the server.
+    pub server_reachable: bool,
+    /// The last error, for people.
+    pub last_error: Option<String>,
+}
+
+/// What a sync did.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct SyncReport {
+    /// Events applied.
+    pub events: usize,
+    /// A full snapshot was taken (first sync, or the cursor expired).
+    pub snapshot: bool,
+    /// Queued commands delivered, with their results.
+    pub delivered: Vec<OutboxEntry>,
+    /// Blobs fetched for offline review.
+    pub prefetched: usize,
+    /// The cursor the mirror is current to.
+    pub cursor: i64,
+}
+
+/// Who this device is.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Identity {
+    /// The server.
+    pub server: String,
+    /// The device id.
+    pub device_id: String,
+    /// Its user.
+    pub user: String,
+    /// Its scopes.
+    pub scopes: Vec<String>,
+}
+
+/// Called with every batch of events applied while following.
+type OnBatch<'a> = Option<&'a (dyn Fn(&[Event]) + Sync)>;
+
+/// How long a signed command stays valid (it may wait in the outbox).
+const COMMAND_LIFETIME: chrono::Duration = chrono::Duration::hours(24);
+/// Cached blobs are capped at this many bytes (least recently used go first).
+pub const BLOB_CACHE_BYTES: i64 = 256 << 20;
+
+/// The companion: mirror, sync, outbox.
+pub struct Companion {
+    home: PathBuf,
+    keystore_choice: Option<String>,
+    mirror: Mirror,
+    session: Mutex<Option<(String, i64)>>,
+    health: watch::Sender<LinkHealth>,
+}
+
+/// Parses `waymark://pair?server=…&code=…` (or an `http(s)://…?code=…` URL).
+pub fn parse_pairing_link(link: &str) -> Result<(String, String), Error> {
+    let url = url::Url::parse(link.trim()).map_err(|_| {
+        Error::Invalid(format!(
+            "`{link}` is not a pairing link like `waymark://pair?server=…&code=…`"
+        ))
+    })?;
+    let get = |k: &str| {
+        url.query_pairs()
+            .find(|(n, _)| n == k)
+            .map(|(_, v)| v.into_owned())
+    };
+    let code = get("code").ok_or_else(|| Error::Invalid("the link has no `code`".into()))?;
+    let server = match url.scheme() {
+        "waymark" => {
+            get("server").ok_or_else(|| Error::Invalid("the link has no `server`".into()))?
+        }
+        "http" | "https" => {
+            format!("{}://{}", url.scheme(), url.host_str().unwrap_or_default())
+                + &url.port().map(|p| format!(":{p}")).unwrap_or_default()
+        }
+        other => return Err(Error::Invalid(format!("unsupported link scheme `{other}`"))),
+    };
+    Ok((server, code))
+}
+
+impl Companion {
+    /// Opens the companion in `home` (created if needed).
+    pub async fn open(home: &Path) -> Result<Self, Error> {
+        std::fs::create_dir_all(home)
+            .map_err(|e| Error::Invalid(format!("cannot create {}: {e}", home.display())))?;
+        let mirror = Mirror::open(&home.join("mirror.db")).await?;
+        Ok(Companion {
+            home: home.to_path_buf(),
+            keystore_choice: None,
+            mirror,
+            session: Mutex::new(None),
+            health: watch::channel(LinkHealth::default()).0,
+        })
+    }
+
+    /// Opens the companion with a named credential store instead of `WAYMARK_KEYSTORE` (see
+    /// [`Keystore::open_with`]).
+    pub async fn open_with_keystore(home: &Path, choice: &str) -> Result<Self, Error> {
+        let mut c = Self::open(home).await?;
+        c.keystore_choice = Some(choice.to_owned());
+        Ok(c)
+    }
+
+    /// The mirror (the UI's queries answer from it alone).
+    pub fn mirror(&self) -> &Mirror {
+        &self.mirror
+    }
+
+    /// Link health, updated as the sync engine runs.
+    pub fn health(&self) -> watch::Receiver<LinkHealth> {
+        self.health.subscribe()
+    }
+
+    /// The paired identity, if any.
+    pub async fn identity(&self) -> Result<Option<Identity>, Error> {
+        Ok(self
+            .mirror
+            .meta("identity")
+            .await?
+            .and_then(|s| serde_json::from_str(&s).ok()))
+    }
+
+    async fn require_identity(&self) -> Result<(Identity, Api), Error> {
+        let id = self.identity().await?.ok_or(Error::NotPaired)?;
+        let api = Api::new(&id.server);
+        Ok((id, api))
+    }
+
+    /// The credential store holding this device's key.
+    pub fn keystore(&self) -> Result<Keystore, Error> {
+        match &self.keystore_choice {
+            Some(c) => Keystore::open_with(&self.home, c),
+            None => Keystore::open(&self.home),
+        }
+    }
+
+    /// Pairs this machine: generates the device key, keeps it in the keychain, registers the
+    /// public half with the one-time code.
+    pub async fn pair(&self, server: &str, code: &str, name: &str) -> Result<Identity, Error> {
+        let keystore = self.keystore()?;
+        let key = SigningKey::generate(&mut rand::rngs::OsRng);
+        let api = Api::new(server);
+        let device = api
+            .pair(&PairDevice {
+                code: code.to_owned(),
+                public_key: signing::public_key_b64(&key.verifying_key()),
+                name: name.to_owned(),
+            })
+            .await?;
+        keystore.save(&device.id, &key)?;
+        if let Some(old) = self.identity().await? {
+            let _ = keystore.delete(&old.device_id);
+        }
+        let identity = Identity {
+            server: api.base().to_owned(),
+            device_id: device.id,
+            user: device.user,
+            scopes: device.scopes,
+        };
+        self.mirror
+            .set_meta(
+                "identity",
+                &serde_json::to_string(&identity).unwrap_or_default(),
+            )
+            .await?;
+        *self.session.lock().await = None;
+        Ok(identity)
+    }
+
+    fn sign(
+        &self,
+        keystore: &Keystore,
+        id: &Identity,
+        cmd: &SteerCommand,
+    ) -> Result<SignedEnvelope, Error> {
+        let key = keystore.load(&id.device_id)?;
+        signing::sign(cmd, &key).map_err(|e| Error::Invalid(e.to_string()))
+    }
+
+    /// A read token, opening a session with a signed `open_session` when needed.
+    async fn token(&self, id: &Identity, api: &Api) -> Result<String, Error> {
+        let mut guard = self.session.lock().await;
+        let now = Utc::now().timestamp_millis();
+        if let Some((t, exp)) = guard.as_ref()
+            && *exp > now + 30_000
+        {
+            return Ok(t.clone());
+        }
+        let keystore = self.keystore()?;
+        let cmd = SteerCommand {
+            command_id: ids::command(),
+            task_id: None,
+            expected_plan_revision: None,
+            operation: Operation::OpenSession,
+            scope: vec![],
+            args: serde_json::Value::Null,
+            issued_by: format!("user:{}", id.user),
+            device_id: id.device_id.clone(),
+            issued_at: Utc::now(),
+            expires_at: Utc::now() + chrono::Duration::minutes(2),
+        };
+        let env = self.sign(&keystore, id, &cmd)?;
+        let s = api.open_session(&id.device_id, &env).await?;
+        *guard = Some((s.token.clone(), s.expires_at.timestamp_millis()));
+        Ok(s.token)
+    }
+
+    fn set_health(&self, f: impl FnOnce(&mut LinkHealth)) {
+        self.health.send_modify(f);
+    }
+
+    async fn resnapshot(&self, api: &Api, token: &str) -> Result<i64, Error> {
+        let snap: Snapshot = api.get(token, "/v1/snapshot").await?;
+        let mut threads = Vec::with_capacity(snap.tasks.len());
+        for t in &snap.tasks {
+            threads.push(
+                api.get::<TaskDetail>(token, &format!("/v1/tasks/{}", t.task.id))
+                    .await?,
+            );
+        }
+        self.mirror.replace_all(snap.cursor, &threads).await?;
+        Ok(snap.cursor)
+    }
+
+    /// Delivers queued commands in the order they were made. Each is sent until the server
+    /// answers; a crash between sending and recording resends it, and the server's ledger
+    /// answers `duplicate` with the first result — applied once.
+    pub async fn deliver_outbox(&self) -> Result<Vec<OutboxEntry>, Error> {
+        let queued = self.mirror.queued().await?;
+        if queued.is_empty() {
+            return Ok(Vec::new());
+        }
+        let (_, api) = self.require_identity().await?;
+        let mut done = Vec::new();
+        for (command_id, env) in queued {
+            let res = api.submit(&env).await?;
+            let effective = match (&res.status, &res.original) {
+                (CommandStatus::Duplicate, Some(o)) => o.as_ref().clone(),
+                _ => res.clone(),
+            };
+            let status = match effective.status {
+                CommandStatus::Applied | CommandStatus::Duplicate => "delivered",
+                CommandStatus::Conflict => "conflict",
+                CommandStatus::Rejected if effective.reason == Some(RejectReason::Expired) => {
+                    "expired"
+                }
+                CommandStatus::Rejected => "rejected",
+            };
+            self.mirror
+                .record_result(&command_id, status, &effective)
+                .await?;
+            if let Some(e) = self
+                .mirror
+                .outbox(None)
+                .await?
+                .into_iter()
+                .find(|e| e.command_id == command_id)
+            {
+                done.push(e);
+            }
+        }
+        Ok(done)
+    }
+
+    /// One sync: deliver the outbox, then bring the mirror up to the stream's head (a fresh
+    /// snapshot when there is no cursor or it expired), then prefetch blobs for offline review.
+    pub async fn sync_once(&self) -> Result<SyncReport, Error> {
+        let r = self.sync_inner(None).await;
+        self.after_sync(&r);
+        r
+    }
+
+    fn after_sync(&self, r: &Result<SyncReport, Error>) {
+        let now = Utc::now().timestamp_millis();
+        match r {
+            Ok(_) => self.set_health(|h| {
+                h.server_reachable = true;
+                h.reconnecting_since = None;
+                h.last_sync_at = Some(now);
+                h.last_error = None;
+            }),
+            Err(e) => self.set_health(|h| {
+                h.connected = false;
+                h.server_reachable = !matches!(e, Error::Unreachable(_));
+                h.reconnecting_since.get_or_insert(now);
+                h.last_error = Some(e.to_string());
+            }),
+        }
+    }
+
+    /// Streams events until the stream has been idle for `idle`, or forever with `None`
+    /// passed as `follow` (then `on_batch` sees every applied batch).
+    async fn sync_inner(&self, follow: OnBatch<'_>) -> Result<SyncReport, Error> {
+        let (id, api) = self.require_identity().await?;
+        let token = self.token(&id, &api).await?;
+        let mut report = SyncReport {
+            delivered: self.deliver_outbox().await?,
+            ..Default::default()
+        };
+        let mut cursor = match self.mirror.cursor().await? {
+            Some(c) => c,
+            None => {
+                report.snapshot = true;
+                self.resnapshot(&api, &token).await?
+            }
+        };
+        loop {
+            match self.stream(&api, &token, cursor, follow, &mut report).await {
+                Err(Error::CursorExpired) => {
+                    report.snapshot = true;
+                    cursor = self.resnapshot(&api, &token).await?;
+                }
+                other => {
+                    other?;
+                    break;
+                }
+            }
+        }
+        report.prefetched = self.prefetch(&api, &token).await?;
+        report.cursor = self.mirror.cursor().await?.unwrap_or(cursor);
+        // Commands the stream showed acknowledged are reflected in the outbox entries.
+        let ids: Vec<String> = report
+            .delivered
+            .iter()
+            .map(|e| e.command_id.clone())
+            .collect();
+        report.delivered = self
+            .mirror
+            .outbox(None)
+            .await?
+            .into_iter()
+            .filter(|e| ids.contains(&e.command_id))
+            .collect();
+        Ok(report)
+    }
+
+    async fn stream(
+        &self,
+        api: &Api,
+        token: &str,
+        after: i64,
+        follow: OnBatch<'_>,
+        report: &mut SyncReport,
+    ) -> Result<(), Error> {
+        let mut events = Box::pin(api.events(token, after).await?);
+        self.set_health(|h| {
+            h.connected = true;
+            h.server_reachable = true;
+            h.reconnecting_since = None;
+        });
+        let idle = if follow.is_some() {
+            Duration::from_secs(3600 * 24 * 365)
+        } else {
+            Duration::from_millis(400)
+        };
+        let mut batch: Vec<Event> = Vec::new();
+        loop {
+            let wait = if batch.is_empty() {
+                idle
+            } else {
+                Duration::from_millis(30)
+            };
+            match tokio::time::timeout(wait, events.next()).await {
+                Ok(Some(Ok(ev))) => {
+                    batch.push(ev);
+                    if batch.len() < 256 {
+                        continue;
+                    }
+                }
+                Ok(Some(Err(e))) => {
+                    self.flush(&mut batch, follow, report).await?;
+                    return Err(e);
+                }
+                Ok(None) => {
+                    self.flush(&mut batch, follow, report).await?;
+                    return Err(Error::Unreachable(
+                        "the server closed the event stream".into(),
+                    ));
+                }
+                Err(_) if batch.is_empty() => return Ok(()),
+                Err(_) => {}
+            }
+            self.flush(&mut batch, follow, report).await?;
+        }
+    }
+
+    async fn flush(
+        &self,
+        batch: &mut Vec<Event>,
+        follow: OnBatch<'_>,
+        report: &mut SyncReport,
+    ) -> Result<(), Error> {
+        if batch.is_empty() {
+            return Ok(());
+        }
+        self.mirror.apply(batch).await?;
+        report.events += batch.len();
+        let last = batch.last().map(|e| e.at.timestamp_millis());
+        self.set_health(|h| h.last_event_at = last);
+        if let Some(f) = follow {
+            f(batch);
+        }
+        batch.clear();
+        Ok(())
+    }
+
+    async fn prefetch(&self, api: &Api, token: &str) -> Result<usize, Error> {
+        let mut n = 0;
+        for (sha, _) in self.mirror.blobs_to_prefetch().await? {
+            let data = api.blob(token, &sha).await?;
+            self.mirror.put_blob(&sha, &data, BLOB_CACHE_BYTES).await?;
+            n += 1;
+        }
+        Ok(n)
+    }
+
+    /// Follows the server: streams events into the mirror until `stop` fires, reconnecting
+    /// with jittered exponential backoff; a dropped connection is never a cancel.
+    pub async fn follow(
+        &self,
+        stop: watch::Receiver<bool>,
+        on_batch: &(dyn Fn(&[Event]) + Sync),
+    ) -> Result<(), Error> {
+        let mut stop = stop;
+        let mut backoff = Duration::from_millis(250);
+        loop {
+            let run = self.sync_inner(Some(on_batch));
+            let r = tokio::select! {
+                r = run => r,
+                _ = stop.wait_for(|s| *s) => return Ok(()),
+            };
+            self.after_sync(&r);
+            match r {
+                Err(Error::NotPaired) => return Err(Error::NotPaired),
+                Err(e @ (Error::NoKeychain(_) | Error::NoDeviceKey(_) | Error::Mirror(_))) => {
+                    return Err(e);
+                }
+                Err(Error::Refused { code, detail })
+                    if code == "device_revoked" || code == "unknown_device" =>
+                {
+                    return Err(Error::Refused { code, detail });
+                }
+                Ok(_) => backoff = Duration::from_millis(250),
+                Err(e) => tracing::info!(error = %e, "sync interrupted; reconnecting"),
+            }
+            *self.session.lock().await = None;
+            let jitter =
+                rand::Rng::gen_range(&mut rand::thread_rng(), 0..=backoff.as_millis() as u64 / 2);
+            let wait = backoff + Duration::from_millis(jitter);
+            tokio::select! {
+                _ = tokio::time::sleep(wait) => {}
+                _ = stop.wait_for(|s| *s) => return Ok(()),
+            }
+            backoff = (backoff * 2).min(Duration::from_secs(30));
+        }
+    }
+
+    /// Signs a command now, with the plan revision the person sees in the mirror, queues it,
+    /// and tries to deliver the queue. Offline, it stays queued (`Error::Unreachable` says so)
+    /// and is delivered on the next sync; it is never re-signed against a newer revision.
+    pub async fn command(
+        &self,
+        task_id: &str,
+        op: Operation,
+        args: serde_json::Value,
+        scope: Vec<String>,
+    ) -> Result<OutboxEntry, Error> {
+        let (id, _) = self.require_identity().await?;
+        let task = self.mirror.task(task_id).await?.ok_or_else(|| {
+            Error::NotFound(format!(
+                "no task `{task_id}` in the mirror — run `waymark sync`"
+            ))
+        })?;
+        let keystore = self.keystore()?;
+        let now = Utc::now();
+        let cmd = SteerCommand {
+            command_id: ids::command(),
+            task_id: Some(task.id.clone()),
+            expected_plan_revision: Some(task.plan_revision),
+            operation: op,
+            scope,
+            args,
+            issued_by: format!("user:{}", id.user),
+            device_id: id.device_id.clone(),
+            issued_at: now,
+            expires_at: now + COMMAND_LIFETIME,
+        };
+        let env = self.sign(&keystore, &id, &cmd)?;
+        self.mirror
+            .enqueue(
+                &task.id,
+                op,
+                Some(task.plan_revision),
+                &cmd.command_id,
+                &env,
+            )
+            .await?;
+        let delivered = self.deliver_outbox().await;
+        let entry = self
+            .mirror
+            .outbox(Some(&task.id))
+            .await?
+            .into_iter()
+            .find(|e| e.command_id == cmd.command_id)
+            .ok_or_else(|| Error::Mirror("the queued command vanished".into()))?;
+        match delivered {
+            Ok(_) => Ok(entry),
+            Err(Error::Unreachable(why)) => Err(Error::Unreachable(format!(
+                "{why}; the command is queued and will be delivered on the next sync"
+            ))),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Answers a decision from the mirror: approve/deny bind its intent digest; other kinds
+    /// choose an option or answer with text.
+    pub async fn answer(
+        &self,
+        decision_id: &str,
+        op: Operation,
+        option: Option<&str>,
+        text: Option<&str>,
+    ) -> Result<OutboxEntry, Error> {
+        let d = self.mirror.decision(decision_id).await?.ok_or_else(|| {
+            Error::NotFound(format!(
+                "no decision `{decision_id}` in the mirror — run `waymark sync`"
+            ))
+        })?;
+        let mut args = serde_json::json!({"decision_id": d.id});
+        match op {
+            Operation::Approve | Operation::Deny => {
+                if d.kind != DecisionKind::Approval {
+                    return Err(Error::Invalid(format!(
+                        "`{}` is a {} decision: use `waymark choose` or `waymark answer`",
+                        d.id, d.kind
+                    )));
+                }
+                args["intent_digest"] = serde_json::json!(d.intent_digest);
+            }
+            Operation::ChooseOption => {
+                let o = option.ok_or_else(|| Error::Invalid("name an option".into()))?;
+                if !d.options.iter().any(|x| x.id == o) {
+                    let ids: Vec<&str> = d.options.iter().map(|x| x.id.as_str()).collect();
+                    return Err(Error::Invalid(format!(
+                        "`{o}` is not an option of `{}`: choose one of {}",
+                        d.id,
+                        ids.join(", ")
+                    )));
+                }
+                args["option"] = serde_json::json!(o);
+            }
+            _ => {
+                args["text"] = serde_json::json!(text.unwrap_or_default());
+                if let Some(o) = option {
+                    args["option"] = serde_json::json!(o);
+                }
+            }
+        }
+        if let Some(t) = text {
+            args["text"] = serde_json::json!(t);
+        }
+        self.command(&d.task_id, op, args, vec![]).await
+    }
+
+    /// A blob from the cache, else from the server (then cached).
+    pub async fn blob(&self, sha256: &str) -> Result<Vec<u8>, Error> {
+        if let Some(b) = self.mirror.blob(sha256).await? {
+            return Ok(b);
+        }
+        let (id, api) = self.require_identity().await?;
+        let fetched = async {
+            let token = self.token(&id, &api).await?;
+            api.blob(&token, sha256).await
+        }
+        .await;
+        match fetched {
+            Ok(data) => {
+                self.mirror
+                    .put_blob(sha256, &data, BLOB_CACHE_BYTES)
+                    .await?;
+                Ok(data)
+            }
+            Err(Error::Unreachable(_)) => Err(Error::BlobMissing(sha256.to_owned())),
+            Err(e) => Err(e),
+        }
+    }
+}

@@ -1,0 +1,836 @@
+//! The local mirror: a SQLite file holding the threads a person may see, so inbox, thread
+//! list and thread detail answer offline. Events from the server are applied idempotently (by
+//! primary key) in batches inside transactions; the cursor advances in the same transaction.
+
+use std::path::Path;
+use std::time::Duration;
+
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
+use sqlx::{Row, SqlitePool};
+use waymark_proto::*;
+
+use crate::Error;
+
+static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../../migrations/companion");
+
+/// A plan step as progress shows it: done, in flight, or not started — from checkpoints,
+/// never a guessed percentage.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Stage {
+    /// Plan step id.
+    pub step: String,
+    /// Its title.
+    pub title: String,
+    /// `done`, `in_flight` or `pending`.
+    pub status: String,
+    /// Verified (tests passed) when done.
+    pub verified: bool,
+}
+
+/// A thread in the list.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ThreadRow {
+    /// The task.
+    pub task: Task,
+    /// Decisions waiting for a person.
+    pub pending_decisions: i64,
+    /// Effects whose outcome nobody knows.
+    pub unknown_effects: i64,
+    /// The newest checkpoint.
+    pub last_checkpoint: Option<Checkpoint>,
+    /// Plan stages.
+    pub stages: Vec<Stage>,
+    /// Pinned for offline review.
+    pub pinned: bool,
+}
+
+/// A pending decision with what a person needs to decide it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct InboxItem {
+    /// The decision (approval, question, budget, recovery).
+    pub decision: Decision,
+    /// Its task's title.
+    pub task_title: String,
+    /// The task's plan revision now (an approval asked at an older one is stale).
+    pub plan_revision: i64,
+    /// Diffs attached to the task.
+    pub diffs: Vec<Artifact>,
+    /// Its test receipts, newest last.
+    pub receipts: Vec<TestReceipt>,
+}
+
+/// A thread in full.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ThreadDetail {
+    /// The task.
+    pub task: Task,
+    /// Plan stages.
+    pub stages: Vec<Stage>,
+    /// Attempts, oldest first.
+    pub attempts: Vec<Attempt>,
+    /// Checkpoint timeline.
+    pub checkpoints: Vec<Checkpoint>,
+    /// Effects (`unknown` first).
+    pub effects: Vec<Effect>,
+    /// Decisions, newest first.
+    pub decisions: Vec<Decision>,
+    /// Artifacts.
+    pub artifacts: Vec<Artifact>,
+    /// Test receipts.
+    pub receipts: Vec<TestReceipt>,
+    /// Session messages.
+    pub messages: Vec<Message>,
+    /// Commands this device sent about it.
+    pub outbox: Vec<OutboxEntry>,
+}
+
+/// Where a command this device signed stands.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct OutboxEntry {
+    /// The command.
+    pub command_id: String,
+    /// Its task.
+    pub task_id: String,
+    /// Its operation.
+    pub operation: String,
+    /// The plan revision the person saw.
+    pub based_on_revision: Option<i64>,
+    /// `queued`, `delivered`, `acknowledged`, `conflict`, `rejected`, `expired`.
+    pub status: String,
+    /// The server's answer.
+    pub result: Option<CommandResult>,
+    /// For a conflict or rejection: what changed, for people.
+    pub what_changed: Option<String>,
+    /// Signed at (unix ms).
+    pub created_at: i64,
+    /// Answered at.
+    pub delivered_at: Option<i64>,
+    /// Seen by the agent at.
+    pub acknowledged_at: Option<i64>,
+}
+
+/// The mirror database.
+#[derive(Clone)]
+pub struct Mirror {
+    pool: SqlitePool,
+}
+
+fn db(e: sqlx::Error) -> Error {
+    Error::Mirror(e.to_string())
+}
+
+fn parse<T: DeserializeOwned>(s: &str) -> Result<T, Error> {
+    serde_json::from_str(s).map_err(|e| Error::Mirror(format!("corrupt mirror row: {e}")))
+}
+
+fn text<T: Serialize>(v: &T) -> String {
+    serde_json::to_string(v).unwrap_or_default()
+}
+
+/// Rank for "what needs attention first": lower is more urgent.
+fn attention(t: &Task, pending: i64, unknown: i64) -> i64 {
+    match t.state {
+        TaskState::NeedsHuman | TaskState::RecoveryCandidate => 0,
+        _ if pending > 0 || unknown > 0 => 1,
+        TaskState::WaitingApproval | TaskState::WaitingHuman => 1,
+        TaskState::Running | TaskState::Verifying | TaskState::Paused => 2,
+        TaskState::Queued => 3,
+        _ => 4,
+    }
+}
+
+/// Plan stages from the checkpoint timeline.
+pub fn stages(task: &Task, checkpoints: &[Checkpoint]) -> Vec<Stage> {
+    let mut done = std::collections::HashMap::new();
+    for c in checkpoints {
+        for s in &c.body.completed_steps {
+            done.insert(s.step.clone(), s.verified);
+        }
+    }
+    let in_flight = checkpoints
+        .last()
+        .and_then(|c| c.body.pending_step.as_ref())
+        .map(|p| p.step.clone());
+    task.plan
+        .iter()
+        .map(|p| {
+            let (status, verified) = match done.get(&p.id) {
+                Some(v) => ("done", *v),
+                None if in_flight.as_deref() == Some(p.id.as_str()) => ("in_flight", false),
+                None => ("pending", false),
+            };
+            Stage {
+                step: p.id.clone(),
+                title: p.title.clone(),
+                status: status.into(),
+                verified,
+            }
+        })
+        .collect()
+}
+
+impl Mirror {
+    /// Opens (creating and migrating) the mirror at `path`.
+    pub async fn open(path: &Path) -> Result<Self, Error> {
+        let opts = SqliteConnectOptions::new()
+            .filename(path)
+            .create_if_missing(true)
+            .journal_mode(SqliteJournalMode::Wal)
+            .synchronous(SqliteSynchronous::Full)
+            .busy_timeout(Duration::from_secs(10))
+            .foreign_keys(true);
+        let pool = SqlitePoolOptions::new()
+            .max_connections(4)
+            .connect_with(opts)
+            .await
+            .map_err(db)?;
+        MIGRATOR.run(&pool).await.map_err(|e| match e {
+            sqlx::migrate::MigrateError::VersionMissing(v) => Error::Mirror(format!(
+                "the mirror was written by a newer waymark (migration {v}); upgrade waymark"
+            )),
+            other => Error::Mirror(other.to_string()),
+        })?;
+        Ok(Mirror { pool })
+    }
+
+    /// A meta value.
+    pub async fn meta(&self, key: &str) -> Result<Option<String>, Error> {
+        sqlx::query_scalar("SELECT value FROM meta WHERE key = ?")
+            .bind(key)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(db)
+    }
+
+    /// Sets a meta value.
+    pub async fn set_meta(&self, key: &str, value: &str) -> Result<(), Error> {
+        sqlx::query("INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value")
+            .bind(key)
+            .bind(value)
+            .execute(&self.pool)
+            .await
+            .map_err(db)
+            .map(drop)
+    }
+
+    /// The event cursor the mirror is current to.
+    pub async fn cursor(&self) -> Result<Option<i64>, Error> {
+        Ok(self.meta("cursor").await?.and_then(|c| c.parse().ok()))
+    }
+
+    /// Replaces every mirrored thread with a fresh snapshot, at `cursor`. The outbox, the
+    /// blob cache and pins are kept.
+    pub async fn replace_all(&self, cursor: i64, threads: &[TaskDetail]) -> Result<(), Error> {
+        let mut tx = self.pool.begin().await.map_err(db)?;
+        let pins: Vec<String> = sqlx::query_scalar("SELECT id FROM tasks WHERE pinned = 1")
+            .fetch_all(&mut *tx)
+            .await
+            .map_err(db)?;
+        for table in [
+            "tasks",
+            "attempts",
+            "checkpoints",
+            "effects",
+            "decisions",
+            "artifacts",
+            "receipts",
+            "messages",
+        ] {
+            sqlx::query(&format!("DELETE FROM {table}"))
+                .execute(&mut *tx)
+                .await
+                .map_err(db)?;
+        }
+        for d in threads {
+            upsert_task(&mut tx, &d.task).await?;
+            for a in &d.attempts {
+                upsert_attempt(&mut tx, a).await?;
+            }
+            for c in &d.checkpoints {
+                insert_checkpoint(&mut tx, c).await?;
+            }
+            for e in &d.effects {
+                upsert_effect(&mut tx, e).await?;
+            }
+            for x in &d.decisions {
+                upsert_decision(&mut tx, x).await?;
+            }
+            for a in &d.artifacts {
+                upsert_artifact(&mut tx, a).await?;
+            }
+            for r in &d.test_receipts {
+                upsert_receipt(&mut tx, r).await?;
+            }
+            for m in &d.messages {
+                insert_message(&mut tx, m, &d.task.id).await?;
+            }
+        }
+        for id in pins {
+            sqlx::query("UPDATE tasks SET pinned = 1 WHERE id = ?")
+                .bind(id)
+                .execute(&mut *tx)
+                .await
+                .map_err(db)?;
+        }
+        set_meta_tx(&mut tx, "cursor", &cursor.to_string()).await?;
+        tx.commit().await.map_err(db)
+    }
+
+    /// Applies a batch of events in one transaction and advances the cursor to the last.
+    /// Applying an event twice changes nothing.
+    pub async fn apply(&self, events: &[Event]) -> Result<(), Error> {
+        let Some(last) = events.last() else {
+            return Ok(());
+        };
+        let mut tx = self.pool.begin().await.map_err(db)?;
+        for ev in events {
+            apply_one(&mut tx, ev).await?;
+        }
+        let current: Option<String> =
+            sqlx::query_scalar("SELECT value FROM meta WHERE key = 'cursor'")
+                .fetch_optional(&mut *tx)
+                .await
+                .map_err(db)?;
+        let current = current.and_then(|c| c.parse::<i64>().ok()).unwrap_or(0);
+        set_meta_tx(&mut tx, "cursor", &current.max(last.cursor).to_string()).await?;
+        set_meta_tx(
+            &mut tx,
+            "last_event_at",
+            &last.at.timestamp_millis().to_string(),
+        )
+        .await?;
+        tx.commit().await.map_err(db)
+    }
+
+    /// Pins or unpins a thread for offline review (its artifacts are prefetched).
+    pub async fn pin(&self, task_id: &str, pinned: bool) -> Result<bool, Error> {
+        let n = sqlx::query("UPDATE tasks SET pinned = ? WHERE id = ?")
+            .bind(pinned)
+            .bind(task_id)
+            .execute(&self.pool)
+            .await
+            .map_err(db)?
+            .rows_affected();
+        Ok(n == 1)
+    }
+
+    /// A mirrored task.
+    pub async fn task(&self, id: &str) -> Result<Option<Task>, Error> {
+        let row: Option<String> = sqlx::query_scalar("SELECT data FROM tasks WHERE id = ?")
+            .bind(id)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(db)?;
+        row.map(|s| parse(&s)).transpose()
+    }
+
+    async fn list<T: DeserializeOwned>(&self, sql: &str, task_id: &str) -> Result<Vec<T>, Error> {
+        let rows: Vec<String> = sqlx::query_scalar(sql)
+            .bind(task_id)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(db)?;
+        rows.iter().map(|s| parse(s)).collect()
+    }
+
+    /// Threads, what needs attention first.
+    pub async fn threads(&self) -> Result<Vec<ThreadRow>, Error> {
+        let rows = sqlx::query(
+            "SELECT t.data, t.pinned,
+               (SELECT COUNT(*) FROM decisions d WHERE d.task_id = t.id AND d.status = 'pending') AS pending,
+               (SELECT COUNT(*) FROM effects e WHERE e.task_id = t.id AND e.status = 'unknown') AS unknown
+             FROM tasks t",
+        )
+        .fetch_all(&self.pool)
+        .await
+        .map_err(db)?;
+        let mut out = Vec::with_capacity(rows.len());
+        for r in rows {
+            let task: Task = parse(&r.get::<String, _>("data"))?;
+            let cps: Vec<Checkpoint> = self
+                .list(
+                    "SELECT data FROM checkpoints WHERE task_id = ? ORDER BY sequence",
+                    &task.id,
+                )
+                .await?;
+            out.push(ThreadRow {
+                stages: stages(&task, &cps),
+                last_checkpoint: cps.last().cloned(),
+                pending_decisions: r.get("pending"),
+                unknown_effects: r.get("unknown"),
+                pinned: r.get::<i64, _>("pinned") != 0,
+                task,
+            });
+        }
+        out.sort_by(|a, b| {
+            attention(&a.task, a.pending_decisions, a.unknown_effects)
+                .cmp(&attention(&b.task, b.pending_decisions, b.unknown_effects))
+                .then(b.task.updated_at.cmp(&a.task.updated_at))
+        });
+        Ok(out)
+    }
+
+    /// Pending decisions, most urgent (soonest expiry) first, with their evidence.
+    pub async fn inbox(&self) -> Result<Vec<InboxItem>, Error> {
+        let rows: Vec<String> = sqlx::query_scalar(
+            "SELECT data FROM decisions WHERE status = 'pending' ORDER BY expires_at, id",
+        )
+        .fetch_all(&self.pool)
+        .await
+        .map_err(db)?;
+        let mut out = Vec::new();
+        for s in rows {
+            let decision: Decision = parse(&s)?;
+            let Some(task) = self.task(&decision.task_id).await? else {
+                continue;
+            };
+            let artifacts: Vec<Artifact> = self
+                .list(
+                    "SELECT data FROM artifacts WHERE task_id = ? ORDER BY rowid",
+                    &task.id,
+                )
+                .await?;
+            let receipts: Vec<TestReceipt> = self
+                .list(
+                    "SELECT data FROM receipts WHERE task_id = ? ORDER BY rowid",
+                    &task.id,
+                )
+                .await?;
+            out.push(InboxItem {
+                task_title: task.title.clone(),
+                plan_revision: task.plan_revision,
+                diffs: artifacts
+                    .into_iter()
+                    .filter(|a| {
+                        a.media_type.contains("diff")
+                            || a.name.ends_with(".diff")
+                            || a.name.ends_with(".patch")
+                    })
+                    .collect(),
+                receipts,
+                decision,
+            });
+        }
+        Ok(out)
+    }
+
+    /// A pending or closed decision by id.
+    pub async fn decision(&self, id: &str) -> Result<Option<Decision>, Error> {
+        let row: Option<String> = sqlx::query_scalar("SELECT data FROM decisions WHERE id = ?")
+            .bind(id)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(db)?;
+        row.map(|s| parse(&s)).transpose()
+    }
+
+    /// A thread in full, from the mirror alone.
+    pub async fn thread(&self, id: &str) -> Result<Option<ThreadDetail>, Error> {
+        let Some(task) = self.task(id).await? else {
+            return Ok(None);
+        };
+        let checkpoints: Vec<Checkpoint> = self
+            .list(
+                "SELECT data FROM checkpoints WHERE task_id = ? ORDER BY sequence",
+                id,
+            )
+            .await?;
+        let mut effects: Vec<Effect> = self
+            .list(
+                "SELECT data FROM effects WHERE task_id = ? ORDER BY rowid",
+                id,
+            )
+            .await?;
+        effects.sort_by_key(|e| e.status != EffectStatus::Unknown);
+        Ok(Some(ThreadDetail {
+            stages: stages(&task, &checkpoints),
+            attempts: self
+                .list(
+                    "SELECT data FROM attempts WHERE task_id = ? ORDER BY fence",
+                    id,
+                )
+                .await?,
+            checkpoints,
+            effects,
+            decisions: self
+                .list(
+                    "SELECT data FROM decisions WHERE task_id = ? ORDER BY rowid DESC",
+                    id,
+                )
+                .await?,
+            artifacts: self
+                .list(
+                    "SELECT data FROM artifacts WHERE task_id = ? ORDER BY rowid",
+                    id,
+                )
+                .await?,
+            receipts: self
+                .list(
+                    "SELECT data FROM receipts WHERE task_id = ? ORDER BY rowid",
+                    id,
+                )
+                .await?,
+            messages: self
+                .list(
+                    "SELECT data FROM messages WHERE task_id = ? ORDER BY seq",
+                    id,
+                )
+                .await?,
+            outbox: self.outbox(Some(id)).await?,
+            task,
+        }))
+    }
+
+    // outbox
+
+    /// Queues a signed command.
+    pub(crate) async fn enqueue(
+        &self,
+        task_id: &str,
+        op: Operation,
+        based_on: Option<i64>,
+        command_id: &str,
+        envelope: &SignedEnvelope,
+    ) -> Result<(), Error> {
+        sqlx::query(
+            "INSERT INTO outbox (command_id, task_id, operation, based_on_revision, envelope, status, created_at)
+             VALUES (?, ?, ?, ?, ?, 'queued', ?)",
+        )
+        .bind(command_id)
+        .bind(task_id)
+        .bind(op.as_str())
+        .bind(based_on)
+        .bind(text(envelope))
+        .bind(chrono::Utc::now().timestamp_millis())
+        .execute(&self.pool)
+        .await
+        .map_err(db)
+        .map(drop)
+    }
+
+    /// Queued commands, in the order they were made.
+    pub async fn queued(&self) -> Result<Vec<(String, SignedEnvelope)>, Error> {
+        let rows = sqlx::query(
+            "SELECT command_id, envelope FROM outbox WHERE status = 'queued' ORDER BY seq",
+        )
+        .fetch_all(&self.pool)
+        .await
+        .map_err(db)?;
+        rows.iter()
+            .map(|r| Ok((r.get("command_id"), parse(&r.get::<String, _>("envelope"))?)))
+            .collect()
+    }
+
+    /// Records the server's answer to a queued command.
+    pub(crate) async fn record_result(
+        &self,
+        command_id: &str,
+        status: &str,
+        result: &CommandResult,
+    ) -> Result<(), Error> {
+        sqlx::query("UPDATE outbox SET status = ?, result = ?, delivered_at = ? WHERE command_id = ? AND status = 'queued'")
+            .bind(status)
+            .bind(text(result))
+            .bind(chrono::Utc::now().timestamp_millis())
+            .bind(command_id)
+            .execute(&self.pool)
+            .await
+            .map_err(db)
+            .map(drop)
+    }
+
+    /// The outbox, newest first; one task's when given.
+    pub async fn outbox(&self, task_id: Option<&str>) -> Result<Vec<OutboxEntry>, Error> {
+        let rows =
+            sqlx::query("SELECT * FROM outbox WHERE (? IS NULL OR task_id = ?) ORDER BY seq DESC")
+                .bind(task_id)
+                .bind(task_id)
+                .fetch_all(&self.pool)
+                .await
+                .map_err(db)?;
+        let mut out = Vec::with_capacity(rows.len());
+        for r in rows {
+            let result: Option<CommandResult> = r
+                .get::<Option<String>, _>("result")
+                .map(|s| parse(&s))
+                .transpose()?;
+            let status: String = r.get("status");
+            let based_on: Option<i64> = r.get("based_on_revision");
+            let what_changed = match (&result, status.as_str()) {
+                (Some(res), "conflict") => Some(format!(
+                    "you decided at plan revision {}; the plan is now at revision {} ({}) — review the thread and decide again",
+                    based_on.map_or("?".into(), |b| b.to_string()),
+                    res.plan_revision.map_or("?".into(), |p| p.to_string()),
+                    res.task_state
+                        .map_or("unknown state".into(), |s| s.to_string()),
+                )),
+                (Some(res), "rejected" | "expired") => Some(res.detail.clone()),
+                _ => None,
+            };
+            out.push(OutboxEntry {
+                command_id: r.get("command_id"),
+                task_id: r.get("task_id"),
+                operation: r.get("operation"),
+                based_on_revision: based_on,
+                status,
+                result,
+                what_changed,
+                created_at: r.get("created_at"),
+                delivered_at: r.get("delivered_at"),
+                acknowledged_at: r.get("acknowledged_at"),
+            });
+        }
+        Ok(out)
+    }
+
+    // blobs
+
+    /// A cached blob (and marks it used).
+    pub async fn blob(&self, sha256: &str) -> Result<Option<Vec<u8>>, Error> {
+        let data: Option<Vec<u8>> = sqlx::query_scalar("SELECT data FROM blobs WHERE sha256 = ?")
+            .bind(sha256)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(db)?;
+        if data.is_some() {
+            sqlx::query("UPDATE blobs SET last_access = ? WHERE sha256 = ?")
+                .bind(chrono::Utc::now().timestamp_millis())
+                .bind(sha256)
+                .execute(&self.pool)
+                .await
+                .map_err(db)?;
+        }
+        Ok(data)
+    }
+
+    /// Caches a blob, then evicts the least recently used ones beyond `cap_bytes`.
+    pub async fn put_blob(&self, sha256: &str, data: &[u8], cap_bytes: i64) -> Result<(), Error> {
+        let mut tx = self.pool.begin().await.map_err(db)?;
+        sqlx::query("INSERT INTO blobs (sha256, size, data, last_access) VALUES (?, ?, ?, ?) ON CONFLICT(sha256) DO UPDATE SET last_access = excluded.last_access")
+            .bind(sha256)
+            .bind(data.len() as i64)
+            .bind(data)
+            .bind(chrono::Utc::now().timestamp_millis())
+            .execute(&mut *tx)
+            .await
+            .map_err(db)?;
+        let total: i64 = sqlx::query_scalar("SELECT COALESCE(SUM(size), 0) FROM blobs")
+            .fetch_one(&mut *tx)
+            .await
+            .map_err(db)?;
+        if total > cap_bytes {
+            let rows = sqlx::query(
+                "SELECT sha256, size FROM blobs WHERE sha256 != ? ORDER BY last_access, sha256",
+            )
+            .bind(sha256)
+            .fetch_all(&mut *tx)
+            .await
+            .map_err(db)?;
+            let mut over = total - cap_bytes;
+            for r in rows {
+                if over <= 0 {
+                    break;
+                }
+                sqlx::query("DELETE FROM blobs WHERE sha256 = ?")
+                    .bind(r.get::<String, _>("sha256"))
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(db)?;
+                over -= r.get::<i64, _>("size");
+            }
+        }
+        tx.commit().await.map_err(db)
+    }
+
+    /// Artifacts of pinned threads and threads with pending decisions that are not cached.
+    pub async fn blobs_to_prefetch(&self) -> Result<Vec<(String, i64)>, Error> {
+        let rows = sqlx::query(
+            "SELECT DISTINCT a.sha256, a.size FROM artifacts a JOIN tasks t ON t.id = a.task_id
+             WHERE (t.pinned = 1 OR EXISTS (SELECT 1 FROM decisions d WHERE d.task_id = t.id AND d.status = 'pending'))
+               AND NOT EXISTS (SELECT 1 FROM blobs b WHERE b.sha256 = a.sha256)",
+        )
+        .fetch_all(&self.pool)
+        .await
+        .map_err(db)?;
+        Ok(rows
+            .iter()
+            .map(|r| (r.get("sha256"), r.get("size")))
+            .collect())
+    }
+
+    /// Whether a notification with this key was shown; marks it shown.
+    pub async fn first_notification(&self, key: &str) -> Result<bool, Error> {
+        let n = sqlx::query("INSERT INTO notified (key, at) VALUES (?, ?) ON CONFLICT DO NOTHING")
+            .bind(key)
+            .bind(chrono::Utc::now().timestamp_millis())
+            .execute(&self.pool)
+            .await
+            .map_err(db)?
+            .rows_affected();
+        Ok(n == 1)
+    }
+}
+
+type Tx<'a> = sqlx::Transaction<'a, sqlx::Sqlite>;
+
+async fn set_meta_tx(tx: &mut Tx<'_>, key: &str, value: &str) -> Result<(), Error> {
+    sqlx::query("INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value")
+        .bind(key)
+        .bind(value)
+        .execute(&mut **tx)
+        .await
+        .map_err(db)
+        .map(drop)
+}
+
+async fn upsert_attempt(tx: &mut Tx<'_>, a: &Attempt) -> Result<(), Error> {
+    sqlx::query("INSERT INTO attempts (id, task_id, fence, data) VALUES (?, ?, ?, ?) ON CONFLICT(id) DO UPDATE SET data = excluded.data")
+        .bind(&a.id)
+        .bind(&a.task_id)
+        .bind(a.fence)
+        .bind(text(a))
+        .execute(&mut **tx)
+        .await
+        .map_err(db)
+        .map(drop)
+}
+
+async fn upsert_task(tx: &mut Tx<'_>, t: &Task) -> Result<(), Error> {
+    sqlx::query(
+        "INSERT INTO tasks (id, data, state, plan_revision, updated_at) VALUES (?, ?, ?, ?, ?)
+         ON CONFLICT(id) DO UPDATE SET data = excluded.data, state = excluded.state,
+           plan_revision = excluded.plan_revision, updated_at = excluded.updated_at",
+    )
+    .bind(&t.id)
+    .bind(text(t))
+    .bind(t.state.as_str())
+    .bind(t.plan_revision)
+    .bind(t.updated_at.timestamp_millis())
+    .execute(&mut **tx)
+    .await
+    .map_err(db)
+    .map(drop)
+}
+
+async fn insert_checkpoint(tx: &mut Tx<'_>, c: &Checkpoint) -> Result<(), Error> {
+    sqlx::query(
+        "INSERT INTO checkpoints (task_id, sequence, data) VALUES (?, ?, ?) ON CONFLICT DO NOTHING",
+    )
+    .bind(&c.task_id)
+    .bind(c.sequence)
+    .bind(text(c))
+    .execute(&mut **tx)
+    .await
+    .map_err(db)
+    .map(drop)
+}
+
+async fn upsert_effect(tx: &mut Tx<'_>, e: &Effect) -> Result<(), Error> {
+    sqlx::query("INSERT INTO effects (id, task_id, status, data) VALUES (?, ?, ?, ?) ON CONFLICT(id) DO UPDATE SET status = excluded.status, data = excluded.data")
+        .bind(&e.id)
+        .bind(&e.task_id)
+        .bind(e.status.as_str())
+        .bind(text(e))
+        .execute(&mut **tx)
+        .await
+        .map_err(db)
+        .map(drop)
+}
+
+async fn upsert_decision(tx: &mut Tx<'_>, d: &Decision) -> Result<(), Error> {
+    sqlx::query(
+        "INSERT INTO decisions (id, task_id, status, kind, expires_at, data) VALUES (?, ?, ?, ?, ?, ?)
+         ON CONFLICT(id) DO UPDATE SET status = excluded.status, data = excluded.data",
+    )
+    .bind(&d.id)
+    .bind(&d.task_id)
+    .bind(d.status.as_str())
+    .bind(d.kind.as_str())
+    .bind(d.expires_at.timestamp_millis())
+    .bind(text(d))
+    .execute(&mut **tx)
+    .await
+    .map_err(db)
+    .map(drop)
+}
+
+async fn upsert_artifact(tx: &mut Tx<'_>, a: &Artifact) -> Result<(), Error> {
+    sqlx::query("INSERT INTO artifacts (id, task_id, sha256, size, data) VALUES (?, ?, ?, ?, ?) ON CONFLICT(id) DO NOTHING")
+        .bind(&a.id)
+        .bind(&a.task_id)
+        .bind(&a.sha256)
+        .bind(a.size)
+        .bind(text(a))
+        .execute(&mut **tx)
+        .await
+        .map_err(db)
+        .map(drop)
+}
+
+async fn upsert_receipt(tx: &mut Tx<'_>, r: &TestReceipt) -> Result<(), Error> {
+    sqlx::query(
+        "INSERT INTO receipts (id, task_id, data) VALUES (?, ?, ?) ON CONFLICT(id) DO NOTHING",
+    )
+    .bind(&r.id)
+    .bind(&r.task_id)
+    .bind(text(r))
+    .execute(&mut **tx)
+    .await
+    .map_err(db)
+    .map(drop)
+}
+
+async fn insert_message(tx: &mut Tx<'_>, m: &Message, task_id: &str) -> Result<(), Error> {
+    sqlx::query("INSERT INTO messages (session_id, seq, task_id, data) VALUES (?, ?, ?, ?) ON CONFLICT DO NOTHING")
+        .bind(&m.session_id)
+        .bind(m.seq)
+        .bind(task_id)
+        .bind(text(m))
+        .execute(&mut **tx)
+        .await
+        .map_err(db)
+        .map(drop)
+}
+
+fn data<T: DeserializeOwned>(ev: &Event) -> Result<T, Error> {
+    serde_json::from_value(ev.data.clone())
+        .map_err(|e| Error::Mirror(format!("event {} ({}): {e}", ev.cursor, ev.kind.as_str())))
+}
+
+async fn apply_one(tx: &mut Tx<'_>, ev: &Event) -> Result<(), Error> {
+    match ev.kind {
+        EventKind::TaskCreated | EventKind::TaskUpdated => upsert_task(tx, &data(ev)?).await,
+        EventKind::AttemptStarted | EventKind::AttemptEnded => upsert_attempt(tx, &data(ev)?).await,
+        EventKind::CheckpointAppended => insert_checkpoint(tx, &data(ev)?).await,
+        EventKind::EffectDeclared | EventKind::EffectUpdated => upsert_effect(tx, &data(ev)?).await,
+        EventKind::DecisionRequested | EventKind::DecisionClosed => {
+            upsert_decision(tx, &data(ev)?).await
+        }
+        EventKind::ArtifactAdded => upsert_artifact(tx, &data(ev)?).await,
+        EventKind::TestReceiptAdded => upsert_receipt(tx, &data(ev)?).await,
+        EventKind::MessagesAppended => {
+            #[derive(Deserialize)]
+            struct Batch {
+                messages: Vec<Message>,
+            }
+            let b: Batch = data(ev)?;
+            for m in &b.messages {
+                insert_message(tx, m, &ev.task_id).await?;
+            }
+            Ok(())
+        }
+        EventKind::CommandApplied => Ok(()),
+        EventKind::CommandAcknowledged => {
+            let ack: CommandAck = data(ev)?;
+            sqlx::query("UPDATE outbox SET status = 'acknowledged', acknowledged_at = ? WHERE command_id = ? AND status IN ('queued', 'delivered')")
+                .bind(ack.at.timestamp_millis())
+                .bind(&ack.command_id)
+                .execute(&mut **tx)
+                .await
+                .map_err(db)
+                .map(drop)
+        }
+    }
+}

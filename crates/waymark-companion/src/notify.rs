@@ -1,0 +1,242 @@
+//! The notification policy, shared by the app, the tray and the terminal: what deserves a
+//! notification and what it carries — the decision with its intent, evidence and options, or
+//! a finished task with its outputs and verification. Never a bare "task finished".
+
+use serde::{Deserialize, Serialize};
+use waymark_proto::*;
+
+use crate::mirror::ThreadDetail;
+
+/// An action a notification offers.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Action {
+    /// `open`, `approve`, `deny`, or an option id.
+    pub id: String,
+    /// For people.
+    pub label: String,
+    /// Needs a second confirmation (risky approvals).
+    pub confirm: bool,
+}
+
+/// What to show.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Notification {
+    /// Shown once per key.
+    pub key: String,
+    /// `decision`, `finished`, `budget`, `recovery`, `unknown_effect`.
+    pub kind: String,
+    /// Title with content.
+    pub title: String,
+    /// Body with content: intent, diff stat, receipts, options.
+    pub body: String,
+    /// Lock-screen variant: no content; details are fetched when opened.
+    pub lock_screen: String,
+    /// The task.
+    pub task_id: String,
+    /// The decision, when one is asked.
+    pub decision_id: Option<String>,
+    /// Actions.
+    pub actions: Vec<Action>,
+}
+
+fn receipts_line(receipts: &[TestReceipt]) -> String {
+    match receipts.last() {
+        None => "no test receipts".into(),
+        Some(r) => {
+            let state = if r.passed { "passed" } else { "FAILED" };
+            format!(
+                "tests {state}: {} passed, {} failed, {} skipped (`{}`{})",
+                r.totals.passed,
+                r.totals.failures + r.totals.errors,
+                r.totals.skipped,
+                r.command,
+                r.commit
+                    .as_deref()
+                    .map(|c| format!(" at {}", &c[..c.len().min(10)]))
+                    .unwrap_or_default()
+            )
+        }
+    }
+}
+
+fn outputs_line(artifacts: &[Artifact]) -> String {
+    let names: Vec<&str> = artifacts
+        .iter()
+        .filter(|a| !a.name.starts_with("junit-"))
+        .map(|a| a.name.as_str())
+        .collect();
+    if names.is_empty() {
+        "no artifacts".into()
+    } else {
+        format!("outputs: {}", names.join(", "))
+    }
+}
+
+fn intent_line(d: &Decision) -> Option<String> {
+    let intent = d.intent.as_ref()?;
+    let obj = intent.as_object()?;
+    let parts: Vec<String> = obj
+        .iter()
+        .filter(|(_, v)| v.is_string() || v.is_number())
+        .take(4)
+        .map(|(k, v)| {
+            format!(
+                "{k}={}",
+                v.as_str()
+                    .map(str::to_owned)
+                    .unwrap_or_else(|| v.to_string())
+            )
+        })
+        .collect();
+    let digest = d
+        .intent_digest
+        .as_deref()
+        .map(|s| s.trim_start_matches("sha256:"))
+        .map(|s| &s[..s.len().min(12)])
+        .unwrap_or("");
+    Some(format!("intent: {} (digest {digest}…)", parts.join(" ")))
+}
+
+/// The notification a pending decision deserves.
+pub fn for_decision(d: &Decision, thread: &ThreadDetail) -> Notification {
+    let mut lines = Vec::new();
+    if let Some(i) = intent_line(d) {
+        lines.push(i);
+    }
+    lines.push(outputs_line(&thread.artifacts));
+    lines.push(receipts_line(&thread.receipts));
+    let mut actions = vec![Action {
+        id: "open".into(),
+        label: "Open".into(),
+        confirm: false,
+    }];
+    let (kind, title) = match d.kind {
+        DecisionKind::Approval => {
+            actions.push(Action {
+                id: "approve".into(),
+                label: "Approve".into(),
+                confirm: d.risky,
+            });
+            actions.push(Action {
+                id: "deny".into(),
+                label: "Deny".into(),
+                confirm: false,
+            });
+            ("decision", format!("Approve? {}", d.question))
+        }
+        DecisionKind::Budget => {
+            for o in &d.options {
+                lines.push(format!(
+                    "• {} — gives up {}{}",
+                    o.label,
+                    o.gives_up,
+                    o.cost
+                        .as_deref()
+                        .map(|c| format!(" ({c})"))
+                        .unwrap_or_default()
+                ));
+                actions.push(Action {
+                    id: o.id.clone(),
+                    label: o.label.clone(),
+                    confirm: false,
+                });
+            }
+            ("budget", format!("Budget: {}", d.question))
+        }
+        DecisionKind::Recovery => ("recovery", format!("Recovery needs you: {}", d.question)),
+        DecisionKind::Question => ("decision", format!("Question: {}", d.question)),
+    };
+    if let Some(def) = &d.default_option {
+        lines.push(format!(
+            "default on expiry ({}): {def}",
+            d.expires_at.format("%H:%M UTC")
+        ));
+    }
+    Notification {
+        key: format!("decision:{}", d.id),
+        kind: kind.into(),
+        title: format!("{title} — {}", thread.task.title),
+        body: lines.join("\n"),
+        lock_screen: "Waymark: a decision is waiting".into(),
+        task_id: thread.task.id.clone(),
+        decision_id: Some(d.id.clone()),
+        actions,
+    }
+}
+
+/// The notification a finished task deserves: what it delivered and how it was verified.
+pub fn for_finished(thread: &ThreadDetail) -> Option<Notification> {
+    let t = &thread.task;
+    if !t.state.is_terminal() {
+        return None;
+    }
+    let verb = match t.state {
+        TaskState::Completed => "Completed",
+        TaskState::PartiallyDelivered => "Partially delivered",
+        TaskState::Cancelled => "Cancelled",
+        _ => "Failed",
+    };
+    let done = thread.stages.iter().filter(|s| s.status == "done").count();
+    let verified = thread.stages.iter().filter(|s| s.verified).count();
+    let mut lines = vec![
+        format!(
+            "stages: {done}/{} done, {verified} verified",
+            thread.stages.len()
+        ),
+        outputs_line(&thread.artifacts),
+        receipts_line(&thread.receipts),
+    ];
+    if let Some(s) = &t.outcome_summary {
+        lines.insert(0, s.clone());
+    }
+    let unknown = thread
+        .effects
+        .iter()
+        .filter(|e| e.status == EffectStatus::Unknown)
+        .count();
+    if unknown > 0 {
+        lines.push(format!("{unknown} effect(s) with an unknown outcome"));
+    }
+    Some(Notification {
+        key: format!("finished:{}:{}", t.id, t.state.as_str()),
+        kind: "finished".into(),
+        title: format!("{verb}: {}", t.title),
+        body: lines.join("\n"),
+        lock_screen: "Waymark: a task finished".into(),
+        task_id: t.id.clone(),
+        decision_id: None,
+        actions: vec![Action {
+            id: "open".into(),
+            label: "Open".into(),
+            confirm: false,
+        }],
+    })
+}
+
+/// Everything a thread deserves now: open decisions, its end, unknown effects.
+pub fn for_thread(thread: &ThreadDetail) -> Vec<Notification> {
+    let mut out: Vec<Notification> = thread
+        .decisions
+        .iter()
+        .filter(|d| d.status == DecisionStatus::Pending)
+        .map(|d| for_decision(d, thread))
+        .collect();
+    out.extend(for_finished(thread));
+    for e in thread
+        .effects
+        .iter()
+        .filter(|e| e.status == EffectStatus::Unknown)
+    {
+        out.push(Notification {
+            key: format!("unknown:{}", e.id),
+            kind: "unknown_effect".into(),
+            title: format!("Outcome unknown: {} — {}", e.kind, thread.task.title),
+            body: format!("the {} with key `{}` may or may not have happened; it is frozen until it is reconciled", e.kind, e.idempotency_key),
+            lock_screen: "Waymark: an outcome needs checking".into(),
+            task_id: thread.task.id.clone(),
+            decision_id: None,
+            actions: vec![Action { id: "open".into(), label: "Open".into(), confirm: false }],
+        });
+    }
+    out
+}

@@ -1,0 +1,529 @@
+//! The companion against a real control plane over real HTTP: sync, restarts, retention,
+//! the offline outbox, crash recovery of deliveries, and offline reads.
+
+#![allow(unreachable_pub)]
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use waymark_companion::Companion;
+use waymark_proto::Operation;
+use waymark_server::{Config, DataDir, Running};
+
+struct Server {
+    dir: tempfile::TempDir,
+    addr: SocketAddr,
+    running: Option<Running>,
+    config: Config,
+    worker: String,
+    http: reqwest::Client,
+}
+
+impl Server {
+    async fn start(config: Config) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let running = waymark_server::start(
+            &DataDir::new(dir.path()),
+            "127.0.0.1:0".parse().unwrap(),
+            config.clone(),
+        )
+        .await
+        .unwrap();
+        let store = running.state.store.clone();
+        waymark_server::admin::add_user(&*store, "alice")
+            .await
+            .unwrap();
+        let (worker, _) =
+            waymark_server::admin::create_worker_token(&*store, "agent", Some("alice"))
+                .await
+                .unwrap();
+        Server {
+            addr: running.addr,
+            dir,
+            running: Some(running),
+            config,
+            worker,
+            http: reqwest::Client::new(),
+        }
+    }
+
+    fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    async fn stop(&mut self) {
+        if let Some(r) = self.running.take() {
+            r.shutdown().await.unwrap();
+        }
+    }
+
+    async fn restart(&mut self) {
+        self.stop().await;
+        let mut tries = 0;
+        loop {
+            match waymark_server::start(
+                &DataDir::new(self.dir.path()),
+                self.addr,
+                self.config.clone(),
+            )
+            .await
+            {
+                Ok(r) => {
+                    self.running = Some(r);
+                    return;
+                }
+                Err(_) if tries < 50 => {
+                    tries += 1;
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+                Err(e) => panic!("restart: {e}"),
+            }
+        }
+    }
+
+    async fn post(&self, path: &str, body: Value) -> Value {
+        let res = self
+            .http
+            .post(format!("{}{path}", self.url()))
+            .bearer_auth(&self.worker)
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        let status = res.status();
+        let v: Value = res.json().await.unwrap();
+        assert!(status.is_success(), "{path}: {status} {v}");
+        v
+    }
+
+    async fn admin_get(&self, path: &str) -> Value {
+        let token = &self.running.as_ref().unwrap().admin_token;
+        self.http
+            .get(format!("{}{path}", self.url()))
+            .bearer_auth(token)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap()
+    }
+
+    /// A task with an attempt, `n` checkpoints and a pending approval.
+    async fn busy_task(&self, title: &str, n: i64) -> (String, String) {
+        let t = self.post("/v1/tasks", json!({"title": title, "plan": [{"id": "fix", "title": "Fix"}, {"id": "deploy", "title": "Deploy", "depends_on": ["fix"]}]})).await;
+        let task = t["id"].as_str().unwrap().to_owned();
+        let a = self
+            .post(
+                &format!("/v1/tasks/{task}/attempts"),
+                json!({"worker": "agent", "lease_seconds": 600}),
+            )
+            .await;
+        let att = a["id"].as_str().unwrap().to_owned();
+        for seq in 1..=n {
+            self.checkpoint(&task, &att, seq).await;
+        }
+        (task, att)
+    }
+
+    async fn checkpoint(&self, task: &str, att: &str, seq: i64) {
+        self.post(&format!("/v1/tasks/{task}/checkpoints"), json!({"attempt_id": att, "fence": 1, "sequence": seq,
+            "body": {"reason": "step_completed", "summary": format!("step {seq}"), "completed_steps": [{"step": "fix", "verified": true}]}})).await;
+    }
+
+    async fn approval(&self, task: &str, att: &str) -> String {
+        let v = self.post(&format!("/v1/tasks/{task}/approvals"), json!({"attempt_id": att, "fence": 1,
+            "intent": {"target": "staging", "commit": "abc123"}, "summary": "deploy abc123 to staging?"})).await;
+        v["id"].as_str().unwrap().to_owned()
+    }
+
+    async fn pairing_code(&self) -> String {
+        let store = self.running.as_ref().unwrap().state.store.clone();
+        let scopes = vec!["view".to_owned(), "steer".to_owned(), "approve".to_owned()];
+        waymark_server::steer::create_pairing(&*store, "alice", &scopes, 600_000)
+            .await
+            .unwrap()
+            .0
+    }
+}
+
+/// A companion with its own home and a device key in a key file (the OS keychain has its own
+/// test below).
+async fn companion(server: &Server) -> (tempfile::TempDir, Companion) {
+    let home = tempfile::tempdir().unwrap();
+    let c = Companion::open_with_keystore(home.path(), "file-insecure")
+        .await
+        .unwrap();
+    c.pair(&server.url(), &server.pairing_code().await, "test laptop")
+        .await
+        .unwrap();
+    (home, c)
+}
+
+async fn wait_for(mut f: impl AsyncFnMut() -> bool, what: &str) {
+    for _ in 0..200 {
+        if f().await {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("timed out waiting for {what}");
+}
+
+#[tokio::test]
+async fn a_full_sync_mirrors_every_thread_and_answers_offline() {
+    let mut s = Server::start(Config::default()).await;
+    let mut tasks = Vec::new();
+    for i in 0..30 {
+        let (task, att) = s.busy_task(&format!("task {i}"), 3).await;
+        if i % 3 == 0 {
+            s.approval(&task, &att).await;
+        }
+        tasks.push(task);
+    }
+    let (_home, c) = companion(&s).await;
+    let r = c.sync_once().await.unwrap();
+    assert!(r.snapshot);
+    let threads = c.mirror().threads().await.unwrap();
+    assert_eq!(threads.len(), 30);
+    assert!(
+        threads[..10].iter().all(|t| t.pending_decisions == 1),
+        "threads with decisions come first"
+    );
+    assert_eq!(c.mirror().inbox().await.unwrap().len(), 10);
+
+    s.stop().await;
+    // Offline: every UI query answers from the mirror.
+    let threads = c.mirror().threads().await.unwrap();
+    assert_eq!(threads.len(), 30);
+    let t = c.mirror().thread(&tasks[5]).await.unwrap().unwrap();
+    assert_eq!(t.checkpoints.len(), 3);
+    assert_eq!(t.stages[0].status, "done");
+    assert_eq!(c.mirror().inbox().await.unwrap().len(), 10);
+    let err = c.sync_once().await.unwrap_err();
+    assert!(
+        matches!(err, waymark_companion::Error::Unreachable(_)),
+        "{err}"
+    );
+    assert!(!c.health().borrow().server_reachable);
+}
+
+#[tokio::test]
+async fn a_server_restart_mid_stream_converges_without_gap_or_duplicate() {
+    let mut s = Server::start(Config::default()).await;
+    let (task, att) = s.busy_task("long run", 1).await;
+    let (_home, c) = companion(&s).await;
+    c.sync_once().await.unwrap();
+    let c = std::sync::Arc::new(c);
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let follower = {
+        let c = c.clone();
+        tokio::spawn(async move { c.follow(stop_rx, &|_| {}).await })
+    };
+    for seq in 2..=40 {
+        s.checkpoint(&task, &att, seq).await;
+    }
+    s.restart().await;
+    for seq in 41..=80 {
+        s.checkpoint(&task, &att, seq).await;
+    }
+    let head = s.admin_get("/healthz").await["cursor"].as_i64().unwrap();
+    wait_for(
+        async || c.mirror().cursor().await.unwrap() == Some(head),
+        "the mirror to reach the head",
+    )
+    .await;
+    stop_tx.send(true).unwrap();
+    follower.await.unwrap().unwrap();
+    let t = c.mirror().thread(&task).await.unwrap().unwrap();
+    let seqs: Vec<i64> = t.checkpoints.iter().map(|c| c.sequence).collect();
+    assert_eq!(seqs, (1..=80).collect::<Vec<_>>());
+}
+
+#[tokio::test]
+async fn an_expired_cursor_resnapshots_and_leaves_the_outbox_alone() {
+    let mut s = Server::start(Config {
+        event_retention: 5,
+        tick: Duration::from_secs(3600),
+        ..Config::default()
+    })
+    .await;
+    let (task, att) = s.busy_task("t", 1).await;
+    let (_home, c) = companion(&s).await;
+    c.sync_once().await.unwrap();
+    // A command queued while offline.
+    s.stop().await;
+    let err = c
+        .command(&task, Operation::Pause, json!({}), vec![])
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("queued"), "{err}");
+    assert_eq!(c.mirror().outbox(None).await.unwrap()[0].status, "queued");
+    s.restart().await;
+    for seq in 2..=30 {
+        s.checkpoint(&task, &att, seq).await;
+    }
+    let token = s.running.as_ref().unwrap().admin_token.clone();
+    s.http
+        .post(format!("{}/v1/admin/events/prune", s.url()))
+        .bearer_auth(token)
+        .send()
+        .await
+        .unwrap();
+    let r = c.sync_once().await.unwrap();
+    assert!(r.snapshot, "the expired cursor forced a snapshot");
+    assert_eq!(
+        c.mirror()
+            .thread(&task)
+            .await
+            .unwrap()
+            .unwrap()
+            .checkpoints
+            .len(),
+        30
+    );
+    let outbox = c.mirror().outbox(None).await.unwrap();
+    assert_eq!(outbox.len(), 1);
+    assert_eq!(outbox[0].status, "delivered", "{outbox:?}");
+}
+
+#[tokio::test]
+async fn offline_an_approve_comes_back_as_a_conflict_and_a_pause_applies_once() {
+    let mut s = Server::start(Config::default()).await;
+    let (task, att) = s.busy_task("deploy run", 1).await;
+    let approval = s.approval(&task, &att).await;
+    let (_home, c) = companion(&s).await;
+    c.sync_once().await.unwrap();
+
+    s.stop().await;
+    assert!(
+        c.answer(&approval, Operation::Approve, None, None)
+            .await
+            .is_err()
+    );
+    assert!(
+        c.command(&task, Operation::Pause, json!({}), vec![])
+            .await
+            .is_err()
+    );
+    let queued: Vec<String> = c
+        .mirror()
+        .outbox(None)
+        .await
+        .unwrap()
+        .iter()
+        .map(|e| e.status.clone())
+        .collect();
+    assert_eq!(queued, vec!["queued", "queued"]);
+
+    // Meanwhile another device replans.
+    s.restart().await;
+    let other_home = tempfile::tempdir().unwrap();
+    let other = Companion::open_with_keystore(other_home.path(), "file-insecure")
+        .await
+        .unwrap();
+    other
+        .pair(&s.url(), &s.pairing_code().await, "phone")
+        .await
+        .unwrap();
+    other.sync_once().await.unwrap();
+    let e = other
+        .command(
+            &task,
+            Operation::Replan,
+            json!({"instructions": "report only"}),
+            vec![],
+        )
+        .await
+        .unwrap();
+    assert_eq!(e.status, "delivered");
+
+    let r = c.sync_once().await.unwrap();
+    assert_eq!(r.delivered.len(), 2);
+    let outbox = c.mirror().outbox(Some(&task)).await.unwrap();
+    let approve = outbox.iter().find(|e| e.operation == "approve").unwrap();
+    let pause = outbox.iter().find(|e| e.operation == "pause").unwrap();
+    assert_eq!(approve.status, "conflict", "{approve:?}");
+    assert!(
+        approve
+            .what_changed
+            .as_deref()
+            .unwrap()
+            .contains("revision 2"),
+        "{approve:?}"
+    );
+    assert_eq!(pause.status, "delivered", "{pause:?}");
+    assert_eq!(pause.result.as_ref().unwrap().based_on_revision, Some(1));
+    assert_eq!(pause.result.as_ref().unwrap().plan_revision, Some(2));
+
+    let detail = s.admin_get(&format!("/v1/tasks/{task}")).await;
+    assert_eq!(detail["task"]["state"], "paused");
+    let ledger = s
+        .admin_get(&format!("/v1/admin/tasks/{task}/commands"))
+        .await;
+    let pauses = ledger
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["operation"] == "pause" && e["status"] == "applied")
+        .count();
+    assert_eq!(pauses, 1);
+    // Nothing was re-signed: the conflict is the person's to decide again.
+    assert_eq!(c.mirror().queued().await.unwrap().len(), 0);
+}
+
+#[tokio::test]
+async fn a_crash_between_sending_and_recording_resends_and_applies_once() {
+    let mut s = Server::start(Config::default()).await;
+    let (task, _att) = s.busy_task("t", 1).await;
+    let (_home, c) = companion(&s).await;
+    c.sync_once().await.unwrap();
+    s.stop().await;
+    let _ = c
+        .command(
+            &task,
+            Operation::Replan,
+            json!({"instructions": "smaller"}),
+            vec![],
+        )
+        .await;
+    s.restart().await;
+    // The first delivery reached the server, then the process died before recording it.
+    let (_, env) = c.mirror().queued().await.unwrap().remove(0);
+    let res: Value = s
+        .http
+        .post(format!("{}/v1/commands", s.url()))
+        .json(&env)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(res["status"], "applied");
+    // On restart the outbox resends; the server answers duplicate with the first result.
+    let delivered = c.deliver_outbox().await.unwrap();
+    assert_eq!(delivered.len(), 1);
+    assert_eq!(delivered[0].status, "delivered");
+    assert_eq!(
+        delivered[0].result.as_ref().unwrap().status,
+        waymark_proto::CommandStatus::Applied
+    );
+    let detail = s.admin_get(&format!("/v1/tasks/{task}")).await;
+    assert_eq!(detail["task"]["plan_revision"], 2, "applied once");
+}
+
+#[tokio::test]
+async fn acknowledgements_reach_the_outbox_and_blobs_are_cached_for_offline_review() {
+    let mut s = Server::start(Config::default()).await;
+    let (task, att) = s.busy_task("t", 1).await;
+    let diff = "--- a/cart.py\n+++ b/cart.py\n@@ -1 +1 @@\n-    return sum(items) + 1\n+    return sum(items)\n";
+    let token = s.worker.clone();
+    let res = s
+        .http
+        .post(format!(
+            "{}/v1/tasks/{task}/artifacts?name=fix.diff",
+            s.url()
+        ))
+        .bearer_auth(&token)
+        .header("content-type", "text/x-diff")
+        .body(diff)
+        .send()
+        .await
+        .unwrap();
+    let art: Value = res.json().await.unwrap();
+    s.approval(&task, &att).await;
+    let (_home, c) = companion(&s).await;
+    let r = c.sync_once().await.unwrap();
+    assert_eq!(
+        r.prefetched, 1,
+        "the artifact of a thread with a pending decision is cached"
+    );
+
+    let e = c
+        .command(&task, Operation::Pause, json!({}), vec![])
+        .await
+        .unwrap();
+    assert_eq!(e.status, "delivered");
+    let hb: Value = s
+        .post(
+            &format!("/v1/attempts/{att}/heartbeat"),
+            json!({"fence": 1, "acknowledged": [e.command_id]}),
+        )
+        .await;
+    assert!(hb["commands"].as_array().unwrap().is_empty());
+    c.sync_once().await.unwrap();
+    let e = c.mirror().outbox(None).await.unwrap().remove(0);
+    assert_eq!(
+        e.status, "acknowledged",
+        "queued → delivered → acknowledged: {e:?}"
+    );
+    assert!(e.acknowledged_at.is_some());
+
+    s.stop().await;
+    let sha = art["sha256"].as_str().unwrap();
+    assert_eq!(c.blob(sha).await.unwrap(), diff.as_bytes());
+    let missing = c.blob(&"0".repeat(64)).await.unwrap_err();
+    assert!(
+        missing.to_string().contains("not in the offline cache"),
+        "{missing}"
+    );
+}
+
+#[tokio::test]
+async fn the_home_holds_no_private_key_material_outside_the_key_store() {
+    let s = Server::start(Config::default()).await;
+    let home = tempfile::tempdir().unwrap();
+    // The kernel keyring (a real OS keychain) holds the key here.
+    let c = Companion::open_with_keystore(home.path(), "keyutils")
+        .await
+        .unwrap();
+    let keystore = c
+        .keystore()
+        .expect("the kernel keyring (`keyutils`) must be usable in tests");
+    assert_eq!(
+        keystore.backend(),
+        waymark_companion::Backend::KernelKeyring
+    );
+    let id = c
+        .pair(&s.url(), &s.pairing_code().await, "laptop")
+        .await
+        .unwrap();
+    let key = keystore.load(&id.device_id).unwrap();
+    c.sync_once().await.unwrap();
+    let seed = key.to_bytes();
+    let forms: Vec<Vec<u8>> = vec![
+        seed.to_vec(),
+        hex_lower(&seed).into_bytes(),
+        waymark_proto::signing::b64(&seed).into_bytes(),
+    ];
+    for entry in walk(home.path()) {
+        let bytes = std::fs::read(&entry).unwrap();
+        for f in &forms {
+            assert!(
+                !bytes.windows(f.len()).any(|w| w == f.as_slice()),
+                "private key material in {}",
+                entry.display()
+            );
+        }
+    }
+    keystore.delete(&id.device_id).unwrap();
+}
+
+fn hex_lower(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).unwrap() {
+        let p = e.unwrap().path();
+        if p.is_dir() {
+            out.extend(walk(&p))
+        } else {
+            out.push(p)
+        }
+    }
+    out
+}

@@ -1,0 +1,796 @@
+//! One attempt at a task, as the agent author holds it: the lease kept alive in the
+//! background, control commands turned into a cancellation token and a watchable state, and
+//! every fenced write (checkpoints, receipts, decisions, finish) carrying the attempt's fence.
+
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use eventsource_stream::Eventsource;
+use futures::StreamExt;
+use reqwest::Method;
+use serde_json::Value;
+use tokio::sync::{Notify, watch};
+use tokio_util::sync::CancellationToken;
+use waymark_proto::digest::json_digest;
+use waymark_proto::state::Operation;
+use waymark_proto::*;
+
+use crate::client::{Client, Payload, Resend, problem_of};
+use crate::error::{Error, Result};
+
+/// How long one decision long-poll waits before asking again.
+const DECISION_POLL: Duration = Duration::from_secs(30);
+
+/// How to start an attempt.
+#[derive(Debug, Clone)]
+pub struct AttemptOptions {
+    /// The worker's name, for people and audit.
+    pub worker: String,
+    /// Lease length; the heartbeat renews it every third of it.
+    pub lease: Duration,
+    /// Digest of the worker's manifest (model, tool versions, config).
+    pub manifest_digest: Option<String>,
+    /// When another attempt holds a live lease, wait up to this long for it to expire
+    /// instead of failing with [`Error::LeaseHeld`] at once.
+    pub wait_for_lease: Option<Duration>,
+}
+
+impl AttemptOptions {
+    /// A worker named `worker` with a 30 s lease.
+    pub fn new(worker: impl Into<String>) -> Self {
+        AttemptOptions {
+            worker: worker.into(),
+            lease: Duration::from_secs(30),
+            manifest_digest: None,
+            wait_for_lease: None,
+        }
+    }
+
+    /// Sets the lease length.
+    pub fn lease(mut self, lease: Duration) -> Self {
+        self.lease = lease;
+        self
+    }
+
+    /// Sets the manifest digest.
+    pub fn manifest_digest(mut self, digest: impl Into<String>) -> Self {
+        self.manifest_digest = Some(digest.into());
+        self
+    }
+
+    /// Waits up to `bound` for a live lease of another attempt to expire.
+    pub fn wait_for_lease(mut self, bound: Duration) -> Self {
+        self.wait_for_lease = Some(bound);
+        self
+    }
+}
+
+/// What the people steering the task want, as the worker has heard it.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ControlState {
+    /// Claim no new step until resumed ([`Run::wait_if_paused`]).
+    pub paused: bool,
+    /// The run was cancelled or taken over; stop.
+    pub cancelled: bool,
+    /// The newest plan revision heard of.
+    pub plan_revision: i64,
+    /// Instructions of the newest replan.
+    pub instructions: Option<String>,
+}
+
+/// Why the attempt can no longer write.
+#[derive(Debug, Clone)]
+enum Lost {
+    Fenced(String),
+    Lease(String),
+    Cancelled,
+}
+
+impl Lost {
+    fn error(&self) -> Error {
+        match self {
+            Lost::Fenced(detail) => Error::Fenced {
+                detail: detail.clone(),
+            },
+            Lost::Lease(detail) => Error::LeaseLost {
+                detail: detail.clone(),
+            },
+            Lost::Cancelled => Error::Cancelled,
+        }
+    }
+}
+
+#[derive(Debug, Default)]
+struct Acks {
+    pending: Vec<String>,
+    seen: HashSet<String>,
+}
+
+/// What the attempt and its background tasks share.
+#[derive(Debug)]
+pub(crate) struct Shared {
+    pub(crate) client: Client,
+    pub(crate) attempt: Attempt,
+    lease: Duration,
+    cancel: CancellationToken,
+    stop: CancellationToken,
+    lost: Mutex<Option<Lost>>,
+    control: watch::Sender<ControlState>,
+    acks: Mutex<Acks>,
+    beat_now: Notify,
+    heartbeating: AtomicBool,
+}
+
+impl Shared {
+    fn lose(&self, why: Lost) {
+        let cancelled = matches!(why, Lost::Cancelled);
+        {
+            let mut lost = self.lost.lock().unwrap_or_else(|e| e.into_inner());
+            if lost.is_none() {
+                tracing::info!(attempt = %self.attempt.id, reason = ?why, "the attempt stops");
+                *lost = Some(why);
+            }
+        }
+        if cancelled {
+            self.control.send_modify(|s| s.cancelled = true);
+        }
+        self.cancel.cancel();
+    }
+
+    /// Records a refusal that ends the attempt.
+    pub(crate) fn note(&self, e: &Error) {
+        match e {
+            Error::Fenced { detail } => self.lose(Lost::Fenced(detail.clone())),
+            Error::LeaseLost { detail } => self.lose(Lost::Lease(detail.clone())),
+            _ => {}
+        }
+    }
+
+    pub(crate) fn check_live(&self) -> Result<()> {
+        match &*self.lost.lock().unwrap_or_else(|e| e.into_inner()) {
+            Some(l) => Err(l.error()),
+            None => Ok(()),
+        }
+    }
+
+    fn lost_error(&self) -> Error {
+        self.check_live().err().unwrap_or(Error::Cancelled)
+    }
+
+    fn on_command(&self, cmd: ControlCommand) {
+        {
+            let mut acks = self.acks.lock().unwrap_or_else(|e| e.into_inner());
+            if !acks.seen.insert(cmd.command_id.clone()) {
+                return;
+            }
+            acks.pending.push(cmd.command_id.clone());
+        }
+        tracing::info!(command = %cmd.command_id, operation = %cmd.operation, "control command");
+        self.control.send_modify(|s| {
+            s.plan_revision = s.plan_revision.max(cmd.plan_revision);
+            match cmd.operation {
+                Operation::Pause => s.paused = true,
+                Operation::Resume => s.paused = false,
+                Operation::Cancel | Operation::TakeOver => s.cancelled = true,
+                Operation::Replan | Operation::SuspendAndReplan => {
+                    s.instructions = cmd
+                        .args
+                        .get("instructions")
+                        .and_then(Value::as_str)
+                        .map(str::to_owned);
+                }
+                _ => {}
+            }
+        });
+        match cmd.operation {
+            Operation::Cancel => self.lose(Lost::Cancelled),
+            Operation::TakeOver => {
+                self.lose(Lost::Fenced("a person took the task over".to_owned()))
+            }
+            _ => {}
+        }
+        // Acknowledge promptly rather than at the next regular beat.
+        self.beat_now.notify_one();
+    }
+
+    fn on_reply(&self, reply: HeartbeatReply) {
+        for cmd in reply.commands {
+            self.on_command(cmd);
+        }
+        self.control.send_modify(|s| {
+            s.plan_revision = s.plan_revision.max(reply.plan_revision);
+            if reply.task_state == TaskState::Paused {
+                s.paused = true;
+            }
+        });
+        if reply.task_state == TaskState::Cancelled {
+            self.lose(Lost::Cancelled);
+        }
+    }
+
+    fn lease_seconds(&self) -> u32 {
+        self.lease.as_secs().clamp(1, u32::MAX.into()) as u32
+    }
+}
+
+/// Renews the lease every third of it, and at once after a control command arrives.
+async fn heartbeat_loop(shared: Arc<Shared>) {
+    let every = (shared.lease / 3).max(Duration::from_millis(200));
+    let path = format!("/v1/attempts/{}/heartbeat", shared.attempt.id);
+    loop {
+        tokio::select! {
+            _ = shared.stop.cancelled() => return,
+            _ = tokio::time::sleep(every) => {}
+            _ = shared.beat_now.notified() => {}
+        }
+        if !shared.heartbeating.load(Ordering::SeqCst) {
+            return;
+        }
+        let acknowledged = std::mem::take(
+            &mut shared
+                .acks
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .pending,
+        );
+        let body = Heartbeat {
+            fence: shared.attempt.fence,
+            lease_seconds: Some(shared.lease_seconds()),
+            acknowledged: acknowledged.clone(),
+        };
+        let Ok(payload) = Payload::json(&body) else {
+            return;
+        };
+        let res = tokio::select! {
+            _ = shared.stop.cancelled() => return,
+            r = shared.client.call::<HeartbeatReply>(Method::POST, &path, &[], payload, Resend::Always, None) => r,
+        };
+        match res {
+            Ok(reply) => shared.on_reply(reply),
+            Err(e @ (Error::Fenced { .. } | Error::LeaseLost { .. })) => {
+                tracing::warn!(attempt = %shared.attempt.id, error = %e, "heartbeat refused");
+                shared.note(&e);
+                return;
+            }
+            Err(e) => {
+                let mut acks = shared.acks.lock().unwrap_or_else(|e| e.into_inner());
+                acks.pending.splice(0..0, acknowledged);
+                tracing::warn!(attempt = %shared.attempt.id, error = %e, "heartbeat failed; trying again");
+            }
+        }
+    }
+}
+
+/// Follows `GET /v1/attempts/{attempt}/control`, reconnecting when it drops (a dropped stream
+/// is not a cancel). A server without the route leaves control to the heartbeat replies.
+async fn control_loop(shared: Arc<Shared>) {
+    let path = format!("/v1/attempts/{}/control", shared.attempt.id);
+    let mut pause = Duration::from_millis(250);
+    loop {
+        if shared.stop.is_cancelled() || shared.cancel.is_cancelled() {
+            return;
+        }
+        let res = tokio::select! {
+            _ = shared.stop.cancelled() => return,
+            r = shared.client.send(Method::GET, &path, &[], &Payload::None, Some(Duration::from_secs(24 * 3600))) => r,
+        };
+        match res {
+            Err(e) => tracing::debug!(error = %e, "control stream: cannot connect; retrying"),
+            Ok(r) if r.status() == reqwest::StatusCode::NOT_FOUND => {
+                tracing::debug!(
+                    "this control plane has no control stream; commands arrive with heartbeats"
+                );
+                return;
+            }
+            Ok(r) if !r.status().is_success() => {
+                let status = r.status();
+                let bytes = r.bytes().await.unwrap_or_default();
+                let e = problem_of(status, &bytes);
+                tracing::debug!(error = %e, "control stream refused");
+                if matches!(e, Error::Fenced { .. } | Error::LeaseLost { .. }) {
+                    shared.note(&e);
+                    return;
+                }
+            }
+            Ok(r) => {
+                pause = Duration::from_millis(250);
+                let mut events = r.bytes_stream().eventsource();
+                loop {
+                    let next = tokio::select! {
+                        _ = shared.stop.cancelled() => return,
+                        n = events.next() => n,
+                    };
+                    match next {
+                        Some(Ok(ev)) if ev.event == "control" => {
+                            match serde_json::from_str::<ControlCommand>(&ev.data) {
+                                Ok(cmd) => shared.on_command(cmd),
+                                Err(e) => {
+                                    tracing::warn!(error = %e, "control stream: not a control command")
+                                }
+                            }
+                        }
+                        Some(Ok(ev)) if ev.event == "revoked" => {
+                            shared.lose(Lost::Fenced(format!(
+                                "attempt `{}` was revoked",
+                                shared.attempt.id
+                            )));
+                            return;
+                        }
+                        Some(Ok(_)) => {}
+                        Some(Err(e)) => {
+                            tracing::debug!(error = %e, "control stream broke; reconnecting");
+                            break;
+                        }
+                        None => break,
+                    }
+                }
+            }
+        }
+        tokio::select! {
+            _ = shared.stop.cancelled() => return,
+            _ = tokio::time::sleep(pause) => {}
+        }
+        pause = (pause * 2).min(Duration::from_secs(5));
+    }
+}
+
+/// How to ask for an approval.
+#[derive(Debug, Clone, Default)]
+pub struct ApprovalOptions {
+    /// The plan step it guards.
+    pub step: Option<String>,
+    /// The effect it would allow, if already declared.
+    pub effect_id: Option<String>,
+    /// When the default applies (server default: one hour).
+    pub expires_in: Option<Duration>,
+    /// `deny` (the server's default) or `approve`.
+    pub default_option: Option<String>,
+    /// The UI confirms twice.
+    pub risky: bool,
+}
+
+/// The option a closed decision ended with (`None` while pending, or when void).
+pub fn chosen_option(decision: &Decision) -> Option<&str> {
+    decision.outcome.as_ref().and_then(|o| o.option.as_deref())
+}
+
+#[derive(Debug, Default)]
+struct ChainHead {
+    sequence: i64,
+    digest: Option<String>,
+}
+
+/// An attempt in progress. Dropping it stops the heartbeat (the lease then runs out).
+#[derive(Debug)]
+pub struct Run {
+    pub(crate) shared: Arc<Shared>,
+    chain: Mutex<ChainHead>,
+    resumed_from: Option<Checkpoint>,
+    plan_revision_at_start: i64,
+}
+
+impl Drop for Run {
+    fn drop(&mut self) {
+        self.shared.stop.cancel();
+    }
+}
+
+impl Run {
+    pub(crate) async fn start(
+        client: Client,
+        task_id: &str,
+        options: AttemptOptions,
+    ) -> Result<Run> {
+        let req = StartAttempt {
+            worker: options.worker.clone(),
+            lease_seconds: Some(options.lease.as_secs().clamp(1, u32::MAX.into()) as u32),
+            manifest_digest: options.manifest_digest.clone(),
+        };
+        let deadline = options
+            .wait_for_lease
+            .map(|w| tokio::time::Instant::now() + w);
+        let path = format!("/v1/tasks/{task_id}/attempts");
+        let attempt: Attempt = loop {
+            let res = client
+                .call(
+                    Method::POST,
+                    &path,
+                    &[],
+                    Payload::json(&req)?,
+                    Resend::IfUndelivered,
+                    None,
+                )
+                .await;
+            match res {
+                Ok(a) => break a,
+                Err(Error::LeaseHeld {
+                    expires_at: Some(until),
+                    ..
+                }) if deadline.is_some_and(|d| tokio::time::Instant::now() < d) => {
+                    let left = (until - chrono::Utc::now())
+                        .to_std()
+                        .unwrap_or_default()
+                        .max(Duration::from_millis(100));
+                    let wake = (tokio::time::Instant::now() + left + Duration::from_millis(100))
+                        .min(deadline.expect("checked above"));
+                    tracing::info!(task = %task_id, until = %until, "another attempt holds the lease; waiting for it to expire");
+                    tokio::time::sleep_until(wake).await;
+                }
+                Err(e) => return Err(e),
+            }
+        };
+        let detail = client.task(task_id).await?;
+        let last = detail.checkpoints.last().cloned();
+        let control = ControlState {
+            paused: detail.task.state == TaskState::Paused,
+            cancelled: false,
+            plan_revision: detail.task.plan_revision,
+            instructions: None,
+        };
+        let shared = Arc::new(Shared {
+            client,
+            attempt,
+            lease: options.lease,
+            cancel: CancellationToken::new(),
+            stop: CancellationToken::new(),
+            lost: Mutex::new(None),
+            control: watch::channel(control).0,
+            acks: Mutex::new(Acks::default()),
+            beat_now: Notify::new(),
+            heartbeating: AtomicBool::new(true),
+        });
+        tokio::spawn(heartbeat_loop(shared.clone()));
+        tokio::spawn(control_loop(shared.clone()));
+        Ok(Run {
+            chain: Mutex::new(ChainHead {
+                sequence: last.as_ref().map_or(0, |c| c.sequence),
+                digest: last.as_ref().map(|c| c.digest.clone()),
+            }),
+            resumed_from: last,
+            plan_revision_at_start: detail.task.plan_revision,
+            shared,
+        })
+    }
+
+    /// The task.
+    pub fn task_id(&self) -> &str {
+        &self.shared.attempt.task_id
+    }
+
+    /// The attempt as the server granted it.
+    pub fn attempt(&self) -> &Attempt {
+        &self.shared.attempt
+    }
+
+    /// The fence every write of this attempt carries.
+    pub fn fence(&self) -> i64 {
+        self.shared.attempt.fence
+    }
+
+    /// The client this run talks through.
+    pub fn client(&self) -> &Client {
+        &self.shared.client
+    }
+
+    /// The task's newest checkpoint when this attempt started (`None` for a fresh task): where
+    /// a resumed worker picks up.
+    pub fn resumed_from(&self) -> Option<&Checkpoint> {
+        self.resumed_from.as_ref()
+    }
+
+    /// The plan revision when this attempt started.
+    pub fn plan_revision(&self) -> i64 {
+        self.shared
+            .control
+            .borrow()
+            .plan_revision
+            .max(self.plan_revision_at_start)
+    }
+
+    /// The sequence of the newest checkpoint this run knows of.
+    pub fn last_sequence(&self) -> i64 {
+        self.chain
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .sequence
+    }
+
+    /// Fires when the run must stop: cancelled, taken over, fenced off or its lease lost.
+    /// Select on it around long work.
+    pub fn cancelled(&self) -> CancellationToken {
+        self.shared.cancel.clone()
+    }
+
+    /// What the people steering the task want; changes as commands arrive.
+    pub fn control(&self) -> watch::Receiver<ControlState> {
+        self.shared.control.subscribe()
+    }
+
+    /// At a step boundary: returns at once unless paused, else when resumed. Fails when the
+    /// run is cancelled or its lease lost meanwhile.
+    pub async fn wait_if_paused(&self) -> Result<()> {
+        let mut rx = self.control();
+        loop {
+            self.shared.check_live()?;
+            if !rx.borrow_and_update().paused {
+                return Ok(());
+            }
+            tokio::select! {
+                _ = self.shared.cancel.cancelled() => return Err(self.shared.lost_error()),
+                r = rx.changed() => if r.is_err() { return Err(self.shared.lost_error()) },
+            }
+        }
+    }
+
+    /// Stops renewing the lease, which then runs out: what a partitioned or hung worker
+    /// looks like to the control plane. For tests and demos; [`Run::finish`] stops it too.
+    pub fn stop_heartbeat(&self) {
+        self.shared.heartbeating.store(false, Ordering::SeqCst);
+    }
+
+    /// Runs a fenced write: refuses locally once the attempt is known to be over, and learns
+    /// from the server's refusals.
+    pub(crate) async fn fenced<T>(
+        &self,
+        write: impl std::future::Future<Output = Result<T>>,
+    ) -> Result<T> {
+        self.shared.check_live()?;
+        let res = write.await;
+        if let Err(e) = &res {
+            self.shared.note(e);
+        }
+        res
+    }
+
+    pub(crate) async fn post<T: serde::de::DeserializeOwned>(
+        &self,
+        path: &str,
+        body: &impl serde::Serialize,
+        resend: Resend,
+    ) -> Result<T> {
+        let payload = Payload::json(body)?;
+        self.fenced(
+            self.shared
+                .client
+                .call(Method::POST, path, &[], payload, resend, None),
+        )
+        .await
+    }
+
+    /// Appends a checkpoint with the next sequence; the server links it into the hash chain.
+    /// A concurrent writer makes it fail with [`Error::SequenceConflict`]: reload, don't skip.
+    pub async fn checkpoint(&self, body: CheckpointBody) -> Result<Checkpoint> {
+        let (sequence, prev) = {
+            let head = self.chain.lock().unwrap_or_else(|e| e.into_inner());
+            (head.sequence + 1, head.digest.clone())
+        };
+        let req = AppendCheckpoint {
+            attempt_id: self.shared.attempt.id.clone(),
+            fence: self.fence(),
+            sequence,
+            body,
+        };
+        let cp: Checkpoint = self
+            .post(
+                &format!("/v1/tasks/{}/checkpoints", self.task_id()),
+                &req,
+                Resend::IfUndelivered,
+            )
+            .await?;
+        if cp.prev_digest != prev {
+            tracing::warn!(
+                sequence,
+                "the checkpoint links to a predecessor this worker did not write"
+            );
+        }
+        let mut head = self.chain.lock().unwrap_or_else(|e| e.into_inner());
+        head.sequence = cp.sequence;
+        head.digest = Some(cp.digest.clone());
+        Ok(cp)
+    }
+
+    /// Uploads an artifact (content-addressed by the server).
+    pub async fn artifact(
+        &self,
+        name: &str,
+        media_type: &str,
+        bytes: Vec<u8>,
+        step: Option<&str>,
+    ) -> Result<Artifact> {
+        let mut query = vec![
+            ("name", name.to_owned()),
+            ("attempt_id", self.shared.attempt.id.clone()),
+            ("fence", self.fence().to_string()),
+        ];
+        if let Some(s) = step {
+            query.push(("step", s.to_owned()));
+        }
+        let payload = Payload::Raw {
+            bytes,
+            media_type: media_type.to_owned(),
+        };
+        self.fenced(self.shared.client.call(
+            Method::POST,
+            &format!("/v1/tasks/{}/artifacts", self.task_id()),
+            &query,
+            payload,
+            Resend::IfUndelivered,
+            None,
+        ))
+        .await
+    }
+
+    /// Submits a test run's JUnit XML; the server parses it into a receipt.
+    pub async fn test_receipt(
+        &self,
+        step: Option<&str>,
+        command: &str,
+        exit_code: i32,
+        commit: Option<&str>,
+        junit_xml: String,
+    ) -> Result<TestReceipt> {
+        let req = SubmitTestReceipt {
+            attempt_id: self.shared.attempt.id.clone(),
+            fence: self.fence(),
+            step: step.map(str::to_owned),
+            command: command.to_owned(),
+            exit_code,
+            commit: commit.map(str::to_owned),
+            junit_xml,
+        };
+        self.post(
+            &format!("/v1/tasks/{}/test-receipts", self.task_id()),
+            &req,
+            Resend::IfUndelivered,
+        )
+        .await
+    }
+
+    /// Appends session messages.
+    pub async fn messages(&self, messages: Vec<NewMessage>) -> Result<Vec<Message>> {
+        #[derive(serde::Deserialize)]
+        struct Reply {
+            messages: Vec<Message>,
+        }
+        let req = AppendMessages {
+            attempt_id: Some(self.shared.attempt.id.clone()),
+            fence: Some(self.fence()),
+            messages,
+        };
+        let reply: Reply = self
+            .post(
+                &format!("/v1/tasks/{}/messages", self.task_id()),
+                &req,
+                Resend::IfUndelivered,
+            )
+            .await?;
+        Ok(reply.messages)
+    }
+
+    /// Appends one assistant message.
+    pub async fn say(&self, text: impl Into<String>) -> Result<()> {
+        self.messages(vec![NewMessage {
+            role: "assistant".into(),
+            text: text.into(),
+        }])
+        .await
+        .map(drop)
+    }
+
+    /// Reports spend since the last report.
+    pub async fn usage(&self, tokens: u64, cost_usd: f64, wall_seconds: u64) -> Result<Task> {
+        let req = ReportUsage {
+            attempt_id: Some(self.shared.attempt.id.clone()),
+            fence: Some(self.fence()),
+            tokens,
+            cost_usd,
+            wall_seconds,
+        };
+        self.post(
+            &format!("/v1/tasks/{}/usage", self.task_id()),
+            &req,
+            Resend::IfUndelivered,
+        )
+        .await
+    }
+
+    /// Opens an approval of `intent` (bound to its digest and the current plan revision)
+    /// without waiting for it.
+    pub async fn open_approval(
+        &self,
+        intent: Value,
+        summary: &str,
+        options: ApprovalOptions,
+    ) -> Result<Decision> {
+        let req = RequestApproval {
+            attempt_id: Some(self.shared.attempt.id.clone()),
+            fence: Some(self.fence()),
+            step: options.step,
+            effect_id: options.effect_id,
+            intent_digest: json_digest(&intent),
+            intent,
+            summary: summary.to_owned(),
+            expires_in_seconds: options.expires_in.map(|d| d.as_secs().max(1)),
+            default_option: options.default_option,
+            risky: options.risky,
+        };
+        self.post(
+            &format!("/v1/tasks/{}/approvals", self.task_id()),
+            &req,
+            Resend::IfUndelivered,
+        )
+        .await
+    }
+
+    /// Asks for approval of `intent` and waits for the answer (or the default on expiry).
+    pub async fn request_approval(
+        &self,
+        intent: Value,
+        summary: &str,
+        options: ApprovalOptions,
+    ) -> Result<Decision> {
+        let d = self.open_approval(intent, summary, options).await?;
+        self.await_decision(&d.id).await
+    }
+
+    /// Opens a question or budget decision without waiting for it.
+    pub async fn open_decision(&self, mut req: RequestDecision) -> Result<Decision> {
+        req.attempt_id = Some(self.shared.attempt.id.clone());
+        req.fence = Some(self.fence());
+        self.post(
+            &format!("/v1/tasks/{}/decisions", self.task_id()),
+            &req,
+            Resend::IfUndelivered,
+        )
+        .await
+    }
+
+    /// Asks a question or a budget choice and waits for the answer (or the default).
+    pub async fn decision(&self, req: RequestDecision) -> Result<Decision> {
+        let d = self.open_decision(req).await?;
+        self.await_decision(&d.id).await
+    }
+
+    /// Long-polls a decision until it is no longer pending. The lease stays renewed while it
+    /// waits; a cancel ends the wait with [`Error::Cancelled`].
+    pub async fn await_decision(&self, decision_id: &str) -> Result<Decision> {
+        loop {
+            self.shared.check_live()?;
+            let d = tokio::select! {
+                _ = self.shared.cancel.cancelled() => return Err(self.shared.lost_error()),
+                r = self.shared.client.decision(self.task_id(), decision_id, DECISION_POLL) => r?,
+            };
+            if d.status != DecisionStatus::Pending {
+                return Ok(d);
+            }
+        }
+    }
+
+    /// Ends the attempt with an outcome and stops the heartbeat.
+    pub async fn finish(&self, outcome: FinishOutcome, summary: Option<String>) -> Result<Attempt> {
+        let req = FinishAttempt {
+            fence: self.fence(),
+            outcome,
+            summary,
+        };
+        let res = self
+            .shared
+            .client
+            .call(
+                Method::POST,
+                &format!("/v1/attempts/{}/finish", self.shared.attempt.id),
+                &[],
+                Payload::json(&req)?,
+                Resend::IfUndelivered,
+                None,
+            )
+            .await;
+        self.shared.stop.cancel();
+        if let Err(e) = &res {
+            self.shared.note(e);
+        }
+        res
+    }
+}
