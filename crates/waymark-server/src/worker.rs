@@ -444,7 +444,16 @@ pub(crate) async fn heartbeat(
             .await?
             .ok_or_else(|| ApiError::not_found("attempt", &attempt_id))?;
         let task = task_for(&mut tx, &caller, &attempt.task_id).await?;
-        check_fence(&task, &attempt, req.fence, now_ms())?;
+        if let Err(e) = check_fence(&task, &attempt, req.fence, now_ms()) {
+            // A revoked worker still reports what it saw (e.g. the cancel that revoked it):
+            // record the acknowledgements, then refuse the renewal.
+            if attempt.fence == req.fence && !req.acknowledged.is_empty() {
+                crate::steer::exchange_controls(&mut tx, &task, &attempt.id, &req.acknowledged)
+                    .await?;
+                tx.commit().await?;
+            }
+            return Err(e);
+        }
         attempt.expires_at = now_ms() + lease_ms(&st, req.lease_seconds);
         tx.update_attempt(&attempt).await?;
         let commands =

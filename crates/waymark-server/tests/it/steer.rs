@@ -583,14 +583,28 @@ async fn cancel_while_an_effect_is_under_way_stops_the_worker_and_fences_its_wri
         )
         .await;
     assert_problem(s, &v, 409, "fenced");
+    let cancel_id = cmd["command_id"].as_str().unwrap().to_owned();
     let (s, v) = h
         .post(
             &h.alice,
             &format!("/v1/attempts/{att}/heartbeat"),
-            json!({"fence": fence}),
+            json!({"fence": fence, "acknowledged": [cancel_id]}),
         )
         .await;
     assert_problem(s, &v, 409, "fenced");
+    // …but its acknowledgement of the cancel that revoked it is recorded.
+    let store = h.server.state.store.clone();
+    let pending = store
+        .read()
+        .await
+        .unwrap()
+        .pending_controls(&task)
+        .await
+        .unwrap();
+    assert!(
+        pending.is_empty(),
+        "the cancel stays unacknowledged: {pending:?}"
+    );
 }
 
 #[tokio::test]
