@@ -15,6 +15,9 @@ pub(crate) struct AdminArgs {
     /// The server's data dir.
     #[arg(long, global = true, env = "WAYMARK_DATA_DIR")]
     data_dir: Option<PathBuf>,
+    /// The server's database, when it runs on PostgreSQL (`postgres://…`).
+    #[arg(long, global = true, env = "WAYMARK_DATABASE_URL")]
+    database_url: Option<String>,
     #[command(subcommand)]
     command: AdminCommand,
 }
@@ -77,11 +80,15 @@ enum UserCommand {
 
 pub(crate) async fn run(args: AdminArgs, json: bool) -> CliResult {
     let dir = DataDir::new(args.data_dir.unwrap_or_else(crate::default_data_dir));
-    let store = dir.open().await.map_err(admin_failure)?;
-    dir.bootstrap(&store).await.map_err(admin_failure)?;
+    let store = dir
+        .open_store(args.database_url.as_deref())
+        .await
+        .map_err(admin_failure)?;
+    let store = &*store;
+    dir.bootstrap(store).await.map_err(admin_failure)?;
     match args.command {
         AdminCommand::User(UserCommand::Add { name }) => {
-            let u = ops::add_user(&store, &name).await.map_err(admin_failure)?;
+            let u = ops::add_user(store, &name).await.map_err(admin_failure)?;
             emit(
                 json,
                 &serde_json::json!({"id": u.id, "name": u.name}),
@@ -89,7 +96,7 @@ pub(crate) async fn run(args: AdminArgs, json: bool) -> CliResult {
             );
         }
         AdminCommand::User(UserCommand::List) => {
-            let users = ops::list_users(&store).await.map_err(admin_failure)?;
+            let users = ops::list_users(store).await.map_err(admin_failure)?;
             let v: Vec<_> = users
                 .iter()
                 .map(|u| serde_json::json!({"id": u.id, "name": u.name}))
@@ -117,7 +124,7 @@ pub(crate) async fn run(args: AdminArgs, json: bool) -> CliResult {
                 ));
             }
             let (code, expires) =
-                waymark_server::steer::create_pairing(&store, &user, &scopes, ttl_ms)
+                waymark_server::steer::create_pairing(store, &user, &scopes, ttl_ms)
                     .await
                     .map_err(admin_failure)?;
             let server = server
@@ -144,7 +151,7 @@ pub(crate) async fn run(args: AdminArgs, json: bool) -> CliResult {
             );
         }
         AdminCommand::Device(DeviceCommand::List) => {
-            let devices = waymark_server::steer::list_devices(&store)
+            let devices = waymark_server::steer::list_devices(store)
                 .await
                 .map_err(admin_failure)?;
             emit(
@@ -178,7 +185,7 @@ pub(crate) async fn run(args: AdminArgs, json: bool) -> CliResult {
             );
         }
         AdminCommand::Device(DeviceCommand::Revoke { device }) => {
-            let d = waymark_server::steer::revoke_device(&store, &device)
+            let d = waymark_server::steer::revoke_device(store, &device)
                 .await
                 .map_err(admin_failure)?;
             emit(json, &serde_json::to_value(&d).unwrap_or_default(), || {
@@ -189,7 +196,7 @@ pub(crate) async fn run(args: AdminArgs, json: bool) -> CliResult {
             });
         }
         AdminCommand::WorkerToken { name, user } => {
-            let (token, user) = ops::create_worker_token(&store, &name, user.as_deref())
+            let (token, user) = ops::create_worker_token(store, &name, user.as_deref())
                 .await
                 .map_err(admin_failure)?;
             emit(

@@ -38,37 +38,32 @@ pub(crate) fn admin_failure(e: AdminError) -> Failure {
         AdminError::UnknownUser(_) => "unknown_user",
         AdminError::UserExists(_) => "user_exists",
         AdminError::InvalidName(_) => "invalid_name",
+        AdminError::DatabaseUrl(_) => "unsupported_database",
         AdminError::InvalidScope(_) => "invalid_scope",
         AdminError::UnknownDevice(_) => "unknown_device",
         AdminError::Store(waymark_store::StoreError::NewerSchema { .. }) => "newer_schema",
         AdminError::Store(_) => "storage",
     };
     let exit = match &e {
-        AdminError::InvalidName(_) | AdminError::InvalidScope(_) => Exit::Usage,
+        AdminError::InvalidName(_) | AdminError::InvalidScope(_) | AdminError::DatabaseUrl(_) => {
+            Exit::Usage
+        }
         _ => Exit::Refused,
     };
     Failure::new(exit, code, e.to_string())
 }
 
 pub(crate) async fn run(args: ServeArgs, json: bool) -> CliResult {
-    if let Some(url) = &args.database_url {
-        return Err(Failure::new(
-            Exit::Usage,
-            "unsupported_database",
-            if url.starts_with("postgres") {
-                "PostgreSQL is not supported by this build yet; run on SQLite with `--data-dir`"
-                    .to_owned()
-            } else {
-                format!("unsupported database URL `{url}`; SQLite lives in `--data-dir`")
-            },
-        ));
-    }
     let dir = DataDir::new(args.data_dir.unwrap_or_else(crate::default_data_dir));
+    let store = dir
+        .open_store(args.database_url.as_deref())
+        .await
+        .map_err(admin_failure)?;
     let config = Config {
         event_retention: args.event_retention.max(1),
         ..Config::default()
     };
-    let running = waymark_server::start(&dir, args.listen, config)
+    let running = waymark_server::start_with_store(&dir, store, args.listen, config)
         .await
         .map_err(serve_failure)?;
     let url = running.url();

@@ -3,6 +3,7 @@
 //! server uses, so only whoever runs the host administers it.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use waymark_proto::ids;
 use waymark_store::{Store, StoreError, TokenRow, UserRow};
@@ -31,6 +32,11 @@ pub enum AdminError {
     /// The name is taken.
     #[error("a user named `{0}` already exists")]
     UserExists(String),
+    /// A database URL this build cannot use.
+    #[error(
+        "unsupported database URL `{0}`: use `postgres://…`, or SQLite in `--data-dir` by leaving it out"
+    )]
+    DatabaseUrl(String),
     /// A name that cannot be used.
     #[error("invalid name `{0}`: use 1–64 letters, digits, `-`, `_` or `.`")]
     InvalidName(String),
@@ -103,6 +109,28 @@ impl DataDir {
         std::fs::write(&probe, b"").map_err(fail)?;
         let _ = std::fs::remove_file(&probe);
         Ok(SqliteStore::open(&self.database()).await?)
+    }
+
+    /// Opens the store: SQLite in this dir, or PostgreSQL at `database_url` (replicas share
+    /// one database; each keeps its own data dir for its admin credential).
+    pub async fn open_store(
+        &self,
+        database_url: Option<&str>,
+    ) -> Result<Arc<dyn Store>, AdminError> {
+        match database_url {
+            None => Ok(Arc::new(self.open().await?)),
+            Some(url) if url.starts_with("postgres://") || url.starts_with("postgresql://") => {
+                let fail = |e: std::io::Error| AdminError::DataDir {
+                    path: self.root.clone(),
+                    reason: e.to_string(),
+                };
+                std::fs::create_dir_all(&self.root).map_err(fail)?;
+                Ok(Arc::new(
+                    waymark_store_postgres::PgStore::connect(url).await?,
+                ))
+            }
+            Some(other) => Err(AdminError::DatabaseUrl(redact(other))),
+        }
     }
 
     /// Makes sure the default user and an admin credential exist, and returns the
@@ -238,4 +266,18 @@ pub async fn create_worker_token(
     .await?;
     tx.commit().await?;
     Ok((secret, user))
+}
+
+/// A URL with its password hidden, for messages.
+fn redact(url: &str) -> String {
+    match (url.find("://"), url.find('@')) {
+        (Some(s), Some(at)) if at > s => {
+            let creds = &url[s + 3..at];
+            match creds.find(':') {
+                Some(c) => format!("{}{}:***{}", &url[..s + 3], &creds[..c], &url[at..]),
+                None => url.to_owned(),
+            }
+        }
+        _ => url.to_owned(),
+    }
 }

@@ -42,16 +42,30 @@ impl<T: DeserializeOwned> FromRequest<AppState> for Json<T> {
 /// Parses JSON, telling a syntax error (400 `malformed_json`) from a wrong shape (422
 /// `validation_failed`), with serde's line and column.
 pub(crate) fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
-    serde_json::from_slice(bytes).map_err(|e| {
-        use serde_json::error::Category;
-        match e.classify() {
-            Category::Data => ApiError::new(ErrorCode::ValidationFailed, e.to_string()),
-            _ => ApiError::new(
-                ErrorCode::MalformedJson,
-                format!("the body is not valid JSON: {e}"),
-            ),
-        }
-    })
+    let value: serde_json::Value = serde_json::from_slice(bytes).map_err(|e| {
+        ApiError::new(
+            ErrorCode::MalformedJson,
+            format!("the body is not valid JSON: {e}"),
+        )
+    })?;
+    if has_nul(&value) {
+        return Err(ApiError::new(
+            ErrorCode::ValidationFailed,
+            "strings may not contain NUL (U+0000) characters",
+        ));
+    }
+    serde_json::from_value(value)
+        .map_err(|e| ApiError::new(ErrorCode::ValidationFailed, e.to_string()))
+}
+
+/// NUL cannot be stored by every backend (PostgreSQL text), so no backend takes it.
+fn has_nul(v: &serde_json::Value) -> bool {
+    match v {
+        serde_json::Value::String(s) => s.contains('\0'),
+        serde_json::Value::Array(a) => a.iter().any(has_nul),
+        serde_json::Value::Object(o) => o.iter().any(|(k, v)| k.contains('\0') || has_nul(v)),
+        _ => false,
+    }
 }
 
 /// Reads a whole body, refusing more than `limit` bytes with 413.

@@ -220,14 +220,25 @@ impl Running {
     }
 }
 
-/// Opens `data_dir`, binds `addr`, and serves in the background.
+/// Opens `data_dir` (SQLite), binds `addr`, and serves in the background.
 pub async fn start(
     data_dir: &DataDir,
     addr: SocketAddr,
     config: Config,
 ) -> Result<Running, ServeError> {
-    let store = data_dir.open().await?;
-    let admin_token = data_dir.bootstrap(&store).await?;
+    let store = data_dir.open_store(None).await?;
+    start_with_store(data_dir, store, addr, config).await
+}
+
+/// Serves over a given store (e.g. PostgreSQL shared by several replicas); `data_dir` keeps
+/// this replica's admin credential.
+pub async fn start_with_store(
+    data_dir: &DataDir,
+    store: Arc<dyn Store>,
+    addr: SocketAddr,
+    config: Config,
+) -> Result<Running, ServeError> {
+    let admin_token = data_dir.bootstrap(&*store).await?;
     let listener = TcpListener::bind(addr).await.map_err(|e| match e.kind() {
         std::io::ErrorKind::AddrInUse => ServeError::AddrInUse { addr },
         _ => ServeError::Bind {
@@ -239,7 +250,7 @@ pub async fn start(
         addr,
         reason: e.to_string(),
     })?;
-    let state = AppState::new(Arc::new(store), config);
+    let state = AppState::new(store, config);
     background::spawn(state.clone());
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();
     let router = app(state.clone());

@@ -13,7 +13,7 @@ use futures::Stream;
 use serde::{Deserialize, Serialize};
 use waymark_proto::digest::{checkpoint_digest, is_sha256_hex};
 use waymark_proto::*;
-use waymark_store::{CheckpointRow, DecisionRow};
+use waymark_store::CheckpointRow;
 
 use crate::auth::{Caller, CallerKind};
 use crate::error::{ApiError, ApiResult};
@@ -201,31 +201,52 @@ fn parse_wait(st: &AppState, q: &WaitQuery) -> ApiResult<Duration> {
 }
 
 /// Applies the default of every pending decision whose expiry has passed. Returns how many.
+/// One replica at a time sweeps; each decision closes in its own transaction, under its
+/// task's lock, re-checked there — so a decision expires once even with several replicas,
+/// and an answer that commits first wins.
 pub(crate) async fn expire_due(st: &AppState) -> ApiResult<usize> {
     let now = now_ms();
-    if st.store.read().await?.due_decisions(now).await?.is_empty() {
+    let due = st.store.read().await?.due_decisions(now).await?;
+    if due.is_empty() {
         return Ok(0);
     }
-    let mut tx = st.store.write().await?;
-    let due = tx.due_decisions(now).await?;
-    for mut d in due.iter().cloned() {
-        expire_one(&mut tx, &mut d).await?;
+    let mut claim = st.store.read().await?;
+    if !claim.try_claim("expire-decisions").await? {
+        return Ok(0);
     }
-    tx.commit().await?;
-    Ok(due.len())
+    let mut n = 0;
+    for d in due {
+        if expire_decision(st, &d.id).await? {
+            n += 1;
+        }
+    }
+    drop(claim);
+    Ok(n)
 }
 
-async fn expire_one(
-    tx: &mut Box<dyn waymark_store::StoreTx>,
-    d: &mut DecisionRow,
-) -> ApiResult<i64> {
+/// Expires one decision if it is still pending and due. Returns whether it did.
+pub(crate) async fn expire_decision(st: &AppState, id: &str) -> ApiResult<bool> {
+    let mut tx = st.store.write().await?;
+    let Some(task_id) = tx.decision(id).await?.map(|d| d.task_id) else {
+        return Ok(false);
+    };
+    // Lock the task first (PostgreSQL: every task lock before the first event).
+    tx.task(&task_id).await?;
+    let Some(mut d) = tx.decision(id).await? else {
+        return Ok(false);
+    };
+    if d.status != DecisionStatus::Pending.as_str() || d.expires_at > now_ms() {
+        return Ok(false);
+    }
     let outcome = DecisionOutcome {
         option: d.default_option.clone(),
         text: None,
         by: "default".into(),
         at: chrono::Utc::now(),
     };
-    close_decision(tx, d, DecisionStatus::Expired, outcome).await
+    close_decision(&mut tx, &mut d, DecisionStatus::Expired, outcome).await?;
+    tx.commit().await?;
+    Ok(true)
 }
 
 #[utoipa::path(get, path = "/v1/tasks/{task}/decisions/{decision}", tag = "worker",
@@ -252,7 +273,7 @@ pub(crate) async fn get_decision(
         let pending = d.status == DecisionStatus::Pending.as_str();
         let now = now_ms();
         if pending && d.expires_at <= now {
-            expire_due(&st).await?;
+            expire_decision(&st, &d.id).await?;
             continue;
         }
         if !pending || tokio::time::Instant::now() >= deadline {
@@ -445,6 +466,12 @@ pub(crate) struct Pruned {
 /// Applies the retention bound: keeps the newest `event_retention` events.
 pub(crate) async fn prune(st: &AppState) -> ApiResult<Pruned> {
     let mut tx = st.store.write().await?;
+    if !tx.try_claim("prune-events").await? {
+        return Ok(Pruned {
+            deleted: 0,
+            pruned_through: tx.pruned_through().await?,
+        });
+    }
     let max = tx.max_cursor().await?;
     let through = max - st.config.event_retention;
     let already = tx.pruned_through().await?;

@@ -1255,6 +1255,11 @@ impl StoreTx for SqliteTx {
         .await
     }
 
+    async fn try_claim(&mut self, _job: &str) -> Result<bool> {
+        // One file, one writer: a write transaction already excludes every other.
+        Ok(true)
+    }
+
     async fn list_commands(&mut self, task_id: &str) -> Result<Vec<CommandRow>> {
         self.all(
             sqlx::query("SELECT * FROM commands WHERE task_id = ? ORDER BY created_at, command_id")

@@ -217,6 +217,9 @@ pub trait StoreTx: Send {
     async fn insert_control(&mut self, control: &ControlRow) -> Result<()>;
     /// A task's control commands not yet acknowledged, oldest first.
     async fn pending_controls(&mut self, task_id: &str) -> Result<Vec<ControlRow>>;
+    /// Claims a background job for this transaction: `true` for exactly one replica at a time
+    /// (held until the transaction ends), so sweeps and expiries run once.
+    async fn try_claim(&mut self, job: &str) -> Result<bool>;
     /// Marks a control command acknowledged; returns whether it was pending.
     async fn ack_control(
         &mut self,

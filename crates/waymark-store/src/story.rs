@@ -539,6 +539,11 @@ pub async fn run_store_story(store: &dyn Store) {
             .is_empty()
     );
 
+    // a background job is claimed by one transaction at a time
+    let mut tx = store.write().await.unwrap();
+    assert!(tx.try_claim("sweep").await.unwrap());
+    tx.commit().await.unwrap();
+
     // control commands: pending until acknowledged, acknowledged once
     let mut tx = store.write().await.unwrap();
     for (id, at) in [("c1", 100), ("c2", 101)] {

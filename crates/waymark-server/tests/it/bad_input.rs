@@ -65,6 +65,7 @@ async fn bad_bodies_get_problem_json_and_write_nothing() {
         ("/v1/tasks", Some("application/json"), br#"{"title": "  "}"#.to_vec(), 422, "validation_failed"),
         ("/v1/tasks", Some("application/json"),
          br#"{"title": "x", "plan": [{"id": "a", "depends_on": ["b"]}, {"id": "b", "depends_on": ["a"]}]}"#.to_vec(), 422, "validation_failed"),
+        ("/v1/tasks", Some("application/json"), br#"{"title": "a\u0000b"}"#.to_vec(), 422, "validation_failed"),
         ("/v1/tasks", Some("text/plain"), br#"{"title": "x"}"#.to_vec(), 415, "unsupported_media_type"),
         ("/v1/tasks", None, br#"{"title": "x"}"#.to_vec(), 415, "unsupported_media_type"),
         ("/v1/tasks", Some("application/json"),

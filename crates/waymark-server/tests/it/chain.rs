@@ -1,10 +1,9 @@
 use reqwest::StatusCode;
-use sqlx::sqlite::SqliteConnectOptions;
 
 use crate::support::Harness;
 
 #[tokio::test]
-async fn a_checkpoint_edited_in_the_sqlite_file_breaks_the_chain_visibly() {
+async fn a_checkpoint_edited_in_the_database_breaks_the_chain_visibly() {
     let h = Harness::start().await;
     let task = h.create_task(&h.alice).await;
     let (att, fence) = h.attempt(&h.alice, &task, 60).await;
@@ -20,21 +19,15 @@ async fn a_checkpoint_edited_in_the_sqlite_file_breaks_the_chain_visibly() {
         d["checkpoints"][1]["digest"]
     );
 
-    // Someone with the file rewrites history: checkpoint 2 now claims another summary.
-    let db = h.dir.path().join("waymark.db");
-    let pool = sqlx::SqlitePool::connect_with(SqliteConnectOptions::new().filename(&db))
-        .await
-        .unwrap();
-    let n = sqlx::query(
-        "UPDATE checkpoints SET body = json_set(body, '$.summary', 'tests passed') WHERE task_id = ? AND sequence = 2",
-    )
-    .bind(&task)
-    .execute(&pool)
-    .await
-    .unwrap()
-    .rows_affected();
+    // Someone with the database rewrites history: checkpoint 2 now claims another summary.
+    let n = h
+        .raw_sql(
+            "UPDATE checkpoints SET body = json_set(body, '$.summary', 'tests passed') WHERE task_id = ? AND sequence = 2",
+            "UPDATE checkpoints SET body = jsonb_set(body, '{summary}', '\"tests passed\"') WHERE task_id = $1 AND sequence = 2",
+            &task,
+        )
+        .await;
     assert_eq!(n, 1);
-    pool.close().await;
 
     let d = h.detail(&task).await;
     assert_eq!(d["chain"]["intact"], false, "{}", d["chain"]);
@@ -57,16 +50,14 @@ async fn a_deleted_checkpoint_breaks_the_chain_at_the_gap() {
     for seq in 1..=3 {
         h.checkpoint(&h.alice, &task, &att, fence, seq).await;
     }
-    let db = h.dir.path().join("waymark.db");
-    let pool = sqlx::SqlitePool::connect_with(SqliteConnectOptions::new().filename(&db))
-        .await
-        .unwrap();
-    sqlx::query("DELETE FROM checkpoints WHERE task_id = ? AND sequence = 2")
-        .bind(&task)
-        .execute(&pool)
-        .await
-        .unwrap();
-    pool.close().await;
+    let n = h
+        .raw_sql(
+            "DELETE FROM checkpoints WHERE task_id = ? AND sequence = 2",
+            "DELETE FROM checkpoints WHERE task_id = $1 AND sequence = 2",
+            &task,
+        )
+        .await;
+    assert_eq!(n, 1);
     let d = h.detail(&task).await;
     assert_eq!(d["chain"]["intact"], false);
     assert_eq!(d["chain"]["broken_at"], 3);

@@ -9,5 +9,6 @@ mod bad_input;
 mod chain;
 mod events;
 mod junit;
+mod replicas;
 mod steer;
 mod worker_api;

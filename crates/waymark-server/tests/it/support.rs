@@ -6,6 +6,8 @@ use waymark_server::{Config, DataDir, Running};
 
 pub struct Harness {
     pub dir: tempfile::TempDir,
+    /// The PostgreSQL database when the suite runs on it (`WAYMARK_TEST_BACKEND=postgres`).
+    pub database_url: Option<String>,
     pub server: Running,
     pub http: reqwest::Client,
     pub admin: String,
@@ -30,9 +32,16 @@ impl Harness {
     pub async fn start_with(config: Config) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let data = DataDir::new(dir.path());
-        let server = waymark_server::start(&data, "127.0.0.1:0".parse().unwrap(), config)
-            .await
-            .unwrap();
+        let database_url = match std::env::var("WAYMARK_TEST_BACKEND").as_deref() {
+            Ok("postgres") => Some(waymark_store_postgres::testing::fresh_database().await),
+            Ok("sqlite") | Err(_) => None,
+            Ok(other) => panic!("unknown WAYMARK_TEST_BACKEND `{other}`"),
+        };
+        let store = data.open_store(database_url.as_deref()).await.unwrap();
+        let server =
+            waymark_server::start_with_store(&data, store, "127.0.0.1:0".parse().unwrap(), config)
+                .await
+                .unwrap();
         let store = server.state.store.clone();
         waymark_server::admin::add_user(&*store, "alice")
             .await
@@ -51,6 +60,7 @@ impl Harness {
         let admin = server.admin_token.clone();
         Harness {
             dir,
+            database_url,
             server,
             http: reqwest::Client::new(),
             admin,
@@ -160,6 +170,38 @@ impl Harness {
             .iter()
             .map(|a| a["code"].as_str().unwrap().to_owned())
             .collect()
+    }
+}
+
+impl Harness {
+    /// Runs SQL behind the server's back, on whichever backend it uses.
+    pub async fn raw_sql(&self, sqlite: &str, postgres: &str, bind: &str) -> u64 {
+        use sqlx::Connection;
+        match &self.database_url {
+            None => {
+                let db = self.dir.path().join("waymark.db");
+                let mut c = sqlx::SqliteConnection::connect_with(
+                    &sqlx::sqlite::SqliteConnectOptions::new().filename(db),
+                )
+                .await
+                .unwrap();
+                sqlx::query(sqlite)
+                    .bind(bind)
+                    .execute(&mut c)
+                    .await
+                    .unwrap()
+                    .rows_affected()
+            }
+            Some(url) => {
+                let mut c = sqlx::PgConnection::connect(url).await.unwrap();
+                sqlx::query(postgres)
+                    .bind(bind)
+                    .execute(&mut c)
+                    .await
+                    .unwrap()
+                    .rows_affected()
+            }
+        }
     }
 }
 

@@ -1,0 +1,313 @@
+//! The PostgreSQL store: several stateless control-plane replicas share one database. The
+//! server's rules (leases, fences, CAS) stay in `waymark-server`; this crate only makes the
+//! read-check-write transactions they run correct when two replicas run them at once.
+//!
+//! # What holds across replicas, and how
+//!
+//! * **A write transaction locks the task it reads.** Write transactions run at `READ
+//!   COMMITTED`, and [`StoreTx::task`] in them is `SELECT … FOR UPDATE`. Every rule the server
+//!   checks (lease held? fence current? `sequence == last + 1`? `plan_revision` matches?) starts
+//!   by loading the task, so the checks and writes on one task serialise across replicas: the
+//!   second transaction waits for the first to commit and then reads its row, never a stale
+//!   one (no lost update, no two live leases). Unique keys (`(task_id, sequence)`,
+//!   `(task_id, idempotency_key)`, `command_id`, …) back this up: an insert that meets an
+//!   existing key is [`StoreError::Conflict`]. Inserts use `ON CONFLICT DO NOTHING` and report
+//!   a row that was not written as the conflict, so — as on SQLite — the transaction stays
+//!   usable after one.
+//! * **Read transactions are snapshots**: `REPEATABLE READ READ ONLY`, never blocked by writers.
+//! * **Cursors become visible in commit order.** A sequence hands out cursors in the order
+//!   `nextval` runs, not the order transactions commit: without care, a transaction holding
+//!   cursor 7 could commit after one holding cursor 8, and an SSE reader that had already read
+//!   `cursor > 6` and seen 8 would ask for `cursor > 8` next and skip 7 forever. So
+//!   [`StoreTx::append_event`] first takes a transaction-scoped advisory lock
+//!   (`pg_advisory_xact_lock(CURSOR_LOCK)`, one constant key for the whole database), then
+//!   draws the cursor. The lock is held until the transaction commits or rolls back, so
+//!   event-writing transactions take cursors and commit one at a time, in cursor order: when a
+//!   reader's snapshot shows cursor `c`, every transaction that drew a smaller cursor has
+//!   already committed (and is in the snapshot) or rolled back (and left a gap that never
+//!   fills). PostgreSQL makes a commit visible before it releases the transaction's locks.
+//!   The price is that event-writing transactions serialise from their first event to their
+//!   commit; write transactions that append no event (heartbeats, audit) do not take the lock.
+//! * **Fan-out.** [`Store::cursor_watch`] follows commits of every replica: a committing
+//!   transaction that appended events runs `pg_notify('waymark_events', '<its newest
+//!   cursor>')`, which PostgreSQL delivers at commit; each store keeps one dedicated listener
+//!   connection (`PgListener`) in a background task that raises the watch. When the listener
+//!   connection is lost, the task connects and `LISTEN`s again, then re-reads the newest cursor,
+//!   so a commit made while it was away still wakes the streams. The committing replica also
+//!   raises its own watch right after commit, without waiting for the round trip.
+//! * **Messages** get `seq = max + 1` per session under a transaction-scoped advisory lock on
+//!   the session (`pg_advisory_xact_lock(MESSAGES_LOCK, hashtext(session_id))`), taken before
+//!   the `MAX` is read: two replicas appending to one session queue instead of colliding, with
+//!   no retry, whether or not the caller locked the task first.
+//! * **Errors.** Unique violations are `Conflict`; serialization failures, deadlocks, lock
+//!   and statement timeouts and an exhausted pool are `Busy` (retry).
+//! * **Schema.** Migrations in `migrations/server-postgres` run at connect on a connection of
+//!   their own under sqlx's migration advisory lock, so replicas starting together migrate once;
+//!   a database migrated by a newer build is refused with [`StoreError::NewerSchema`].
+//!
+//! # What callers must know
+//!
+//! A write transaction that has appended an event holds the cursor lock until it ends. Lock
+//! every task a transaction needs (call `task()`) *before* its first `append_event`, or use one
+//! transaction per task: a transaction that locks task B after appending an event for task A
+//! waits for B while holding the cursor lock, and another transaction holding B and waiting
+//! for the cursor lock deadlocks with it. PostgreSQL detects that after `deadlock_timeout`
+//! (1 s by default) and aborts one of them, which reaches the caller as `Busy`.
+//!
+//! A transaction left idle for [`PgOptions::idle_in_transaction_timeout`] is ended by
+//! PostgreSQL, so a hung replica cannot hold a task or the cursor lock for everyone else.
+//!
+//! JSON columns are `JSONB`: a value comes back equal as a `serde_json::Value` (key order and
+//! number spelling may differ, the value does not). PostgreSQL stores no NUL character, in
+//! `TEXT` nor in a `JSONB` string (`\u0000`): such a write fails with `Backend` here while
+//! SQLite takes it, so input should refuse NUL before it reaches a store.
+
+mod fanout;
+mod rows;
+pub mod testing;
+mod tx;
+
+use std::str::FromStr;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use sqlx::{ConnectOptions, Connection, PgPool};
+use tokio::sync::watch;
+use waymark_store::{Result, Store, StoreError, StoreTx};
+
+static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../../migrations/server-postgres");
+
+/// The channel commits announce their newest cursor on.
+pub(crate) const EVENTS_CHANNEL: &str = "waymark_events";
+/// The advisory lock (single 64-bit key space) that orders event-writing transactions: the
+/// bytes of `"waymark\0"`.
+pub(crate) const CURSOR_LOCK: i64 = 0x7761_796d_6172_6b00;
+/// The class of the per-session advisory locks (two 32-bit key space, which does not overlap
+/// the 64-bit one): the bytes of `"wmsg"`.
+pub(crate) const MESSAGES_LOCK: i32 = 0x776d_7367;
+
+/// How a [`PgStore`] connects.
+#[derive(Debug, Clone)]
+pub struct PgOptions {
+    /// Connections in the pool of this replica (the listener has one more of its own).
+    pub max_connections: u32,
+    /// How long a statement waits for a row or advisory lock before failing with
+    /// [`StoreError::Busy`].
+    pub lock_timeout: Duration,
+    /// How long `write()` and `read()` wait for a free connection before [`StoreError::Busy`].
+    pub acquire_timeout: Duration,
+    /// How long a transaction may sit idle before PostgreSQL ends it: a replica that hangs
+    /// inside a transaction must not hold a task (or the cursor lock) for every other replica.
+    pub idle_in_transaction_timeout: Duration,
+}
+
+impl Default for PgOptions {
+    fn default() -> Self {
+        PgOptions {
+            max_connections: 16,
+            lock_timeout: Duration::from_secs(10),
+            acquire_timeout: Duration::from_secs(30),
+            idle_in_transaction_timeout: Duration::from_secs(60),
+        }
+    }
+}
+
+/// A control-plane store in a PostgreSQL database, safe to share between replicas.
+pub struct PgStore {
+    pool: PgPool,
+    listener_pool: PgPool,
+    cursor_tx: watch::Sender<i64>,
+    fanout: tokio::task::JoinHandle<()>,
+}
+
+impl PgStore {
+    /// Connects to `url` (`postgres://…`), migrates the database and starts following
+    /// commits, with [`PgOptions::default`].
+    pub async fn connect(url: &str) -> Result<Self> {
+        Self::connect_with(url, PgOptions::default()).await
+    }
+
+    /// Connects with explicit pool and timeout settings.
+    pub async fn connect_with(url: &str, options: PgOptions) -> Result<Self> {
+        let open_err = |reason: String| StoreError::Open {
+            path: redact(url),
+            reason,
+        };
+        let base = PgConnectOptions::from_str(url)
+            .map_err(|e| open_err(format!("not a PostgreSQL URL: {e}")))?
+            .application_name("waymark");
+        migrate(&base).await.map_err(|e| match e {
+            StoreError::Backend(reason) => open_err(reason),
+            e => e,
+        })?;
+
+        let ms = |d: Duration| d.as_millis().max(1).to_string();
+        let with_timeouts = base.clone().options([
+            ("lock_timeout", ms(options.lock_timeout)),
+            (
+                "idle_in_transaction_session_timeout",
+                ms(options.idle_in_transaction_timeout),
+            ),
+        ]);
+        let pool = PgPoolOptions::new()
+            .max_connections(options.max_connections.max(1))
+            .acquire_timeout(options.acquire_timeout)
+            .connect_with(with_timeouts)
+            .await
+            .map_err(|e| open_err(e.to_string()))?;
+        // The listener's connection lives as long as the store: no idle or lifetime limit.
+        let listener_pool = PgPoolOptions::new()
+            .max_connections(1)
+            .max_lifetime(None)
+            .idle_timeout(None)
+            .acquire_timeout(options.acquire_timeout)
+            .connect_lazy_with(base.application_name("waymark-listener"));
+        let listener = fanout::subscribe(&listener_pool)
+            .await
+            .map_err(|e| open_err(format!("listening for commits: {e}")))?;
+        // Read after LISTEN: a commit between the two is either notified or counted here.
+        let newest = fanout::newest_cursor(&pool)
+            .await
+            .map_err(|e| open_err(format!("reading the newest cursor: {e}")))?;
+        let (cursor_tx, _) = watch::channel(newest);
+        let fanout = tokio::spawn(fanout::run(
+            listener_pool.clone(),
+            pool.clone(),
+            cursor_tx.clone(),
+            listener,
+        ));
+        Ok(PgStore {
+            pool,
+            listener_pool,
+            cursor_tx,
+            fanout,
+        })
+    }
+
+    /// The newest migration this build knows.
+    pub fn schema_version() -> i64 {
+        MIGRATOR.iter().map(|m| m.version).max().unwrap_or(0)
+    }
+
+    /// Stops following commits and closes every connection, waiting for transactions in
+    /// flight to end.
+    pub async fn close(&self) {
+        self.fanout.abort();
+        self.listener_pool.close().await;
+        self.pool.close().await;
+    }
+}
+
+impl Drop for PgStore {
+    fn drop(&mut self) {
+        self.fanout.abort();
+    }
+}
+
+/// Runs the migrations on a connection of their own: sqlx holds a session advisory lock while
+/// it migrates (so replicas starting together migrate once), and a refused migration must not
+/// hand that lock back to a pool.
+async fn migrate(base: &PgConnectOptions) -> Result<()> {
+    let mut conn = base
+        .connect()
+        .await
+        .map_err(|e| StoreError::Backend(e.to_string()))?;
+    let res = match MIGRATOR.run(&mut conn).await {
+        Ok(()) => Ok(()),
+        Err(sqlx::migrate::MigrateError::VersionMissing(found)) => Err(StoreError::NewerSchema {
+            found,
+            known: PgStore::schema_version(),
+        }),
+        Err(e) => Err(StoreError::Backend(format!("migrating the database: {e}"))),
+    };
+    if res.is_ok() {
+        // A failed close only loses the goodbye message; dropping the connection ends it.
+        let _ = conn.close().await;
+    }
+    res
+}
+
+/// The URL without its password, for messages.
+fn redact(url: &str) -> String {
+    let Some(scheme_end) = url.find("://").map(|i| i + 3) else {
+        return url.to_owned();
+    };
+    let rest = &url[scheme_end..];
+    let authority_end = rest.find(['/', '?']).unwrap_or(rest.len());
+    match rest[..authority_end].rfind('@') {
+        Some(at) => match rest[..at].find(':') {
+            Some(colon) => format!(
+                "{}{}:***{}",
+                &url[..scheme_end],
+                &rest[..colon],
+                &rest[at..]
+            ),
+            None => url.to_owned(),
+        },
+        None => url.to_owned(),
+    }
+}
+
+#[async_trait]
+impl Store for PgStore {
+    async fn write(&self) -> Result<Box<dyn StoreTx>> {
+        let tx = self
+            .pool
+            .begin_with("BEGIN ISOLATION LEVEL READ COMMITTED READ WRITE")
+            .await
+            .map_err(tx::db_err)?;
+        Ok(Box::new(tx::PgTx::new(tx, Some(self.cursor_tx.clone()))))
+    }
+
+    async fn read(&self) -> Result<Box<dyn StoreTx>> {
+        let tx = self
+            .pool
+            .begin_with("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+            .await
+            .map_err(tx::db_err)?;
+        Ok(Box::new(tx::PgTx::new(tx, None)))
+    }
+
+    fn cursor_watch(&self) -> watch::Receiver<i64> {
+        self.cursor_tx.subscribe()
+    }
+
+    fn backend(&self) -> &'static str {
+        "postgres"
+    }
+}
+
+/// Raises the watch to `cursor` if that is newer; never lowers it.
+pub(crate) fn advance(watch: &watch::Sender<i64>, cursor: i64) {
+    watch.send_if_modified(|c| {
+        let newer = cursor > *c;
+        if newer {
+            *c = cursor;
+        }
+        newer
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn passwords_stay_out_of_messages() {
+        assert_eq!(
+            redact("postgres://waymark:s3cret@db:5432/waymark"),
+            "postgres://waymark:***@db:5432/waymark"
+        );
+        assert_eq!(
+            redact("postgres://waymark@db/waymark?sslmode=require"),
+            "postgres://waymark@db/waymark?sslmode=require"
+        );
+        assert_eq!(
+            redact("postgres://u:p@ss@db/w"),
+            "postgres://u:***@db/w",
+            "the last @ of the authority ends the password"
+        );
+        assert_eq!(redact("not a url"), "not a url");
+    }
+}

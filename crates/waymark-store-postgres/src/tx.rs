@@ -1,0 +1,1023 @@
+//! One transaction on PostgreSQL: every `StoreTx` method as one or two statements. The crate
+//! docs say which locks a method takes and why.
+
+use async_trait::async_trait;
+use sqlx::postgres::{PgArguments, PgRow};
+use sqlx::{Postgres, Transaction};
+use tokio::sync::watch;
+use waymark_store::*;
+
+use crate::rows::*;
+use crate::{CURSOR_LOCK, EVENTS_CHANNEL, MESSAGES_LOCK, advance};
+
+type Q<'q> = sqlx::query::Query<'q, Postgres, PgArguments>;
+
+pub(crate) struct PgTx {
+    tx: Transaction<'static, Postgres>,
+    /// `Some` in write transactions: the watch raised after a commit that appended events.
+    notify: Option<watch::Sender<i64>>,
+    /// Whether this transaction holds the cursor lock (taken by its first event).
+    cursor_locked: bool,
+    /// The newest cursor this transaction appended.
+    appended: Option<i64>,
+}
+
+/// Maps a driver error to the store's vocabulary.
+pub(crate) fn db_err(e: sqlx::Error) -> StoreError {
+    if let sqlx::Error::Database(db) = &e {
+        match db.code().as_deref() {
+            // unique_violation
+            Some("23505") => return StoreError::Conflict(db.message().to_owned()),
+            // serialization_failure, deadlock_detected, lock_not_available, query_canceled
+            // (lock_timeout and statement_timeout)
+            Some("40001" | "40P01" | "55P03" | "57014") => {
+                return StoreError::Busy(db.message().to_owned());
+            }
+            // untranslatable_character: JSONB refuses `\u0000` in strings
+            Some("22P05") => {
+                return StoreError::Backend(format!(
+                    "PostgreSQL cannot store this value: {}",
+                    db.message()
+                ));
+            }
+            _ => {}
+        }
+    }
+    if matches!(e, sqlx::Error::PoolTimedOut) {
+        return StoreError::Busy("timed out waiting for a database connection".into());
+    }
+    StoreError::Backend(e.to_string())
+}
+
+impl PgTx {
+    pub(crate) fn new(
+        tx: Transaction<'static, Postgres>,
+        notify: Option<watch::Sender<i64>>,
+    ) -> Self {
+        PgTx {
+            tx,
+            notify,
+            cursor_locked: false,
+            appended: None,
+        }
+    }
+
+    fn is_write(&self) -> bool {
+        self.notify.is_some()
+    }
+
+    async fn one<'q, T>(&mut self, q: Q<'q>, map: fn(&PgRow) -> Result<T>) -> Result<Option<T>> {
+        q.fetch_optional(&mut *self.tx)
+            .await
+            .map_err(db_err)?
+            .as_ref()
+            .map(map)
+            .transpose()
+    }
+
+    async fn all<'q, T>(&mut self, q: Q<'q>, map: fn(&PgRow) -> Result<T>) -> Result<Vec<T>> {
+        q.fetch_all(&mut *self.tx)
+            .await
+            .map_err(db_err)?
+            .iter()
+            .map(map)
+            .collect()
+    }
+
+    async fn exec<'q>(&mut self, q: Q<'q>) -> Result<u64> {
+        Ok(q.execute(&mut *self.tx)
+            .await
+            .map_err(db_err)?
+            .rows_affected())
+    }
+
+    /// Runs an `INSERT … ON CONFLICT DO NOTHING`: a row not written met an existing key. Unlike
+    /// a raised unique violation this leaves the transaction usable, as on SQLite.
+    async fn insert<'q>(&mut self, what: &str, q: Q<'q>) -> Result<()> {
+        match self.exec(q).await? {
+            0 => Err(StoreError::Conflict(format!(
+                "{what}: a row with the same key exists"
+            ))),
+            _ => Ok(()),
+        }
+    }
+
+    async fn scalar(&mut self, sql: &'static str) -> Result<i64> {
+        sqlx::query_scalar(sql)
+            .fetch_one(&mut *self.tx)
+            .await
+            .map_err(db_err)
+    }
+}
+
+#[async_trait]
+impl StoreTx for PgTx {
+    async fn commit(self: Box<Self>) -> Result<()> {
+        let PgTx {
+            mut tx,
+            notify,
+            appended,
+            ..
+        } = *self;
+        if let Some(cursor) = appended {
+            // Delivered to every listener when (and only if) the transaction commits.
+            sqlx::query("SELECT pg_notify($1, $2)")
+                .bind(EVENTS_CHANNEL)
+                .bind(cursor.to_string())
+                .execute(&mut *tx)
+                .await
+                .map_err(db_err)?;
+        }
+        tx.commit().await.map_err(db_err)?;
+        if let (Some(cursor), Some(notify)) = (appended, notify) {
+            advance(&notify, cursor);
+        }
+        Ok(())
+    }
+
+    async fn insert_user(&mut self, u: &UserRow) -> Result<()> {
+        self.insert(
+            "users",
+            sqlx::query(
+                "INSERT INTO users (id, name, created_at) VALUES ($1, $2, $3)
+                 ON CONFLICT DO NOTHING",
+            )
+            .bind(&u.id)
+            .bind(&u.name)
+            .bind(u.created_at),
+        )
+        .await
+    }
+
+    async fn user_by_name(&mut self, name: &str) -> Result<Option<UserRow>> {
+        self.one(
+            sqlx::query("SELECT * FROM users WHERE name = $1").bind(name),
+            user_row,
+        )
+        .await
+    }
+
+    async fn user_by_id(&mut self, id: &str) -> Result<Option<UserRow>> {
+        self.one(
+            sqlx::query("SELECT * FROM users WHERE id = $1").bind(id),
+            user_row,
+        )
+        .await
+    }
+
+    async fn list_users(&mut self) -> Result<Vec<UserRow>> {
+        self.all(sqlx::query("SELECT * FROM users ORDER BY name"), user_row)
+            .await
+    }
+
+    async fn insert_token(&mut self, t: &TokenRow) -> Result<()> {
+        self.insert(
+            "tokens",
+            sqlx::query(
+                "INSERT INTO tokens (id, kind, name, user_id, secret_hash, created_at, revoked_at)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT DO NOTHING",
+            )
+            .bind(&t.id)
+            .bind(&t.kind)
+            .bind(&t.name)
+            .bind(&t.user_id)
+            .bind(&t.secret_hash)
+            .bind(t.created_at)
+            .bind(t.revoked_at),
+        )
+        .await
+    }
+
+    async fn token_by_hash(&mut self, hash: &str) -> Result<Option<TokenRow>> {
+        self.one(
+            sqlx::query("SELECT * FROM tokens WHERE secret_hash = $1").bind(hash),
+            token_row,
+        )
+        .await
+    }
+
+    async fn list_tokens(&mut self, kind: &str) -> Result<Vec<TokenRow>> {
+        self.all(
+            sqlx::query("SELECT * FROM tokens WHERE kind = $1 ORDER BY created_at, id").bind(kind),
+            token_row,
+        )
+        .await
+    }
+
+    async fn insert_task(&mut self, t: &TaskRow) -> Result<()> {
+        self.insert(
+            "tasks",
+            sqlx::query(
+                "INSERT INTO tasks (id, owner_id, title, goal, runtime, state, plan, plan_revision,
+                   budget, usage, materials, session_id, fence, outcome_summary, created_at, updated_at)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16)
+                 ON CONFLICT DO NOTHING",
+            )
+            .bind(&t.id)
+            .bind(&t.owner_id)
+            .bind(&t.title)
+            .bind(&t.goal)
+            .bind(&t.runtime)
+            .bind(&t.state)
+            .bind(&t.plan)
+            .bind(t.plan_revision)
+            .bind(&t.budget)
+            .bind(&t.usage)
+            .bind(&t.materials)
+            .bind(&t.session_id)
+            .bind(t.fence)
+            .bind(&t.outcome_summary)
+            .bind(t.created_at)
+            .bind(t.updated_at),
+        )
+        .await
+    }
+
+    async fn task(&mut self, id: &str) -> Result<Option<TaskRow>> {
+        // In a write transaction the task row is locked until commit: every read-check-write
+        // on a task (lease, fence, sequence, plan revision) serialises across replicas.
+        let sql = if self.is_write() {
+            "SELECT * FROM tasks WHERE id = $1 FOR UPDATE"
+        } else {
+            "SELECT * FROM tasks WHERE id = $1"
+        };
+        self.one(sqlx::query(sql).bind(id), task_row).await
+    }
+
+    async fn update_task(&mut self, t: &TaskRow) -> Result<()> {
+        self.exec(
+            sqlx::query(
+                "UPDATE tasks SET title = $1, goal = $2, runtime = $3, state = $4, plan = $5,
+                   plan_revision = $6, budget = $7, usage = $8, materials = $9, fence = $10,
+                   outcome_summary = $11, updated_at = $12
+                 WHERE id = $13",
+            )
+            .bind(&t.title)
+            .bind(&t.goal)
+            .bind(&t.runtime)
+            .bind(&t.state)
+            .bind(&t.plan)
+            .bind(t.plan_revision)
+            .bind(&t.budget)
+            .bind(&t.usage)
+            .bind(&t.materials)
+            .bind(t.fence)
+            .bind(&t.outcome_summary)
+            .bind(t.updated_at)
+            .bind(&t.id),
+        )
+        .await
+        .map(drop)
+    }
+
+    async fn list_tasks(&mut self, owner_id: Option<&str>) -> Result<Vec<TaskRow>> {
+        self.all(
+            sqlx::query(
+                "SELECT * FROM tasks WHERE ($1::text IS NULL OR owner_id = $1)
+                 ORDER BY created_at DESC, id DESC",
+            )
+            .bind(owner_id),
+            task_row,
+        )
+        .await
+    }
+
+    async fn insert_session(&mut self, s: &SessionRow) -> Result<()> {
+        self.insert(
+            "sessions",
+            sqlx::query(
+                "INSERT INTO sessions (id, task_id, parent_id, created_at) VALUES ($1, $2, $3, $4)
+                 ON CONFLICT DO NOTHING",
+            )
+            .bind(&s.id)
+            .bind(&s.task_id)
+            .bind(&s.parent_id)
+            .bind(s.created_at),
+        )
+        .await
+    }
+
+    async fn session(&mut self, id: &str) -> Result<Option<SessionRow>> {
+        self.one(
+            sqlx::query("SELECT * FROM sessions WHERE id = $1").bind(id),
+            session_row,
+        )
+        .await
+    }
+
+    async fn insert_attempt(&mut self, a: &AttemptRow) -> Result<()> {
+        self.insert(
+            "attempts",
+            sqlx::query(
+                "INSERT INTO attempts (id, task_id, worker, fence, expires_at, state, manifest_digest,
+                   started_at, ended_at, outcome)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) ON CONFLICT DO NOTHING",
+            )
+            .bind(&a.id)
+            .bind(&a.task_id)
+            .bind(&a.worker)
+            .bind(a.fence)
+            .bind(a.expires_at)
+            .bind(&a.state)
+            .bind(&a.manifest_digest)
+            .bind(a.started_at)
+            .bind(a.ended_at)
+            .bind(&a.outcome),
+        )
+        .await
+    }
+
+    async fn attempt(&mut self, id: &str) -> Result<Option<AttemptRow>> {
+        self.one(
+            sqlx::query("SELECT * FROM attempts WHERE id = $1").bind(id),
+            attempt_row,
+        )
+        .await
+    }
+
+    async fn update_attempt(&mut self, a: &AttemptRow) -> Result<()> {
+        self.exec(
+            sqlx::query(
+                "UPDATE attempts SET expires_at = $1, state = $2, ended_at = $3, outcome = $4
+                 WHERE id = $5",
+            )
+            .bind(a.expires_at)
+            .bind(&a.state)
+            .bind(a.ended_at)
+            .bind(&a.outcome)
+            .bind(&a.id),
+        )
+        .await
+        .map(drop)
+    }
+
+    async fn list_attempts(&mut self, task_id: &str) -> Result<Vec<AttemptRow>> {
+        self.all(
+            sqlx::query("SELECT * FROM attempts WHERE task_id = $1 ORDER BY fence").bind(task_id),
+            attempt_row,
+        )
+        .await
+    }
+
+    async fn insert_checkpoint(&mut self, c: &CheckpointRow) -> Result<()> {
+        self.insert(
+            "checkpoints",
+            sqlx::query(
+                "INSERT INTO checkpoints (task_id, sequence, attempt_id, fence, body, prev_digest,
+                   digest, created_at)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT DO NOTHING",
+            )
+            .bind(&c.task_id)
+            .bind(c.sequence)
+            .bind(&c.attempt_id)
+            .bind(c.fence)
+            .bind(&c.body)
+            .bind(&c.prev_digest)
+            .bind(&c.digest)
+            .bind(c.created_at),
+        )
+        .await
+    }
+
+    async fn last_checkpoint(&mut self, task_id: &str) -> Result<Option<CheckpointRow>> {
+        self.one(
+            sqlx::query(
+                "SELECT * FROM checkpoints WHERE task_id = $1 ORDER BY sequence DESC LIMIT 1",
+            )
+            .bind(task_id),
+            checkpoint_row,
+        )
+        .await
+    }
+
+    async fn list_checkpoints(&mut self, task_id: &str) -> Result<Vec<CheckpointRow>> {
+        self.all(
+            sqlx::query("SELECT * FROM checkpoints WHERE task_id = $1 ORDER BY sequence")
+                .bind(task_id),
+            checkpoint_row,
+        )
+        .await
+    }
+
+    async fn insert_effect(&mut self, e: &EffectRow) -> Result<()> {
+        self.insert(
+            "effects",
+            sqlx::query(
+                "INSERT INTO effects (id, task_id, idempotency_key, body_digest, kind, step, resource_id,
+                   intent, intent_digest, status, receipt, attempt_id, fence, created_at, updated_at, flag)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16)
+                 ON CONFLICT DO NOTHING",
+            )
+            .bind(&e.id)
+            .bind(&e.task_id)
+            .bind(&e.idempotency_key)
+            .bind(&e.body_digest)
+            .bind(&e.kind)
+            .bind(&e.step)
+            .bind(&e.resource_id)
+            .bind(&e.intent)
+            .bind(&e.intent_digest)
+            .bind(&e.status)
+            .bind(&e.receipt)
+            .bind(&e.attempt_id)
+            .bind(e.fence)
+            .bind(e.created_at)
+            .bind(e.updated_at)
+            .bind(&e.flag),
+        )
+        .await
+    }
+
+    async fn effect(&mut self, id: &str) -> Result<Option<EffectRow>> {
+        self.one(
+            sqlx::query("SELECT * FROM effects WHERE id = $1").bind(id),
+            effect_row,
+        )
+        .await
+    }
+
+    async fn effect_by_key(&mut self, task_id: &str, key: &str) -> Result<Option<EffectRow>> {
+        self.one(
+            sqlx::query("SELECT * FROM effects WHERE task_id = $1 AND idempotency_key = $2")
+                .bind(task_id)
+                .bind(key),
+            effect_row,
+        )
+        .await
+    }
+
+    async fn update_effect(&mut self, e: &EffectRow) -> Result<()> {
+        self.exec(
+            sqlx::query(
+                "UPDATE effects SET resource_id = $1, status = $2, receipt = $3, attempt_id = $4,
+                   fence = $5, updated_at = $6, flag = $7
+                 WHERE id = $8",
+            )
+            .bind(&e.resource_id)
+            .bind(&e.status)
+            .bind(&e.receipt)
+            .bind(&e.attempt_id)
+            .bind(e.fence)
+            .bind(e.updated_at)
+            .bind(&e.flag)
+            .bind(&e.id),
+        )
+        .await
+        .map(drop)
+    }
+
+    async fn list_effects(&mut self, task_id: &str) -> Result<Vec<EffectRow>> {
+        self.all(
+            sqlx::query("SELECT * FROM effects WHERE task_id = $1 ORDER BY created_at, id")
+                .bind(task_id),
+            effect_row,
+        )
+        .await
+    }
+
+    async fn insert_decision(&mut self, d: &DecisionRow) -> Result<()> {
+        self.insert(
+            "decisions",
+            sqlx::query(
+                "INSERT INTO decisions (id, task_id, kind, status, step, question, options,
+                   default_option, intent, intent_digest, effect_id, plan_revision, risky, expires_at,
+                   created_at, outcome)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16)
+                 ON CONFLICT DO NOTHING",
+            )
+            .bind(&d.id)
+            .bind(&d.task_id)
+            .bind(&d.kind)
+            .bind(&d.status)
+            .bind(&d.step)
+            .bind(&d.question)
+            .bind(&d.options)
+            .bind(&d.default_option)
+            .bind(&d.intent)
+            .bind(&d.intent_digest)
+            .bind(&d.effect_id)
+            .bind(d.plan_revision)
+            .bind(d.risky)
+            .bind(d.expires_at)
+            .bind(d.created_at)
+            .bind(&d.outcome),
+        )
+        .await
+    }
+
+    async fn decision(&mut self, id: &str) -> Result<Option<DecisionRow>> {
+        self.one(
+            sqlx::query("SELECT * FROM decisions WHERE id = $1").bind(id),
+            decision_row,
+        )
+        .await
+    }
+
+    async fn update_decision(&mut self, d: &DecisionRow) -> Result<()> {
+        self.exec(
+            sqlx::query(
+                "UPDATE decisions SET status = $1, expires_at = $2, outcome = $3 WHERE id = $4",
+            )
+            .bind(&d.status)
+            .bind(d.expires_at)
+            .bind(&d.outcome)
+            .bind(&d.id),
+        )
+        .await
+        .map(drop)
+    }
+
+    async fn list_decisions(&mut self, task_id: &str) -> Result<Vec<DecisionRow>> {
+        self.all(
+            sqlx::query("SELECT * FROM decisions WHERE task_id = $1 ORDER BY created_at, id")
+                .bind(task_id),
+            decision_row,
+        )
+        .await
+    }
+
+    async fn due_decisions(&mut self, now_ms: i64) -> Result<Vec<DecisionRow>> {
+        self.all(
+            sqlx::query(
+                "SELECT * FROM decisions WHERE status = 'pending' AND expires_at <= $1
+                 ORDER BY expires_at, id",
+            )
+            .bind(now_ms),
+            decision_row,
+        )
+        .await
+    }
+
+    async fn pending_decision_count(&mut self, task_id: &str) -> Result<i64> {
+        sqlx::query_scalar(
+            "SELECT COUNT(*) FROM decisions WHERE task_id = $1 AND status = 'pending'",
+        )
+        .bind(task_id)
+        .fetch_one(&mut *self.tx)
+        .await
+        .map_err(db_err)
+    }
+
+    async fn put_blob(&mut self, sha256: &str, data: &[u8]) -> Result<()> {
+        self.exec(
+            sqlx::query(
+                "INSERT INTO blobs (sha256, size, data) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING",
+            )
+            .bind(sha256)
+            .bind(data.len() as i64)
+            .bind(data),
+        )
+        .await
+        .map(drop)
+    }
+
+    async fn blob(&mut self, sha256: &str) -> Result<Option<Vec<u8>>> {
+        sqlx::query_scalar("SELECT data FROM blobs WHERE sha256 = $1")
+            .bind(sha256)
+            .fetch_optional(&mut *self.tx)
+            .await
+            .map_err(db_err)
+    }
+
+    async fn insert_artifact(&mut self, a: &ArtifactRow) -> Result<()> {
+        self.insert(
+            "artifacts",
+            sqlx::query(
+                "INSERT INTO artifacts (id, task_id, sha256, name, media_type, size, step, created_at)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT DO NOTHING",
+            )
+            .bind(&a.id)
+            .bind(&a.task_id)
+            .bind(&a.sha256)
+            .bind(&a.name)
+            .bind(&a.media_type)
+            .bind(a.size)
+            .bind(&a.step)
+            .bind(a.created_at),
+        )
+        .await
+    }
+
+    async fn list_artifacts(&mut self, task_id: &str) -> Result<Vec<ArtifactRow>> {
+        self.all(
+            sqlx::query("SELECT * FROM artifacts WHERE task_id = $1 ORDER BY created_at, id")
+                .bind(task_id),
+            artifact_row,
+        )
+        .await
+    }
+
+    async fn blob_visible(&mut self, sha256: &str, owner_id: Option<&str>) -> Result<bool> {
+        sqlx::query_scalar(
+            "SELECT EXISTS (SELECT 1 FROM artifacts a JOIN tasks t ON t.id = a.task_id
+                            WHERE a.sha256 = $1 AND ($2::text IS NULL OR t.owner_id = $2))",
+        )
+        .bind(sha256)
+        .bind(owner_id)
+        .fetch_one(&mut *self.tx)
+        .await
+        .map_err(db_err)
+    }
+
+    async fn insert_receipt(&mut self, r: &ReceiptRow) -> Result<()> {
+        self.insert(
+            "test_receipts",
+            sqlx::query(
+                "INSERT INTO test_receipts (id, task_id, step, command, exit_code, commit_id, totals,
+                   failures, duration_seconds, passed, junit_sha256, created_at)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12) ON CONFLICT DO NOTHING",
+            )
+            .bind(&r.id)
+            .bind(&r.task_id)
+            .bind(&r.step)
+            .bind(&r.command)
+            .bind(r.exit_code)
+            .bind(&r.commit)
+            .bind(&r.totals)
+            .bind(&r.failures)
+            .bind(r.duration_seconds)
+            .bind(r.passed)
+            .bind(&r.junit_sha256)
+            .bind(r.created_at),
+        )
+        .await
+    }
+
+    async fn list_receipts(&mut self, task_id: &str) -> Result<Vec<ReceiptRow>> {
+        self.all(
+            sqlx::query("SELECT * FROM test_receipts WHERE task_id = $1 ORDER BY created_at, id")
+                .bind(task_id),
+            receipt_row,
+        )
+        .await
+    }
+
+    async fn insert_message(&mut self, m: &MessageRow) -> Result<i64> {
+        // The session lock is taken in its own statement, before the one that reads MAX(seq):
+        // at READ COMMITTED that statement's snapshot then includes the previous holder's row.
+        sqlx::query("SELECT pg_advisory_xact_lock($1, hashtext($2))")
+            .bind(MESSAGES_LOCK)
+            .bind(&m.session_id)
+            .execute(&mut *self.tx)
+            .await
+            .map_err(db_err)?;
+        sqlx::query_scalar(
+            "INSERT INTO messages (session_id, seq, task_id, role, text, created_at)
+             VALUES ($1, (SELECT COALESCE(MAX(seq), 0) + 1 FROM messages WHERE session_id = $1),
+                     $2, $3, $4, $5)
+             RETURNING seq",
+        )
+        .bind(&m.session_id)
+        .bind(&m.task_id)
+        .bind(&m.role)
+        .bind(&m.text)
+        .bind(m.created_at)
+        .fetch_one(&mut *self.tx)
+        .await
+        .map_err(db_err)
+    }
+
+    async fn list_messages(&mut self, session_id: &str) -> Result<Vec<MessageRow>> {
+        self.all(
+            sqlx::query("SELECT * FROM messages WHERE session_id = $1 ORDER BY seq")
+                .bind(session_id),
+            message_row,
+        )
+        .await
+    }
+
+    async fn append_event(&mut self, e: &NewEvent) -> Result<i64> {
+        if !self.cursor_locked {
+            // Held to commit: event-writing transactions draw cursors and commit one at a time,
+            // so cursors become visible in order (crate docs, "Cursors become visible …").
+            sqlx::query("SELECT pg_advisory_xact_lock($1)")
+                .bind(CURSOR_LOCK)
+                .execute(&mut *self.tx)
+                .await
+                .map_err(db_err)?;
+            self.cursor_locked = true;
+        }
+        let cursor: i64 = sqlx::query_scalar(
+            "INSERT INTO events (task_id, owner_id, kind, data, at) VALUES ($1, $2, $3, $4, $5)
+             RETURNING cursor",
+        )
+        .bind(&e.task_id)
+        .bind(&e.owner_id)
+        .bind(&e.kind)
+        .bind(&e.data)
+        .bind(e.at)
+        .fetch_one(&mut *self.tx)
+        .await
+        .map_err(db_err)?;
+        self.appended = Some(self.appended.map_or(cursor, |c| c.max(cursor)));
+        Ok(cursor)
+    }
+
+    async fn events_after(
+        &mut self,
+        cursor: i64,
+        limit: i64,
+        owner_id: Option<&str>,
+    ) -> Result<Vec<EventRow>> {
+        match owner_id {
+            Some(o) => {
+                self.all(
+                    sqlx::query(
+                        "SELECT * FROM events WHERE owner_id = $1 AND cursor > $2
+                         ORDER BY cursor LIMIT $3",
+                    )
+                    .bind(o)
+                    .bind(cursor)
+                    .bind(limit),
+                    event_row,
+                )
+                .await
+            }
+            None => {
+                self.all(
+                    sqlx::query("SELECT * FROM events WHERE cursor > $1 ORDER BY cursor LIMIT $2")
+                        .bind(cursor)
+                        .bind(limit),
+                    event_row,
+                )
+                .await
+            }
+        }
+    }
+
+    async fn max_cursor(&mut self) -> Result<i64> {
+        // The pruned mark remembers the newest cursor even after pruning deleted it.
+        self.scalar(
+            "SELECT GREATEST(COALESCE((SELECT MAX(cursor) FROM events), 0),
+                             (SELECT pruned_through FROM event_retention WHERE id = 1))",
+        )
+        .await
+    }
+
+    async fn pruned_through(&mut self) -> Result<i64> {
+        self.scalar("SELECT pruned_through FROM event_retention WHERE id = 1")
+            .await
+    }
+
+    async fn prune_events_through(&mut self, cursor: i64) -> Result<u64> {
+        let n = self
+            .exec(sqlx::query("DELETE FROM events WHERE cursor <= $1").bind(cursor))
+            .await?;
+        self.exec(
+            sqlx::query(
+                "UPDATE event_retention SET pruned_through = GREATEST(pruned_through, $1)
+                 WHERE id = 1",
+            )
+            .bind(cursor),
+        )
+        .await?;
+        Ok(n)
+    }
+
+    async fn insert_audit(&mut self, a: &AuditRow) -> Result<()> {
+        self.exec(
+            sqlx::query(
+                "INSERT INTO audit (at, actor, action, task_id, code, detail)
+                 VALUES ($1, $2, $3, $4, $5, $6)",
+            )
+            .bind(a.at)
+            .bind(&a.actor)
+            .bind(&a.action)
+            .bind(&a.task_id)
+            .bind(&a.code)
+            .bind(&a.detail),
+        )
+        .await
+        .map(drop)
+    }
+
+    async fn list_audit(&mut self, task_id: Option<&str>, limit: i64) -> Result<Vec<AuditRow>> {
+        self.all(
+            sqlx::query(
+                "SELECT * FROM audit WHERE ($1::text IS NULL OR task_id = $1)
+                 ORDER BY id DESC LIMIT $2",
+            )
+            .bind(task_id)
+            .bind(limit),
+            audit_row,
+        )
+        .await
+    }
+
+    async fn insert_device(&mut self, d: &DeviceRow) -> Result<()> {
+        self.insert(
+            "devices",
+            sqlx::query(
+                "INSERT INTO devices (id, user_id, name, public_key, scopes, created_at, revoked_at)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT DO NOTHING",
+            )
+            .bind(&d.id)
+            .bind(&d.user_id)
+            .bind(&d.name)
+            .bind(&d.public_key)
+            .bind(&d.scopes)
+            .bind(d.created_at)
+            .bind(d.revoked_at),
+        )
+        .await
+    }
+
+    async fn device(&mut self, id: &str) -> Result<Option<DeviceRow>> {
+        self.one(
+            sqlx::query("SELECT * FROM devices WHERE id = $1").bind(id),
+            device_row,
+        )
+        .await
+    }
+
+    async fn list_devices(&mut self, user_id: Option<&str>) -> Result<Vec<DeviceRow>> {
+        self.all(
+            sqlx::query(
+                "SELECT * FROM devices WHERE ($1::text IS NULL OR user_id = $1)
+                 ORDER BY created_at, id",
+            )
+            .bind(user_id),
+            device_row,
+        )
+        .await
+    }
+
+    async fn update_device(&mut self, d: &DeviceRow) -> Result<()> {
+        self.exec(
+            sqlx::query("UPDATE devices SET name = $1, scopes = $2, revoked_at = $3 WHERE id = $4")
+                .bind(&d.name)
+                .bind(&d.scopes)
+                .bind(d.revoked_at)
+                .bind(&d.id),
+        )
+        .await
+        .map(drop)
+    }
+
+    async fn insert_pairing(&mut self, p: &PairingRow) -> Result<()> {
+        self.insert(
+            "pairing_codes",
+            sqlx::query(
+                "INSERT INTO pairing_codes (code_hash, user_id, scopes, created_at, expires_at,
+                   used_at, device_id)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT DO NOTHING",
+            )
+            .bind(&p.code_hash)
+            .bind(&p.user_id)
+            .bind(&p.scopes)
+            .bind(p.created_at)
+            .bind(p.expires_at)
+            .bind(p.used_at)
+            .bind(&p.device_id),
+        )
+        .await
+    }
+
+    async fn pairing(&mut self, code_hash: &str) -> Result<Option<PairingRow>> {
+        self.one(
+            sqlx::query("SELECT * FROM pairing_codes WHERE code_hash = $1").bind(code_hash),
+            pairing_row,
+        )
+        .await
+    }
+
+    async fn update_pairing(&mut self, p: &PairingRow) -> Result<()> {
+        self.exec(
+            sqlx::query(
+                "UPDATE pairing_codes SET used_at = $1, device_id = $2 WHERE code_hash = $3",
+            )
+            .bind(p.used_at)
+            .bind(&p.device_id)
+            .bind(&p.code_hash),
+        )
+        .await
+        .map(drop)
+    }
+
+    async fn insert_device_session(&mut self, d: &DeviceSessionRow) -> Result<()> {
+        self.insert(
+            "device_sessions",
+            sqlx::query(
+                "INSERT INTO device_sessions (token_hash, device_id, created_at, expires_at)
+                 VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING",
+            )
+            .bind(&d.token_hash)
+            .bind(&d.device_id)
+            .bind(d.created_at)
+            .bind(d.expires_at),
+        )
+        .await
+    }
+
+    async fn device_session(&mut self, token_hash: &str) -> Result<Option<DeviceSessionRow>> {
+        self.one(
+            sqlx::query("SELECT * FROM device_sessions WHERE token_hash = $1").bind(token_hash),
+            device_session_row,
+        )
+        .await
+    }
+
+    async fn insert_command(&mut self, c: &CommandRow) -> Result<()> {
+        self.insert(
+            "commands",
+            sqlx::query(
+                "INSERT INTO commands (command_id, task_id, device_id, body_digest, operation,
+                   envelope, status, result, created_at)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) ON CONFLICT DO NOTHING",
+            )
+            .bind(&c.command_id)
+            .bind(&c.task_id)
+            .bind(&c.device_id)
+            .bind(&c.body_digest)
+            .bind(&c.operation)
+            .bind(&c.envelope)
+            .bind(&c.status)
+            .bind(&c.result)
+            .bind(c.created_at),
+        )
+        .await
+    }
+
+    async fn command(&mut self, command_id: &str) -> Result<Option<CommandRow>> {
+        self.one(
+            sqlx::query("SELECT * FROM commands WHERE command_id = $1").bind(command_id),
+            command_row,
+        )
+        .await
+    }
+
+    async fn list_commands(&mut self, task_id: &str) -> Result<Vec<CommandRow>> {
+        self.all(
+            sqlx::query(
+                "SELECT * FROM commands WHERE task_id = $1 ORDER BY created_at, command_id",
+            )
+            .bind(task_id),
+            command_row,
+        )
+        .await
+    }
+
+    async fn insert_control(&mut self, c: &ControlRow) -> Result<()> {
+        self.insert(
+            "control_commands",
+            sqlx::query(
+                "INSERT INTO control_commands (command_id, task_id, operation, args, plan_revision,
+                   applied_at, acknowledged_at, acknowledged_by)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT DO NOTHING",
+            )
+            .bind(&c.command_id)
+            .bind(&c.task_id)
+            .bind(&c.operation)
+            .bind(&c.args)
+            .bind(c.plan_revision)
+            .bind(c.applied_at)
+            .bind(c.acknowledged_at)
+            .bind(&c.acknowledged_by),
+        )
+        .await
+    }
+
+    async fn pending_controls(&mut self, task_id: &str) -> Result<Vec<ControlRow>> {
+        self.all(
+            sqlx::query(
+                "SELECT * FROM control_commands WHERE task_id = $1 AND acknowledged_at IS NULL
+                 ORDER BY applied_at, command_id",
+            )
+            .bind(task_id),
+            control_row,
+        )
+        .await
+    }
+
+    async fn try_claim(&mut self, job: &str) -> Result<bool> {
+        // A transaction-scoped advisory lock: released at commit or rollback, so a replica that
+        // dies mid-job frees it at once.
+        sqlx::query_scalar("SELECT pg_try_advisory_xact_lock(hashtext('waymark-job:' || $1))")
+            .bind(job)
+            .fetch_one(&mut *self.tx)
+            .await
+            .map_err(db_err)
+    }
+
+    async fn ack_control(
+        &mut self,
+        task_id: &str,
+        command_id: &str,
+        at: i64,
+        attempt_id: &str,
+    ) -> Result<bool> {
+        let n = self
+            .exec(
+                sqlx::query(
+                    "UPDATE control_commands SET acknowledged_at = $1, acknowledged_by = $2
+                     WHERE task_id = $3 AND command_id = $4 AND acknowledged_at IS NULL",
+                )
+                .bind(at)
+                .bind(attempt_id)
+                .bind(task_id)
+                .bind(command_id),
+            )
+            .await?;
+        Ok(n == 1)
+    }
+}
