@@ -210,16 +210,43 @@ fn usage_errors_exit_2() {
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
+    let dir = tempfile::tempdir().unwrap();
     let out = waymark()
         .args([
             "serve",
             "--database-url",
-            "postgres://localhost/w",
+            "mysql://localhost/w",
             "--listen",
             "127.0.0.1:0",
+            "--data-dir",
         ])
+        .arg(dir.path())
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
-    assert!(stderr_of(&out).contains("PostgreSQL"));
+    assert!(
+        stderr_of(&out).contains("postgres://"),
+        "{}",
+        stderr_of(&out)
+    );
+    // A PostgreSQL nobody listens for: refused, with the password kept out of the message.
+    let out = waymark()
+        .args([
+            "serve",
+            "--database-url",
+            "postgres://waymark:s3cret@127.0.0.1:1/w",
+            "--listen",
+            "127.0.0.1:0",
+            "--data-dir",
+        ])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stderr_of(&out).contains("cannot open the database"),
+        "{}",
+        stderr_of(&out)
+    );
+    assert!(!stderr_of(&out).contains("s3cret"), "{}", stderr_of(&out));
 }

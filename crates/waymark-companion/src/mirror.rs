@@ -802,7 +802,9 @@ fn data<T: DeserializeOwned>(ev: &Event) -> Result<T, Error> {
 async fn apply_one(tx: &mut Tx<'_>, ev: &Event) -> Result<(), Error> {
     match ev.kind {
         EventKind::TaskCreated | EventKind::TaskUpdated => upsert_task(tx, &data(ev)?).await,
-        EventKind::AttemptStarted | EventKind::AttemptEnded => upsert_attempt(tx, &data(ev)?).await,
+        EventKind::AttemptStarted | EventKind::AttemptEnded | EventKind::AttemptUpdated => {
+            upsert_attempt(tx, &data(ev)?).await
+        }
         EventKind::CheckpointAppended => insert_checkpoint(tx, &data(ev)?).await,
         EventKind::EffectDeclared | EventKind::EffectUpdated => upsert_effect(tx, &data(ev)?).await,
         EventKind::DecisionRequested | EventKind::DecisionClosed => {

@@ -116,6 +116,9 @@ pub struct Task {
     pub created_at: DateTime<Utc>,
     /// Last change.
     pub updated_at: DateTime<Utc>,
+    /// For a compensation task: the task whose effect it compensates.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent_id: Option<String>,
 }
 
 /// `POST /v1/tasks/{task}/attempts`.
@@ -130,6 +133,10 @@ pub struct StartAttempt {
     /// Digest of the worker's manifest (model, tool versions, config).
     #[serde(default)]
     pub manifest_digest: Option<String>,
+    /// What the worker works on now (e.g. the repository commit it checked out); resuming a
+    /// task whose materials changed needs a person.
+    #[serde(default)]
+    pub materials: Option<Materials>,
 }
 
 /// One execution try, and its lease.
@@ -155,6 +162,9 @@ pub struct Attempt {
     pub ended_at: Option<DateTime<Utc>>,
     /// How it ended.
     pub outcome: Option<FinishOutcome>,
+    /// Temporary resources (worktrees, tokens) the worker reported released.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub released: Vec<String>,
 }
 
 /// `POST /v1/attempts/{attempt}/heartbeat`.
@@ -739,6 +749,9 @@ pub struct FinishAttempt {
     /// What was delivered, and what was and was not verified.
     #[serde(default)]
     pub summary: Option<String>,
+    /// Temporary resources released (worktrees, tokens), reported for the record.
+    #[serde(default)]
+    pub released: Vec<String>,
 }
 
 /// A task's session: conversation and context.
@@ -822,4 +835,88 @@ pub struct Health {
     pub version: String,
     /// Newest event cursor.
     pub cursor: i64,
+}
+
+/// What a provider says about an effect when a resumed worker asks it by idempotency key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ProviderStatus {
+    /// The provider never saw the key: safe to run under the current lease.
+    NotStarted,
+    /// Done: record it and move on; never resend.
+    Confirmed,
+    /// Still running at the provider: wait and poll, never submit twice.
+    InProgress,
+    /// The provider cannot say: freeze the branch, a person or reconciler decides.
+    Unknown,
+    /// Failed and needs compensating: a compensation task with its own approval.
+    FailedCompensable,
+    /// Failed, nothing to undo.
+    Failed,
+}
+
+/// One effect's reconciliation report.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ProviderReport {
+    /// The effect.
+    pub effect_id: String,
+    /// What the provider says.
+    pub provider_status: ProviderStatus,
+    /// The provider's receipt, when it has one.
+    #[serde(default)]
+    #[schema(value_type = Option<Object>)]
+    pub receipt: Option<Value>,
+    /// For people.
+    #[serde(default)]
+    pub detail: Option<String>,
+}
+
+/// `POST /v1/tasks/{task}/reconciliation`: what the providers say about non-terminal effects.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Reconcile {
+    /// The resuming attempt.
+    pub attempt_id: String,
+    /// Its fence.
+    pub fence: i64,
+    /// One report per effect.
+    pub reports: Vec<ProviderReport>,
+}
+
+/// What the control plane decided for one effect (SPEC §4).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct ReconcileAction {
+    /// The effect.
+    pub effect_id: String,
+    /// `continue` (run it now), `recorded` (confirmed, do not resend), `wait` (poll, do not
+    /// resubmit), `frozen` (a person decides), `compensate` (a compensation task was opened),
+    /// `failed`.
+    pub action: String,
+    /// The effect's status now.
+    pub status: EffectStatus,
+    /// The decision opened for a person (`frozen`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decision_id: Option<String>,
+    /// The compensation task (`compensate`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compensation_task_id: Option<String>,
+}
+
+/// Reply to a reconciliation.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct Reconciled {
+    /// One action per report.
+    pub actions: Vec<ReconcileAction>,
+}
+
+/// `POST /v1/attempts/{attempt}/released`: a worker (also a revoked one) reports the temporary
+/// resources it let go.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ReportReleased {
+    /// The attempt's own fence.
+    pub fence: i64,
+    /// What was released, e.g. `worktree:/tmp/w1`, `token:deploy-staging`.
+    pub resources: Vec<String>,
 }

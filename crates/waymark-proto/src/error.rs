@@ -61,6 +61,8 @@ codes! {
     DecisionClosed => ("decision_closed", 409, "decision is closed"),
     /// The plan revision moved on.
     RevisionConflict => ("revision_conflict", 409, "plan revision conflict"),
+    /// A resumed attempt failed its admission checks; a person decides (see `decision_id`).
+    AdmissionFailed => ("admission_failed", 409, "recovery needs a person"),
     /// The task is paused: no new step or effect may start until it is resumed.
     TaskPaused => ("task_paused", 409, "task is paused"),
     /// No pairing code like this one.

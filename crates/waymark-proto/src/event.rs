@@ -21,6 +21,9 @@ pub enum EventKind {
     /// `data`: the `Attempt` (finished, superseded or revoked).
     #[serde(rename = "attempt.ended")]
     AttemptEnded,
+    /// `data`: the `Attempt` (e.g. resources it reported released).
+    #[serde(rename = "attempt.updated")]
+    AttemptUpdated,
     /// `data`: the `Checkpoint`.
     #[serde(rename = "checkpoint.appended")]
     CheckpointAppended,
@@ -61,6 +64,7 @@ impl EventKind {
             EventKind::TaskUpdated => "task.updated",
             EventKind::AttemptStarted => "attempt.started",
             EventKind::AttemptEnded => "attempt.ended",
+            EventKind::AttemptUpdated => "attempt.updated",
             EventKind::CheckpointAppended => "checkpoint.appended",
             EventKind::EffectDeclared => "effect.declared",
             EventKind::EffectUpdated => "effect.updated",

@@ -1,5 +1,5 @@
-//! Work the control plane does on its own clock: applying the default of expired decisions
-//! and pruning the event log to its retention bound.
+//! Work the control plane does on its own clock: moving tasks whose lease ran out to
+//! recovery, applying the default of expired decisions, and pruning the event log.
 
 use crate::AppState;
 
@@ -12,6 +12,9 @@ pub(crate) fn spawn(st: AppState) {
             tokio::select! {
                 _ = tick.tick() => {}
                 _ = stopping.wait_for(|s| *s) => break,
+            }
+            if let Err(e) = crate::recovery::sweep_leases(&st).await {
+                tracing::warn!(error = %e.problem, "sweeping expired leases failed");
             }
             if let Err(e) = crate::reads::expire_due(&st).await {
                 tracing::warn!(error = %e.problem, "applying decision defaults failed");

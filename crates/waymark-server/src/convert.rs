@@ -40,6 +40,7 @@ pub(crate) fn task(t: &s::TaskRow, owner: &str) -> R<p::Task> {
         outcome_summary: t.outcome_summary.clone(),
         created_at: dt(t.created_at),
         updated_at: dt(t.updated_at),
+        parent_id: t.parent_id.clone(),
     })
 }
 
@@ -68,6 +69,11 @@ pub(crate) fn attempt(a: &s::AttemptRow) -> R<p::Attempt> {
             .as_deref()
             .map(|o| parse(o, "attempt outcome"))
             .transpose()?,
+        released: a
+            .released
+            .as_ref()
+            .and_then(|v| serde_json::from_value(v.clone()).ok())
+            .unwrap_or_default(),
     })
 }
 

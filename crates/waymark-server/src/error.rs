@@ -57,6 +57,8 @@ impl ApiError {
                 | ErrorCode::TaskTerminal
                 | ErrorCode::RevisionConflict
                 | ErrorCode::DecisionClosed
+                | ErrorCode::AdmissionFailed
+                | ErrorCode::TaskPaused
                 | ErrorCode::Forbidden
         )
     }

@@ -12,6 +12,7 @@ mod junit;
 mod metrics;
 mod openapi;
 mod reads;
+mod recovery;
 pub mod steer;
 mod worker;
 
@@ -138,6 +139,8 @@ pub fn app(state: AppState) -> Router {
         )
         .route("/v1/tasks/{task}/messages", post(worker::append_messages))
         .route("/v1/tasks/{task}/usage", post(worker::report_usage))
+        .route("/v1/tasks/{task}/reconciliation", post(recovery::reconcile))
+        .route("/v1/attempts/{attempt}/released", post(recovery::released))
         .route("/v1/attempts/{attempt}/control", get(steer::control_stream))
         .route("/v1/devices/pair", post(steer::pair))
         .route("/v1/devices/{device}/session", post(steer::open_session))

@@ -5,7 +5,7 @@ use axum::Json;
 use utoipa::OpenApi;
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 
-use crate::{reads, steer, worker};
+use crate::{reads, recovery, steer, worker};
 
 #[derive(OpenApi)]
 #[openapi(
@@ -27,6 +27,8 @@ use crate::{reads, steer, worker};
         worker::submit_test_receipt,
         worker::append_messages,
         worker::report_usage,
+        recovery::reconcile,
+        recovery::released,
         steer::control_stream,
         steer::pair,
         steer::open_session,

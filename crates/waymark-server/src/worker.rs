@@ -62,7 +62,7 @@ pub(crate) async fn emit(
         .await?)
 }
 
-async fn emit_task(tx: &mut Tx, task: &TaskRow, kind: EventKind) -> ApiResult<i64> {
+pub(crate) async fn emit_task(tx: &mut Tx, task: &TaskRow, kind: EventKind) -> ApiResult<i64> {
     let wire = task_wire(tx, task).await?;
     emit(tx, task, kind, wire).await
 }
@@ -93,7 +93,7 @@ pub(crate) async fn audit_refusal(st: &AppState, caller: &Caller, action: &str, 
 }
 
 /// Runs a write and audits it when refused.
-async fn audited<T>(
+pub(crate) async fn audited<T>(
     st: &AppState,
     caller: &Caller,
     action: &str,
@@ -168,7 +168,7 @@ pub(crate) fn check_fence(
     Ok(())
 }
 
-async fn fenced_attempt(
+pub(crate) async fn fenced_attempt(
     tx: &mut Tx,
     task: &TaskRow,
     attempt_id: &str,
@@ -196,7 +196,7 @@ async fn optional_fence(
     }
 }
 
-fn invalid(detail: impl Into<String>) -> ApiError {
+pub(crate) fn invalid(detail: impl Into<String>) -> ApiError {
     ApiError::new(ErrorCode::ValidationFailed, detail)
 }
 
@@ -226,7 +226,7 @@ fn refuse_terminal(task: &TaskRow) -> ApiResult<()> {
     Ok(())
 }
 
-fn to_value<T: Serialize>(v: &T) -> Value {
+pub(crate) fn to_value<T: Serialize>(v: &T) -> Value {
     serde_json::to_value(v).unwrap_or(Value::Null)
 }
 
@@ -285,9 +285,9 @@ fn validate_budget(b: &Budget) -> ApiResult<()> {
     Ok(())
 }
 
-type Created<T> = (StatusCode, Out<Written<T>>);
+pub(crate) type Created<T> = (StatusCode, Out<Written<T>>);
 
-fn created<T>(cursor: i64, value: T) -> Created<T> {
+pub(crate) fn created<T>(cursor: i64, value: T) -> Created<T> {
     (StatusCode::CREATED, Out(Written { cursor, value }))
 }
 
@@ -323,6 +323,7 @@ pub(crate) async fn create_task(
         outcome_summary: None,
         created_at: now,
         updated_at: now,
+        parent_id: None,
     };
     let mut tx = st.store.write().await?;
     tx.insert_task(&row).await?;
@@ -364,6 +365,19 @@ pub(crate) async fn start_attempt(
         refuse_terminal(&task)?;
         let now = now_ms();
         let mut cursor = 0;
+        let live = tx
+            .list_attempts(&task.id)
+            .await?
+            .into_iter()
+            .any(|a| a.state == AttemptState::Active.as_str() && a.expires_at > now);
+        if !live {
+            let reasons = crate::recovery::admission(&mut tx, &task, &req).await?;
+            if !reasons.is_empty() {
+                let refusal = crate::recovery::refuse_admission(&mut tx, task, &reasons).await?;
+                tx.commit().await?;
+                return Err(refusal);
+            }
+        }
         for mut prev in tx.list_attempts(&task.id).await? {
             if prev.state != AttemptState::Active.as_str() {
                 continue;
@@ -404,6 +418,7 @@ pub(crate) async fn start_attempt(
             started_at: now,
             ended_at: None,
             outcome: None,
+            released: None,
         };
         tx.insert_attempt(&attempt).await?;
         task.fence = attempt.fence;
@@ -713,13 +728,11 @@ fn wait_state(task: &mut TaskRow, waiting: TaskState) {
     }
 }
 
-async fn open_decision(
-    st: &AppState,
+pub(crate) async fn open_decision(
     tx: &mut Tx,
     mut task: TaskRow,
     row: DecisionRow,
 ) -> ApiResult<Created<Decision>> {
-    let _ = st;
     tx.insert_decision(&row).await?;
     let waiting = if row.kind == "approval" {
         TaskState::WaitingApproval
@@ -805,7 +818,7 @@ pub(crate) async fn request_approval(
             created_at: now_ms(),
             outcome: None,
         };
-        let out = open_decision(&st, &mut tx, task, row).await?;
+        let out = open_decision(&mut tx, task, row).await?;
         tx.commit().await?;
         Ok(out)
     })
@@ -872,7 +885,7 @@ pub(crate) async fn request_decision(
             created_at: now_ms(),
             outcome: None,
         };
-        let out = open_decision(&st, &mut tx, task, row).await?;
+        let out = open_decision(&mut tx, task, row).await?;
         tx.commit().await?;
         Ok(out)
     })
@@ -896,6 +909,11 @@ pub(crate) async fn close_decision(
         .ok_or_else(|| ApiError::new(ErrorCode::Internal, "decision without task"))?;
     let wire = convert::decision(decision)?;
     let mut cursor = emit(tx, &task, EventKind::DecisionClosed, &wire).await?;
+    if decision.kind == DecisionKind::Recovery.as_str() && status == DecisionStatus::Resolved {
+        return Ok(
+            cursor.max(crate::recovery::after_recovery_decision(tx, decision, &outcome).await?)
+        );
+    }
     let waiting = matches!(task.state.as_str(), "waiting_approval" | "waiting_human");
     if waiting && tx.pending_decision_count(&task.id).await? == 0 {
         task.state = TaskState::Running.as_str().into();
@@ -1217,6 +1235,9 @@ pub(crate) async fn finish(
         attempt.state = AttemptState::Finished.as_str().into();
         attempt.ended_at = Some(now);
         attempt.outcome = Some(req.outcome.as_str().into());
+        if !req.released.is_empty() {
+            attempt.released = Some(to_value(&req.released));
+        }
         tx.update_attempt(&attempt).await?;
         let next = req.outcome.task_state();
         task.state = next.as_str().into();

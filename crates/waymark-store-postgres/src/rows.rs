@@ -60,6 +60,7 @@ pub(crate) fn task_row(r: &PgRow) -> Result<TaskRow> {
         outcome_summary: get(r, "outcome_summary")?,
         created_at: get(r, "created_at")?,
         updated_at: get(r, "updated_at")?,
+        parent_id: get(r, "parent_id")?,
     })
 }
 
@@ -84,6 +85,7 @@ pub(crate) fn attempt_row(r: &PgRow) -> Result<AttemptRow> {
         started_at: get(r, "started_at")?,
         ended_at: get(r, "ended_at")?,
         outcome: get(r, "outcome")?,
+        released: get(r, "released")?,
     })
 }
 

@@ -209,8 +209,8 @@ impl StoreTx for PgTx {
             "tasks",
             sqlx::query(
                 "INSERT INTO tasks (id, owner_id, title, goal, runtime, state, plan, plan_revision,
-                   budget, usage, materials, session_id, fence, outcome_summary, created_at, updated_at)
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16)
+                   budget, usage, materials, session_id, fence, outcome_summary, created_at, updated_at, parent_id)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17)
                  ON CONFLICT DO NOTHING",
             )
             .bind(&t.id)
@@ -228,7 +228,8 @@ impl StoreTx for PgTx {
             .bind(t.fence)
             .bind(&t.outcome_summary)
             .bind(t.created_at)
-            .bind(t.updated_at),
+            .bind(t.updated_at)
+            .bind(&t.parent_id),
         )
         .await
     }
@@ -249,8 +250,8 @@ impl StoreTx for PgTx {
             sqlx::query(
                 "UPDATE tasks SET title = $1, goal = $2, runtime = $3, state = $4, plan = $5,
                    plan_revision = $6, budget = $7, usage = $8, materials = $9, fence = $10,
-                   outcome_summary = $11, updated_at = $12
-                 WHERE id = $13",
+                   outcome_summary = $11, updated_at = $12, parent_id = $13
+                 WHERE id = $14",
             )
             .bind(&t.title)
             .bind(&t.goal)
@@ -264,6 +265,7 @@ impl StoreTx for PgTx {
             .bind(t.fence)
             .bind(&t.outcome_summary)
             .bind(t.updated_at)
+            .bind(&t.parent_id)
             .bind(&t.id),
         )
         .await
@@ -310,8 +312,8 @@ impl StoreTx for PgTx {
             "attempts",
             sqlx::query(
                 "INSERT INTO attempts (id, task_id, worker, fence, expires_at, state, manifest_digest,
-                   started_at, ended_at, outcome)
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) ON CONFLICT DO NOTHING",
+                   started_at, ended_at, outcome, released)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) ON CONFLICT DO NOTHING",
             )
             .bind(&a.id)
             .bind(&a.task_id)
@@ -322,7 +324,8 @@ impl StoreTx for PgTx {
             .bind(&a.manifest_digest)
             .bind(a.started_at)
             .bind(a.ended_at)
-            .bind(&a.outcome),
+            .bind(&a.outcome)
+            .bind(&a.released),
         )
         .await
     }
@@ -338,17 +341,33 @@ impl StoreTx for PgTx {
     async fn update_attempt(&mut self, a: &AttemptRow) -> Result<()> {
         self.exec(
             sqlx::query(
-                "UPDATE attempts SET expires_at = $1, state = $2, ended_at = $3, outcome = $4
-                 WHERE id = $5",
+                "UPDATE attempts SET expires_at = $1, state = $2, ended_at = $3, outcome = $4,
+                   released = $5
+                 WHERE id = $6",
             )
             .bind(a.expires_at)
             .bind(&a.state)
             .bind(a.ended_at)
             .bind(&a.outcome)
+            .bind(&a.released)
             .bind(&a.id),
         )
         .await
         .map(drop)
+    }
+
+    async fn expired_leases(&mut self, now_ms: i64) -> Result<Vec<AttemptRow>> {
+        self.all(
+            sqlx::query(
+                "SELECT a.* FROM attempts a JOIN tasks t ON t.id = a.task_id
+                 WHERE a.state = 'active' AND a.expires_at <= $1
+                   AND t.state IN ('queued', 'running', 'verifying', 'waiting_approval', 'waiting_human')
+                 ORDER BY a.expires_at, a.id",
+            )
+            .bind(now_ms),
+            attempt_row,
+        )
+        .await
     }
 
     async fn list_attempts(&mut self, task_id: &str) -> Result<Vec<AttemptRow>> {

@@ -128,6 +128,7 @@ fn task(id: &str, owner: &str) -> TaskRow {
         outcome_summary: None,
         created_at: 1,
         updated_at: 1,
+        parent_id: None,
     }
 }
 

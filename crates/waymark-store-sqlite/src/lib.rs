@@ -204,6 +204,7 @@ fn task_row(r: &SqliteRow) -> Result<TaskRow> {
         outcome_summary: get(r, "outcome_summary")?,
         created_at: get(r, "created_at")?,
         updated_at: get(r, "updated_at")?,
+        parent_id: get(r, "parent_id")?,
     })
 }
 
@@ -228,6 +229,7 @@ fn attempt_row(r: &SqliteRow) -> Result<AttemptRow> {
         started_at: get(r, "started_at")?,
         ended_at: get(r, "ended_at")?,
         outcome: get(r, "outcome")?,
+        released: get_json_opt(r, "released")?,
     })
 }
 
@@ -533,8 +535,8 @@ impl StoreTx for SqliteTx {
         self.exec(
             sqlx::query(
                 "INSERT INTO tasks (id, owner_id, title, goal, runtime, state, plan, plan_revision,
-                   budget, usage, materials, session_id, fence, outcome_summary, created_at, updated_at)
-                 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                   budget, usage, materials, session_id, fence, outcome_summary, created_at, updated_at, parent_id)
+                 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             )
             .bind(&t.id)
             .bind(&t.owner_id)
@@ -551,7 +553,8 @@ impl StoreTx for SqliteTx {
             .bind(t.fence)
             .bind(&t.outcome_summary)
             .bind(t.created_at)
-            .bind(t.updated_at),
+            .bind(t.updated_at)
+            .bind(&t.parent_id),
         )
         .await
         .map(drop)
@@ -570,7 +573,7 @@ impl StoreTx for SqliteTx {
             sqlx::query(
                 "UPDATE tasks SET title = ?, goal = ?, runtime = ?, state = ?, plan = ?,
                    plan_revision = ?, budget = ?, usage = ?, materials = ?, fence = ?,
-                   outcome_summary = ?, updated_at = ?
+                   outcome_summary = ?, updated_at = ?, parent_id = ?
                  WHERE id = ?",
             )
             .bind(&t.title)
@@ -585,6 +588,7 @@ impl StoreTx for SqliteTx {
             .bind(t.fence)
             .bind(&t.outcome_summary)
             .bind(t.updated_at)
+            .bind(&t.parent_id)
             .bind(&t.id),
         )
         .await
@@ -639,8 +643,8 @@ impl StoreTx for SqliteTx {
         self.exec(
             sqlx::query(
                 "INSERT INTO attempts (id, task_id, worker, fence, expires_at, state, manifest_digest,
-                   started_at, ended_at, outcome)
-                 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                   started_at, ended_at, outcome, released)
+                 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             )
             .bind(&a.id)
             .bind(&a.task_id)
@@ -651,7 +655,8 @@ impl StoreTx for SqliteTx {
             .bind(&a.manifest_digest)
             .bind(a.started_at)
             .bind(a.ended_at)
-            .bind(&a.outcome),
+            .bind(&a.outcome)
+            .bind(a.released.as_ref().map(json_text)),
         )
         .await
         .map(drop)
@@ -668,12 +673,14 @@ impl StoreTx for SqliteTx {
     async fn update_attempt(&mut self, a: &AttemptRow) -> Result<()> {
         self.exec(
             sqlx::query(
-                "UPDATE attempts SET expires_at = ?, state = ?, ended_at = ?, outcome = ? WHERE id = ?",
+                "UPDATE attempts SET expires_at = ?, state = ?, ended_at = ?, outcome = ?, released = ?
+                 WHERE id = ?",
             )
             .bind(a.expires_at)
             .bind(&a.state)
             .bind(a.ended_at)
             .bind(&a.outcome)
+            .bind(a.released.as_ref().map(json_text))
             .bind(&a.id),
         )
         .await
@@ -683,6 +690,20 @@ impl StoreTx for SqliteTx {
     async fn list_attempts(&mut self, task_id: &str) -> Result<Vec<AttemptRow>> {
         self.all(
             sqlx::query("SELECT * FROM attempts WHERE task_id = ? ORDER BY fence").bind(task_id),
+            attempt_row,
+        )
+        .await
+    }
+
+    async fn expired_leases(&mut self, now_ms: i64) -> Result<Vec<AttemptRow>> {
+        self.all(
+            sqlx::query(
+                "SELECT a.* FROM attempts a JOIN tasks t ON t.id = a.task_id
+                 WHERE a.state = 'active' AND a.expires_at <= ?
+                   AND t.state IN ('queued', 'running', 'verifying', 'waiting_approval', 'waiting_human')
+                 ORDER BY a.expires_at, a.id",
+            )
+            .bind(now_ms),
             attempt_row,
         )
         .await

@@ -109,6 +109,9 @@ pub trait StoreTx: Send {
     async fn update_attempt(&mut self, attempt: &AttemptRow) -> Result<()>;
     /// A task's attempts, oldest first.
     async fn list_attempts(&mut self, task_id: &str) -> Result<Vec<AttemptRow>>;
+    /// Active attempts whose lease ran out at or before `now_ms`, on tasks a worker was
+    /// running or waiting on (the sweeper's work list).
+    async fn expired_leases(&mut self, now_ms: i64) -> Result<Vec<AttemptRow>>;
 
     // checkpoints
     /// Adds a checkpoint; `Conflict` when `(task_id, sequence)` exists.

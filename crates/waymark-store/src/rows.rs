@@ -47,6 +47,8 @@ pub struct TaskRow {
     pub outcome_summary: Option<String>,
     pub created_at: i64,
     pub updated_at: i64,
+    /// For a compensation task: the task whose effect it compensates.
+    pub parent_id: Option<String>,
 }
 
 /// A session (conversation and context) of a task.
@@ -71,6 +73,8 @@ pub struct AttemptRow {
     pub started_at: i64,
     pub ended_at: Option<i64>,
     pub outcome: Option<String>,
+    /// JSON array of temporary resources the worker reported released.
+    pub released: Option<Value>,
 }
 
 /// A link of a task's checkpoint chain.

@@ -32,6 +32,7 @@ fn task(id: &str, owner: &str) -> TaskRow {
         outcome_summary: None,
         created_at: 10,
         updated_at: 10,
+        parent_id: None,
     }
 }
 
@@ -164,6 +165,7 @@ pub async fn run_store_story(store: &dyn Store) {
         started_at: 11,
         ended_at: None,
         outcome: None,
+        released: None,
     };
     tx.insert_attempt(&attempt).await.unwrap();
     tx.commit().await.unwrap();
@@ -173,12 +175,39 @@ pub async fn run_store_story(store: &dyn Store) {
     t.fence = 1;
     t.usage = json!({"tokens": 5, "cost_usd": 0.25, "wall_seconds": 3});
     t.updated_at = 12;
+    t.parent_id = Some("task_2".into());
     tx.update_task(&t).await.unwrap();
     attempt.state = "finished".into();
     attempt.ended_at = Some(99);
     attempt.outcome = Some("completed".into());
+    attempt.released = Some(json!(["worktree:/tmp/w"]));
     tx.update_attempt(&attempt).await.unwrap();
     tx.commit().await.unwrap();
+
+    // the sweeper's list: active, expired, on a task a worker runs
+    let mut tx = store.write().await.unwrap();
+    let live = AttemptRow {
+        id: "att_2".into(),
+        task_id: "task_2".into(),
+        worker: "w2".into(),
+        fence: 1,
+        expires_at: 500,
+        state: "active".into(),
+        manifest_digest: None,
+        started_at: 11,
+        ended_at: None,
+        outcome: None,
+        released: None,
+    };
+    tx.insert_attempt(&live).await.unwrap();
+    let mut t2 = tx.task("task_2").await.unwrap().unwrap();
+    t2.state = "running".into();
+    tx.update_task(&t2).await.unwrap();
+    tx.commit().await.unwrap();
+    let mut r = store.read().await.unwrap();
+    assert!(r.expired_leases(499).await.unwrap().is_empty());
+    assert_eq!(r.expired_leases(500).await.unwrap(), vec![live.clone()]);
+    drop(r);
 
     let mut r = store.read().await.unwrap();
     assert_eq!(r.task("task_1").await.unwrap(), Some(t.clone()));

@@ -35,6 +35,9 @@ pub struct AttemptOptions {
     /// When another attempt holds a live lease, wait up to this long for it to expire
     /// instead of failing with [`Error::LeaseHeld`] at once.
     pub wait_for_lease: Option<Duration>,
+    /// What the worker works on now (e.g. the commit it checked out); a resume whose
+    /// materials changed needs a person (admission).
+    pub materials: Option<Materials>,
 }
 
 impl AttemptOptions {
@@ -45,6 +48,7 @@ impl AttemptOptions {
             lease: Duration::from_secs(30),
             manifest_digest: None,
             wait_for_lease: None,
+            materials: None,
         }
     }
 
@@ -57,6 +61,12 @@ impl AttemptOptions {
     /// Sets the manifest digest.
     pub fn manifest_digest(mut self, digest: impl Into<String>) -> Self {
         self.manifest_digest = Some(digest.into());
+        self
+    }
+
+    /// States what the worker works on now (checked against the last checkpoint on resume).
+    pub fn materials(mut self, materials: Materials) -> Self {
+        self.materials = Some(materials);
         self
     }
 
@@ -387,6 +397,7 @@ impl Run {
             worker: options.worker.clone(),
             lease_seconds: Some(options.lease.as_secs().clamp(1, u32::MAX.into()) as u32),
             manifest_digest: options.manifest_digest.clone(),
+            materials: options.materials.clone(),
         };
         let deadline = options
             .wait_for_lease
@@ -770,10 +781,21 @@ impl Run {
 
     /// Ends the attempt with an outcome and stops the heartbeat.
     pub async fn finish(&self, outcome: FinishOutcome, summary: Option<String>) -> Result<Attempt> {
+        self.finish_releasing(outcome, summary, Vec::new()).await
+    }
+
+    /// Ends the attempt and reports the temporary resources it released (worktrees, tokens).
+    pub async fn finish_releasing(
+        &self,
+        outcome: FinishOutcome,
+        summary: Option<String>,
+        released: Vec<String>,
+    ) -> Result<Attempt> {
         let req = FinishAttempt {
             fence: self.fence(),
             outcome,
             summary,
+            released,
         };
         let res = self
             .shared

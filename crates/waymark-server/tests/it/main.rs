@@ -9,6 +9,7 @@ mod bad_input;
 mod chain;
 mod events;
 mod junit;
+mod recovery;
 mod replicas;
 mod steer;
 mod worker_api;
