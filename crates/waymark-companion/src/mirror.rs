@@ -823,7 +823,7 @@ async fn apply_one(tx: &mut Tx<'_>, ev: &Event) -> Result<(), Error> {
             }
             Ok(())
         }
-        EventKind::CommandApplied => Ok(()),
+        EventKind::CommandApplied | EventKind::FollowupFired => Ok(()),
         EventKind::CommandAcknowledged => {
             let ack: CommandAck = data(ev)?;
             sqlx::query("UPDATE outbox SET status = 'acknowledged', acknowledged_at = ? WHERE command_id = ? AND status IN ('queued', 'delivered')")

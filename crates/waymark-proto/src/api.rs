@@ -34,6 +34,19 @@ pub struct Budget {
     /// Money, in US dollars.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_cost_usd: Option<f64>,
+    /// Fractions of a limit at which a budget decision opens (default `[0.8, 1.0]`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub thresholds: Option<Vec<f64>>,
+    /// The choices a budget decision offers, each saying what it gives up (default: run only
+    /// the relevant tests / continue the full suite / stop and deliver the patch).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub options: Vec<DecisionOption>,
+    /// The option that applies when nobody answers (default `deliver_patch`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub default_option: Option<String>,
+    /// How long a budget decision waits (default 15 minutes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decision_seconds: Option<u64>,
 }
 
 /// Spend reported so far.
@@ -919,4 +932,15 @@ pub struct ReportReleased {
     pub fence: i64,
     /// What was released, e.g. `worktree:/tmp/w1`, `token:deploy-staging`.
     pub resources: Vec<String>,
+}
+
+/// Reply to a usage report: the task, and the budget decision this report opened, if any.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct UsageReported {
+    /// The task with its new totals.
+    #[serde(flatten)]
+    pub task: Task,
+    /// Opened because a threshold was crossed; the worker waits for it and follows the choice.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget_decision: Option<Decision>,
 }

@@ -51,6 +51,9 @@ pub enum EventKind {
     /// `data`: the `CommandResult` of an applied steer command.
     #[serde(rename = "command.applied")]
     CommandApplied,
+    /// `data`: `FollowupFired` (its message was delivered into the task's session).
+    #[serde(rename = "followup.fired")]
+    FollowupFired,
     /// `data`: the `CommandAck` (the worker saw the command).
     #[serde(rename = "command.acknowledged")]
     CommandAcknowledged,
@@ -74,6 +77,7 @@ impl EventKind {
             EventKind::TestReceiptAdded => "test_receipt.added",
             EventKind::MessagesAppended => "messages.appended",
             EventKind::CommandApplied => "command.applied",
+            EventKind::FollowupFired => "followup.fired",
             EventKind::CommandAcknowledged => "command.acknowledged",
         }
     }

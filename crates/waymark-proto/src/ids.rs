@@ -26,6 +26,7 @@ id_fns! {
     receipt => "rcpt",
     user => "usr",
     token => "tok",
+    followup => "fup",
 }
 
 /// A fresh UUIDv7 in its hyphenated form, as command ids use.

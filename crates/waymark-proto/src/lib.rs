@@ -6,6 +6,7 @@ pub mod api;
 pub mod digest;
 pub mod error;
 pub mod event;
+pub mod followup;
 pub mod ids;
 pub mod signing;
 pub mod state;
@@ -14,6 +15,7 @@ pub mod steer;
 pub use api::*;
 pub use error::{ErrorCode, Problem};
 pub use event::{Event, EventKind};
+pub use followup::*;
 pub use state::{
     AttemptState, DecisionKind, DecisionStatus, EffectStatus, FinishOutcome, Operation, TaskState,
 };

@@ -1,12 +1,14 @@
 //! Work the control plane does on its own clock: moving tasks whose lease ran out to
-//! recovery, applying the default of expired decisions, and pruning the event log.
+//! recovery, delivering due follow-ups, applying the default of expired decisions, and pruning
+//! the event log.
 
 use crate::AppState;
 
 pub(crate) fn spawn(st: AppState) {
     tokio::spawn(async move {
         let mut stopping = st.stopping.subscribe();
-        let mut tick = tokio::time::interval(st.config.tick);
+        let mut tick =
+            tokio::time::interval_at(tokio::time::Instant::now() + st.config.tick, st.config.tick);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tokio::select! {
@@ -15,6 +17,9 @@ pub(crate) fn spawn(st: AppState) {
             }
             if let Err(e) = crate::recovery::sweep_leases(&st).await {
                 tracing::warn!(error = %e.problem, "sweeping expired leases failed");
+            }
+            if let Err(e) = crate::followups::tick(&st).await {
+                tracing::warn!(error = %e.problem, "running follow-ups failed");
             }
             if let Err(e) = crate::reads::expire_due(&st).await {
                 tracing::warn!(error = %e.problem, "applying decision defaults failed");

@@ -5,14 +5,17 @@
 pub mod admin;
 pub mod auth;
 mod background;
+mod budget;
 mod convert;
 pub mod error;
 mod extract;
+mod followups;
 mod junit;
 mod metrics;
 mod openapi;
 mod reads;
 mod recovery;
+mod schedule;
 pub mod steer;
 mod worker;
 
@@ -140,6 +143,8 @@ pub fn app(state: AppState) -> Router {
         .route("/v1/tasks/{task}/messages", post(worker::append_messages))
         .route("/v1/tasks/{task}/usage", post(worker::report_usage))
         .route("/v1/tasks/{task}/reconciliation", post(recovery::reconcile))
+        .route("/v1/tasks/{task}/followups", post(followups::create))
+        .route("/v1/followups/{followup}", get(followups::get))
         .route("/v1/attempts/{attempt}/released", post(recovery::released))
         .route("/v1/attempts/{attempt}/control", get(steer::control_stream))
         .route("/v1/devices/pair", post(steer::pair))

@@ -5,7 +5,7 @@ use axum::Json;
 use utoipa::OpenApi;
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 
-use crate::{reads, recovery, steer, worker};
+use crate::{followups, reads, recovery, steer, worker};
 
 #[derive(OpenApi)]
 #[openapi(
@@ -29,6 +29,8 @@ use crate::{reads, recovery, steer, worker};
         worker::report_usage,
         recovery::reconcile,
         recovery::released,
+        followups::create,
+        followups::get,
         steer::control_stream,
         steer::pair,
         steer::open_session,

@@ -1179,13 +1179,13 @@ pub(crate) async fn append_messages(
 
 #[utoipa::path(post, path = "/v1/tasks/{task}/usage", tag = "worker", request_body = ReportUsage,
     params(("task" = String, Path)),
-    responses((status = 200, body = Task)))]
+    responses((status = 200, body = UsageReported)))]
 pub(crate) async fn report_usage(
     State(st): State<AppState>,
     WorkerCaller(caller): WorkerCaller,
     Path(task_id): Path<String>,
     Json(req): Json<ReportUsage>,
-) -> ApiResult<Out<Written<Task>>> {
+) -> ApiResult<Out<Written<UsageReported>>> {
     if !req.cost_usd.is_finite() || req.cost_usd < 0.0 {
         return Err(invalid("`cost_usd` must be a non-negative number"));
     }
@@ -1200,12 +1200,24 @@ pub(crate) async fn report_usage(
         task.usage = to_value(&usage);
         task.updated_at = now_ms();
         tx.update_task(&task).await?;
+        let mut cursor = emit_task(&mut tx, &task, EventKind::TaskUpdated).await?;
+        let budget_decision = match crate::budget::crossed(&mut tx, &task).await? {
+            Some(row) => {
+                let (_, Out(w)) = open_decision(&mut tx, task.clone(), row).await?;
+                cursor = cursor.max(w.cursor);
+                Some(w.value)
+            }
+            None => None,
+        };
+        let task = tx.task(&task.id).await?.unwrap_or(task);
         let wire = task_wire(&mut tx, &task).await?;
-        let cursor = emit(&mut tx, &task, EventKind::TaskUpdated, &wire).await?;
         tx.commit().await?;
         Ok(Out(Written {
             cursor,
-            value: wire,
+            value: UsageReported {
+                task: wire,
+                budget_decision,
+            },
         }))
     })
     .await

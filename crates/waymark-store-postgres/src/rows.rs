@@ -266,3 +266,20 @@ pub(crate) fn control_row(r: &PgRow) -> Result<ControlRow> {
         acknowledged_by: get(r, "acknowledged_by")?,
     })
 }
+
+pub(crate) fn followup_row(r: &PgRow) -> Result<FollowupRow> {
+    Ok(FollowupRow {
+        id: get(r, "id")?,
+        task_id: get(r, "task_id")?,
+        schedule: get_json(r, "schedule")?,
+        time_zone: get(r, "time_zone")?,
+        catch_up: get(r, "catch_up")?,
+        message: get(r, "message")?,
+        state: get(r, "state")?,
+        next_run_at: get(r, "next_run_at")?,
+        last_run_at: get(r, "last_run_at")?,
+        runs: get(r, "runs")?,
+        missed: get(r, "missed")?,
+        created_at: get(r, "created_at")?,
+    })
+}

@@ -220,6 +220,24 @@ pub trait StoreTx: Send {
     async fn insert_control(&mut self, control: &ControlRow) -> Result<()>;
     /// A task's control commands not yet acknowledged, oldest first.
     async fn pending_controls(&mut self, task_id: &str) -> Result<Vec<ControlRow>>;
+    /// Adds a follow-up.
+    async fn insert_followup(&mut self, f: &FollowupRow) -> Result<()>;
+    /// A follow-up by id.
+    async fn followup(&mut self, id: &str) -> Result<Option<FollowupRow>>;
+    /// Writes a follow-up's mutable columns (state, next and last run, counts).
+    async fn update_followup(&mut self, f: &FollowupRow) -> Result<()>;
+    /// Active follow-ups whose next run is at or before `now_ms`.
+    async fn due_followups(&mut self, now_ms: i64) -> Result<Vec<FollowupRow>>;
+    /// A task's follow-ups, oldest first.
+    async fn list_followups(&mut self, task_id: &str) -> Result<Vec<FollowupRow>>;
+    /// Records a run of `(followup, nominal time)`; `false` when it already ran.
+    async fn insert_followup_run(
+        &mut self,
+        followup_id: &str,
+        nominal_at: i64,
+        ran_at: i64,
+        missed: i64,
+    ) -> Result<bool>;
     /// Claims a background job for this transaction: `true` for exactly one replica at a time
     /// (held until the transaction ends), so sweeps and expiries run once.
     async fn try_claim(&mut self, job: &str) -> Result<bool>;

@@ -281,3 +281,22 @@ pub struct ControlRow {
     pub acknowledged_at: Option<i64>,
     pub acknowledged_by: Option<String>,
 }
+
+/// A follow-up.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FollowupRow {
+    pub id: String,
+    pub task_id: String,
+    /// JSON schedule.
+    pub schedule: Value,
+    pub time_zone: String,
+    pub catch_up: String,
+    pub message: String,
+    /// `active` or `done`.
+    pub state: String,
+    pub next_run_at: Option<i64>,
+    pub last_run_at: Option<i64>,
+    pub runs: i64,
+    pub missed: i64,
+    pub created_at: i64,
+}

@@ -573,6 +573,49 @@ pub async fn run_store_story(store: &dyn Store) {
     assert!(tx.try_claim("sweep").await.unwrap());
     tx.commit().await.unwrap();
 
+    // follow-ups: due ones, and one run per nominal time
+    let mut tx = store.write().await.unwrap();
+    let mut f = FollowupRow {
+        id: "fup_1".into(),
+        task_id: "task_1".into(),
+        schedule: json!({"every": "PT1H"}),
+        time_zone: "Europe/Paris".into(),
+        catch_up: "run_once".into(),
+        message: "check the canary".into(),
+        state: "active".into(),
+        next_run_at: Some(1000),
+        last_run_at: None,
+        runs: 0,
+        missed: 0,
+        created_at: 5,
+    };
+    tx.insert_followup(&f).await.unwrap();
+    tx.commit().await.unwrap();
+    let mut tx = store.write().await.unwrap();
+    assert!(tx.due_followups(999).await.unwrap().is_empty());
+    assert_eq!(tx.due_followups(1000).await.unwrap(), vec![f.clone()]);
+    assert!(
+        tx.insert_followup_run("fup_1", 1000, 1001, 0)
+            .await
+            .unwrap()
+    );
+    assert!(
+        !tx.insert_followup_run("fup_1", 1000, 1002, 0)
+            .await
+            .unwrap(),
+        "a nominal time runs once"
+    );
+    f.runs = 1;
+    f.last_run_at = Some(1000);
+    f.next_run_at = Some(4600);
+    tx.update_followup(&f).await.unwrap();
+    tx.commit().await.unwrap();
+    let mut r = store.read().await.unwrap();
+    assert_eq!(r.followup("fup_1").await.unwrap(), Some(f.clone()));
+    assert_eq!(r.list_followups("task_1").await.unwrap(), vec![f]);
+    assert!(r.due_followups(4599).await.unwrap().is_empty());
+    drop(r);
+
     // control commands: pending until acknowledged, acknowledged once
     let mut tx = store.write().await.unwrap();
     for (id, at) in [("c1", 100), ("c2", 101)] {

@@ -8,6 +8,7 @@ mod support;
 mod bad_input;
 mod chain;
 mod events;
+mod followups;
 mod junit;
 mod recovery;
 mod replicas;

@@ -174,6 +174,43 @@ impl Harness {
 }
 
 impl Harness {
+    /// Stops the server (as a crash would, between requests) and starts it again on the same
+    /// address and database after `down`.
+    pub async fn restart_after(&mut self, down: Duration) {
+        let addr = self.server.addr;
+        let config = (*self.server.state.config).clone();
+        let data = DataDir::new(self.dir.path());
+        // A stand-in keeps the harness whole while the server is down; it never ticks.
+        let idle = Config {
+            tick: Duration::from_secs(3600),
+            ..config.clone()
+        };
+        let placeholder = {
+            let store = data.open_store(self.database_url.as_deref()).await.unwrap();
+            waymark_server::start_with_store(&data, store, "127.0.0.1:0".parse().unwrap(), idle)
+                .await
+                .unwrap()
+        };
+        let old = std::mem::replace(&mut self.server, placeholder);
+        old.shutdown().await.unwrap();
+        tokio::time::sleep(down).await;
+        let store = data.open_store(self.database_url.as_deref()).await.unwrap();
+        let mut tries = 0;
+        let fresh = loop {
+            match waymark_server::start_with_store(&data, store.clone(), addr, config.clone()).await
+            {
+                Ok(r) => break r,
+                Err(_) if tries < 50 => {
+                    tries += 1;
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+                Err(e) => panic!("restart: {e}"),
+            }
+        };
+        let placeholder = std::mem::replace(&mut self.server, fresh);
+        placeholder.shutdown().await.unwrap();
+    }
+
     /// Runs SQL behind the server's back, on whichever backend it uses.
     pub async fn raw_sql(&self, sqlite: &str, postgres: &str, bind: &str) -> u64 {
         use sqlx::Connection;
