@@ -136,7 +136,7 @@ impl Replicas {
     }
 }
 
-/// Reads the stream of replica `i` from `after` until `until` is seen (or 10 s of silence).
+/// Reads the stream of replica `i` from `after` until `until` is seen (or 2 s of silence).
 async fn read_until(
     r: &Replicas,
     i: usize,
@@ -156,7 +156,7 @@ async fn read_until(
     let mut stream = res.bytes_stream().eventsource();
     let mut seen = Vec::new();
     while seen.last().is_none_or(|c| *c < until) {
-        match tokio::time::timeout(Duration::from_secs(10), stream.next()).await {
+        match tokio::time::timeout(Duration::from_secs(2), stream.next()).await {
             Ok(Some(Ok(ev))) => seen.push(ev.id.parse::<i64>().unwrap()),
             _ => break,
         }
@@ -349,4 +349,42 @@ async fn a_decision_due_while_both_replicas_run_expires_once() {
             .count();
         assert_eq!(closes, 1, "decision {id} closed {closes} times");
     }
+}
+
+#[tokio::test]
+async fn a_follow_up_due_while_both_replicas_run_fires_once_per_period() {
+    let r = Replicas::start(2).await;
+    let (task, _) = r.task(0).await;
+    let (s, f) = r
+        .post(
+            1,
+            &format!("/v1/tasks/{task}/followups"),
+            json!({"schedule": {"every": "PT1S"}, "message": "poll"}),
+        )
+        .await;
+    assert_eq!(s, StatusCode::CREATED, "{f}");
+    tokio::time::sleep(Duration::from_millis(3600)).await;
+    let store = r.node(0).state.store.clone();
+    let events = store
+        .read()
+        .await
+        .unwrap()
+        .events_after(0, 100_000, None)
+        .await
+        .unwrap();
+    let fired: Vec<&str> = events
+        .iter()
+        .filter(|e| e.kind == "followup.fired")
+        .map(|e| e.data["nominal_at"].as_str().unwrap())
+        .collect();
+    let unique: BTreeSet<&str> = fired.iter().copied().collect();
+    assert!(fired.len() >= 2, "{fired:?}");
+    assert_eq!(unique.len(), fired.len(), "a period fired twice: {fired:?}");
+    let messages = events
+        .iter()
+        .filter(|e| e.kind == "messages.appended")
+        .flat_map(|e| e.data["messages"].as_array().unwrap().clone())
+        .filter(|m| m["role"] == "followup")
+        .count();
+    assert_eq!(messages, fired.len(), "one message per period");
 }
