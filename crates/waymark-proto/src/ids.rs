@@ -27,6 +27,7 @@ id_fns! {
     user => "usr",
     token => "tok",
     followup => "fup",
+    push => "push",
 }
 
 /// A fresh UUIDv7 in its hyphenated form, as command ids use.

@@ -256,3 +256,76 @@ mod tests {
         }
     }
 }
+
+/// `POST /v1/devices/{device}/push`: where to reach this device when it is not connected.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RegisterPush {
+    /// `web_push` (RFC 8030 with VAPID, RFC 8292, and aes128gcm payloads, RFC 8291) or
+    /// `unified_push` (a plain HTTP endpoint, e.g. a self-hosted ntfy).
+    pub kind: String,
+    /// The push service's endpoint URL.
+    pub endpoint: String,
+    /// Web Push subscription keys.
+    #[serde(default)]
+    pub keys: Option<PushKeys>,
+}
+
+/// A Web Push subscription's keys (base64url).
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PushKeys {
+    /// The client's P-256 public key.
+    pub p256dh: String,
+    /// The 16-byte authentication secret.
+    pub auth: String,
+}
+
+/// A push channel and its delivery record: failures stay visible.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct PushChannel {
+    /// `push_…`.
+    pub id: String,
+    /// Its device.
+    pub device_id: String,
+    /// `web_push` or `unified_push`.
+    pub kind: String,
+    /// The endpoint.
+    pub endpoint: String,
+    /// Pushes sent.
+    pub delivered: i64,
+    /// Delivery attempts.
+    pub attempts: i64,
+    /// Failed attempts.
+    pub failures: i64,
+    /// The last failure, for people.
+    pub last_error: Option<String>,
+    /// The last attempt.
+    pub last_attempt_at: Option<DateTime<Utc>>,
+    /// The next retry (after failures).
+    pub next_attempt_at: DateTime<Utc>,
+    /// Given up on (the push service said the subscription is gone).
+    pub revoked_at: Option<DateTime<Utc>>,
+}
+
+/// `GET /v1/push/vapid`: the server's VAPID public key (browsers' `applicationServerKey`).
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct VapidKey {
+    /// Uncompressed P-256 point, base64url.
+    pub public_key: String,
+}
+
+/// What a push carries by default: no content, only what to fetch over the device's
+/// authenticated session.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct PushPayload {
+    /// Format version (1).
+    pub v: u32,
+    /// The event kind, e.g. `decision.requested`.
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// The task to open.
+    pub task_id: String,
+    /// The event's cursor: sync at least this far.
+    pub cursor: i64,
+}

@@ -21,6 +21,9 @@ pub(crate) fn spawn(st: AppState) {
             if let Err(e) = crate::followups::tick(&st).await {
                 tracing::warn!(error = %e.problem, "running follow-ups failed");
             }
+            if let Err(e) = crate::push::tick(&st).await {
+                tracing::warn!(error = %e.problem, "push delivery failed");
+            }
             if let Err(e) = crate::reads::expire_due(&st).await {
                 tracing::warn!(error = %e.problem, "applying decision defaults failed");
             }

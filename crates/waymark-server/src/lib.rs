@@ -13,6 +13,7 @@ mod followups;
 mod junit;
 mod metrics;
 mod openapi;
+mod push;
 mod reads;
 mod recovery;
 mod schedule;
@@ -58,6 +59,8 @@ pub struct Config {
     pub decision_expiry_max: Duration,
     /// Longest long-poll wait.
     pub max_wait: Duration,
+    /// First retry delay of a failed push (doubling, at most 15 minutes).
+    pub push_retry_base: Duration,
 }
 
 impl Default for Config {
@@ -74,6 +77,7 @@ impl Default for Config {
             decision_expiry_default: Duration::from_secs(3600),
             decision_expiry_max: Duration::from_secs(30 * 24 * 3600),
             max_wait: Duration::from_secs(60),
+            push_retry_base: Duration::from_secs(2),
         }
     }
 }
@@ -150,6 +154,11 @@ pub fn app(state: AppState) -> Router {
         .route("/v1/devices/pair", post(steer::pair))
         .route("/v1/devices/{device}/session", post(steer::open_session))
         .route("/v1/commands", post(steer::submit))
+        .route(
+            "/v1/devices/{device}/push",
+            post(push::register).get(push::list),
+        )
+        .route("/v1/push/vapid", get(push::vapid))
         .route("/v1/snapshot", get(reads::snapshot))
         .route("/v1/events", get(reads::events))
         .route("/v1/blobs/{sha256}", get(reads::blob))

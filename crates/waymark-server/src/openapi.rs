@@ -5,7 +5,7 @@ use axum::Json;
 use utoipa::OpenApi;
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 
-use crate::{followups, reads, recovery, steer, worker};
+use crate::{followups, push, reads, recovery, steer, worker};
 
 #[derive(OpenApi)]
 #[openapi(
@@ -35,6 +35,9 @@ use crate::{followups, reads, recovery, steer, worker};
         steer::pair,
         steer::open_session,
         steer::submit,
+        push::register,
+        push::list,
+        push::vapid,
         reads::snapshot,
         reads::events,
         reads::blob,

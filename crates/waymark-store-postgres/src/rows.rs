@@ -283,3 +283,25 @@ pub(crate) fn followup_row(r: &PgRow) -> Result<FollowupRow> {
         created_at: get(r, "created_at")?,
     })
 }
+
+pub(crate) fn push_channel_row(r: &PgRow) -> Result<PushChannelRow> {
+    Ok(PushChannelRow {
+        id: get(r, "id")?,
+        device_id: get(r, "device_id")?,
+        user_id: get(r, "user_id")?,
+        kind: get(r, "kind")?,
+        endpoint: get(r, "endpoint")?,
+        p256dh: get(r, "p256dh")?,
+        auth: get(r, "auth")?,
+        cursor: get(r, "cursor")?,
+        attempts: get(r, "attempts")?,
+        delivered: get(r, "delivered")?,
+        failures: get(r, "failures")?,
+        consecutive_failures: get(r, "consecutive_failures")?,
+        last_error: get(r, "last_error")?,
+        last_attempt_at: get(r, "last_attempt_at")?,
+        next_attempt_at: get(r, "next_attempt_at")?,
+        created_at: get(r, "created_at")?,
+        revoked_at: get(r, "revoked_at")?,
+    })
+}

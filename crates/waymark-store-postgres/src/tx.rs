@@ -1101,6 +1101,96 @@ impl StoreTx for PgTx {
         Ok(n == 1)
     }
 
+    async fn insert_push_channel(&mut self, c: &PushChannelRow) -> Result<()> {
+        self.exec(
+            sqlx::query(
+                "INSERT INTO push_channels (id, device_id, user_id, kind, endpoint, p256dh, auth, cursor,
+                   attempts, delivered, failures, consecutive_failures, last_error, last_attempt_at,
+                   next_attempt_at, created_at, revoked_at)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17)",
+            )
+            .bind(&c.id)
+            .bind(&c.device_id)
+            .bind(&c.user_id)
+            .bind(&c.kind)
+            .bind(&c.endpoint)
+            .bind(&c.p256dh)
+            .bind(&c.auth)
+            .bind(c.cursor)
+            .bind(c.attempts)
+            .bind(c.delivered)
+            .bind(c.failures)
+            .bind(c.consecutive_failures)
+            .bind(&c.last_error)
+            .bind(c.last_attempt_at)
+            .bind(c.next_attempt_at)
+            .bind(c.created_at)
+            .bind(c.revoked_at),
+        )
+        .await
+        .map(drop)
+    }
+
+    async fn push_channels(&mut self, device_id: Option<&str>) -> Result<Vec<PushChannelRow>> {
+        match device_id {
+            Some(d) => {
+                self.all(
+                    sqlx::query("SELECT * FROM push_channels WHERE device_id = $1 ORDER BY created_at, id").bind(d),
+                    push_channel_row,
+                )
+                .await
+            }
+            None => {
+                self.all(
+                    sqlx::query("SELECT * FROM push_channels WHERE revoked_at IS NULL ORDER BY created_at, id"),
+                    push_channel_row,
+                )
+                .await
+            }
+        }
+    }
+
+    async fn update_push_channel(&mut self, c: &PushChannelRow) -> Result<()> {
+        self.exec(
+            sqlx::query(
+                "UPDATE push_channels SET cursor = $1, attempts = $2, delivered = $3, failures = $4,
+                   consecutive_failures = $5, last_error = $6, last_attempt_at = $7, next_attempt_at = $8,
+                   revoked_at = $9
+                 WHERE id = $10",
+            )
+            .bind(c.cursor)
+            .bind(c.attempts)
+            .bind(c.delivered)
+            .bind(c.failures)
+            .bind(c.consecutive_failures)
+            .bind(&c.last_error)
+            .bind(c.last_attempt_at)
+            .bind(c.next_attempt_at)
+            .bind(c.revoked_at)
+            .bind(&c.id),
+        )
+        .await
+        .map(drop)
+    }
+
+    async fn server_secret(&mut self, name: &str) -> Result<Option<String>> {
+        sqlx::query_scalar("SELECT value FROM server_secrets WHERE name = $1")
+            .bind(name)
+            .fetch_optional(&mut *self.tx)
+            .await
+            .map_err(db_err)
+    }
+
+    async fn insert_server_secret(&mut self, name: &str, value: &str) -> Result<()> {
+        self.exec(
+            sqlx::query("INSERT INTO server_secrets (name, value) VALUES ($1, $2)")
+                .bind(name)
+                .bind(value),
+        )
+        .await
+        .map(drop)
+    }
+
     async fn try_claim(&mut self, job: &str) -> Result<bool> {
         // A transaction-scoped advisory lock: released at commit or rollback, so a replica that
         // dies mid-job frees it at once.

@@ -428,6 +428,28 @@ fn followup_row(r: &SqliteRow) -> Result<FollowupRow> {
     })
 }
 
+fn push_channel_row(r: &SqliteRow) -> Result<PushChannelRow> {
+    Ok(PushChannelRow {
+        id: get(r, "id")?,
+        device_id: get(r, "device_id")?,
+        user_id: get(r, "user_id")?,
+        kind: get(r, "kind")?,
+        endpoint: get(r, "endpoint")?,
+        p256dh: get(r, "p256dh")?,
+        auth: get(r, "auth")?,
+        cursor: get(r, "cursor")?,
+        attempts: get(r, "attempts")?,
+        delivered: get(r, "delivered")?,
+        failures: get(r, "failures")?,
+        consecutive_failures: get(r, "consecutive_failures")?,
+        last_error: get(r, "last_error")?,
+        last_attempt_at: get(r, "last_attempt_at")?,
+        next_attempt_at: get(r, "next_attempt_at")?,
+        created_at: get(r, "created_at")?,
+        revoked_at: get(r, "revoked_at")?,
+    })
+}
+
 type Q<'q> = sqlx::query::Query<'q, Sqlite, sqlx::sqlite::SqliteArguments<'q>>;
 
 impl SqliteTx {
@@ -1383,6 +1405,96 @@ impl StoreTx for SqliteTx {
             )
             .await?;
         Ok(n == 1)
+    }
+
+    async fn insert_push_channel(&mut self, c: &PushChannelRow) -> Result<()> {
+        self.exec(
+            sqlx::query(
+                "INSERT INTO push_channels (id, device_id, user_id, kind, endpoint, p256dh, auth, cursor,
+                   attempts, delivered, failures, consecutive_failures, last_error, last_attempt_at,
+                   next_attempt_at, created_at, revoked_at)
+                 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            )
+            .bind(&c.id)
+            .bind(&c.device_id)
+            .bind(&c.user_id)
+            .bind(&c.kind)
+            .bind(&c.endpoint)
+            .bind(&c.p256dh)
+            .bind(&c.auth)
+            .bind(c.cursor)
+            .bind(c.attempts)
+            .bind(c.delivered)
+            .bind(c.failures)
+            .bind(c.consecutive_failures)
+            .bind(&c.last_error)
+            .bind(c.last_attempt_at)
+            .bind(c.next_attempt_at)
+            .bind(c.created_at)
+            .bind(c.revoked_at),
+        )
+        .await
+        .map(drop)
+    }
+
+    async fn push_channels(&mut self, device_id: Option<&str>) -> Result<Vec<PushChannelRow>> {
+        match device_id {
+            Some(d) => {
+                self.all(
+                    sqlx::query("SELECT * FROM push_channels WHERE device_id = ? ORDER BY created_at, id").bind(d),
+                    push_channel_row,
+                )
+                .await
+            }
+            None => {
+                self.all(
+                    sqlx::query("SELECT * FROM push_channels WHERE revoked_at IS NULL ORDER BY created_at, id"),
+                    push_channel_row,
+                )
+                .await
+            }
+        }
+    }
+
+    async fn update_push_channel(&mut self, c: &PushChannelRow) -> Result<()> {
+        self.exec(
+            sqlx::query(
+                "UPDATE push_channels SET cursor = ?, attempts = ?, delivered = ?, failures = ?,
+                   consecutive_failures = ?, last_error = ?, last_attempt_at = ?, next_attempt_at = ?,
+                   revoked_at = ?
+                 WHERE id = ?",
+            )
+            .bind(c.cursor)
+            .bind(c.attempts)
+            .bind(c.delivered)
+            .bind(c.failures)
+            .bind(c.consecutive_failures)
+            .bind(&c.last_error)
+            .bind(c.last_attempt_at)
+            .bind(c.next_attempt_at)
+            .bind(c.revoked_at)
+            .bind(&c.id),
+        )
+        .await
+        .map(drop)
+    }
+
+    async fn server_secret(&mut self, name: &str) -> Result<Option<String>> {
+        sqlx::query_scalar("SELECT value FROM server_secrets WHERE name = ?")
+            .bind(name)
+            .fetch_optional(&mut *self.tx)
+            .await
+            .map_err(backend)
+    }
+
+    async fn insert_server_secret(&mut self, name: &str, value: &str) -> Result<()> {
+        self.exec(
+            sqlx::query("INSERT INTO server_secrets (name, value) VALUES (?, ?)")
+                .bind(name)
+                .bind(value),
+        )
+        .await
+        .map(drop)
     }
 
     async fn try_claim(&mut self, _job: &str) -> Result<bool> {

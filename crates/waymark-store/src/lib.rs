@@ -238,6 +238,16 @@ pub trait StoreTx: Send {
         ran_at: i64,
         missed: i64,
     ) -> Result<bool>;
+    /// Adds a push channel.
+    async fn insert_push_channel(&mut self, c: &PushChannelRow) -> Result<()>;
+    /// Push channels, oldest first: one device's, or every live one when `None`.
+    async fn push_channels(&mut self, device_id: Option<&str>) -> Result<Vec<PushChannelRow>>;
+    /// Writes a push channel's mutable columns.
+    async fn update_push_channel(&mut self, c: &PushChannelRow) -> Result<()>;
+    /// A server secret by name.
+    async fn server_secret(&mut self, name: &str) -> Result<Option<String>>;
+    /// Stores a server secret; `Conflict` when it exists (the first writer wins).
+    async fn insert_server_secret(&mut self, name: &str, value: &str) -> Result<()>;
     /// Claims a background job for this transaction: `true` for exactly one replica at a time
     /// (held until the transaction ends), so sweeps and expiries run once.
     async fn try_claim(&mut self, job: &str) -> Result<bool>;

@@ -300,3 +300,28 @@ pub struct FollowupRow {
     pub missed: i64,
     pub created_at: i64,
 }
+
+/// A device's push channel; it follows the event log from its own cursor.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PushChannelRow {
+    pub id: String,
+    pub device_id: String,
+    pub user_id: String,
+    /// `web_push` or `unified_push`.
+    pub kind: String,
+    pub endpoint: String,
+    /// Web Push subscription keys (base64url).
+    pub p256dh: Option<String>,
+    pub auth: Option<String>,
+    /// The last event delivered (or skipped as not worth a push).
+    pub cursor: i64,
+    pub attempts: i64,
+    pub delivered: i64,
+    pub failures: i64,
+    pub consecutive_failures: i64,
+    pub last_error: Option<String>,
+    pub last_attempt_at: Option<i64>,
+    pub next_attempt_at: i64,
+    pub created_at: i64,
+    pub revoked_at: Option<i64>,
+}

@@ -616,6 +616,59 @@ pub async fn run_store_story(store: &dyn Store) {
     assert!(r.due_followups(4599).await.unwrap().is_empty());
     drop(r);
 
+    // push channels and server secrets
+    let mut tx = store.write().await.unwrap();
+    let mut ch = PushChannelRow {
+        id: "push_1".into(),
+        device_id: "dev_1".into(),
+        user_id: "usr_a".into(),
+        kind: "web_push".into(),
+        endpoint: "https://push.example/abc".into(),
+        p256dh: Some("pk".into()),
+        auth: Some("au".into()),
+        cursor: 7,
+        attempts: 0,
+        delivered: 0,
+        failures: 0,
+        consecutive_failures: 0,
+        last_error: None,
+        last_attempt_at: None,
+        next_attempt_at: 0,
+        created_at: 1,
+        revoked_at: None,
+    };
+    tx.insert_push_channel(&ch).await.unwrap();
+    tx.insert_server_secret("vapid", "k1").await.unwrap();
+    tx.commit().await.unwrap();
+    let mut tx = store.write().await.unwrap();
+    assert!(
+        matches!(
+            tx.insert_server_secret("vapid", "k2").await,
+            Err(StoreError::Conflict(_))
+        ),
+        "the first secret wins"
+    );
+    drop(tx);
+    let mut tx = store.write().await.unwrap();
+    ch.cursor = 9;
+    ch.attempts = 2;
+    ch.failures = 1;
+    ch.last_error = Some("503".into());
+    tx.update_push_channel(&ch).await.unwrap();
+    tx.commit().await.unwrap();
+    let mut r = store.read().await.unwrap();
+    assert_eq!(
+        r.server_secret("vapid").await.unwrap().as_deref(),
+        Some("k1")
+    );
+    assert!(r.server_secret("nope").await.unwrap().is_none());
+    assert_eq!(
+        r.push_channels(Some("dev_1")).await.unwrap(),
+        vec![ch.clone()]
+    );
+    assert_eq!(r.push_channels(None).await.unwrap(), vec![ch]);
+    drop(r);
+
     // control commands: pending until acknowledged, acknowledged once
     let mut tx = store.write().await.unwrap();
     for (id, at) in [("c1", 100), ("c2", 101)] {

@@ -10,6 +10,7 @@ mod chain;
 mod events;
 mod followups;
 mod junit;
+mod push;
 mod recovery;
 mod replicas;
 mod steer;

@@ -320,6 +320,28 @@ impl Harness {
         self.post("", "/v1/commands", envelope.clone()).await
     }
 
+    /// A read session token for a device (signed `open_session`).
+    pub async fn session_token(&self, d: &TestDevice) -> String {
+        let now = chrono::Utc::now();
+        let cmd = waymark_proto::SteerCommand {
+            command_id: waymark_proto::ids::command(),
+            task_id: None,
+            expected_plan_revision: None,
+            operation: waymark_proto::Operation::OpenSession,
+            scope: vec![],
+            args: Value::Null,
+            issued_by: format!("user:{}", d.user),
+            device_id: d.id.clone(),
+            issued_at: now,
+            expires_at: now + chrono::Duration::minutes(1),
+        };
+        let (s, v) = self
+            .post("", &format!("/v1/devices/{}/session", d.id), d.sign(&cmd))
+            .await;
+        assert_eq!(s, StatusCode::CREATED, "{v}");
+        v["token"].as_str().unwrap().to_owned()
+    }
+
     pub async fn revision(&self, task: &str) -> i64 {
         self.detail(task).await["task"]["plan_revision"]
             .as_i64()
