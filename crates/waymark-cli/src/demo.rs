@@ -1,7 +1,9 @@
 //! `waymark demo`: the seed scenario as a real agent run on this machine. Without `--server`
 //! it starts an embedded control plane in a temporary data dir; it always runs the deploy
 //! service as a separate process (unless given `--deploy-url`), because a write gateway that
-//! lives and dies with its caller proves nothing about crashes.
+//! lives and dies with its caller proves nothing about crashes. The task has a token budget:
+//! the fix crosses 80% and opens a budget decision, answered with `--budget-choice` (through
+//! the admin route, like `--approve`) or by a person, or closed by its default on expiry.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -13,7 +15,9 @@ use clap::{Args, Subcommand, ValueEnum};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
 use waymark_server::{Config, DataDir};
 use waymark_worker::Error as SdkError;
-use waymark_worker::demo::{self, AutoApprove, DemoConfig, DemoError, Progress, Scenario};
+use waymark_worker::demo::{
+    self, AutoApprove, BudgetChoice, BudgetPlan, DemoConfig, DemoError, Progress, Scenario,
+};
 
 use crate::output::{CliResult, Exit, Failure, emit};
 use crate::serve::{admin_failure, serve_failure};
@@ -38,6 +42,13 @@ pub(crate) struct DemoArgs {
     /// Answer the deploy approval itself (needs the admin token; embedded mode has it).
     #[arg(long, value_enum)]
     approve: Option<ApproveArg>,
+    /// Answer the budget decision itself (needs the admin token); without it a person answers,
+    /// or the default (`relevant_tests`) applies when it expires.
+    #[arg(long, value_enum)]
+    budget_choice: Option<BudgetChoiceArg>,
+    /// How long a budget decision waits for an answer before its default applies.
+    #[arg(long, default_value_t = 15)]
+    budget_decision_seconds: u64,
     /// The task to resume (`--scenario resume`).
     #[arg(long)]
     task: Option<String>,
@@ -79,6 +90,24 @@ enum ScenarioArg {
     HangPastLease,
     /// Attach to `--task`, start a new attempt, reconcile and continue.
     Resume,
+    /// The promo service the tests call keeps timing out: past the retry bound the patch is
+    /// delivered partially, listing what was and was not verified.
+    FlakyTests,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum BudgetChoiceArg {
+    /// Run only the tests touching the changed file.
+    #[value(name = "relevant_tests")]
+    RelevantTests,
+    /// Run the whole suite.
+    #[value(name = "full_suite")]
+    FullSuite,
+    /// Stop and deliver the patch with the checks already done (`partially_delivered`).
+    #[value(name = "deliver_patch")]
+    DeliverPatch,
+    /// Answer nothing: the stated default applies when the decision expires.
+    Default,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -137,6 +166,7 @@ pub(crate) async fn run(args: DemoArgs, json: bool) -> CliResult {
         ScenarioArg::CrashAfterCommit => Scenario::CrashAfterCommit,
         ScenarioArg::HangPastLease => Scenario::HangPastLease,
         ScenarioArg::Resume => Scenario::Resume,
+        ScenarioArg::FlakyTests => Scenario::FlakyTests,
     };
     match (scenario, &args.task) {
         (Scenario::Resume, None) => {
@@ -161,6 +191,9 @@ pub(crate) async fn run(args: DemoArgs, json: bool) -> CliResult {
     }
     if args.lease_seconds == 0 {
         return Err(usage("`--lease-seconds` must be at least 1"));
+    }
+    if args.budget_decision_seconds == 0 {
+        return Err(usage("`--budget-decision-seconds` must be at least 1"));
     }
     let workdir = match args.workdir.clone() {
         Some(w) => {
@@ -247,7 +280,16 @@ pub(crate) async fn run(args: DemoArgs, json: bool) -> CliResult {
         lease: Duration::from_secs(args.lease_seconds),
         worker: format!("demo@{}", std::process::id()),
     };
-    let result = demo::run(cfg, reporter).await;
+    let plan = BudgetPlan {
+        choice: args.budget_choice.map(|c| match c {
+            BudgetChoiceArg::RelevantTests => BudgetChoice::RelevantTests,
+            BudgetChoiceArg::FullSuite => BudgetChoice::FullSuite,
+            BudgetChoiceArg::DeliverPatch => BudgetChoice::DeliverPatch,
+            BudgetChoiceArg::Default => BudgetChoice::Default,
+        }),
+        decision_wait: Duration::from_secs(args.budget_decision_seconds),
+    };
+    let result = demo::run_with(cfg, plan, reporter).await;
     if let Some(mut c) = child {
         let _ = c.start_kill();
         let _ = c.wait().await;
@@ -265,19 +307,37 @@ pub(crate) async fn run(args: DemoArgs, json: bool) -> CliResult {
     let summary = result.map_err(demo_failure)?;
     let value = serde_json::to_value(&summary).unwrap_or_default();
     emit(json, &value, || {
+        let spent = match summary.usage.tokens {
+            0 => String::new(),
+            t => format!(" · {} tokens, ${:.2}", grouped(t), summary.usage.cost_usd),
+        };
         format!(
-            "\n{} {} — {}\n  task {} · repo {}",
+            "\n{} {} — {}\n  task {} · repo {}{spent}",
             match summary.outcome {
                 waymark_proto::FinishOutcome::Completed => "✔",
                 _ => "•",
             },
             summary.outcome,
-            summary.summary,
+            // A partial delivery's lists, indented under the outcome.
+            summary.summary.replace('\n', "\n  "),
             summary.task_id,
             summary.repo.display()
         )
     });
     Ok(())
+}
+
+/// `35200` → `35,200`.
+fn grouped(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
 }
 
 /// Starts `waymark demo deploy-service` as a child of this binary; returns it and its URL.

@@ -3,6 +3,7 @@
 //! conflict, 2 usage, 3 cannot reach the server.
 
 mod admin;
+mod chaos;
 mod client;
 mod demo;
 mod output;
@@ -37,6 +38,8 @@ enum Command {
     Client(client::ClientCommand),
     /// Run the seed scenario as a real agent run (an embedded control plane unless `--server`).
     Demo(demo::DemoArgs),
+    /// Break things on purpose (kill -9, crashes, stale workers, duplicates, partitions) and count what survived.
+    Chaos(chaos::ChaosArgs),
 }
 
 /// Where the control plane keeps its data: `--data-dir`, else `$WAYMARK_DATA_DIR`, else the
@@ -71,6 +74,7 @@ fn main() -> ExitCode {
             Command::Admin(args) => admin::run(args, json).await,
             Command::Client(cmd) => client::run(cmd, json).await,
             Command::Demo(args) => demo::run(args, json).await,
+            Command::Chaos(args) => chaos::run(args, json).await,
         }
     });
     match result {

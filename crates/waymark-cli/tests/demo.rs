@@ -156,7 +156,14 @@ fn summary(out: &Output) -> Value {
 fn a_worker_that_crashes_after_the_deploy_committed_is_resumed_and_the_deploy_happens_once() {
     let s = Setup::start();
     let crashed = s
-        .demo(&["--scenario", "crash-after-commit", "--approve", "yes"])
+        .demo(&[
+            "--scenario",
+            "crash-after-commit",
+            "--approve",
+            "yes",
+            "--budget-choice",
+            "relevant_tests",
+        ])
         .output()
         .unwrap();
     assert_eq!(crashed.status.code(), Some(70), "{}", text(&crashed.stderr));
@@ -202,7 +209,14 @@ fn a_worker_that_crashes_after_the_deploy_committed_is_resumed_and_the_deploy_ha
 fn a_worker_hung_past_its_lease_is_refused_by_the_deploy_service_after_a_second_worker_deployed() {
     let s = Setup::start();
     let hung = s
-        .demo(&["--scenario", "hang-past-lease", "--approve", "yes"])
+        .demo(&[
+            "--scenario",
+            "hang-past-lease",
+            "--approve",
+            "yes",
+            "--budget-choice",
+            "relevant_tests",
+        ])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -260,13 +274,16 @@ fn a_worker_hung_past_its_lease_is_refused_by_the_deploy_service_after_a_second_
 fn the_embedded_demo_runs_whole_with_one_command_and_reports_what_it_did() {
     let dir = tempfile::tempdir().unwrap();
     let out = waymark()
-        .args(["demo", "--approve", "no", "--json", "--workdir"])
+        .args(["demo", "--approve", "no", "--budget-choice", "full_suite"])
+        .args(["--json", "--workdir"])
         .arg(dir.path())
         .output()
         .unwrap();
     let v = summary(&out);
     assert_eq!(v["outcome"], "partially_delivered");
     assert_eq!(v["decision"]["option"], "deny");
+    assert_eq!(v["budget"][0]["option"], "full_suite");
+    assert_eq!(v["verification"]["tests"], 12);
     assert!(v["deploy"].is_null());
     let names: Vec<_> = v["artifacts"]
         .as_array()
@@ -281,6 +298,106 @@ fn the_embedded_demo_runs_whole_with_one_command_and_reports_what_it_did() {
     assert!(dir.path().join("server/waymark.db").exists());
 }
 
+/// An embedded demo run with `args`, in a temporary workdir.
+fn embedded(args: &[&str]) -> (tempfile::TempDir, Output) {
+    let dir = tempfile::tempdir().unwrap();
+    let out = waymark()
+        .arg("demo")
+        .args(args)
+        .arg("--workdir")
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    (dir, out)
+}
+
+#[test]
+fn deliver_patch_stops_before_verifying_and_the_terminal_lists_what_was_not_verified() {
+    let (_dir, out) = embedded(&["--approve", "yes", "--budget-choice", "deliver_patch"]);
+    let said = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{said}\n{}", text(&out.stderr));
+    // The threshold is crossed after the fix, and the options say what they give up.
+    let fix = said.find("       fix  committed").expect(&said);
+    let asks = said.find("asks: 80% of the budget is spent").expect(&said);
+    assert!(fix < asks, "{said}");
+    assert!(
+        said.contains("· deliver_patch — Stop and deliver the patch"),
+        "{said}"
+    );
+    assert!(said.contains("gives up the other 7 tests"), "{said}");
+    assert!(
+        said.contains("answered `deliver_patch` through the admin route (--budget-choice)"),
+        "{said}"
+    );
+    assert!(said.contains("    verify  skipped"), "{said}");
+    assert!(
+        !said.contains("  approval  "),
+        "no approval is asked: {said}"
+    );
+    assert!(
+        said.contains("• partially_delivered — Partially delivered: the patch "),
+        "{said}"
+    );
+    assert!(
+        said.contains("\n  Verified:\n  - the alert reproduced"),
+        "{said}"
+    );
+    assert!(
+        said.contains("\n  Not verified:\n  - the patch at "),
+        "{said}"
+    );
+    assert!(
+        said.contains("  - the deploy to staging: not done — the budget choice `deliver_patch`"),
+        "{said}"
+    );
+}
+
+#[test]
+fn without_a_budget_choice_the_stated_default_applies_when_nobody_answers() {
+    let (_dir, out) = embedded(&[
+        "--approve",
+        "yes",
+        "--budget-decision-seconds",
+        "1",
+        "--json",
+    ]);
+    let v = summary(&out);
+    assert_eq!(v["outcome"], "completed");
+    assert_eq!(v["budget"][0]["status"], "expired");
+    assert_eq!(v["budget"][0]["option"], "relevant_tests");
+    assert_eq!(v["budget"][0]["by"], "default");
+    assert_eq!(v["verification"]["scope"], "relevant_tests");
+    assert_eq!(v["verification"]["selection"][0], "tests/test_cart.py");
+    assert_eq!(v["deploy"]["resolution"], "ran");
+    assert!(v["usage"]["tokens"].as_u64().unwrap() < 40_000, "{v}");
+}
+
+#[test]
+fn flaky_tests_past_the_retry_bound_finish_partially_delivered_with_both_lists() {
+    let (_dir, out) = embedded(&[
+        "--scenario",
+        "flaky-tests",
+        "--approve",
+        "yes",
+        "--budget-choice",
+        "relevant_tests",
+        "--json",
+    ]);
+    let v = summary(&out);
+    assert_eq!(v["outcome"], "partially_delivered");
+    assert_eq!(v["verification"]["tries"], 3);
+    assert_eq!(v["verification"]["passed_all"], false);
+    assert!(v["deploy"].is_null());
+    let verified = v["verified"].to_string();
+    assert!(verified.contains("test_percentage_discount` passes"), "{v}");
+    let not_verified = v["not_verified"].to_string();
+    assert!(
+        not_verified.contains("test_promo_code_from_the_promo_service"),
+        "{v}"
+    );
+    assert!(not_verified.contains("did not pass in 3 tries"), "{v}");
+}
+
 #[test]
 fn usage_mistakes_exit_2_and_an_unreachable_server_exits_3() {
     let out = waymark()
@@ -290,6 +407,16 @@ fn usage_mistakes_exit_2_and_an_unreachable_server_exits_3() {
     assert_eq!(out.status.code(), Some(2));
     assert!(
         text(&out.stderr).contains("--task"),
+        "{}",
+        text(&out.stderr)
+    );
+    let out = waymark()
+        .args(["demo", "--budget-choice", "sideways"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("relevant_tests"),
         "{}",
         text(&out.stderr)
     );

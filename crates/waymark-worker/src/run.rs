@@ -690,8 +690,15 @@ impl Run {
         .map(drop)
     }
 
-    /// Reports spend since the last report.
-    pub async fn usage(&self, tokens: u64, cost_usd: f64, wall_seconds: u64) -> Result<Task> {
+    /// Reports spend since the last report (deltas). The reply carries the task's new totals
+    /// and, when this report crossed a budget threshold, the budget decision it opened: wait
+    /// for it with [`Run::budget_choice`] and follow the option chosen.
+    pub async fn usage(
+        &self,
+        tokens: u64,
+        cost_usd: f64,
+        wall_seconds: u64,
+    ) -> Result<UsageReported> {
         let req = ReportUsage {
             attempt_id: Some(self.shared.attempt.id.clone()),
             fence: Some(self.fence()),
@@ -762,6 +769,18 @@ impl Run {
     pub async fn decision(&self, req: RequestDecision) -> Result<Decision> {
         let d = self.open_decision(req).await?;
         self.await_decision(&d.id).await
+    }
+
+    /// Waits for the person's choice on a budget decision (or the stated default once it
+    /// expires) and returns the closed decision; [`chosen_option`] says what to do. Call it at
+    /// a step boundary, with no effect in progress: the lease stays renewed while it waits,
+    /// and nothing outside changes until the choice is known. A decision already closed is
+    /// returned as it is.
+    pub async fn budget_choice(&self, decision: &Decision) -> Result<Decision> {
+        if decision.status != DecisionStatus::Pending {
+            return Ok(decision.clone());
+        }
+        self.await_decision(&decision.id).await
     }
 
     /// Long-polls a decision until it is no longer pending. The lease stays renewed while it

@@ -1,11 +1,17 @@
 //! The demo agent: the seeds' incident scenario as a real run. An alert names a failing test
 //! in a real git repository; the agent reproduces it, patches, re-verifies, asks approval to
 //! deploy to staging, and deploys through the reference deploy service — checkpointing at each
-//! boundary. Scenarios inject the failures recovery exists for (a crash after the provider
-//! committed, a worker hung past its lease, a second worker resuming). Nothing here prints:
-//! progress goes to a [`Reporter`], and the CLI decides how it reads.
+//! boundary. It reports what each step spends against a token budget; the fix crosses 80%, and
+//! the budget decision that opens decides how the patch is verified (only the tests touching
+//! the change, the full suite, or none: deliver the patch as it is). Verification is retried
+//! up to a bound; past it the run delivers partially, listing what was and was not verified.
+//! Scenarios inject the failures recovery exists for (a crash after the provider committed, a
+//! worker hung past its lease, a second worker resuming, a flaky upstream in the tests).
+//! Nothing here prints: progress goes to a [`Reporter`], and the CLI decides how it reads.
 
+mod budget;
 mod repo;
+mod verify;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -21,6 +27,8 @@ use crate::effect::{ProviderError, Resolution};
 use crate::run::{ApprovalOptions, AttemptOptions, Run, chosen_option};
 use crate::{Client, Error};
 
+pub use budget::{BudgetChoice, BudgetPlan};
+use budget::{Ledger, TOKENS_DELIVER, TOKENS_FIX, TOKENS_REPRODUCE};
 use repo::{FAILING_TEST, Repo};
 
 /// Plan step ids.
@@ -46,6 +54,9 @@ pub enum Scenario {
     HangPastLease,
     /// Attach to an existing task (`task`), start a new attempt, reconcile and continue.
     Resume,
+    /// The promo service the tests call times out, more times than verification may be tried:
+    /// past the bound the run delivers the patch partially, listing what was not verified.
+    FlakyTests,
 }
 
 /// How the demo answers its own approval (through the admin route, so it needs the admin
@@ -123,11 +134,13 @@ pub enum DemoError {
     Resume(String),
 }
 
-/// The decision, as the summary shows it.
+/// A decision, as the summary shows it.
 #[derive(Debug, Clone, Serialize)]
 pub struct DecisionSummary {
     /// `dec_…`.
     pub id: String,
+    /// What it asked.
+    pub question: String,
     /// `resolved`, `expired`, `void`.
     pub status: DecisionStatus,
     /// The option that applied.
@@ -151,6 +164,31 @@ pub struct DeploySummary {
     pub receipt: Value,
 }
 
+/// How the patch was verified.
+#[derive(Debug, Clone, Serialize)]
+pub struct VerificationSummary {
+    /// `relevant_tests` (the test files touching the change) or `full_suite`.
+    pub scope: String,
+    /// The test files run (empty: the whole suite).
+    pub selection: Vec<String>,
+    /// The pytest command of the last try.
+    pub command: String,
+    /// Tests the last try ran.
+    pub tests: u64,
+    /// Of which passed.
+    pub passed: u64,
+    /// Tests in the whole suite.
+    pub suite: u64,
+    /// Tries made (bounded).
+    pub tries: u32,
+    /// Whether the last try passed.
+    pub passed_all: bool,
+    /// The last try's failing tests (`node id: message`).
+    pub failing: Vec<String>,
+    /// The last try's receipt.
+    pub receipt: String,
+}
+
 /// What a finished demo run produced.
 #[derive(Debug, Clone, Serialize)]
 pub struct DemoSummary {
@@ -170,6 +208,16 @@ pub struct DemoSummary {
     pub commit: Option<String>,
     /// The approval.
     pub decision: Option<DecisionSummary>,
+    /// The budget decisions the run's spend opened, and how each closed.
+    pub budget: Vec<DecisionSummary>,
+    /// Spend reported, as the control plane totals it.
+    pub usage: Usage,
+    /// How the patch was verified (absent when no test ran on it).
+    pub verification: Option<VerificationSummary>,
+    /// What was verified (for a partial delivery: what the summary lists).
+    pub verified: Vec<String>,
+    /// What was not verified or not done.
+    pub not_verified: Vec<String>,
     /// The deploy.
     pub deploy: Option<DeploySummary>,
     /// Artifacts: (name, sha256).
@@ -213,9 +261,11 @@ impl Done {
 
 struct Demo {
     cfg: DemoConfig,
+    plan: BudgetPlan,
     report: Reporter,
     client: Client,
     deploy: DeployClient,
+    ledger: std::sync::Mutex<Ledger>,
 }
 
 impl Demo {
@@ -227,16 +277,31 @@ impl Demo {
     }
 }
 
-/// Runs the demo scenario to its end.
+/// Runs the demo scenario to its end; budget decisions wait for a person (or their default,
+/// after [`BudgetPlan::default`]'s wait).
 pub async fn run(cfg: DemoConfig, report: Reporter) -> Result<DemoSummary, DemoError> {
+    run_with(cfg, BudgetPlan::default(), report).await
+}
+
+/// Runs the demo scenario to its end, answering budget decisions as `plan` says.
+pub async fn run_with(
+    cfg: DemoConfig,
+    plan: BudgetPlan,
+    report: Reporter,
+) -> Result<DemoSummary, DemoError> {
     let client = Client::new(&cfg.server, cfg.token.clone())?;
     client.health().await?;
     let deploy = DeployClient::new(&cfg.deploy_url)?;
     let demo = Demo {
         cfg,
+        plan,
         report,
         client,
         deploy,
+        ledger: std::sync::Mutex::new(Ledger {
+            last_report: Some(std::time::Instant::now()),
+            ..Ledger::default()
+        }),
     };
     match demo.cfg.scenario {
         Scenario::Resume => demo.resume().await,
@@ -253,7 +318,11 @@ fn plan() -> Vec<PlanStep> {
     vec![
         step(REPRODUCE, "Reproduce the failing test", &[]),
         step(FIX, "Patch the bug", &[REPRODUCE]),
-        step(VERIFY, "Re-run the suite", &[FIX]),
+        step(
+            VERIFY,
+            "Re-run the tests (as the budget allows, retried up to a bound)",
+            &[FIX],
+        ),
         step(DEPLOY, "Deploy to staging (needs approval)", &[VERIFY]),
     ]
 }
@@ -271,12 +340,43 @@ impl Demo {
     }
 
     async fn fresh(&self) -> Result<DemoSummary, DemoError> {
-        let repo = Repo::create(&self.cfg.workdir.join(SERVICE)).await?;
+        let mut repo = Repo::create(&self.cfg.workdir.join(SERVICE)).await?;
         let head = repo.head().await?;
+        let suite = repo.collect().await?;
         self.say(
             "repo",
-            format!("created {} at {}", repo.path.display(), short(&head)),
+            format!(
+                "created {} at {} ({} tests)",
+                repo.path.display(),
+                short(&head),
+                suite.len()
+            ),
         );
+        if self.cfg.scenario == Scenario::FlakyTests {
+            let outage = self.cfg.workdir.join("promo-outage");
+            std::fs::write(&outage, budget::PROMO_OUTAGE_CALLS.to_string()).map_err(|e| {
+                DemoError::Tool {
+                    command: format!("write {}", outage.display()),
+                    reason: e.to_string(),
+                }
+            })?;
+            repo.test_env
+                .push(("DEMO_PROMO_OUTAGE".into(), outage.display().to_string()));
+            self.say(
+                "scenario",
+                format!(
+                    "the promo service the tests call will time out on its next {} calls (a flaky upstream)",
+                    budget::PROMO_OUTAGE_CALLS
+                ),
+            );
+        }
+        let alert_file = FAILING_TEST.split("::").next().unwrap_or_default();
+        let relevant = suite
+            .iter()
+            .filter(|t| t.starts_with(&format!("{alert_file}::")))
+            .count();
+        let task_budget = self.plan.budget(suite.len(), relevant);
+        self.ledger().suite = suite;
         let alert = format!(
             "ALERT {SERVICE}: `{FAILING_TEST}` fails on main at {} — orders with a 10% promo are charged the wrong total",
             short(&head)
@@ -287,13 +387,10 @@ impl Demo {
             .create_task(&CreateTask {
                 title: "Fix the failing checkout discount test and deploy to staging".into(),
                 goal: format!(
-                    "{alert}.\nAcceptance: the suite passes at the fixed commit, the diff is reviewed, and staging runs it after approval."
+                    "{alert}.\nAcceptance: the tests pass at the fixed commit (the whole suite, or what the budget allows), the diff is reviewed, and staging runs it after approval."
                 ),
                 runtime: Some("waymark-demo".into()),
-                budget: Budget {
-                    max_wall_seconds: Some(3600),
-                    ..Budget::default()
-                },
+                budget: task_budget,
                 plan: plan(),
                 materials: Materials {
                     repo: Some(repo.path.display().to_string()),
@@ -302,6 +399,15 @@ impl Demo {
             })
             .await?;
         self.say("task", format!("{} — {}", task.id, task.title));
+        self.say(
+            "budget",
+            format!(
+                "{} tokens; at 80% and 100% a person chooses how to go on (default `{}`, after {} s)",
+                budget::thousands(task.budget.max_tokens.unwrap_or_default()),
+                task.budget.default_option.as_deref().unwrap_or("-"),
+                task.budget.decision_seconds.unwrap_or_default()
+            ),
+        );
         let run = self.client.start_attempt(&task.id, self.options()).await?;
         self.say(
             "attempt",
@@ -320,7 +426,7 @@ impl Demo {
             },
             NewMessage {
                 role: "assistant".into(),
-                text: "I'll reproduce the failure first, then patch, re-run the whole suite and ask before deploying to staging.".into(),
+                text: "I'll reproduce the failure first, then patch, re-run the tests as far as the budget allows and ask before deploying to staging.".into(),
             },
         ])
         .await?;
@@ -357,6 +463,19 @@ impl Demo {
             )));
         }
         let repo = Repo::create(&repo_path).await?;
+        {
+            let suite = repo.collect().await?;
+            let mut ledger = self.ledger();
+            ledger.suite = suite;
+            ledger.choice = detail
+                .decisions
+                .iter()
+                .filter(|d| d.kind == DecisionKind::Budget)
+                .filter_map(|d| chosen_option(d).map(str::to_owned))
+                .next_back();
+            ledger.usage = detail.task.usage.clone();
+            ledger.budget = detail.task.budget.clone();
+        }
         if let Some(holder) = detail
             .attempts
             .iter()
@@ -437,7 +556,7 @@ impl Demo {
                 completed_steps: done.steps.clone(),
                 pending_step: pending,
                 effects,
-                budget_remaining: None,
+                budget_remaining: self.remaining(),
                 materials: Some(Materials {
                     repo: None,
                     commit: done.commit.clone(),
@@ -463,7 +582,9 @@ impl Demo {
         if !done.has(REPRODUCE) {
             run.wait_if_paused().await?;
             let head = repo.head().await?;
-            let t = repo.test(&workdir.join("junit-reproduce.xml")).await?;
+            let t = repo
+                .test(&workdir.join("junit-reproduce.xml"), &[FAILING_TEST.into()])
+                .await?;
             let receipt = run
                 .test_receipt(
                     Some(REPRODUCE),
@@ -488,6 +609,8 @@ impl Demo {
                 short(&receipt.junit_sha256)
             );
             self.say(REPRODUCE, line.clone());
+            self.ledger().reproduced =
+                (!receipt.passed).then(|| (head.clone(), receipt.id.clone()));
             done.commit = Some(head);
             done.add(CompletedStep {
                 step: REPRODUCE.into(),
@@ -495,6 +618,8 @@ impl Demo {
                 verified: !receipt.passed,
             });
             run.say(format!("Reproduced the alert: {line}.")).await?;
+            self.spend(run, &done, REPRODUCE, TOKENS_REPRODUCE, FIX)
+                .await?;
             let cp = self
                 .checkpoint(
                     run,
@@ -561,62 +686,14 @@ impl Demo {
                 "checkpoint",
                 format!("#{} {}", cp.sequence, short(&cp.digest)),
             );
+            // The fix is where the budget runs low: a person chooses how it is verified.
+            self.spend(run, &done, FIX, TOKENS_FIX, VERIFY).await?;
         }
         if !done.has(VERIFY) {
-            run.wait_if_paused().await?;
-            let head = repo.head().await?;
-            let t = repo.test(&workdir.join("junit-verify.xml")).await?;
-            let receipt = run
-                .test_receipt(
-                    Some(VERIFY),
-                    &t.command,
-                    t.exit_code,
-                    Some(&head),
-                    t.junit_xml,
-                )
-                .await?;
-            let line = format!(
-                "{} of {} passed at {} (receipt {}, junit {})",
-                receipt.totals.passed,
-                receipt.totals.tests,
-                short(&head),
-                receipt.id,
-                short(&receipt.junit_sha256)
-            );
-            self.say(VERIFY, line.clone());
-            if !receipt.passed {
-                run.say(format!(
-                    "The suite still fails after the patch: {line}. Stopping; nothing was deployed."
-                ))
-                .await?;
-                let summary =
-                    format!("the patch did not make the suite pass ({line}); nothing deployed");
-                run.finish(FinishOutcome::Failed, Some(summary.clone()))
-                    .await?;
-                return self
-                    .summary(run, repo, &done, FinishOutcome::Failed, summary, None, None)
-                    .await;
+            match self.verify(run, repo, done).await? {
+                verify::Next::Continue(d) => done = d,
+                verify::Next::Finished(summary) => return Ok(*summary),
             }
-            done.add(CompletedStep {
-                step: VERIFY.into(),
-                artifact_digests: vec![receipt.junit_sha256.clone()],
-                verified: true,
-            });
-            run.say(format!("Verified: {line}.")).await?;
-            let cp = self
-                .checkpoint(
-                    run,
-                    &done,
-                    "step_completed",
-                    None,
-                    vec![],
-                    "suite passes".into(),
-                )
-                .await?;
-            self.say(
-                "checkpoint",
-                format!("#{} {}", cp.sequence, short(&cp.digest)),
-            );
         }
         self.deliver(run, repo, done).await
     }
@@ -668,9 +745,22 @@ impl Demo {
                 self.wait_for(run, d).await?
             }
             None => {
+                // Preparing the deploy spends too; a budget decision it opens comes first.
+                if self
+                    .spend(run, &done, DEPLOY, TOKENS_DELIVER, DEPLOY)
+                    .await?
+                    .as_deref()
+                    == Some(budget::DELIVER_PATCH)
+                {
+                    let by = self.ledger().last_budget_decision();
+                    return self
+                        .stop(run, repo, done, &commit, verify::Stop::Budget(by), None)
+                        .await;
+                }
                 let summary = format!(
-                    "Deploy {SERVICE} {} to staging? Suite passes; diff fix.diff {}.",
+                    "Deploy {SERVICE} {} to staging? {}; diff fix.diff {}.",
                     short(&commit),
+                    self.ledger().verified_line(),
                     short(&diff)
                 );
                 let d = run
@@ -744,14 +834,20 @@ impl Demo {
         );
         let decision_summary = DecisionSummary {
             id: decision.id.clone(),
+            question: decision.question.clone(),
             status: decision.status,
             option: option.clone(),
             by,
             intent_digest: decision.intent_digest.clone(),
         };
         if option.as_deref() != Some("approve") {
+            let stop = if self.cfg.approve == Some(AutoApprove::Report) {
+                verify::Stop::ReportOnly(decision.id.clone())
+            } else {
+                verify::Stop::Denied(decision.id.clone())
+            };
             return self
-                .report_only(run, repo, done, &commit, decision_summary)
+                .stop(run, repo, done, &commit, stop, Some(decision_summary))
                 .await;
         }
 
@@ -838,10 +934,13 @@ impl Demo {
             "checkpoint",
             format!("#{} {}", cp.sequence, short(&cp.digest)),
         );
+        let verified = self.ledger().verified_line();
         let summary = format!(
-            "Fixed the percentage discount (fix.diff {}), suite passes at {}, deployed to staging as {deploy_id} with approval {}.",
+            "Fixed the percentage discount (fix.diff {}); at {}: {}{}; deployed to staging as {deploy_id} with approval {}.",
             short(&diff),
             short(&commit),
+            verified[..1].to_lowercase(),
+            &verified[1..],
             decision.id
         );
         run.say(summary.clone()).await?;
@@ -865,6 +964,22 @@ impl Demo {
         .await
     }
 
+    /// Answers decision `id` with `option` through the admin route.
+    async fn resolve_as_admin(&self, admin: &str, id: &str, option: &str) -> Result<(), DemoError> {
+        let admin = Client::new(&self.cfg.server, admin.to_owned())?;
+        let _: Decision = admin
+            .call(
+                reqwest::Method::POST,
+                &format!("/v1/admin/decisions/{id}/resolve"),
+                &[],
+                crate::client::Payload::json(&json!({ "option": option }))?,
+                crate::client::Resend::IfUndelivered,
+                None,
+            )
+            .await?;
+        Ok(())
+    }
+
     /// Resolves the approval itself when told to, else tells a person how, and waits.
     async fn wait_for(&self, run: &Run, d: &Decision) -> Result<Decision, DemoError> {
         let path = format!("/v1/admin/decisions/{}/resolve", d.id);
@@ -875,17 +990,7 @@ impl Demo {
                 } else {
                     "deny"
                 };
-                let admin = Client::new(&self.cfg.server, admin.clone())?;
-                let _: Decision = admin
-                    .call(
-                        reqwest::Method::POST,
-                        &path,
-                        &[],
-                        crate::client::Payload::json(&json!({ "option": option }))?,
-                        crate::client::Resend::IfUndelivered,
-                        None,
-                    )
-                    .await?;
+                self.resolve_as_admin(admin, &d.id, option).await?;
                 self.say(
                     "approval",
                     format!("answered `{option}` through the admin route (--approve)"),
@@ -957,111 +1062,6 @@ impl Demo {
         }
     }
 
-    /// Denied (or "report only"): writes the report artifact and finishes.
-    async fn report_only(
-        &self,
-        run: &Run,
-        repo: &Repo,
-        mut done: Done,
-        commit: &str,
-        decision: DecisionSummary,
-    ) -> Result<DemoSummary, DemoError> {
-        let report_only = self.cfg.approve == Some(AutoApprove::Report);
-        let detail = self.client.task(run.task_id()).await?;
-        let mut text = format!(
-            "# Incident report: {SERVICE} percentage discount\n\n## What happened\n\n`{FAILING_TEST}` failed: a 10% discount divided by 10 instead of 100, so promo orders were charged the wrong total.\n\n## What was done\n\n"
-        );
-        for s in &done.steps {
-            text.push_str(&format!(
-                "* `{}` — verified: {}; artifacts: {}\n",
-                s.step,
-                s.verified,
-                s.artifact_digests
-                    .iter()
-                    .map(|d| format!("`{}`", short(d)))
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            ));
-        }
-        text.push_str("\n## Test receipts\n\n");
-        for r in &detail.test_receipts {
-            text.push_str(&format!(
-                "* {} `{}` at {}: {} passed, {} failed — {}\n",
-                r.step.as_deref().unwrap_or("-"),
-                r.command,
-                r.commit.as_deref().map(short).unwrap_or("-"),
-                r.totals.passed,
-                r.totals.failures + r.totals.errors,
-                if r.passed { "pass" } else { "FAIL" }
-            ));
-        }
-        text.push_str(&format!(
-            "\n## Not done\n\nThe fix ({}) was **not deployed** to staging: approval {} was {} ({}).\n",
-            short(commit),
-            decision.id,
-            decision.option.as_deref().unwrap_or("not given"),
-            if report_only { "stop and only write the report" } else { "denied" }
-        ));
-        let artifact = run
-            .artifact(
-                "report.md",
-                "text/markdown",
-                text.into_bytes(),
-                Some(REPORT),
-            )
-            .await?;
-        self.say(
-            REPORT,
-            format!(
-                "report.md {} ({} bytes)",
-                short(&artifact.sha256),
-                artifact.size
-            ),
-        );
-        done.add(CompletedStep {
-            step: REPORT.into(),
-            artifact_digests: vec![artifact.sha256.clone()],
-            verified: false,
-        });
-        let cp = self
-            .checkpoint(
-                run,
-                &done,
-                "step_completed",
-                None,
-                vec![],
-                "report written; not deployed".into(),
-            )
-            .await?;
-        self.say(
-            "checkpoint",
-            format!("#{} {}", cp.sequence, short(&cp.digest)),
-        );
-        let (outcome, summary) = if report_only {
-            (
-                FinishOutcome::Completed,
-                format!(
-                    "Report only, as asked: patch {} verified by the suite, report.md {}; staging not deployed.",
-                    short(commit),
-                    short(&artifact.sha256)
-                ),
-            )
-        } else {
-            (
-                FinishOutcome::PartiallyDelivered,
-                format!(
-                    "Partially delivered: patch {} verified by the suite and report.md {}; the deploy to staging was denied and did not happen.",
-                    short(commit),
-                    short(&artifact.sha256)
-                ),
-            )
-        };
-        run.say(summary.clone()).await?;
-        run.finish(outcome, Some(summary.clone())).await?;
-        self.summary(run, repo, &done, outcome, summary, Some(decision), None)
-            .await
-    }
-
     #[allow(clippy::too_many_arguments)]
     async fn summary(
         &self,
@@ -1074,6 +1074,7 @@ impl Demo {
         deploy: Option<DeploySummary>,
     ) -> Result<DemoSummary, DemoError> {
         let detail = self.client.task(run.task_id()).await?;
+        let ledger = self.ledger().clone();
         self.say(
             "finish",
             format!(
@@ -1097,6 +1098,11 @@ impl Demo {
             commit: done.commit.clone(),
             decision,
             deploy,
+            budget: ledger.decisions,
+            usage: detail.task.usage.clone(),
+            verification: ledger.verification,
+            verified: ledger.verified,
+            not_verified: ledger.not_verified,
             artifacts: detail
                 .artifacts
                 .iter()

@@ -5,6 +5,7 @@
 
 mod support;
 
+mod budget;
 mod control;
 mod demo_run;
 mod effects;

@@ -6,7 +6,9 @@ use serde_json::Value;
 use waymark_proto::{CreateTask, PlanStep, TaskDetail};
 use waymark_server::{Config, DataDir, Running};
 use waymark_worker::Client;
-use waymark_worker::demo::{AutoApprove, DemoConfig, Progress, Reporter, Scenario};
+use waymark_worker::demo::{
+    AutoApprove, BudgetChoice, BudgetPlan, DemoConfig, Progress, Reporter, Scenario,
+};
 use waymark_worker::deploy_service::{DeployClient, DeployLog};
 
 pub struct World {
@@ -76,6 +78,14 @@ impl World {
             task: None,
             lease: Duration::from_secs(10),
             worker: "test-agent".into(),
+        }
+    }
+
+    /// Budget decisions answered as `choice` says, or left to expire after a second.
+    pub fn plan(&self, choice: Option<BudgetChoice>) -> BudgetPlan {
+        BudgetPlan {
+            choice,
+            decision_wait: Duration::from_secs(1),
         }
     }
 

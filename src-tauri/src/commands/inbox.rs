@@ -1,0 +1,54 @@
+//! The inbox: pending decisions with their evidence, and answering them with signed commands
+//! bound to the decision's intent digest and plan revision.
+
+use tauri::{AppHandle, State};
+use waymark_proto::Operation;
+
+use crate::error::AppResult;
+use crate::state::AppState;
+use crate::views::{DecideOp, InboxItemView, OutboxView};
+
+/// Pending decisions, soonest expiry first.
+#[tauri::command]
+#[specta::specta]
+pub async fn list_inbox(s: State<'_, AppState>) -> AppResult<Vec<InboxItemView>> {
+    Ok(s.companion
+        .mirror()
+        .inbox()
+        .await?
+        .into_iter()
+        .map(Into::into)
+        .collect())
+}
+
+/// Answers a decision: approve / deny an approval, choose an option, or answer a question.
+#[tauri::command]
+#[specta::specta]
+pub async fn decide(
+    app: AppHandle,
+    s: State<'_, AppState>,
+    decision_id: String,
+    op: DecideOp,
+    option: Option<String>,
+    text: Option<String>,
+) -> AppResult<OutboxView> {
+    let operation = match op {
+        DecideOp::Approve => Operation::Approve,
+        DecideOp::Deny => Operation::Deny,
+        DecideOp::Choose => Operation::ChooseOption,
+        DecideOp::Answer => Operation::AnswerQuestion,
+    };
+    let task = s
+        .companion
+        .mirror()
+        .decision(&decision_id)
+        .await?
+        .map(|d| d.task_id)
+        .unwrap_or_default();
+    let r = s
+        .companion
+        .answer(&decision_id, operation, option.as_deref(), text.as_deref())
+        .await;
+    crate::sync::nudge(&app);
+    super::queued_ok(&s, &task, r).await
+}

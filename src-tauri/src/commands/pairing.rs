@@ -1,0 +1,75 @@
+//! Pairing: paste a `waymark://pair` link (or a server URL and a code), and the device list.
+
+use tauri::{AppHandle, State};
+
+use crate::error::{AppError, AppResult};
+use crate::state::{AppState, Mode};
+use crate::views::{DeviceView, StatusView};
+
+/// Pairs this app with a server; the device key goes to the OS keychain.
+#[tauri::command]
+#[specta::specta]
+pub async fn pair_device(
+    app: AppHandle,
+    s: State<'_, AppState>,
+    link: String,
+    code: Option<String>,
+    name: Option<String>,
+) -> AppResult<StatusView> {
+    let (server, code) = match code.filter(|c| !c.trim().is_empty()) {
+        Some(code) => (link.trim().to_owned(), code.trim().to_owned()),
+        None => waymark_companion::parse_pairing_link(&link)?,
+    };
+    let before = s.companion.identity().await?;
+    let name = name
+        .filter(|n| !n.trim().is_empty())
+        .unwrap_or_else(|| "Waymark app".into());
+    let id = s.companion.pair(&server, &code, &name).await?;
+    // A mirror holds one server's threads: after pairing elsewhere, start it afresh (the
+    // outbox and the blob cache stay).
+    if before.is_some_and(|b| b.server != id.server) {
+        s.companion.mirror().replace_all(0, &[]).await?;
+    }
+    s.companion.mirror().set_meta("app.mode", "remote").await?;
+    s.set_mode(Mode::Remote);
+    s.repaired.notify_one();
+    crate::sync::nudge(&app);
+    Ok(s.status().await?)
+}
+
+/// Devices: every device of the embedded control plane, or this device when remote (a device
+/// cannot list its server's devices; `waymark admin device list` on the host can).
+#[tauri::command]
+#[specta::specta]
+pub async fn list_devices(s: State<'_, AppState>) -> AppResult<Vec<DeviceView>> {
+    let me = s.companion.identity().await?;
+    let this = me.as_ref().map(|i| i.device_id.clone()).unwrap_or_default();
+    if s.mode() == Mode::Embedded
+        && let Some(e) = s.embedded.lock().await.as_ref()
+    {
+        return Ok(e
+            .devices()
+            .await?
+            .into_iter()
+            .map(|d| DeviceView {
+                this_device: d.id == this,
+                id: d.id,
+                user: d.user,
+                name: d.name,
+                scopes: d.scopes,
+                created_at: Some(d.created_at.timestamp_millis()),
+                revoked_at: d.revoked_at.map(|t| t.timestamp_millis()),
+            })
+            .collect());
+    }
+    let me = me.ok_or_else(|| AppError::from(waymark_companion::Error::NotPaired))?;
+    Ok(vec![DeviceView {
+        id: me.device_id,
+        user: me.user,
+        name: "this app".into(),
+        scopes: me.scopes,
+        this_device: true,
+        created_at: None,
+        revoked_at: None,
+    }])
+}

@@ -1,0 +1,174 @@
+//! Desktop notifications through `notify-rust` (the freedesktop D-Bus protocol on Linux),
+//! with the content `waymark_companion::notify` decides — the intent and its digest, outputs,
+//! test receipts, options — and its actions. Open brings the window to the thread or the
+//! decision; Approve answers with a signed command, unless the approval is risky: then the
+//! window opens on the card to confirm there, because a risky approval is never one click
+//! away from a pop-up. Deny and budget options answer directly.
+
+use std::sync::Arc;
+
+use tauri::AppHandle;
+use waymark_companion::notify::Notification;
+
+use crate::state::Shared;
+
+/// What a notification action asks of the app.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Act {
+    /// Bring the window to this route.
+    Open(String),
+    /// Bring the window to the decision and ask to confirm this action there.
+    Confirm { decision: String, action: String },
+    /// Answer the decision now.
+    Answer { decision: String, action: String },
+    /// Nothing (closed, dismissed).
+    Nothing,
+}
+
+/// Maps a notification action id to what the app does.
+pub fn act(n: &Notification, action: &str) -> Act {
+    let open = || match &n.decision_id {
+        Some(d) => format!("/inbox/{d}"),
+        None => format!("/threads/{}", n.task_id),
+    };
+    match (action, &n.decision_id) {
+        ("open" | "default", _) => Act::Open(open()),
+        ("__closed", _) => Act::Nothing,
+        (a, Some(d)) => match n.actions.iter().find(|x| x.id == a) {
+            Some(x) if x.confirm => Act::Confirm {
+                decision: d.clone(),
+                action: a.to_owned(),
+            },
+            Some(_) => Act::Answer {
+                decision: d.clone(),
+                action: a.to_owned(),
+            },
+            None => Act::Nothing,
+        },
+        _ => Act::Nothing,
+    }
+}
+
+/// Shows `n` and handles its actions on a thread of its own (the D-Bus wait blocks).
+pub fn show(app: AppHandle, shared: Arc<Shared>, n: Notification) {
+    #[cfg(all(unix, not(any(target_os = "android", target_os = "ios"))))]
+    std::thread::spawn(move || {
+        let mut note = notify_rust::Notification::new();
+        note.appname("Waymark")
+            .summary(&n.title)
+            .body(&n.body)
+            .icon("dialog-question");
+        for a in &n.actions {
+            note.action(&a.id, &a.label);
+        }
+        match note.show() {
+            Ok(handle) => handle.wait_for_action(|action| {
+                let what = act(&n, action);
+                let app = app.clone();
+                let shared = shared.clone();
+                tauri::async_runtime::spawn(async move { perform(app, shared, what).await });
+            }),
+            Err(e) => tracing::warn!(error = %e, "cannot show a desktop notification"),
+        }
+    });
+    #[cfg(not(all(unix, not(any(target_os = "android", target_os = "ios")))))]
+    {
+        let _ = (app, shared, n);
+    }
+}
+
+async fn perform(app: AppHandle, shared: Arc<Shared>, what: Act) {
+    use waymark_proto::Operation;
+    match what {
+        Act::Nothing => {}
+        Act::Open(route) => crate::navigate(&app, &route, None),
+        Act::Confirm { decision, action } => {
+            crate::navigate(&app, &format!("/inbox/{decision}"), Some(action))
+        }
+        Act::Answer { decision, action } => {
+            let (op, option) = match action.as_str() {
+                "approve" => (Operation::Approve, None),
+                "deny" => (Operation::Deny, None),
+                other => (Operation::ChooseOption, Some(other.to_owned())),
+            };
+            let r = shared
+                .companion
+                .answer(&decision, op, option.as_deref(), None)
+                .await;
+            if let Err(e) = &r {
+                tracing::warn!(error = %e, "answering from a notification failed");
+                // Let the person see why, where they can act on it.
+                crate::navigate(&app, &format!("/inbox/{decision}"), None);
+            }
+            crate::sync::nudge(&app);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use waymark_companion::notify::Action;
+
+    fn note(risky: bool) -> Notification {
+        Notification {
+            key: "decision:dec_1".into(),
+            kind: "decision".into(),
+            title: "Approve? deploy".into(),
+            body: String::new(),
+            lock_screen: String::new(),
+            task_id: "task_1".into(),
+            decision_id: Some("dec_1".into()),
+            actions: vec![
+                Action {
+                    id: "open".into(),
+                    label: "Open".into(),
+                    confirm: false,
+                },
+                Action {
+                    id: "approve".into(),
+                    label: "Approve".into(),
+                    confirm: risky,
+                },
+                Action {
+                    id: "deny".into(),
+                    label: "Deny".into(),
+                    confirm: false,
+                },
+            ],
+        }
+    }
+
+    #[test]
+    fn risky_approval_from_a_notification_asks_to_confirm_in_the_window() {
+        assert_eq!(
+            act(&note(true), "approve"),
+            Act::Confirm {
+                decision: "dec_1".into(),
+                action: "approve".into()
+            }
+        );
+        assert_eq!(
+            act(&note(false), "approve"),
+            Act::Answer {
+                decision: "dec_1".into(),
+                action: "approve".into()
+            }
+        );
+    }
+
+    #[test]
+    fn open_goes_to_the_decision_and_unknown_actions_do_nothing() {
+        assert_eq!(act(&note(false), "open"), Act::Open("/inbox/dec_1".into()));
+        assert_eq!(
+            act(&note(false), "default"),
+            Act::Open("/inbox/dec_1".into())
+        );
+        assert_eq!(act(&note(false), "__closed"), Act::Nothing);
+        assert_eq!(act(&note(false), "rm -rf"), Act::Nothing);
+        let mut finished = note(false);
+        finished.decision_id = None;
+        assert_eq!(act(&finished, "open"), Act::Open("/threads/task_1".into()));
+        assert_eq!(act(&finished, "approve"), Act::Nothing);
+    }
+}

@@ -1,0 +1,859 @@
+//! What the UI sees: the shapes the TypeScript bindings are generated from. The wire types of
+//! `waymark-proto` stay free of UI concerns (and of `specta`), so this is the one boundary
+//! that converts — times become unix milliseconds, states their wire spelling, and a few
+//! facts the screens need (an approval asked at an older plan revision, whether an artifact
+//! is a diff) are decided here once rather than in every component.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use specta::Type;
+use waymark_companion::{InboxItem, OutboxEntry, Stage, ThreadDetail, ThreadRow};
+use waymark_proto::*;
+
+fn ms(t: chrono::DateTime<chrono::Utc>) -> i64 {
+    t.timestamp_millis()
+}
+
+/// Counts cross as JSON numbers (below 2^53, SPEC §9); saturate rather than wrap.
+fn count(n: u64) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
+
+/// A plan step as progress shows it.
+#[derive(Debug, Clone, Serialize, Type)]
+pub struct StageView {
+    /// Plan step id.
+    pub step: String,
+    /// For people.
+    pub title: String,
+    /// `done`, `in_flight` or `pending`.
+    pub status: String,
+    /// Verified when done.
+    pub verified: bool,
+}
+
+impl From<Stage> for StageView {
+    fn from(s: Stage) -> Self {
+        StageView {
+            step: s.step,
+            title: s.title,
+            status: s.status,
+            verified: s.verified,
+        }
+    }
+}
+
+/// Limits and spend; the bar compares what is known, never a guess.
+#[derive(Debug, Clone, Serialize, Type)]
+pub struct BudgetView {
+    /// Wall-clock limit.
+    pub max_wall_seconds: Option<i64>,
+    /// Token limit.
+    pub max_tokens: Option<i64>,
+    /// Money limit (USD).
+    pub max_cost_usd: Option<f64>,
+    /// Seconds since the task was created (until it ended, for a finished one).
+    pub elapsed_seconds: i64,
+    /// Tokens reported.
+    pub used_tokens: i64,
+    /// Money reported (USD).
+    pub used_cost_usd: f64,
+}
+
+/// A task.
+#[derive(Debug, Clone, Serialize, Type)]
+pub struct TaskView {
+    /// `task_…`.
+    pub id: String,
+    /// Short name.
+    pub title: String,
+    /// The goal and its acceptance.
+    pub goal: String,
+    /// Agent runtime.
+    pub runtime: Option<String>,
+    /// Wire spelling of the state (`running`, `waiting_approval`, …).
+    pub state: String,
+    /// Whether the state is terminal.
+    pub terminal: bool,
+    /// Plan revision (approvals are bound to it).
+    pub plan_revision: i64,
+    /// Fence of the newest attempt.
+    pub fence: i64,
+    /// Budget and spend.
+    pub budget: BudgetView,
+    /// Repository.
+    pub repo: Option<String>,
+    /// Commit.
+    pub commit: Option<String>,
+    /// How the last attempt summed up.
+    pub outcome_summary: Option<String>,
+    /// Created (unix ms).
+    pub created_at: i64,
+    /// Last change (unix ms).
+    pub updated_at: i64,
+}
+
+impl From<Task> for TaskView {
+    fn from(t: Task) -> Self {
+        let terminal = t.state.is_terminal();
+        let end = if terminal {
+            t.updated_at
+        } else {
+            chrono::Utc::now()
+        };
+        TaskView {
+            budget: BudgetView {
+                max_wall_seconds: t.budget.max_wall_seconds.map(count),
+                max_tokens: t.budget.max_tokens.map(count),
+                max_cost_usd: t.budget.max_cost_usd,
+                elapsed_seconds: (end - t.created_at).num_seconds().max(0),
+                used_tokens: count(t.usage.tokens),
+                used_cost_usd: t.usage.cost_usd,
+            },
+            id: t.id,
+            title: t.title,
+            goal: t.goal,
+            runtime: t.runtime,
+            state: t.state.as_str().into(),
+            terminal,
+            plan_revision: t.plan_revision,
+            fence: t.fence,
+            repo: t.materials.repo,
+            commit: t.materials.commit,
+            outcome_summary: t.outcome_summary,
+            created_at: ms(t.created_at),
+            updated_at: ms(t.updated_at),
+        }
+    }
+}
+
+/// A completed step in a checkpoint.
+#[derive(Debug, Clone, Serialize, Type)]
+pub struct CompletedStepView {
+    /// Plan step id.
+    pub step: String,
+    /// Digests of what it produced.
+    pub artifact_digests: Vec<String>,
+    /// Verified.
+    pub verified: bool,
+}
+
+/// The step in flight at a checkpoint.
+#[derive(Debug, Clone, Serialize, Type)]
+pub struct PendingStepView {
+    /// Plan step id.
+    pub step: String,
+    /// Intent digest.
+    pub intent_digest: Option<String>,
+    /// Idempotency key.
+    pub idempotency_key: Option<String>,
+    /// The approval it waits for.
+    pub approval_id: Option<String>,
+}
+
+/// An effect's status as a checkpoint saw it.
+#[derive(Debug, Clone, Serialize, Type)]
+pub struct EffectRefView {
+    /// `eff_…`.
+    pub effect_id: String,
+    /// Status then.
+    pub status: String,
+}
+
+/// A checkpoint of the timeline.
+#[derive(Debug, Clone, Serialize, Type)]
+pub struct CheckpointView {
+    /// 1, 2, 3…
+    pub sequence: i64,
+    /// Writer.
+    pub attempt_id: String,
+    /// Writer's fence.
+    pub fence: i64,
+    /// Why it was written.
+    pub reason: String,
+    /// Plan revision followed.
+    pub plan_revision: i64,
+    /// Steps done.
+    pub completed_steps: Vec<CompletedStepView>,
+    /// Step in flight.
+    pub pending_step: Option<PendingStepView>,
+    /// Effect statuses.
+    pub effects: Vec<EffectRefView>,
+    /// A line for people.
+    pub summary: Option<String>,
+    /// Materials version.
+    pub commit: Option<String>,
+    /// Digest of this link.
+    pub digest: String,
+    /// Digest of the previous link.
+    pub prev_digest: Option<String>,
+    /// Written at (unix ms).
+    pub created_at: i64,
+}
+
+impl From<Checkpoint> for CheckpointView {
+    fn from(c: Checkpoint) -> Self {
+        let b = c.body;
+        CheckpointView {
+            sequence: c.sequence,
+            attempt_id: c.attempt_id,
+            fence: c.fence,
+            reason: b.reason,
+            plan_revision: b.plan_revision,
+            completed_steps: b
+                .completed_steps
+                .into_iter()
+                .map(|s| CompletedStepView {
+                    step: s.step,
+                    artifact_digests: s.artifact_digests,
+                    verified: s.verified,
+                })
+                .collect(),
+            pending_step: b.pending_step.map(|p| PendingStepView {
+                step: p.step,
+                intent_digest: p.intent_digest,
+                idempotency_key: p.idempotency_key,
+                approval_id: p.approval_id,
+            }),
+            effects: b
+                .effects
+                .into_iter()
+                .map(|e| EffectRefView {
+                    effect_id: e.effect_id,
+                    status: e.status.as_str().into(),
+                })
+                .collect(),
+            summary: b.summary,
+            commit: b.materials.and_then(|m| m.commit),
+            digest: c.digest,
+            prev_digest: c.prev_digest,
+            created_at: ms(c.created_at),
+        }
+    }
+}
+
+/// A change in the outside world.
+#[derive(Debug, Clone, Serialize, Type)]
+pub struct EffectView {
+    /// `eff_…`.
+    pub id: String,
+    /// Kind of change.
+    pub kind: String,
+    /// Plan step.
+    pub step: Option<String>,
+    /// Provider resource.
+    pub resource_id: Option<String>,
+    /// The provider's dedup key.
+    pub idempotency_key: String,
+    /// The intent as declared.
+    pub intent: Value,
+    /// Its digest.
+    pub intent_digest: String,
+    /// `intended`, `in_progress`, `confirmed`, `failed`, `failed_compensable`, `unknown`,
+    /// `compensated`.
+    pub status: String,
+    /// The provider's receipt.
+    pub receipt: Option<Value>,
+    /// Why it needs reconciliation.
+    pub flag: Option<String>,
+    /// Writer's fence.
+    pub fence: i64,
+    /// Last change (unix ms).
+    pub updated_at: i64,
+}
+
+impl From<Effect> for EffectView {
+    fn from(e: Effect) -> Self {
+        EffectView {
+            id: e.id,
+            kind: e.kind,
+            step: e.step,
+            resource_id: e.resource_id,
+            idempotency_key: e.idempotency_key,
+            intent: e.intent,
+            intent_digest: e.intent_digest,
+            status: e.status.as_str().into(),
+            receipt: e.receipt,
+            flag: e.flag,
+            fence: e.fence,
+            updated_at: ms(e.updated_at),
+        }
+    }
+}
+
+/// One option of a decision and what it gives up.
+#[derive(Debug, Clone, Serialize, Type)]
+pub struct OptionView {
+    /// Option id.
+    pub id: String,
+    /// For people.
+    pub label: String,
+    /// What choosing it gives up.
+    pub gives_up: String,
+    /// What it costs.
+    pub cost: Option<String>,
+}
+
+/// How a decision was closed.
+#[derive(Debug, Clone, Serialize, Type)]
+pub struct OutcomeView {
+    /// The option that applied.
+    pub option: Option<String>,
+    /// Free text.
+    pub text: Option<String>,
+    /// Who decided.
+    pub by: String,
+    /// When (unix ms).
+    pub at: i64,
+}
+
+/// An approval, question, budget choice or recovery decision.
+#[derive(Debug, Clone, Serialize, Type)]
+pub struct DecisionView {
+    /// `dec_…`.
+    pub id: String,
+    /// Its task.
+    pub task_id: String,
+    /// `approval`, `question`, `budget`, `recovery`.
+    pub kind: String,
+    /// `pending`, `resolved`, `expired`, `void`.
+    pub status: String,
+    /// Plan step.
+    pub step: Option<String>,
+    /// What is asked.
+    pub question: String,
+    /// The choices.
+    pub options: Vec<OptionView>,
+    /// Applies on expiry.
+    pub default_option: Option<String>,
+    /// The intent in full (approvals).
+    pub intent: Option<Value>,
+    /// Its digest.
+    pub intent_digest: Option<String>,
+    /// The effect it allows.
+    pub effect_id: Option<String>,
+    /// Plan revision it is bound to.
+    pub plan_revision: i64,
+    /// Confirm twice.
+    pub risky: bool,
+    /// When the default applies (unix ms).
+    pub expires_at: i64,
+    /// Asked at (unix ms).
+    pub created_at: i64,
+    /// The outcome.
+    pub outcome: Option<OutcomeView>,
+}
+
+impl From<Decision> for DecisionView {
+    fn from(d: Decision) -> Self {
+        DecisionView {
+            id: d.id,
+            task_id: d.task_id,
+            kind: d.kind.as_str().into(),
+            status: d.status.as_str().into(),
+            step: d.step,
+            question: d.question,
+            options: d
+                .options
+                .into_iter()
+                .map(|o| OptionView {
+                    id: o.id,
+                    label: o.label,
+                    gives_up: o.gives_up,
+                    cost: o.cost,
+                })
+                .collect(),
+            default_option: d.default_option,
+            intent: d.intent,
+            intent_digest: d.intent_digest,
+            effect_id: d.effect_id,
+            plan_revision: d.plan_revision,
+            risky: d.risky,
+            expires_at: ms(d.expires_at),
+            created_at: ms(d.created_at),
+            outcome: d.outcome.map(|o| OutcomeView {
+                option: o.option,
+                text: o.text,
+                by: o.by,
+                at: ms(o.at),
+            }),
+        }
+    }
+}
+
+/// A content-addressed artifact.
+#[derive(Debug, Clone, Serialize, Type)]
+pub struct ArtifactView {
+    /// `art_…`.
+    pub id: String,
+    /// Hex sha256.
+    pub sha256: String,
+    /// File name.
+    pub name: String,
+    /// Media type.
+    pub media_type: String,
+    /// Bytes.
+    pub size: i64,
+    /// Plan step.
+    pub step: Option<String>,
+    /// A unified diff (shown in the diff viewer).
+    pub is_diff: bool,
+    /// Uploaded (unix ms).
+    pub created_at: i64,
+}
+
+impl From<Artifact> for ArtifactView {
+    fn from(a: Artifact) -> Self {
+        ArtifactView {
+            is_diff: a.media_type.contains("diff")
+                || a.name.ends_with(".diff")
+                || a.name.ends_with(".patch"),
+            id: a.id,
+            sha256: a.sha256,
+            name: a.name,
+            media_type: a.media_type,
+            size: a.size,
+            step: a.step,
+            created_at: ms(a.created_at),
+        }
+    }
+}
+
+/// Totals of a test run.
+#[derive(Debug, Clone, Serialize, Type)]
+pub struct TotalsView {
+    /// Cases.
+    pub tests: i64,
+    /// Passed.
+    pub passed: i64,
+    /// Failed assertions.
+    pub failures: i64,
+    /// Errors.
+    pub errors: i64,
+    /// Skipped.
+    pub skipped: i64,
+}
+
+/// A failed case.
+#[derive(Debug, Clone, Serialize, Type)]
+pub struct FailureView {
+    /// Suite.
+    pub suite: String,
+    /// Class or module.
+    pub classname: String,
+    /// Case.
+    pub name: String,
+    /// `failure` or `error`.
+    pub kind: String,
+    /// The message.
+    pub message: String,
+}
+
+/// A parsed test receipt.
+#[derive(Debug, Clone, Serialize, Type)]
+pub struct ReceiptView {
+    /// `rcpt_…`.
+    pub id: String,
+    /// Plan step.
+    pub step: Option<String>,
+    /// The command that ran.
+    pub command: String,
+    /// Its exit code.
+    pub exit_code: i32,
+    /// Commit tested.
+    pub commit: Option<String>,
+    /// Totals.
+    pub totals: TotalsView,
+    /// Failures with messages.
+    pub failures: Vec<FailureView>,
+    /// Seconds.
+    pub duration_seconds: f64,
+    /// Exit 0 and nothing failed.
+    pub passed: bool,
+    /// sha256 of the raw JUnit XML.
+    pub junit_sha256: String,
+    /// Recorded (unix ms).
+    pub created_at: i64,
+}
+
+impl From<TestReceipt> for ReceiptView {
+    fn from(r: TestReceipt) -> Self {
+        ReceiptView {
+            id: r.id,
+            step: r.step,
+            command: r.command,
+            exit_code: r.exit_code,
+            commit: r.commit,
+            totals: TotalsView {
+                tests: count(r.totals.tests),
+                passed: count(r.totals.passed),
+                failures: count(r.totals.failures),
+                errors: count(r.totals.errors),
+                skipped: count(r.totals.skipped),
+            },
+            failures: r
+                .failures
+                .into_iter()
+                .map(|f| FailureView {
+                    suite: f.suite,
+                    classname: f.classname,
+                    name: f.name,
+                    kind: f.kind,
+                    message: f.message,
+                })
+                .collect(),
+            duration_seconds: r.duration_seconds,
+            passed: r.passed,
+            junit_sha256: r.junit_sha256,
+            created_at: ms(r.created_at),
+        }
+    }
+}
+
+/// A session message.
+#[derive(Debug, Clone, Serialize, Type)]
+pub struct MessageView {
+    /// Position.
+    pub seq: i64,
+    /// Role.
+    pub role: String,
+    /// Text.
+    pub text: String,
+    /// Recorded (unix ms).
+    pub created_at: i64,
+}
+
+impl From<Message> for MessageView {
+    fn from(m: Message) -> Self {
+        MessageView {
+            seq: m.seq,
+            role: m.role,
+            text: m.text,
+            created_at: ms(m.created_at),
+        }
+    }
+}
+
+/// An execution try.
+#[derive(Debug, Clone, Serialize, Type)]
+pub struct AttemptView {
+    /// `att_…`.
+    pub id: String,
+    /// Worker name.
+    pub worker: String,
+    /// Fence.
+    pub fence: i64,
+    /// `active`, `ended`, …
+    pub state: String,
+    /// Outcome.
+    pub outcome: Option<String>,
+    /// Started (unix ms).
+    pub started_at: i64,
+    /// Ended (unix ms).
+    pub ended_at: Option<i64>,
+    /// Lease end (unix ms).
+    pub expires_at: i64,
+}
+
+impl From<Attempt> for AttemptView {
+    fn from(a: Attempt) -> Self {
+        AttemptView {
+            id: a.id,
+            worker: a.worker,
+            fence: a.fence,
+            state: a.state.as_str().into(),
+            outcome: a.outcome.map(|o| o.as_str().into()),
+            started_at: ms(a.started_at),
+            ended_at: a.ended_at.map(ms),
+            expires_at: ms(a.expires_at),
+        }
+    }
+}
+
+/// A command signed on this device and where it stands.
+#[derive(Debug, Clone, Serialize, Type)]
+pub struct OutboxView {
+    /// The command.
+    pub command_id: String,
+    /// Its task.
+    pub task_id: String,
+    /// Operation.
+    pub operation: String,
+    /// Plan revision the person saw.
+    pub based_on_revision: Option<i64>,
+    /// `queued`, `delivered`, `acknowledged`, `conflict`, `rejected`, `expired`.
+    pub status: String,
+    /// The server's words.
+    pub detail: Option<String>,
+    /// The plan revision the server met.
+    pub met_revision: Option<i64>,
+    /// For a conflict or rejection: what changed.
+    pub what_changed: Option<String>,
+    /// Signed (unix ms).
+    pub created_at: i64,
+    /// Answered (unix ms).
+    pub delivered_at: Option<i64>,
+    /// Seen by the agent (unix ms).
+    pub acknowledged_at: Option<i64>,
+}
+
+impl From<OutboxEntry> for OutboxView {
+    fn from(e: OutboxEntry) -> Self {
+        OutboxView {
+            detail: e.result.as_ref().map(|r| r.detail.clone()),
+            met_revision: e.result.as_ref().and_then(|r| r.plan_revision),
+            command_id: e.command_id,
+            task_id: e.task_id,
+            operation: e.operation,
+            based_on_revision: e.based_on_revision,
+            status: e.status,
+            what_changed: e.what_changed,
+            created_at: e.created_at,
+            delivered_at: e.delivered_at,
+            acknowledged_at: e.acknowledged_at,
+        }
+    }
+}
+
+/// A thread in the list.
+#[derive(Debug, Clone, Serialize, Type)]
+pub struct ThreadRowView {
+    /// The task.
+    pub task: TaskView,
+    /// Decisions waiting.
+    pub pending_decisions: i64,
+    /// Effects with an unknown outcome.
+    pub unknown_effects: i64,
+    /// Newest checkpoint.
+    pub last_checkpoint: Option<CheckpointView>,
+    /// Plan stages.
+    pub stages: Vec<StageView>,
+    /// Pinned for offline review.
+    pub pinned: bool,
+}
+
+impl From<ThreadRow> for ThreadRowView {
+    fn from(r: ThreadRow) -> Self {
+        ThreadRowView {
+            task: r.task.into(),
+            pending_decisions: r.pending_decisions,
+            unknown_effects: r.unknown_effects,
+            last_checkpoint: r.last_checkpoint.map(Into::into),
+            stages: r.stages.into_iter().map(Into::into).collect(),
+            pinned: r.pinned,
+        }
+    }
+}
+
+/// A pending decision with its evidence.
+#[derive(Debug, Clone, Serialize, Type)]
+pub struct InboxItemView {
+    /// The decision.
+    pub decision: DecisionView,
+    /// Its task's title.
+    pub task_title: String,
+    /// The task's plan revision now.
+    pub plan_revision: i64,
+    /// Asked at an older plan revision than the task has now (answering would conflict).
+    pub stale: bool,
+    /// Diffs of the task.
+    pub diffs: Vec<ArtifactView>,
+    /// Test receipts, newest last.
+    pub receipts: Vec<ReceiptView>,
+}
+
+impl From<InboxItem> for InboxItemView {
+    fn from(i: InboxItem) -> Self {
+        InboxItemView {
+            stale: i.decision.plan_revision != i.plan_revision,
+            decision: i.decision.into(),
+            task_title: i.task_title,
+            plan_revision: i.plan_revision,
+            diffs: i.diffs.into_iter().map(Into::into).collect(),
+            receipts: i.receipts.into_iter().map(Into::into).collect(),
+        }
+    }
+}
+
+/// A thread in full.
+#[derive(Debug, Clone, Serialize, Type)]
+pub struct ThreadDetailView {
+    /// The task.
+    pub task: TaskView,
+    /// Plan stages.
+    pub stages: Vec<StageView>,
+    /// Attempts, oldest first.
+    pub attempts: Vec<AttemptView>,
+    /// Checkpoint timeline.
+    pub checkpoints: Vec<CheckpointView>,
+    /// Effects, `unknown` first.
+    pub effects: Vec<EffectView>,
+    /// Decisions, newest first.
+    pub decisions: Vec<DecisionView>,
+    /// Artifacts.
+    pub artifacts: Vec<ArtifactView>,
+    /// Test receipts.
+    pub receipts: Vec<ReceiptView>,
+    /// Messages.
+    pub messages: Vec<MessageView>,
+    /// Commands this device sent about it.
+    pub outbox: Vec<OutboxView>,
+}
+
+fn all<T, U: From<T>>(v: Vec<T>) -> Vec<U> {
+    v.into_iter().map(Into::into).collect()
+}
+
+impl From<ThreadDetail> for ThreadDetailView {
+    fn from(d: ThreadDetail) -> Self {
+        ThreadDetailView {
+            task: d.task.into(),
+            stages: all(d.stages),
+            attempts: all(d.attempts),
+            checkpoints: all(d.checkpoints),
+            effects: all(d.effects),
+            decisions: all(d.decisions),
+            artifacts: all(d.artifacts),
+            receipts: all(d.receipts),
+            messages: all(d.messages),
+            outbox: all(d.outbox),
+        }
+    }
+}
+
+/// An artifact's text for the viewers.
+#[derive(Debug, Clone, Serialize, Type)]
+pub struct ArtifactText {
+    /// UTF-8 (lossy) content, cut at the viewer's limit.
+    pub text: String,
+    /// Bytes in full.
+    pub size: i64,
+    /// Cut short.
+    pub truncated: bool,
+}
+
+/// A paired device.
+#[derive(Debug, Clone, Serialize, Type)]
+pub struct DeviceView {
+    /// `dev_…`.
+    pub id: String,
+    /// Its user.
+    pub user: String,
+    /// Its name.
+    pub name: String,
+    /// Scopes.
+    pub scopes: Vec<String>,
+    /// This device.
+    pub this_device: bool,
+    /// Paired (unix ms); unknown for this device in remote mode.
+    pub created_at: Option<i64>,
+    /// Revoked (unix ms).
+    pub revoked_at: Option<i64>,
+}
+
+/// The app's link to its control plane, for the banner and the status bar.
+#[derive(Debug, Clone, Serialize, Type)]
+pub struct StatusView {
+    /// `embedded` (in-process control plane), `remote`, or `starting`.
+    pub mode: String,
+    /// Paired with a server.
+    pub paired: bool,
+    /// The server.
+    pub server: Option<String>,
+    /// This device.
+    pub device_id: Option<String>,
+    /// Its user.
+    pub user: Option<String>,
+    /// Scopes.
+    pub scopes: Vec<String>,
+    /// An event stream is open.
+    pub connected: bool,
+    /// The last call reached the server.
+    pub server_reachable: bool,
+    /// The mirror last caught up (unix ms).
+    pub last_sync_at: Option<i64>,
+    /// Server time of the last event applied (unix ms).
+    pub last_event_at: Option<i64>,
+    /// Reconnecting since (unix ms).
+    pub reconnecting_since: Option<i64>,
+    /// The last error, for people.
+    pub last_error: Option<String>,
+    /// Commands waiting in the outbox.
+    pub queued: i64,
+    /// Decisions waiting.
+    pub pending_decisions: i64,
+    /// Notifications muted until (unix ms).
+    pub muted_until: Option<i64>,
+    /// The embedded demo agent's last words.
+    pub demo: Option<String>,
+    /// Where the device key lives.
+    pub keystore: Option<String>,
+}
+
+/// How a decision is answered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Type)]
+#[serde(rename_all = "snake_case")]
+pub enum DecideOp {
+    /// Approve an approval.
+    Approve,
+    /// Deny an approval.
+    Deny,
+    /// Choose an option (budget, recovery).
+    Choose,
+    /// Answer a question with text.
+    Answer,
+}
+
+/// A steer from the Steer panel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Type)]
+#[serde(rename_all = "snake_case")]
+pub enum SteerOp {
+    /// Stop claiming new steps.
+    Pause,
+    /// Continue after a pause.
+    Resume,
+    /// Revoke the lease and stop.
+    Cancel,
+    /// Suspend and replan with instructions.
+    Replan,
+    /// Take control; the old owner is fenced off.
+    TakeOver,
+}
+
+impl SteerOp {
+    /// The wire operation; a replan that names steps to suspend is `suspend_and_replan`.
+    pub fn operation(self, suspends_steps: bool) -> Operation {
+        match self {
+            SteerOp::Pause => Operation::Pause,
+            SteerOp::Resume => Operation::Resume,
+            SteerOp::Cancel => Operation::Cancel,
+            SteerOp::Replan if suspends_steps => Operation::SuspendAndReplan,
+            SteerOp::Replan => Operation::Replan,
+            SteerOp::TakeOver => Operation::TakeOver,
+        }
+    }
+}
+
+/// What a manual sync did.
+#[derive(Debug, Clone, Serialize, Type)]
+pub struct SyncView {
+    /// Events applied.
+    pub events: i64,
+    /// A fresh snapshot was taken.
+    pub snapshot: bool,
+    /// Queued commands delivered.
+    pub delivered: Vec<OutboxView>,
+    /// The cursor the mirror is current to.
+    pub cursor: i64,
+}
+
+impl From<waymark_companion::SyncReport> for SyncView {
+    fn from(r: waymark_companion::SyncReport) -> Self {
+        SyncView {
+            events: r.events as i64,
+            snapshot: r.snapshot,
+            delivered: all(r.delivered),
+            cursor: r.cursor,
+        }
+    }
+}

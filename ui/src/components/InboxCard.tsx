@@ -1,0 +1,186 @@
+// One pending decision: what is asked, the intent with its digest and the plan revision it is
+// bound to, the evidence (diff, receipts), when it expires and what happens then, and the
+// actions. A risky approval needs a second, explicit confirmation; budget options each say
+// what they give up.
+import { useState } from "react";
+import type { DecideOp, InboxItemView, OutboxView } from "../bindings";
+import { useI18n } from "../i18n";
+import { short, until } from "../format";
+import { ArtifactBody, type LoadText } from "./Artifact";
+import { Receipts } from "./Receipts";
+
+export type Decide = (decisionId: string, op: DecideOp, option: string | null, text: string | null) => Promise<OutboxView>;
+
+function IntentTable({ intent }: { intent: unknown }) {
+  if (!intent || typeof intent !== "object") return null;
+  const entries = Object.entries(intent as Record<string, unknown>);
+  return (
+    <dl className="kv">
+      {entries.map(([k, v]) => (
+        <div key={k} className="kv-row">
+          <dt>{k}</dt>
+          <dd>
+            <code>{typeof v === "string" || typeof v === "number" || typeof v === "boolean" ? String(v) : JSON.stringify(v)}</code>
+          </dd>
+        </div>
+      ))}
+    </dl>
+  );
+}
+
+export function InboxCard({
+  item,
+  decide,
+  load,
+  focus,
+  confirmFirst,
+  openThread,
+  now = Date.now(),
+}: {
+  item: InboxItemView;
+  decide: Decide;
+  load: LoadText;
+  focus?: boolean;
+  confirmFirst?: string | null;
+  openThread?: (taskId: string) => void;
+  now?: number;
+}) {
+  const { t } = useI18n();
+  const d = item.decision;
+  const [showDiff, setShowDiff] = useState<string | null>(null);
+  const [confirming, setConfirming] = useState<string | null>(confirmFirst ?? null);
+  const [answer, setAnswer] = useState("");
+  const [busy, setBusy] = useState(false);
+  const [result, setResult] = useState<OutboxView | null>(null);
+  const [error, setError] = useState<string | null>(null);
+
+  const send = async (op: DecideOp, option: string | null = null, text: string | null = null) => {
+    setBusy(true);
+    setError(null);
+    try {
+      setResult(await decide(d.id, op, option, text));
+      setConfirming(null);
+    } catch (e) {
+      setError((e as { message?: string })?.message ?? String(e));
+    } finally {
+      setBusy(false);
+    }
+  };
+
+  const expired = d.expires_at < now;
+  const defaultLabel = d.default_option ? (d.options.find((o) => o.id === d.default_option)?.label ?? d.default_option) : null;
+
+  return (
+    <article className={`card decision kind-${d.kind}${focus ? " focused" : ""}`} data-testid={`decision-${d.id}`} aria-labelledby={`q-${d.id}`} tabIndex={-1}>
+      <header className="card-head">
+        <span className={`pill kind`}>{t(`inbox.kind.${d.kind}` as "inbox.kind.approval")}</span>
+        {d.risky && <span className="pill bad">{t("inbox.risky")}</span>}
+        <button type="button" className="link" onClick={() => openThread?.(d.task_id)}>
+          {item.task_title}
+        </button>
+      </header>
+      <h3 id={`q-${d.id}`} className="question">
+        {d.question}
+      </h3>
+      {item.stale && <p className="warn">{t("inbox.stale", { asked: d.plan_revision, now: item.plan_revision })}</p>}
+
+      {d.intent != null && (
+        <section className="intent">
+          <h4>{t("inbox.intent")}</h4>
+          <IntentTable intent={d.intent} />
+          <p className="small">
+            {t("inbox.digest")}: <code title={d.intent_digest ?? ""} data-testid="intent-digest">{short(d.intent_digest, 16)}…</code> · {t("inbox.boundTo", { rev: d.plan_revision })}
+          </p>
+        </section>
+      )}
+
+      <p className={`small ${expired ? "warn" : "muted"}`}>
+        {expired ? t("inbox.expired", { when: until(d.expires_at, t, now) }) : t("inbox.expires", { when: until(d.expires_at, t, now) })}
+        {" — "}
+        {defaultLabel ? t("inbox.default", { option: defaultLabel }) : t("inbox.noDefault")}
+      </p>
+
+      <section className="evidence">
+        <h4>{t("inbox.evidence")}</h4>
+        {item.diffs.length === 0 ? (
+          <p className="muted small">{t("inbox.noDiff")}</p>
+        ) : (
+          <div className="row wrap">
+            {item.diffs.map((a) => (
+              <button key={a.id} type="button" className="secondary" aria-expanded={showDiff === a.sha256} data-testid="show-diff" onClick={() => setShowDiff(showDiff === a.sha256 ? null : a.sha256)}>
+                {showDiff === a.sha256 ? t("inbox.hideDiff") : t("inbox.showDiff", { name: a.name })}
+              </button>
+            ))}
+          </div>
+        )}
+        {showDiff && item.diffs.filter((a) => a.sha256 === showDiff).map((a) => <ArtifactBody key={a.id} artifact={a} load={load} />)}
+        <Receipts receipts={item.receipts} />
+      </section>
+
+      <footer className="actions">
+        {d.kind === "approval" &&
+          (confirming === "approve" ? (
+            <div className="confirm" role="alertdialog" aria-label={t("inbox.confirmApprove")}>
+              <p>{t("inbox.confirmQuestion", { digest: short(d.intent_digest, 12), rev: d.plan_revision })}</p>
+              <div className="row">
+                <button type="button" className="primary" disabled={busy} onClick={() => send("approve")} data-testid="confirm-approve" autoFocus>
+                  {t("inbox.confirmApprove")}
+                </button>
+                <button type="button" onClick={() => setConfirming(null)}>
+                  {t("inbox.cancel")}
+                </button>
+              </div>
+            </div>
+          ) : (
+            <div className="row">
+              <button type="button" className="primary" disabled={busy} data-testid="approve" onClick={() => (d.risky ? setConfirming("approve") : send("approve"))}>
+                {t("inbox.approve")}
+              </button>
+              <button type="button" className="danger" disabled={busy} data-testid="deny" onClick={() => send("deny")}>
+                {t("inbox.deny")}
+              </button>
+            </div>
+          ))}
+        {d.kind !== "approval" && d.options.length > 0 && (
+          <ul className="options">
+            {d.options.map((o) => (
+              <li key={o.id} className="option">
+                <button type="button" disabled={busy} onClick={() => send(d.kind === "question" ? "answer" : "choose", o.id)} data-testid={`option-${o.id}`}>
+                  {o.label}
+                  {o.id === d.default_option ? " ★" : ""}
+                </button>
+                <span className="small">{t("inbox.givesUp", { what: o.gives_up || "—" })}</span>
+                {o.cost && <span className="small muted">{t("inbox.cost", { cost: o.cost })}</span>}
+              </li>
+            ))}
+          </ul>
+        )}
+        {d.kind === "question" && d.options.length === 0 && (
+          <form
+            className="row"
+            onSubmit={(e) => {
+              e.preventDefault();
+              if (answer.trim()) void send("answer", null, answer.trim());
+            }}
+          >
+            <input aria-label={t("inbox.answerPlaceholder")} placeholder={t("inbox.answerPlaceholder")} value={answer} onChange={(e) => setAnswer(e.target.value)} />
+            <button type="submit" className="primary" disabled={busy || !answer.trim()}>
+              {t("inbox.answer")}
+            </button>
+          </form>
+        )}
+        {result && (
+          <p className="small" role="status" data-testid="decision-result">
+            {t("inbox.sent", { status: t(`outbox.status.${result.status}` as "outbox.status.queued") })}
+            {result.what_changed ? ` — ${result.what_changed}` : ""}
+          </p>
+        )}
+        {error && (
+          <p className="error" role="alert">
+            {t("common.error", { message: error })}
+          </p>
+        )}
+      </footer>
+    </article>
+  );
+}

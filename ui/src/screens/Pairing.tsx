@@ -1,0 +1,86 @@
+// Pairing: paste a link (or a server URL and a code); the device list.
+import { useState } from "react";
+import type { StatusView } from "../bindings";
+import { commands, errorText, useMirror } from "../data";
+import { useI18n } from "../i18n";
+import { ago } from "../format";
+
+export function PairingScreen({ status, initialLink }: { status: StatusView | null; initialLink?: string | null }) {
+  const { t } = useI18n();
+  const [link, setLink] = useState(initialLink ?? "");
+  const [code, setCode] = useState("");
+  const [name, setName] = useState("");
+  const [busy, setBusy] = useState(false);
+  const [msg, setMsg] = useState<string | null>(null);
+  const [error, setError] = useState<string | null>(null);
+  const devices = useMirror(() => (status?.paired ? commands.listDevices() : Promise.resolve([])), [status?.paired, status?.device_id], true);
+  const submit = async () => {
+    setBusy(true);
+    setError(null);
+    setMsg(null);
+    try {
+      const s = await commands.pairDevice(link.trim(), code.trim() || null, name.trim() || null);
+      setMsg(t("pairing.paired", { device: s.device_id ?? "", user: s.user ?? "", server: s.server ?? "" }));
+      setLink("");
+      setCode("");
+    } catch (e) {
+      setError(errorText(e));
+    } finally {
+      setBusy(false);
+    }
+  };
+  return (
+    <section aria-labelledby="pair-title" className="narrow-page">
+      <h2 id="pair-title">{t("pairing.title")}</h2>
+      <p className="muted small">{t("pairing.help")}</p>
+      <form
+        className="form"
+        onSubmit={(e) => {
+          e.preventDefault();
+          if (link.trim()) void submit();
+        }}
+      >
+        <label>
+          {t("pairing.link")}
+          <input value={link} onChange={(e) => setLink(e.target.value)} placeholder="waymark://pair?server=…&code=…" data-testid="pair-link" autoComplete="off" spellCheck={false} />
+        </label>
+        <label>
+          {t("pairing.code")}
+          <input value={code} onChange={(e) => setCode(e.target.value)} placeholder="ABCD-EFGH" autoComplete="off" spellCheck={false} />
+        </label>
+        <label>
+          {t("pairing.name")}
+          <input value={name} onChange={(e) => setName(e.target.value)} placeholder="Waymark app" />
+        </label>
+        <button type="submit" className="primary" disabled={busy || !link.trim()} data-testid="pair-submit">
+          {t("pairing.submit")}
+        </button>
+      </form>
+      {msg && (
+        <p role="status" className="ok" data-testid="pair-result">
+          {msg}
+        </p>
+      )}
+      {error && (
+        <p role="alert" className="error">
+          {t("common.error", { message: error })}
+        </p>
+      )}
+      {status?.keystore && <p className="small muted">{t("pairing.key", { where: status.keystore })}</p>}
+      <h3>{t("pairing.devices")}</h3>
+      {status?.mode === "remote" && <p className="small muted">{t("pairing.remoteNote")}</p>}
+      <ul className="devices">
+        {devices.data?.map((d) => (
+          <li key={d.id}>
+            <strong>{d.name}</strong> {d.this_device && <span className="pill ok">{t("pairing.thisDevice")}</span>}
+            {d.revoked_at != null && <span className="pill bad">{t("pairing.revoked")}</span>}
+            <div className="small muted">
+              {d.id} · {d.user} · {d.scopes.join(", ")}
+              {d.created_at != null && ` · ${ago(d.created_at, t)}`}
+            </div>
+          </li>
+        ))}
+      </ul>
+    </section>
+  );
+}

@@ -1,0 +1,288 @@
+// Component tests: the screens' building blocks rendered with Testing Library and driven as a
+// person would (clicks, keyboard), with fixture data in the shapes the shell sends.
+import { describe, expect, it } from "vitest";
+import { render, screen, within } from "@testing-library/react";
+import userEvent from "@testing-library/user-event";
+import type { ReactElement } from "react";
+import type { ArtifactText, DecideOp, OutboxView, SteerOp } from "../bindings";
+import { I18nProvider, translate, type Lang } from "../i18n";
+import { en } from "../i18n/en";
+import { zh } from "../i18n/zh";
+import { InboxCard } from "../components/InboxCard";
+import { DiffViewer, LARGE_FILE_LINES } from "../components/DiffViewer";
+import { OfflineBanner } from "../components/OfflineBanner";
+import { OutboxList } from "../components/Outbox";
+import { SteerPanel } from "../components/SteerPanel";
+import { ThreadRow } from "../components/ThreadRow";
+import { Budget } from "../components/Badges";
+import { CheckpointDiff, checkpointChanges } from "../components/CheckpointDiff";
+import { DIFF, NOW, approval, checkpoint, outbox, row, status, task } from "./fixtures";
+
+function ui(el: ReactElement, lang: Lang = "en") {
+  return render(<I18nProvider initial={lang}>{el}</I18nProvider>);
+}
+
+type Call = { id: string; op: DecideOp; option: string | null; text: string | null };
+
+function recorder() {
+  const calls: Call[] = [];
+  const decide = async (id: string, op: DecideOp, option: string | null, text: string | null): Promise<OutboxView> => {
+    calls.push({ id, op, option, text });
+    return outbox({ operation: op, status: "delivered" });
+  };
+  return { calls, decide };
+}
+
+const load = async (): Promise<ArtifactText> => ({ text: DIFF, size: DIFF.length, truncated: false });
+
+describe("InboxCard", () => {
+  it("shows the intent, its digest, the bound revision, expiry with the default, and receipts with failures", () => {
+    const { decide } = recorder();
+    ui(<InboxCard item={approval()} decide={decide} load={load} now={NOW} />);
+    expect(screen.getByRole("heading", { name: "Deploy a1f2c9d to staging?" })).toBeTruthy();
+    expect(screen.getByText("staging")).toBeTruthy();
+    expect(screen.getByTestId("intent-digest").textContent).toBe("ab12ab12ab12ab12…");
+    expect(screen.getByText(/Bound to plan revision 1/)).toBeTruthy();
+    expect(screen.getByText(/Expires in 30m — then the default applies: deny/)).toBeTruthy();
+    expect(screen.getByText("FAILED")).toBeTruthy();
+    expect(screen.getByText(/AssertionError: assert 90/)).toBeTruthy();
+  });
+
+  it("opens the diff on demand in the diff viewer", async () => {
+    const { decide } = recorder();
+    ui(<InboxCard item={approval()} decide={decide} load={load} now={NOW} />);
+    expect(screen.queryByTestId("diff-viewer")).toBeNull();
+    await userEvent.click(screen.getByTestId("show-diff"));
+    const viewer = await screen.findByTestId("diff-viewer");
+    expect(within(viewer).getByText("1 file(s), +1 −1")).toBeTruthy();
+    expect(within(viewer).getByText("checkout/pricing.py")).toBeTruthy();
+  });
+
+  it("approves a plain approval with one click, bound to the decision", async () => {
+    const { calls, decide } = recorder();
+    ui(<InboxCard item={approval()} decide={decide} load={load} now={NOW} />);
+    await userEvent.click(screen.getByTestId("approve"));
+    expect(calls).toEqual([{ id: "dec_1", op: "approve", option: null, text: null }]);
+    expect((await screen.findByTestId("decision-result")).textContent).toContain("delivered");
+  });
+
+  it("asks a second time before approving a risky approval, and cancel sends nothing", async () => {
+    const { calls, decide } = recorder();
+    ui(<InboxCard item={approval({ risky: true })} decide={decide} load={load} now={NOW} />);
+    await userEvent.click(screen.getByTestId("approve"));
+    expect(calls).toHaveLength(0);
+    expect(screen.getByRole("alertdialog")).toBeTruthy();
+    await userEvent.click(screen.getByRole("button", { name: "Cancel" }));
+    expect(calls).toHaveLength(0);
+    await userEvent.click(screen.getByTestId("approve"));
+    await userEvent.click(screen.getByTestId("confirm-approve"));
+    expect(calls).toEqual([{ id: "dec_1", op: "approve", option: null, text: null }]);
+  });
+
+  it("shows what each budget option gives up and sends the chosen one", async () => {
+    const { calls, decide } = recorder();
+    const item = approval({
+      kind: "budget",
+      question: "The suite is over its time budget",
+      intent: null,
+      intent_digest: null,
+      default_option: "relevant_tests",
+      options: [
+        { id: "relevant_tests", label: "Run only relevant tests", gives_up: "coverage of unrelated modules", cost: "+4 min" },
+        { id: "full_suite", label: "Continue the full suite", gives_up: "40 more minutes", cost: "+40 min, ~$1.40" },
+        { id: "stop_patch", label: "Stop and deliver the patch", gives_up: "verification of the last two steps", cost: null },
+      ],
+    });
+    ui(<InboxCard item={item} decide={decide} load={load} now={NOW} />);
+    expect(screen.getByText("Gives up: coverage of unrelated modules")).toBeTruthy();
+    expect(screen.getByText("Gives up: verification of the last two steps")).toBeTruthy();
+    expect(screen.getByText("Cost: +40 min, ~$1.40")).toBeTruthy();
+    expect(screen.getByText(/then the default applies: Run only relevant tests/)).toBeTruthy();
+    await userEvent.click(screen.getByTestId("option-full_suite"));
+    expect(calls).toEqual([{ id: "dec_1", op: "choose", option: "full_suite", text: null }]);
+  });
+
+  it("warns when the approval was asked at an older plan revision", () => {
+    const { decide } = recorder();
+    ui(<InboxCard item={{ ...approval(), plan_revision: 2, stale: true }} decide={decide} load={load} now={NOW} />);
+    expect(screen.getByText(/Asked at plan revision 1; the plan is now at revision 2/)).toBeTruthy();
+  });
+
+  it("shows a refusal from the shell instead of pretending it was sent", async () => {
+    const decide = async (): Promise<OutboxView> => {
+      throw { code: "keychain", message: "the device key is not in the kernel keyring" };
+    };
+    ui(<InboxCard item={approval()} decide={decide} load={load} now={NOW} />);
+    await userEvent.click(screen.getByTestId("deny"));
+    expect((await screen.findByRole("alert")).textContent).toContain("the device key is not in the kernel keyring");
+  });
+});
+
+describe("DiffViewer", () => {
+  it("switches between split and unified views", async () => {
+    ui(<DiffViewer text={DIFF} initialView="split" />);
+    const unified = screen.getByRole("button", { name: "Unified" });
+    const split = screen.getByRole("button", { name: "Split" });
+    expect(split.getAttribute("aria-pressed")).toBe("true");
+    expect(document.querySelector(".diff-split")).not.toBeNull();
+    await userEvent.click(unified);
+    expect(unified.getAttribute("aria-pressed")).toBe("true");
+    expect(document.querySelector(".diff-unified")).not.toBeNull();
+  });
+
+  it("collapses a very large file until asked", async () => {
+    const lines = Array.from({ length: LARGE_FILE_LINES + 10 }, (_, i) => `+line ${i}`).join("\n");
+    const big = `diff --git a/big.txt b/big.txt\nnew file mode 100644\n--- /dev/null\n+++ b/big.txt\n@@ -0,0 +1,${LARGE_FILE_LINES + 10} @@\n${lines}\n`;
+    ui(<DiffViewer text={big} />);
+    expect(screen.getByText(/Large file \(1510 changed lines\)/)).toBeTruthy();
+    expect(document.querySelectorAll(".diff-code-insert").length).toBe(0);
+    await userEvent.click(screen.getByRole("button", { name: "Show anyway" }));
+    expect(document.querySelectorAll(".diff-code-insert").length).toBe(LARGE_FILE_LINES + 10);
+  });
+});
+
+describe("OfflineBanner and outbox", () => {
+  it("says offline with the last sync time and the queued commands", () => {
+    ui(<OfflineBanner status={status({ connected: false, queued: 1, last_sync_at: NOW - 5 * 60_000 })} retry={() => {}} pair={() => {}} now={NOW} />);
+    const banner = screen.getByTestId("offline-banner");
+    expect(banner.textContent).toContain("last synced 5m ago");
+    expect(banner.textContent).toContain("1 command(s) queued");
+  });
+
+  it("is absent while the stream is open", () => {
+    ui(<OfflineBanner status={status()} retry={() => {}} pair={() => {}} now={NOW} />);
+    expect(screen.queryByTestId("offline-banner")).toBeNull();
+  });
+
+  it("shows each command's state and, for a conflict, what changed", () => {
+    ui(
+      <OutboxList
+        now={NOW}
+        entries={[
+          outbox(),
+          outbox({ command_id: "cmd_2", operation: "approve", status: "conflict", met_revision: 2, what_changed: "you decided at plan revision 1; the plan is now at revision 2 (running)" }),
+          outbox({ command_id: "cmd_3", operation: "resume", status: "acknowledged" }),
+        ]}
+      />,
+    );
+    expect(screen.getByText("queued")).toBeTruthy();
+    expect(screen.getByText("acknowledged")).toBeTruthy();
+    expect(screen.getByText("conflict")).toBeTruthy();
+    expect(screen.getByText(/the plan is now at revision 2/)).toBeTruthy();
+    expect(screen.getByTestId("outbox-approve").dataset.status).toBe("conflict");
+  });
+});
+
+describe("SteerPanel", () => {
+  function steerer() {
+    const calls: { op: SteerOp; instructions: string | null; suspend: string[] }[] = [];
+    const steer = async (_id: string, op: SteerOp, instructions: string | null, suspend: string[]) => {
+      calls.push({ op, instructions, suspend });
+      return outbox({ operation: op });
+    };
+    return { calls, steer };
+  }
+
+  it("shows the plan revision a command is based on and pauses without a confirmation", async () => {
+    const { calls, steer } = steerer();
+    ui(<SteerPanel task={task} steps={row.stages} steer={steer} />);
+    expect(screen.getByTestId("steer-revision").textContent).toContain("plan revision 1");
+    await userEvent.click(screen.getByTestId("steer-pause"));
+    expect(calls.map((c) => c.op)).toEqual(["pause"]);
+    expect((await screen.findByTestId("steer-result")).textContent).toContain("Queued");
+  });
+
+  it("confirms before cancelling", async () => {
+    const { calls, steer } = steerer();
+    ui(<SteerPanel task={task} steps={row.stages} steer={steer} />);
+    await userEvent.click(screen.getByTestId("steer-cancel"));
+    expect(calls).toHaveLength(0);
+    await userEvent.click(screen.getByTestId("steer-confirm"));
+    expect(calls.map((c) => c.op)).toEqual(["cancel"]);
+  });
+
+  it("replans with instructions and the steps to suspend, after confirming", async () => {
+    const { calls, steer } = steerer();
+    ui(<SteerPanel task={task} steps={row.stages} steer={steer} />);
+    await userEvent.click(screen.getByTestId("steer-replan"));
+    await userEvent.type(screen.getByRole("textbox"), "do not deploy; write the report only");
+    await userEvent.click(screen.getByRole("checkbox", { name: "Deploy to staging (needs approval)" }));
+    await userEvent.click(screen.getByRole("button", { name: "Send" }));
+    expect(screen.getByText(/Replan at revision 1\? Pending approvals become void/)).toBeTruthy();
+    await userEvent.click(screen.getByTestId("steer-confirm"));
+    expect(calls).toEqual([{ op: "replan", instructions: "do not deploy; write the report only", suspend: ["deploy_staging"] }]);
+  });
+
+  it("offers resume for a paused task and nothing for a finished one", () => {
+    const { steer } = steerer();
+    const { unmount } = ui(<SteerPanel task={{ ...task, state: "paused" }} steps={row.stages} steer={steer} />);
+    expect(screen.getByTestId("steer-resume")).toBeTruthy();
+    expect(screen.queryByTestId("steer-pause")).toBeNull();
+    unmount();
+    ui(<SteerPanel task={{ ...task, state: "completed", terminal: true }} steps={row.stages} steer={steer} />);
+    expect(screen.getByText(/This run has ended \(completed\)/)).toBeTruthy();
+  });
+});
+
+describe("Threads", () => {
+  it("shows progress as stages done, never a percentage, with the budget and the last checkpoint", () => {
+    ui(<ThreadRow row={row} open={() => {}} now={NOW} />);
+    expect(screen.getAllByText("3 of 4 stages done").length).toBeGreaterThan(0);
+    expect(document.body.textContent).not.toMatch(/\d+%/);
+    expect(screen.getByText("1 decision(s) waiting")).toBeTruthy();
+    expect(screen.getByText(/Checkpoint #4 \(human_wait\)/)).toBeTruthy();
+    expect(screen.getByRole("meter", { name: "Time" }).getAttribute("aria-valuenow")).toBe("900");
+  });
+
+  it("says so when a task has no budget limits", () => {
+    ui(<Budget budget={{ ...task.budget, max_wall_seconds: null }} />);
+    expect(screen.getByText("No budget limits")).toBeTruthy();
+  });
+});
+
+describe("CheckpointDiff", () => {
+  const a = checkpoint(2, { completed_steps: [{ step: "reproduce", artifact_digests: [], verified: true }], effects: [{ effect_id: "eff_1", status: "intended" }] });
+  const b = checkpoint(5, {
+    completed_steps: [
+      { step: "reproduce", artifact_digests: [], verified: true },
+      { step: "fix", artifact_digests: ["sha256:cd"], verified: false },
+    ],
+    commit: "a1f2c9d",
+    pending_step: { step: "deploy_staging", intent_digest: null, idempotency_key: "k", approval_id: "dec_1" },
+    effects: [{ effect_id: "eff_1", status: "unknown" }],
+  });
+
+  it("finds steps completed in between, the commit, the step in flight and effect changes", () => {
+    const ch = checkpointChanges(a, b);
+    expect(ch.steps.map((s) => s.step)).toEqual(["fix"]);
+    expect(ch.commit).toEqual(["3b18e51", "a1f2c9d"]);
+    expect(ch.pending).toEqual(["—", "deploy_staging"]);
+    expect(ch.effects).toEqual([{ id: "eff_1", from: "intended", to: "unknown" }]);
+    expect(ch.revision).toBeNull();
+  });
+
+  it("renders the bodies as a diff", () => {
+    ui(<CheckpointDiff a={a} b={b} />);
+    expect(screen.getByText("Effect eff_1: intended → unknown")).toBeTruthy();
+    expect(screen.getByTestId("diff-viewer")).toBeTruthy();
+  });
+});
+
+describe("i18n", () => {
+  it("translates every English key into Simplified Chinese", () => {
+    const missing = Object.keys(en).filter((k) => !(k in zh) || !zh[k as keyof typeof en].trim());
+    expect(missing).toEqual([]);
+    for (const k of Object.keys(en) as (keyof typeof en)[]) {
+      const vars = (s: string) => [...s.matchAll(/\{(\w+)\}/g)].map((m) => m[1]).sort();
+      expect({ k, v: vars(zh[k]) }).toEqual({ k, v: vars(en[k]) });
+    }
+  });
+
+  it("renders a card in Chinese", () => {
+    const { decide } = recorder();
+    ui(<InboxCard item={approval()} decide={decide} load={load} now={NOW} />, "zh-CN");
+    expect(screen.getByTestId("approve").textContent).toBe("批准");
+    expect(screen.getByText(/绑定到计划版本 1/)).toBeTruthy();
+    expect(translate("zh-CN", "banner.queued", { n: 2 })).toBe("2 条命令已排队；恢复连接后只投递一次。");
+  });
+});
