@@ -226,7 +226,12 @@ pub(crate) async fn run(cmd: ClientCommand, json: bool) -> CliResult {
             c.follow(rx, &print).await.map_err(failure)
         }
         ClientCommand::Sync(_) => {
-            let r = c.sync_once().await.map_err(failure)?;
+            let progress = (!json).then(|| progress(c.mirror().clone()));
+            let r = c.sync_once().await;
+            if let Some(p) = progress {
+                p.abort();
+            }
+            let r = r.map_err(failure)?;
             emit(json, &serde_json::to_value(&r).unwrap_or_default(), || {
                 let mut s = format!(
                     "synced to cursor {}: {} event(s){}{}",
@@ -570,4 +575,46 @@ fn render_thread(t: &waymark_companion::ThreadDetail) -> String {
         }
     }
     o.trim_end().to_owned()
+}
+
+/// A spinner on a terminal when a sync takes more than a moment, showing how far the mirror
+/// has come; nothing when stderr is not a terminal.
+fn progress(mirror: waymark_companion::Mirror) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        use std::io::IsTerminal;
+        tokio::time::sleep(std::time::Duration::from_millis(400)).await;
+        if !std::io::stderr().is_terminal() {
+            return;
+        }
+        let bar = indicatif::ProgressBar::new_spinner();
+        bar.set_style(
+            indicatif::ProgressStyle::with_template("{spinner} {msg} ({elapsed})")
+                .unwrap_or_else(|_| indicatif::ProgressStyle::default_spinner()),
+        );
+        bar.enable_steady_tick(std::time::Duration::from_millis(100));
+        let _clear = ClearOnDrop(bar.clone());
+        loop {
+            let at = mirror.cursor().await.ok().flatten().unwrap_or(0);
+            let cached = mirror
+                .blobs_to_prefetch()
+                .await
+                .map(|b| b.len())
+                .unwrap_or(0);
+            bar.set_message(if cached > 0 {
+                format!("syncing: mirror at cursor {at}, {cached} artifact(s) to cache for offline review")
+            } else {
+                format!("syncing: mirror at cursor {at}")
+            });
+            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        }
+    })
+}
+
+/// Clears the spinner when the sync ends (its task is aborted).
+struct ClearOnDrop(indicatif::ProgressBar);
+
+impl Drop for ClearOnDrop {
+    fn drop(&mut self) {
+        self.0.finish_and_clear();
+    }
 }

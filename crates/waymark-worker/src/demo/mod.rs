@@ -840,6 +840,43 @@ impl Demo {
             by,
             intent_digest: decision.intent_digest.clone(),
         };
+        // A person replanned while the deploy waited (e.g. "do not deploy; write the report
+        // only"): the replan voided the approval; follow the new instructions, never the old
+        // plan. The control stream may deliver the replan just after the void: give it a moment.
+        if decision.status == DecisionStatus::Void {
+            let mut control = run.control();
+            let _ = tokio::time::timeout(
+                Duration::from_secs(3),
+                control.wait_for(|c| c.plan_revision > decision.plan_revision),
+            )
+            .await;
+        }
+        let replanned = run
+            .control()
+            .borrow()
+            .instructions
+            .clone()
+            .filter(|i| !i.trim().is_empty());
+        if let Some(instructions) = replanned {
+            self.say(
+                "replan",
+                format!("the plan was revised: \"{instructions}\" — no deploy; writing the report"),
+            );
+            run.say(format!(
+                "Replanned by a person: \"{instructions}\". Not deploying; writing the report."
+            ))
+            .await?;
+            return self
+                .stop(
+                    run,
+                    repo,
+                    done,
+                    &commit,
+                    verify::Stop::ReportOnly(decision.id.clone()),
+                    Some(decision_summary),
+                )
+                .await;
+        }
         if option.as_deref() != Some("approve") {
             let stop = if self.cfg.approve == Some(AutoApprove::Report) {
                 verify::Stop::ReportOnly(decision.id.clone())

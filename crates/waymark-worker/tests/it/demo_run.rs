@@ -1,4 +1,4 @@
-use serde_json::json;
+use serde_json::{Value, json};
 use waymark_proto::digest::json_digest;
 use waymark_proto::{DecisionKind, DecisionStatus, EffectStatus, FinishOutcome, TaskState};
 use waymark_worker::Resolution;
@@ -402,9 +402,7 @@ async fn flaky_tests_past_the_retry_bound_deliver_partially_listing_what_was_ver
     let (reporter, lines) = recorder();
     let mut cfg = w.demo_config(Some(AutoApprove::Yes));
     cfg.scenario = Scenario::FlakyTests;
-    let summary = demo::run_with(cfg, w.plan(Some(BudgetChoice::RelevantTests)), reporter)
-        .await
-        .unwrap();
+    let summary = demo::run_with(cfg, w.plan(None), reporter).await.unwrap();
     assert_eq!(summary.outcome, FinishOutcome::PartiallyDelivered);
     let d = w.detail(&summary.task_id).await;
     // Three tries, no more, each failing on the flaky promo test only.
@@ -461,4 +459,102 @@ async fn flaky_tests_past_the_retry_bound_deliver_partially_listing_what_was_ver
         said.iter().any(|t| t.starts_with("gave up after 3 tries")),
         "{said:?}"
     );
+}
+
+/// The seeds' design question: a run waits for staging approval, and a phone says "stop
+/// deploying, keep the report". The signed replan voids the approval; the agent writes the
+/// report and deploys nothing; the ledger shows why.
+#[tokio::test]
+async fn a_replan_from_a_phone_while_the_deploy_waits_stops_the_deploy_and_keeps_the_report() {
+    let w = World::start().await;
+    let (reporter, lines) = recorder();
+    let mut cfg = w.demo_config(None);
+    cfg.admin_token = None;
+    let run = tokio::spawn(demo::run_with(cfg, w.plan(None), reporter));
+    let decision = loop {
+        let snapshot = lines.lock().unwrap().clone();
+        let waiting = snapshot
+            .iter()
+            .any(|p| p.step == "approval" && p.text.starts_with("waiting for a person"));
+        let asked = snapshot.iter().find_map(|p| {
+            (p.step == "approval" && p.text.starts_with("dec_"))
+                .then(|| p.text.split_whitespace().next().unwrap().to_owned())
+        });
+        if let (true, Some(id)) = (waiting, asked) {
+            break id;
+        }
+        if run.is_finished() {
+            panic!("the demo ended before asking: {:?}", run.await);
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    };
+    let task = lines
+        .lock()
+        .unwrap()
+        .iter()
+        .find(|p| p.step == "task")
+        .map(|p| p.text.split_whitespace().next().unwrap().to_owned())
+        .expect("the demo names its task");
+    // A phone, paired for alice's tasks, signs the replan.
+    let store = w.server.state.store.clone();
+    let owner = w.detail(&task).await.task.owner;
+    let scopes = vec!["view".to_owned(), "steer".to_owned(), "approve".to_owned()];
+    let (code, _) = waymark_server::steer::create_pairing(&*store, &owner, &scopes, 600_000)
+        .await
+        .unwrap();
+    let key = ed25519_dalek::SigningKey::generate(&mut rand::rngs::OsRng);
+    let http = reqwest::Client::new();
+    let dev: Value = http
+        .post(format!("{}/v1/devices/pair", w.server.url()))
+        .json(&json!({"code": code, "name": "phone", "public_key": waymark_proto::signing::public_key_b64(&key.verifying_key())}))
+        .send().await.unwrap().json().await.unwrap();
+    let revision = w.detail(&task).await.task.plan_revision;
+    let now = chrono::Utc::now();
+    let cmd = waymark_proto::SteerCommand {
+        command_id: waymark_proto::ids::command(),
+        task_id: Some(task.clone()),
+        expected_plan_revision: Some(revision),
+        operation: waymark_proto::Operation::SuspendAndReplan,
+        scope: vec!["deploy".into()],
+        args: json!({"instructions": "do not deploy; write the report only"}),
+        issued_by: format!("user:{owner}"),
+        device_id: dev["id"].as_str().unwrap().to_owned(),
+        issued_at: now,
+        expires_at: now + chrono::Duration::minutes(5),
+    };
+    let env = waymark_proto::signing::sign(&cmd, &key).unwrap();
+    let res: Value = http
+        .post(format!("{}/v1/commands", w.server.url()))
+        .json(&env)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(res["status"], "applied", "{res}");
+
+    let summary = run.await.unwrap().unwrap();
+    assert_eq!(summary.outcome, FinishOutcome::Completed, "{summary:?}");
+    assert!(w.deploy_log().deploys.is_empty(), "nothing was deployed");
+    let d = w.detail(&task).await;
+    assert!(
+        d.artifacts.iter().any(|a| a.name == "report.md"),
+        "the report is kept"
+    );
+    assert!(
+        d.effects.iter().all(|e| e.kind != "deploy"),
+        "the deploy was never even declared"
+    );
+    assert!(
+        d.decisions
+            .iter()
+            .any(|x| x.id == decision && x.status == waymark_proto::DecisionStatus::Void)
+    );
+    assert!(
+        d.messages
+            .iter()
+            .any(|m| m.text.contains("do not deploy; write the report only"))
+    );
+    assert!(lines.lock().unwrap().iter().any(|p| p.step == "replan"));
 }
