@@ -7,7 +7,11 @@ fn a_quick_steer_run_prints_its_figures() {
         .env("WAYMARK_LOG", "error")
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let figures: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let figures = figures.as_array().unwrap();
     assert_eq!(figures.len(), 2, "p50 and p99");

@@ -449,3 +449,181 @@ fn usage_mistakes_exit_2_and_an_unreachable_server_exits_3() {
         "{v}"
     );
 }
+
+/// The seeds' design question, as a drill: a run waits for staging approval; the laptop sleeps
+/// (the worker is gone); the control plane restarts; a phone says "stop deploying, keep the
+/// report". The next worker writes the report and deploys nothing, and the thread shows why.
+#[test]
+fn the_drill_laptop_asleep_server_restarted_phone_says_report_only() {
+    let mut s = Setup::start();
+    let mut demo = s
+        .demo(&["--budget-choice", "relevant_tests"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Wait until it asks for the deploy.
+    let started = Instant::now();
+    let (task, approval) = loop {
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "the demo never asked to deploy"
+        );
+        if let Some(status) = demo.try_wait().unwrap() {
+            let mut err = String::new();
+            std::io::Read::read_to_string(demo.stderr.as_mut().unwrap(), &mut err).unwrap();
+            panic!("the demo ended ({status}) before asking: {err}");
+        }
+        let snap = s.get("/v1/snapshot");
+        if let Some(t) = snap["tasks"].as_array().and_then(|t| t.first()) {
+            let id = t["id"].as_str().unwrap().to_owned();
+            let d = s.get(&format!("/v1/tasks/{id}"));
+            if let Some(a) = d["decisions"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|x| x["kind"] == "approval" && x["status"] == "pending")
+            {
+                break (id, a["id"].as_str().unwrap().to_owned());
+            }
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    // The laptop sleeps: the worker is gone without a word.
+    demo.kill().unwrap();
+    demo.wait().unwrap();
+    // The control plane restarts on the same address.
+    let addr = s.url().trim_start_matches("http://").to_owned();
+    let data = s.dir.path().join("data");
+    let old = std::mem::replace(
+        &mut s.server,
+        Proc(Command::new("true").spawn().unwrap(), Value::Null),
+    );
+    drop(old);
+    let mut serve = waymark();
+    serve
+        .args(["serve", "--json", "--listen", &addr, "--data-dir"])
+        .arg(&data);
+    s.server = listening(serve);
+
+    // A phone, paired for this user, says: do not deploy, write the report only.
+    let out = waymark()
+        .args(["admin", "pair", "--user", "admin", "--json", "--data-dir"])
+        .arg(&data)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let code = serde_json::from_slice::<Value>(&out.stdout).unwrap()["code"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let key = ed25519_dalek::SigningKey::generate(&mut rand::rngs::OsRng);
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let http = reqwest::Client::new();
+    let device: Value = rt.block_on(async {
+        http.post(format!("{}/v1/devices/pair", s.url()))
+            .json(&serde_json::json!({"code": code, "name": "phone", "public_key": waymark_proto::signing::public_key_b64(&key.verifying_key())}))
+            .send().await.unwrap().json().await.unwrap()
+    });
+    let now = chrono::Utc::now();
+    let cmd = waymark_proto::SteerCommand {
+        command_id: waymark_proto::ids::command(),
+        task_id: Some(task.clone()),
+        expected_plan_revision: Some(1),
+        operation: waymark_proto::Operation::SuspendAndReplan,
+        scope: vec!["deploy".into()],
+        args: serde_json::json!({"instructions": "stop deploying; keep the report"}),
+        issued_by: "user:admin".into(),
+        device_id: device["id"].as_str().unwrap().to_owned(),
+        issued_at: now,
+        expires_at: now + chrono::Duration::minutes(10),
+    };
+    let env = waymark_proto::signing::sign(&cmd, &key).unwrap();
+    let res: Value = rt.block_on(async {
+        http.post(format!("{}/v1/commands", s.url()))
+            .json(&env)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap()
+    });
+    assert_eq!(res["status"], "applied", "{res}");
+
+    // The next worker (the laptop wakes, or another machine) resumes the task.
+    std::thread::sleep(Duration::from_millis(2200));
+    let out = s
+        .demo(&[
+            "--scenario",
+            "resume",
+            "--task",
+            &task,
+            "--budget-choice",
+            "relevant_tests",
+            "--json",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}\n{}",
+        text(&out.stdout),
+        text(&out.stderr)
+    );
+    let d = s.get(&format!("/v1/tasks/{task}"));
+    assert_eq!(d["task"]["state"], "completed", "{}", d["task"]);
+    let log = s.dir.path().join("deploys.json");
+    let deployed = if log.exists() {
+        s.deploys()["deploys"].as_array().map_or(0, |a| a.len())
+    } else {
+        0
+    };
+    assert_eq!(deployed, 0, "nothing was deployed");
+    assert!(
+        d["artifacts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|a| a["name"] == "report.md"),
+        "the report is kept"
+    );
+    assert!(
+        d["effects"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|e| e["kind"] != "deploy"),
+        "the deploy was never declared"
+    );
+    // The audit trail says why: the voided approval, the signed replan, the agent's message.
+    let voided = d["decisions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|x| x["id"] == approval.as_str())
+        .unwrap();
+    assert_eq!(voided["status"], "void");
+    assert!(
+        voided["outcome"]["text"]
+            .as_str()
+            .unwrap()
+            .contains("plan was revised")
+    );
+    let ledger = s.get(&format!("/v1/admin/tasks/{task}/commands"));
+    let entry = &ledger.as_array().unwrap()[0];
+    assert_eq!(entry["operation"], "suspend_and_replan");
+    assert_eq!(
+        entry["envelope"]["command"]["args"]["instructions"],
+        "stop deploying; keep the report"
+    );
+    assert!(d["messages"].as_array().unwrap().iter().any(|m| {
+        m["text"]
+            .as_str()
+            .unwrap()
+            .contains("stop deploying; keep the report")
+    }));
+}

@@ -147,8 +147,14 @@ pub(crate) async fn admission(
         ));
     }
     let now = now_ms();
+    // A pending step written under an older plan revision was superseded by a replan: the
+    // worker follows the new plan, so that step's approval is no reason to stop.
+    let current_plan = last
+        .as_ref()
+        .is_none_or(|b| b.plan_revision == 0 || b.plan_revision >= task.plan_revision);
     if let Some(id) = last
         .as_ref()
+        .filter(|_| current_plan)
         .and_then(|b| b.pending_step.as_ref())
         .and_then(|p| p.approval_id.clone())
     {

@@ -720,8 +720,55 @@ impl Demo {
         let intent_digest = json_digest(&intent).unwrap_or_default();
         let key = format!("{}/{DEPLOY}/{commit}", run.task_id());
 
-        // An approval already asked for this very intent at this plan revision still counts.
         let detail = self.client.task(run.task_id()).await?;
+        // Replanned while no worker ran (e.g. the laptop slept and a phone said "do not
+        // deploy; write the report only"): the pending replan reaches this attempt on its
+        // control stream; follow it instead of asking to deploy under the old plan.
+        if detail.task.plan_revision > 1 {
+            let mut control = run.control();
+            let want = detail.task.plan_revision;
+            let _ = tokio::time::timeout(
+                Duration::from_secs(3),
+                control.wait_for(|c| c.plan_revision >= want),
+            )
+            .await;
+            let replanned = run
+                .control()
+                .borrow()
+                .instructions
+                .clone()
+                .filter(|i| !i.trim().is_empty());
+            if let Some(instructions) = replanned {
+                self.say(
+                    "replan",
+                    format!(
+                        "the plan was revised: \"{instructions}\" — no deploy; writing the report"
+                    ),
+                );
+                run.say(format!(
+                    "Replanned by a person: \"{instructions}\". Not deploying; writing the report."
+                ))
+                .await?;
+                let voided = detail
+                    .decisions
+                    .iter()
+                    .rev()
+                    .find(|d| d.kind == DecisionKind::Approval)
+                    .map(|d| d.id.clone())
+                    .unwrap_or_default();
+                return self
+                    .stop(
+                        run,
+                        repo,
+                        done,
+                        &commit,
+                        verify::Stop::ReportOnly(voided),
+                        None,
+                    )
+                    .await;
+            }
+        }
+        // An approval already asked for this very intent at this plan revision still counts.
         let existing = detail.decisions.iter().rev().find(|d| {
             d.kind == DecisionKind::Approval
                 && d.intent_digest.as_deref() == Some(intent_digest.as_str())
