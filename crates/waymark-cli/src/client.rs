@@ -214,16 +214,43 @@ pub(crate) async fn run(cmd: ClientCommand, json: bool) -> CliResult {
                 let _ = tokio::signal::ctrl_c().await;
                 let _ = tx.send(true);
             });
+            // Events print as they come; the notifications they deserve (the same content
+            // model as the app's) print once each, after the batch is in the mirror.
+            let c = std::sync::Arc::new(c);
+            let (touched_tx, mut touched) = tokio::sync::mpsc::unbounded_channel::<String>();
+            let printer = {
+                let c = c.clone();
+                tokio::spawn(async move {
+                    while let Some(task) = touched.recv().await {
+                        for n in c.notifications(&task, true).await.unwrap_or_default() {
+                            if json {
+                                println!("{}", serde_json::json!({"notification": n}));
+                            } else {
+                                println!("▶ {}\n  {}", n.title, n.body.replace('\n', "\n  "));
+                            }
+                        }
+                    }
+                })
+            };
             let print = move |batch: &[waymark_proto::Event]| {
+                let mut tasks: Vec<&str> = Vec::new();
                 for ev in batch {
                     if json {
                         println!("{}", serde_json::to_string(ev).unwrap_or_default());
                     } else {
                         println!("{:>8}  {:<20} {}", ev.cursor, ev.kind.as_str(), ev.task_id);
                     }
+                    if !tasks.contains(&ev.task_id.as_str()) {
+                        tasks.push(&ev.task_id);
+                    }
+                }
+                for t in tasks {
+                    let _ = touched_tx.send(t.to_owned());
                 }
             };
-            c.follow(rx, &print).await.map_err(failure)
+            let r = c.follow(rx, &print).await.map_err(failure);
+            printer.abort();
+            r
         }
         ClientCommand::Sync(_) => {
             let progress = (!json).then(|| progress(c.mirror().clone()));

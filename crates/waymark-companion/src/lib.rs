@@ -654,6 +654,38 @@ impl Companion {
         self.command(&d.task_id, op, args, vec![]).await
     }
 
+    /// The notifications a thread deserves now, from the mirror alone: decisions with their
+    /// intent, outputs (with the diff stat of cached diffs) and verification; a finished task
+    /// with what it delivered. With `dedup`, each is returned once per device.
+    pub async fn notifications(
+        &self,
+        task_id: &str,
+        dedup: bool,
+    ) -> Result<Vec<notify::Notification>, Error> {
+        let Some(thread) = self.mirror.thread(task_id).await? else {
+            return Ok(Vec::new());
+        };
+        let mut stats = Vec::new();
+        for a in &thread.artifacts {
+            let is_diff = a.media_type.contains("diff")
+                || a.name.ends_with(".diff")
+                || a.name.ends_with(".patch");
+            if is_diff && let Some(bytes) = self.mirror.blob(&a.sha256).await? {
+                stats.push((
+                    a.sha256.clone(),
+                    notify::diff_stat(&String::from_utf8_lossy(&bytes)),
+                ));
+            }
+        }
+        let mut out = Vec::new();
+        for n in notify::for_thread_with(&thread, &stats) {
+            if !dedup || self.mirror.first_notification(&n.key).await? {
+                out.push(n);
+            }
+        }
+        Ok(out)
+    }
+
     /// A blob from the cache, else from the server (then cached).
     pub async fn blob(&self, sha256: &str) -> Result<Vec<u8>, Error> {
         if let Some(b) = self.mirror.blob(sha256).await? {

@@ -59,11 +59,44 @@ fn receipts_line(receipts: &[TestReceipt]) -> String {
     }
 }
 
-fn outputs_line(artifacts: &[Artifact]) -> String {
-    let names: Vec<&str> = artifacts
+/// What a unified diff changes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DiffStat {
+    /// Files touched.
+    pub files: usize,
+    /// Lines added.
+    pub added: usize,
+    /// Lines removed.
+    pub removed: usize,
+}
+
+/// Counts a unified diff (`git diff` output).
+pub fn diff_stat(diff: &str) -> DiffStat {
+    let mut s = DiffStat::default();
+    for line in diff.lines() {
+        if line.starts_with("+++ ") {
+            s.files += 1;
+        } else if line.starts_with("--- ") {
+        } else if line.starts_with('+') {
+            s.added += 1;
+        } else if line.starts_with('-') {
+            s.removed += 1;
+        }
+    }
+    s
+}
+
+fn outputs_line(artifacts: &[Artifact], stats: &[(String, DiffStat)]) -> String {
+    let names: Vec<String> = artifacts
         .iter()
         .filter(|a| !a.name.starts_with("junit-"))
-        .map(|a| a.name.as_str())
+        .map(|a| match stats.iter().find(|(sha, _)| *sha == a.sha256) {
+            Some((_, d)) => format!(
+                "{} ({} file(s), +{} −{})",
+                a.name, d.files, d.added, d.removed
+            ),
+            None => a.name.clone(),
+        })
         .collect();
     if names.is_empty() {
         "no artifacts".into()
@@ -99,11 +132,19 @@ fn intent_line(d: &Decision) -> Option<String> {
 
 /// The notification a pending decision deserves.
 pub fn for_decision(d: &Decision, thread: &ThreadDetail) -> Notification {
+    decision_with(d, thread, &[])
+}
+
+fn decision_with(
+    d: &Decision,
+    thread: &ThreadDetail,
+    stats: &[(String, DiffStat)],
+) -> Notification {
     let mut lines = Vec::new();
     if let Some(i) = intent_line(d) {
         lines.push(i);
     }
-    lines.push(outputs_line(&thread.artifacts));
+    lines.push(outputs_line(&thread.artifacts, stats));
     lines.push(receipts_line(&thread.receipts));
     let mut actions = vec![Action {
         id: "open".into(),
@@ -166,6 +207,10 @@ pub fn for_decision(d: &Decision, thread: &ThreadDetail) -> Notification {
 
 /// The notification a finished task deserves: what it delivered and how it was verified.
 pub fn for_finished(thread: &ThreadDetail) -> Option<Notification> {
+    finished_with(thread, &[])
+}
+
+fn finished_with(thread: &ThreadDetail, stats: &[(String, DiffStat)]) -> Option<Notification> {
     let t = &thread.task;
     if !t.state.is_terminal() {
         return None;
@@ -183,7 +228,7 @@ pub fn for_finished(thread: &ThreadDetail) -> Option<Notification> {
             "stages: {done}/{} done, {verified} verified",
             thread.stages.len()
         ),
-        outputs_line(&thread.artifacts),
+        outputs_line(&thread.artifacts, stats),
         receipts_line(&thread.receipts),
     ];
     if let Some(s) = &t.outcome_summary {
@@ -215,13 +260,18 @@ pub fn for_finished(thread: &ThreadDetail) -> Option<Notification> {
 
 /// Everything a thread deserves now: open decisions, its end, unknown effects.
 pub fn for_thread(thread: &ThreadDetail) -> Vec<Notification> {
+    for_thread_with(thread, &[])
+}
+
+/// [`for_thread`], with the diff stats of artifacts (by sha256) the caller has at hand.
+pub fn for_thread_with(thread: &ThreadDetail, stats: &[(String, DiffStat)]) -> Vec<Notification> {
     let mut out: Vec<Notification> = thread
         .decisions
         .iter()
         .filter(|d| d.status == DecisionStatus::Pending)
-        .map(|d| for_decision(d, thread))
+        .map(|d| decision_with(d, thread, stats))
         .collect();
-    out.extend(for_finished(thread));
+    out.extend(finished_with(thread, stats));
     for e in thread
         .effects
         .iter()
@@ -239,4 +289,22 @@ pub fn for_thread(thread: &ThreadDetail) -> Vec<Notification> {
         });
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_diff_is_counted_by_files_and_lines() {
+        let d = "diff --git a/x b/x\n--- a/x\n+++ b/x\n@@ -1,2 +1,2 @@\n-old\n+new\n ctx\n+more\n";
+        assert_eq!(
+            diff_stat(d),
+            DiffStat {
+                files: 1,
+                added: 2,
+                removed: 1
+            }
+        );
+    }
 }

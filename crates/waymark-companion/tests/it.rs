@@ -527,3 +527,42 @@ fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
     }
     out
 }
+
+#[tokio::test]
+async fn notifications_carry_the_intent_the_diff_stat_and_the_receipts_once() {
+    let s = Server::start(Config::default()).await;
+    let (task, att) = s.busy_task("fix checkout", 1).await;
+    let diff = "--- a/cart.py\n+++ b/cart.py\n@@ -1 +1 @@\n-    return sum(items) + 1\n+    return sum(items)\n";
+    s.http
+        .post(format!(
+            "{}/v1/tasks/{task}/artifacts?name=fix.diff",
+            s.url()
+        ))
+        .bearer_auth(&s.worker)
+        .header("content-type", "text/x-diff")
+        .body(diff)
+        .send()
+        .await
+        .unwrap();
+    s.approval(&task, &att).await;
+    let (_home, c) = companion(&s).await;
+    c.sync_once().await.unwrap();
+    let n = c.notifications(&task, true).await.unwrap();
+    assert_eq!(n.len(), 1, "{n:?}");
+    assert!(n[0].title.starts_with("Approve?"), "{:?}", n[0]);
+    assert!(
+        n[0].body.contains("fix.diff (1 file(s), +1 −1)"),
+        "{}",
+        n[0].body
+    );
+    assert!(n[0].body.contains("target=staging"), "{}", n[0].body);
+    assert_eq!(
+        n[0].lock_screen, "Waymark: a decision is waiting",
+        "no content on the lock screen"
+    );
+    assert!(n[0].actions.iter().any(|a| a.id == "approve"));
+    assert!(
+        c.notifications(&task, true).await.unwrap().is_empty(),
+        "shown once"
+    );
+}
