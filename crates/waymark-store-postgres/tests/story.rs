@@ -6,7 +6,7 @@
 //! PostgreSQL they fail and say how to get it. Each test works in a database of its own.
 
 use std::collections::BTreeSet;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::json;
@@ -15,45 +15,7 @@ use tokio::sync::Barrier;
 use waymark_store::*;
 use waymark_store_postgres::{PgOptions, PgStore};
 
-/// The URL of the test server (its `waymark_test` database), found or started once.
-fn server_url() -> &'static str {
-    static URL: OnceLock<String> = OnceLock::new();
-    URL.get_or_init(|| {
-        if let Some(url) = std::env::var("WAYMARK_TEST_DATABASE_URL")
-            .ok()
-            .filter(|u| !u.is_empty())
-        {
-            return url;
-        }
-        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../../scripts/postgres-test-server");
-        let out = std::process::Command::new("bash")
-            .arg(script)
-            .output()
-            .unwrap_or_else(|e| panic!("cannot run {script}: {e}"));
-        assert!(
-            out.status.success(),
-            "PostgreSQL could not be started for the tests — set WAYMARK_TEST_DATABASE_URL to a \
-             server you have, or install PostgreSQL (`apt-get install -y postgresql`).\n{script} said:\n{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let url = String::from_utf8(out.stdout).unwrap().trim().to_owned();
-        assert!(url.starts_with("postgres"), "{script} printed {url:?}");
-        url
-    })
-}
-
-/// `url` with its database replaced by `db`.
-fn with_database(url: &str, db: &str) -> String {
-    let (base, query) = match url.split_once('?') {
-        Some((b, q)) => (b, format!("?{q}")),
-        None => (url, String::new()),
-    };
-    let authority_start = base.find("://").map_or(0, |i| i + 3);
-    let path_start = base[authority_start..]
-        .find('/')
-        .map_or(base.len(), |i| authority_start + i);
-    format!("{}/{db}{query}", &base[..path_start])
-}
+use waymark_store_postgres::testing::{server_url, with_database};
 
 /// A database of one test's own, dropped by [`TestDb::drop_db`] when the test passes.
 struct TestDb {
