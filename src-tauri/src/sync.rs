@@ -12,7 +12,7 @@ use std::time::Duration;
 use tauri::AppHandle;
 use tauri_specta::Event as _;
 use tokio::sync::{mpsc, watch};
-use waymark_companion::{Error, notify};
+use waymark_companion::Error;
 
 use crate::events::{MirrorChanged, StatusChanged};
 use crate::state::Shared;
@@ -127,14 +127,12 @@ async fn look(
         tasks.into_iter().collect()
     };
     for id in ids {
-        let Some(thread) = mirror.thread(&id).await? else {
-            continue;
-        };
-        for n in notify::for_thread(&thread) {
+        // The shared content model (with the diff stat of cached diffs), each shown once.
+        for n in shared.companion.notifications(&id, true).await? {
             // On a full look, finished tasks from before are marked seen silently: a person
             // pairing a device wants the open decisions, not a backlog of old endings.
             let quiet = all && n.decision_id.is_none();
-            if mirror.first_notification(&n.key).await? && !quiet && !shared.muted() {
+            if !quiet && !shared.muted() {
                 crate::notifications::show(app.clone(), shared.clone(), n);
             }
         }
