@@ -89,7 +89,12 @@ export function InboxCard({
           <h4>{t("inbox.intent")}</h4>
           <IntentTable intent={d.intent} />
           <p className="small">
-            {t("inbox.digest")}: <code title={d.intent_digest ?? ""} data-testid="intent-digest">{short(d.intent_digest, 16)}…</code> · {t("inbox.boundTo", { rev: d.plan_revision })}
+            {d.intent_digest != null && (
+              <>
+                {t("inbox.digest")}: <code title={d.intent_digest} data-testid="intent-digest">{short(d.intent_digest, 16)}…</code> ·{" "}
+              </>
+            )}
+            {t("inbox.boundTo", { rev: d.plan_revision })}
           </p>
         </section>
       )}
