@@ -22,6 +22,9 @@ pub(crate) struct ServeArgs {
     /// How many events the log keeps before older cursors get `410 cursor_expired`.
     #[arg(long, default_value_t = Config::default().event_retention)]
     event_retention: i64,
+    /// Keep secrets found in messages and checkpoints instead of redacting them.
+    #[arg(long)]
+    no_redact: bool,
 }
 
 pub(crate) fn serve_failure(e: ServeError) -> Failure {
@@ -61,6 +64,7 @@ pub(crate) async fn run(args: ServeArgs, json: bool) -> CliResult {
         .map_err(admin_failure)?;
     let config = Config {
         event_retention: args.event_retention.max(1),
+        redact_secrets: !args.no_redact,
         ..Config::default()
     };
     let running = waymark_server::start_with_store(&dir, store, args.listen, config)

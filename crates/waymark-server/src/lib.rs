@@ -16,6 +16,7 @@ mod openapi;
 mod push;
 mod reads;
 mod recovery;
+mod redact;
 mod schedule;
 pub mod steer;
 mod worker;
@@ -61,6 +62,8 @@ pub struct Config {
     pub max_wait: Duration,
     /// First retry delay of a failed push (doubling, at most 15 minutes).
     pub push_retry_base: Duration,
+    /// Redact common secret patterns from messages and checkpoints before they are stored.
+    pub redact_secrets: bool,
 }
 
 impl Default for Config {
@@ -78,6 +81,7 @@ impl Default for Config {
             decision_expiry_max: Duration::from_secs(30 * 24 * 3600),
             max_wait: Duration::from_secs(60),
             push_retry_base: Duration::from_secs(2),
+            redact_secrets: true,
         }
     }
 }

@@ -517,7 +517,10 @@ pub(crate) async fn append_checkpoint(
         if req.sequence != last_seq + 1 {
             return Err(sequence_conflict());
         }
-        let body = to_value(&req.body);
+        let mut body = to_value(&req.body);
+        if st.config.redact_secrets {
+            crate::redact::json(&mut body);
+        }
         let prev = last.map(|c| c.digest);
         let row = CheckpointRow {
             task_id: task.id.clone(),
@@ -1163,7 +1166,11 @@ pub(crate) async fn append_messages(
                 task_id: task.id.clone(),
                 seq: 0,
                 role: m.role.clone(),
-                text: m.text.clone(),
+                text: if st.config.redact_secrets {
+                    crate::redact::text(&m.text).0
+                } else {
+                    m.text.clone()
+                },
                 created_at: now,
             };
             row.seq = tx.insert_message(&row).await?;

@@ -514,3 +514,43 @@ async fn messages_usage_and_finish_complete_the_thread() {
         .await;
     assert_problem(s, &v, 409, "task_terminal");
 }
+
+#[tokio::test]
+async fn secrets_in_messages_and_checkpoints_are_redacted_before_storage_visibly() {
+    let h = Harness::start().await;
+    let task = h.create_task(&h.alice).await;
+    let (att, fence) = h.attempt(&h.alice, &task, 60).await;
+    let (s, v) = h
+        .post(&h.alice, &format!("/v1/tasks/{task}/messages"),
+              json!({"messages": [{"role": "tool", "text": "export GITHUB_TOKEN=ghp_0123456789abcdefghijklmnopqrstuvwxyzAB"}]}))
+        .await;
+    assert_eq!(s, StatusCode::CREATED, "{v}");
+    let (s, v) = h
+        .post(&h.alice, &format!("/v1/tasks/{task}/checkpoints"),
+              json!({"attempt_id": att, "fence": fence, "sequence": 1,
+                     "body": {"reason": "step_completed", "summary": "logged in with password=hunter2hunter2"}}))
+        .await;
+    assert_eq!(s, StatusCode::CREATED, "{v}");
+    let d = h.detail(&task).await;
+    let all = d.to_string();
+    assert!(
+        !all.contains("ghp_0123") && !all.contains("hunter2"),
+        "a secret was stored"
+    );
+    assert!(
+        d["messages"][0]["text"]
+            .as_str()
+            .unwrap()
+            .contains("[REDACTED:github-token]")
+    );
+    assert!(
+        d["checkpoints"][0]["body"]["summary"]
+            .as_str()
+            .unwrap()
+            .contains("[REDACTED:secret]")
+    );
+    assert_eq!(
+        d["chain"]["intact"], true,
+        "the chain covers what was stored"
+    );
+}
