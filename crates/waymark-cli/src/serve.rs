@@ -25,6 +25,9 @@ pub(crate) struct ServeArgs {
     /// Keep secrets found in messages and checkpoints instead of redacting them.
     #[arg(long)]
     no_redact: bool,
+    /// Requests per second allowed to each worker token and device (bursts of twice that).
+    #[arg(long, default_value_t = Config::default().rate_per_second)]
+    rate_limit: u32,
 }
 
 pub(crate) fn serve_failure(e: ServeError) -> Failure {
@@ -65,6 +68,8 @@ pub(crate) async fn run(args: ServeArgs, json: bool) -> CliResult {
     let config = Config {
         event_retention: args.event_retention.max(1),
         redact_secrets: !args.no_redact,
+        rate_per_second: args.rate_limit.max(1),
+        rate_burst: args.rate_limit.max(1).saturating_mul(2),
         ..Config::default()
     };
     let running = waymark_server::start_with_store(&dir, store, args.listen, config)

@@ -71,6 +71,8 @@ codes! {
     PairingCodeExpired => ("pairing_code_expired", 410, "pairing code expired"),
     /// The pairing code was used already.
     PairingCodeUsed => ("pairing_code_used", 409, "pairing code already used"),
+    /// Too many requests from this credential; retry after `retry_after_ms`.
+    RateLimited => ("rate_limited", 429, "too many requests"),
     /// The event cursor is older than the server's retention: re-snapshot.
     CursorExpired => ("cursor_expired", 410, "event cursor expired"),
     /// The route exists but not with this method.

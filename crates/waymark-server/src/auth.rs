@@ -111,7 +111,9 @@ impl FromRequestParts<AppState> for Caller {
             })?;
         let mut tx = state.store.read().await?;
         if secret.starts_with("wmk_s_") {
-            return device_caller(&mut tx, secret).await;
+            let caller = device_caller(&mut tx, secret).await?;
+            state.rate_limit(&format!("device:{}", caller.name))?;
+            return Ok(caller);
         }
         let token = tx.token_by_hash(&secret_hash(secret)).await?;
         let Some(token) = token.filter(|t| t.revoked_at.is_none()) else {
@@ -124,6 +126,9 @@ impl FromRequestParts<AppState> for Caller {
             "admin" => CallerKind::Admin,
             _ => CallerKind::Worker,
         };
+        if kind == CallerKind::Worker {
+            state.rate_limit(&format!("token:{}", token.id))?;
+        }
         Ok(Caller {
             kind,
             name: token.name,

@@ -15,6 +15,7 @@ pub(crate) fn spawn(st: AppState) {
                 _ = tick.tick() => {}
                 _ = stopping.wait_for(|s| *s) => break,
             }
+            st.limiter.retain_recent();
             if let Err(e) = crate::recovery::sweep_leases(&st).await {
                 tracing::warn!(error = %e.problem, "sweeping expired leases failed");
             }

@@ -101,6 +101,16 @@ pub fn problem_response(problem: &Problem) -> Response {
         header::CONTENT_TYPE,
         HeaderValue::from_static("application/problem+json"),
     );
+    if let Some(ms) = problem
+        .context
+        .get("retry_after_ms")
+        .and_then(|v| v.as_u64())
+    {
+        let secs = ms.div_ceil(1000).max(1);
+        if let Ok(v) = HeaderValue::from_str(&secs.to_string()) {
+            res.headers_mut().insert(header::RETRY_AFTER, v);
+        }
+    }
     res
 }
 

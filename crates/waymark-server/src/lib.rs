@@ -64,6 +64,10 @@ pub struct Config {
     pub push_retry_base: Duration,
     /// Redact common secret patterns from messages and checkpoints before they are stored.
     pub redact_secrets: bool,
+    /// Requests per second each worker token, device session or signing device may make…
+    pub rate_per_second: u32,
+    /// …with bursts up to this many.
+    pub rate_burst: u32,
 }
 
 impl Default for Config {
@@ -82,6 +86,8 @@ impl Default for Config {
             max_wait: Duration::from_secs(60),
             push_retry_base: Duration::from_secs(2),
             redact_secrets: true,
+            rate_per_second: 1000,
+            rate_burst: 2000,
         }
     }
 }
@@ -97,21 +103,55 @@ pub struct AppState {
     pub metrics: Arc<Metrics>,
     /// Flips to `true` when the server shuts down, so streams end and background work stops.
     pub(crate) stopping: Arc<watch::Sender<bool>>,
+    /// Per-credential request rate limits.
+    pub(crate) limiter: Arc<governor::DefaultKeyedRateLimiter<String>>,
+}
+
+fn config_rate(c: &Config) -> u32 {
+    c.rate_per_second.max(1)
 }
 
 impl AppState {
     /// State over a store.
     pub fn new(store: Arc<dyn Store>, config: Config) -> Self {
+        let quota = governor::Quota::per_second(
+            std::num::NonZeroU32::new(config_rate(&config)).unwrap_or(std::num::NonZeroU32::MIN),
+        )
+        .allow_burst(
+            std::num::NonZeroU32::new(config.rate_burst.max(1))
+                .unwrap_or(std::num::NonZeroU32::MIN),
+        );
         AppState {
             store,
             config: Arc::new(config),
             metrics: Arc::new(Metrics::default()),
             stopping: Arc::new(watch::channel(false).0),
+            limiter: Arc::new(governor::RateLimiter::keyed(quota)),
         }
     }
 
     pub(crate) fn cursor_watch(&self) -> watch::Receiver<i64> {
         self.store.cursor_watch()
+    }
+
+    /// Refuses a request beyond the credential's rate with 429 and when to retry.
+    pub(crate) fn rate_limit(&self, key: &str) -> Result<(), error::ApiError> {
+        match self.limiter.check_key(&key.to_owned()) {
+            Ok(()) => Ok(()),
+            Err(not_until) => {
+                use governor::clock::Clock;
+                let wait = not_until.wait_time_from(governor::clock::DefaultClock::default().now());
+                self.metrics.refusal_code("rate_limited");
+                Err(error::ApiError::new(
+                    waymark_proto::ErrorCode::RateLimited,
+                    format!(
+                        "too many requests from this credential; retry in {} ms",
+                        wait.as_millis().max(1)
+                    ),
+                )
+                .with("retry_after_ms", wait.as_millis().max(1) as u64))
+            }
+        }
     }
 }
 

@@ -473,6 +473,7 @@ pub(crate) async fn submit(
     State(st): State<AppState>,
     Json(env): Json<SignedEnvelope>,
 ) -> ApiResult<Response> {
+    st.rate_limit(&format!("device:{}", env.signature.key_id))?;
     let command_id = env
         .command
         .get("command_id")

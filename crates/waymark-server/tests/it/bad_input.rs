@@ -188,3 +188,42 @@ async fn the_operational_surface_answers() {
     assert!(text.contains("waymark_tasks_created_total 1"), "{text}");
     assert!(text.contains("waymark_http_requests_total{"), "{text}");
 }
+
+#[tokio::test]
+async fn a_credential_over_its_rate_is_told_when_to_retry_and_others_are_not_slowed() {
+    let h = Harness::start_with(waymark_server::Config {
+        rate_per_second: 5,
+        rate_burst: 5,
+        ..test_config()
+    })
+    .await;
+    let mut limited = None;
+    for _ in 0..20 {
+        let res = h
+            .http
+            .get(h.url("/v1/snapshot"))
+            .bearer_auth(&h.alice)
+            .send()
+            .await
+            .unwrap();
+        if res.status() == StatusCode::TOO_MANY_REQUESTS {
+            limited = Some(res);
+            break;
+        }
+    }
+    let res = limited.expect("20 rapid requests must exceed 5/s");
+    let retry_after: u64 = res.headers()["retry-after"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(retry_after >= 1);
+    let v: serde_json::Value = res.json().await.unwrap();
+    assert_eq!(v["code"], "rate_limited");
+    assert!(v["context"]["retry_after_ms"].as_u64().unwrap() > 0);
+    // bob and the host's admin are not slowed by alice's worker.
+    let (s, _) = h.get(&h.bob, "/v1/snapshot").await;
+    assert_eq!(s, StatusCode::OK);
+    let (s, _) = h.get(&h.admin, "/v1/snapshot").await;
+    assert_eq!(s, StatusCode::OK);
+}
