@@ -28,6 +28,7 @@ id_fns! {
     token => "tok",
     followup => "fup",
     push => "push",
+    device => "dev",
 }
 
 /// A fresh UUIDv7 in its hyphenated form, as command ids use.

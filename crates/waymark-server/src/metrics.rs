@@ -13,7 +13,6 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
-use waymark_proto::ErrorCode;
 
 use crate::AppState;
 
@@ -93,10 +92,6 @@ impl Drop for SubscriberGuard {
 }
 
 impl Metrics {
-    pub(crate) fn refusal(&self, code: ErrorCode) {
-        self.refusal_code(code.as_str());
-    }
-
     pub(crate) fn refusal_code(&self, code: &str) {
         self.refusals
             .get_or_create(&CodeLabels { code: code.into() })

@@ -160,17 +160,14 @@ pub(crate) async fn register(
     Ok((StatusCode::CREATED, Out(wire(&row))))
 }
 
+/// An http(s) endpoint of sane length.
 fn url_ok(endpoint: &str) -> ApiResult<String> {
-    let u = url_parse(endpoint)
-        .ok_or_else(|| invalid(format!("`{endpoint}` is not an http(s) URL")))?;
-    Ok(u)
-}
-
-fn url_parse(s: &str) -> Option<String> {
-    let lower = s.to_ascii_lowercase();
-    (lower.starts_with("https://") || lower.starts_with("http://"))
-        .then(|| s.to_owned())
-        .filter(|s| s.len() <= 2048)
+    match url::Url::parse(endpoint) {
+        Ok(u) if matches!(u.scheme(), "http" | "https") && endpoint.len() <= 2048 => {
+            Ok(endpoint.to_owned())
+        }
+        _ => Err(invalid(format!("`{endpoint}` is not an http(s) URL"))),
+    }
 }
 
 #[utoipa::path(get, path = "/v1/devices/{device}/push", tag = "device", params(("device" = String, Path)),

@@ -443,7 +443,7 @@ pub(crate) async fn blob(
     Ok(res)
 }
 
-fn admin_only(caller: &Caller) -> ApiResult<()> {
+pub(crate) fn admin_only(caller: &Caller) -> ApiResult<()> {
     if caller.kind == CallerKind::Admin {
         Ok(())
     } else {

@@ -22,7 +22,7 @@ use waymark_store::*;
 use crate::auth::{CallerKind, WorkerCaller, new_secret, secret_hash};
 use crate::error::{ApiError, ApiResult};
 use crate::extract::Json;
-use crate::worker::{close_decision, emit, task_for, validate_plan};
+use crate::worker::{close_decision, emit, record_refusal, task_for, validate_plan};
 use crate::{AppState, convert, now_ms};
 
 type Tx = Box<dyn StoreTx>;
@@ -90,7 +90,7 @@ pub(crate) async fn pair(
             ErrorCode::PairingCodeInvalid,
             "no such pairing code — check it, or ask for a new one with `waymark admin pair --user NAME`",
         );
-        audit(
+        record_refusal(
             &st,
             "device:unpaired",
             "device.pair",
@@ -125,7 +125,7 @@ pub(crate) async fn pair(
     };
     if let Some(e) = err {
         drop(tx);
-        audit(
+        record_refusal(
             &st,
             "device:unpaired",
             "device.pair",
@@ -137,7 +137,7 @@ pub(crate) async fn pair(
         return Err(e);
     }
     let device = DeviceRow {
-        id: format!("dev_{}", uuid_simple()),
+        id: ids::device(),
         user_id: pairing.user_id.clone(),
         name: name.to_owned(),
         public_key: signing::public_key_b64(&key),
@@ -159,38 +159,6 @@ pub(crate) async fn pair(
     tx.update_pairing(&pairing).await?;
     tx.commit().await?;
     Ok((StatusCode::CREATED, Out(device_wire(&device, &user))))
-}
-
-fn uuid_simple() -> String {
-    ids::command().replace('-', "")
-}
-
-async fn audit(
-    st: &AppState,
-    actor: &str,
-    action: &str,
-    task_id: Option<&str>,
-    code: &str,
-    detail: &str,
-) {
-    st.metrics.refusal_code(code);
-    let row = AuditRow {
-        at: now_ms(),
-        actor: actor.to_owned(),
-        action: action.to_owned(),
-        task_id: task_id.map(str::to_owned),
-        code: code.to_owned(),
-        detail: detail.to_owned(),
-    };
-    let res = async {
-        let mut tx = st.store.write().await?;
-        tx.insert_audit(&row).await?;
-        tx.commit().await
-    }
-    .await;
-    if let Err(e) = res {
-        tracing::error!(error = %e, "could not record a refusal in the audit log");
-    }
 }
 
 /// A command whose signature, device and clock checked out.
@@ -377,7 +345,7 @@ pub(crate) async fn open_session(
     Json(env): Json<SignedEnvelope>,
 ) -> ApiResult<Response> {
     let refused = |st: AppState, r: Rejection, id: String| async move {
-        audit(
+        record_refusal(
             &st,
             &format!("device:{id}"),
             "device.session",
@@ -489,7 +457,7 @@ pub(crate) async fn submit(
         Ok(v) => v,
         Err(r) => {
             // Not recorded in the ledger: an unverified sender must not squat a command id.
-            audit(
+            record_refusal(
                 &st,
                 &format!("device:{}", env.signature.key_id),
                 "command.submit",
@@ -507,7 +475,7 @@ pub(crate) async fn submit(
     let res = apply(&st, &env, v).await?;
     if res.status == CommandStatus::Rejected || res.status == CommandStatus::Conflict {
         let code = res.reason.map_or("conflict", RejectReason::as_str);
-        audit(
+        record_refusal(
             &st,
             &format!("device:{}", env.signature.key_id),
             "command.submit",
@@ -1186,12 +1154,7 @@ pub(crate) async fn admin_ledger(
     caller: crate::auth::Caller,
     Path(task_id): Path<String>,
 ) -> ApiResult<Out<Vec<LedgerEntry>>> {
-    if caller.kind != CallerKind::Admin {
-        return Err(ApiError::new(
-            ErrorCode::Forbidden,
-            "this route needs the admin token",
-        ));
-    }
+    crate::reads::admin_only(&caller)?;
     let rows = st.store.read().await?.list_commands(&task_id).await?;
     let mut out = Vec::with_capacity(rows.len());
     for r in rows {

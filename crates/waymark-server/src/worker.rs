@@ -72,14 +72,35 @@ pub(crate) async fn audit_refusal(st: &AppState, caller: &Caller, action: &str, 
     if !err.is_refusal() {
         return;
     }
-    st.metrics.refusal(err.code());
+    let code = err.code().as_str();
+    record_refusal(
+        st,
+        &caller.actor(),
+        action,
+        err.task_id.as_deref(),
+        code,
+        &err.problem.detail,
+    )
+    .await;
+}
+
+/// Writes an audit entry (and counts the refusal) in its own transaction.
+pub(crate) async fn record_refusal(
+    st: &AppState,
+    actor: &str,
+    action: &str,
+    task_id: Option<&str>,
+    code: &str,
+    detail: &str,
+) {
+    st.metrics.refusal_code(code);
     let row = AuditRow {
         at: now_ms(),
-        actor: caller.actor(),
+        actor: actor.to_owned(),
         action: action.to_owned(),
-        task_id: err.task_id.clone(),
-        code: err.code().as_str().to_owned(),
-        detail: err.problem.detail.clone(),
+        task_id: task_id.map(str::to_owned),
+        code: code.to_owned(),
+        detail: detail.to_owned(),
     };
     let res = async {
         let mut tx = st.store.write().await?;

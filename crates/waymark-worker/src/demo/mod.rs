@@ -698,6 +698,38 @@ impl Demo {
         self.deliver(run, repo, done).await
     }
 
+    /// A person replanned ("do not deploy; write the report only"): say so, write the report,
+    /// deploy nothing.
+    #[allow(clippy::too_many_arguments)]
+    async fn follow_replan(
+        &self,
+        run: &Run,
+        repo: &Repo,
+        done: Done,
+        commit: &str,
+        instructions: &str,
+        voided: String,
+        decision: Option<DecisionSummary>,
+    ) -> Result<DemoSummary, DemoError> {
+        self.say(
+            "replan",
+            format!("the plan was revised: \"{instructions}\" — no deploy; writing the report"),
+        );
+        run.say(format!(
+            "Replanned by a person: \"{instructions}\". Not deploying; writing the report."
+        ))
+        .await?;
+        self.stop(
+            run,
+            repo,
+            done,
+            commit,
+            verify::Stop::ReportOnly(voided),
+            decision,
+        )
+        .await
+    }
+
     /// Asks approval for the deploy (or finds the one already asked), then deploys or reports.
     async fn deliver(
         &self,
@@ -724,49 +756,19 @@ impl Demo {
         // Replanned while no worker ran (e.g. the laptop slept and a phone said "do not
         // deploy; write the report only"): the pending replan reaches this attempt on its
         // control stream; follow it instead of asking to deploy under the old plan.
-        if detail.task.plan_revision > 1 {
-            let mut control = run.control();
-            let want = detail.task.plan_revision;
-            let _ = tokio::time::timeout(
-                Duration::from_secs(3),
-                control.wait_for(|c| c.plan_revision >= want),
-            )
-            .await;
-            let replanned = run
-                .control()
-                .borrow()
-                .instructions
-                .clone()
-                .filter(|i| !i.trim().is_empty());
-            if let Some(instructions) = replanned {
-                self.say(
-                    "replan",
-                    format!(
-                        "the plan was revised: \"{instructions}\" — no deploy; writing the report"
-                    ),
-                );
-                run.say(format!(
-                    "Replanned by a person: \"{instructions}\". Not deploying; writing the report."
-                ))
-                .await?;
-                let voided = detail
-                    .decisions
-                    .iter()
-                    .rev()
-                    .find(|d| d.kind == DecisionKind::Approval)
-                    .map(|d| d.id.clone())
-                    .unwrap_or_default();
-                return self
-                    .stop(
-                        run,
-                        repo,
-                        done,
-                        &commit,
-                        verify::Stop::ReportOnly(voided),
-                        None,
-                    )
-                    .await;
-            }
+        if detail.task.plan_revision > 1
+            && let Some(instructions) = replanned(run, detail.task.plan_revision).await
+        {
+            let voided = detail
+                .decisions
+                .iter()
+                .rev()
+                .find(|d| d.kind == DecisionKind::Approval)
+                .map(|d| d.id.clone())
+                .unwrap_or_default();
+            return self
+                .follow_replan(run, repo, done, &commit, &instructions, voided, None)
+                .await;
         }
         // An approval already asked for this very intent at this plan revision still counts.
         let existing = detail.decisions.iter().rev().find(|d| {
@@ -890,36 +892,20 @@ impl Demo {
         // A person replanned while the deploy waited (e.g. "do not deploy; write the report
         // only"): the replan voided the approval; follow the new instructions, never the old
         // plan. The control stream may deliver the replan just after the void: give it a moment.
-        if decision.status == DecisionStatus::Void {
-            let mut control = run.control();
-            let _ = tokio::time::timeout(
-                Duration::from_secs(3),
-                control.wait_for(|c| c.plan_revision > decision.plan_revision),
-            )
-            .await;
-        }
-        let replanned = run
-            .control()
-            .borrow()
-            .instructions
-            .clone()
-            .filter(|i| !i.trim().is_empty());
-        if let Some(instructions) = replanned {
-            self.say(
-                "replan",
-                format!("the plan was revised: \"{instructions}\" — no deploy; writing the report"),
-            );
-            run.say(format!(
-                "Replanned by a person: \"{instructions}\". Not deploying; writing the report."
-            ))
-            .await?;
+        let want = if decision.status == DecisionStatus::Void {
+            decision.plan_revision + 1
+        } else {
+            0
+        };
+        if let Some(instructions) = replanned(run, want).await {
             return self
-                .stop(
+                .follow_replan(
                     run,
                     repo,
                     done,
                     &commit,
-                    verify::Stop::ReportOnly(decision.id.clone()),
+                    &instructions,
+                    decision.id.clone(),
                     Some(decision_summary),
                 )
                 .await;
@@ -1205,4 +1191,23 @@ pub fn new_workdir() -> std::io::Result<PathBuf> {
         .prefix("waymark-demo-")
         .tempdir()?
         .keep())
+}
+
+/// The instructions of a replan this run has heard of. When the plan is known to be at
+/// revision `want` or later, waits a moment for the control stream to deliver that replan
+/// (it may arrive just after the voided approval or the attempt's start).
+async fn replanned(run: &Run, want: i64) -> Option<String> {
+    if want > 0 {
+        let mut control = run.control();
+        let _ = tokio::time::timeout(
+            Duration::from_secs(3),
+            control.wait_for(|c| c.plan_revision >= want),
+        )
+        .await;
+    }
+    run.control()
+        .borrow()
+        .instructions
+        .clone()
+        .filter(|i| !i.trim().is_empty())
 }
