@@ -342,6 +342,12 @@ pub struct DecisionView {
     pub created_at: i64,
     /// The outcome.
     pub outcome: Option<OutcomeView>,
+    /// For approvals a runtime holds: `durable`, `connection_bound`, `fail_open_hook`.
+    pub durability: Option<String>,
+    /// For answered runtime approvals: `pending` (not yet taken), `acknowledged`, `lost`.
+    pub delivery: Option<String>,
+    /// What the runtime said when it took (or lost) the answer.
+    pub delivery_detail: Option<String>,
 }
 
 impl From<Decision> for DecisionView {
@@ -377,6 +383,9 @@ impl From<Decision> for DecisionView {
                 by: o.by,
                 at: ms(o.at),
             }),
+            durability: d.durability.map(|x| x.as_str().to_owned()),
+            delivery: d.delivery.as_ref().map(|x| x.state.as_str().to_owned()),
+            delivery_detail: d.delivery.and_then(|x| x.detail),
         }
     }
 }

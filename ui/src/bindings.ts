@@ -212,6 +212,12 @@ export type DecisionView = {
 	created_at: number,
 	/**  The outcome. */
 	outcome: OutcomeView | null,
+	/**  For approvals a runtime holds: `durable`, `connection_bound`, `fail_open_hook`. */
+	durability: string | null,
+	/**  For answered runtime approvals: `pending` (not yet taken), `acknowledged`, `lost`. */
+	delivery: string | null,
+	/**  What the runtime said when it took (or lost) the answer. */
+	delivery_detail: string | null,
 };
 
 /**  A paired device. */

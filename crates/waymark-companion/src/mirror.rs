@@ -807,7 +807,7 @@ async fn apply_one(tx: &mut Tx<'_>, ev: &Event) -> Result<(), Error> {
         }
         EventKind::CheckpointAppended => insert_checkpoint(tx, &data(ev)?).await,
         EventKind::EffectDeclared | EventKind::EffectUpdated => upsert_effect(tx, &data(ev)?).await,
-        EventKind::DecisionRequested | EventKind::DecisionClosed => {
+        EventKind::DecisionRequested | EventKind::DecisionClosed | EventKind::DecisionUpdated => {
             upsert_decision(tx, &data(ev)?).await
         }
         EventKind::ArtifactAdded => upsert_artifact(tx, &data(ev)?).await,

@@ -6,7 +6,8 @@ use serde_json::Value;
 use utoipa::ToSchema;
 
 use crate::state::{
-    AttemptState, DecisionKind, DecisionStatus, EffectStatus, FinishOutcome, Operation, TaskState,
+    ApprovalDurability, AttemptState, DecisionKind, DecisionStatus, DeliveryState, EffectStatus,
+    FinishOutcome, Operation, TaskState,
 };
 
 /// One step of a task's plan (a DAG through `depends_on`).
@@ -92,6 +93,10 @@ pub struct CreateTask {
     /// What the task works on.
     #[serde(default)]
     pub materials: Materials,
+    /// The runtime's own id for this work (a Claude Code session, a Codex thread). Creating a
+    /// task again with the same `runtime` and key returns the existing task (200).
+    #[serde(default)]
+    pub external_key: Option<String>,
 }
 
 /// A task: the goal and its acceptance (SPEC §2).
@@ -107,6 +112,9 @@ pub struct Task {
     pub goal: String,
     /// The agent runtime.
     pub runtime: Option<String>,
+    /// The runtime's own id for this work (see `CreateTask::external_key`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub external_key: Option<String>,
     /// Where it stands.
     pub state: TaskState,
     /// The plan's steps.
@@ -495,6 +503,14 @@ pub struct RequestApproval {
     /// Marks an approval the UI must confirm twice.
     #[serde(default)]
     pub risky: bool,
+    /// How long the runtime keeps the approval open; set by runtime adapters, whose answers
+    /// count only once the runtime acknowledges them (`…/delivery`).
+    #[serde(default)]
+    pub durability: Option<ApprovalDurability>,
+    /// The runtime's own choices. Empty means `approve` and `deny`; otherwise it must hold
+    /// both, and further ids start with `approve_` (they grant) or `deny_` (they refuse).
+    #[serde(default)]
+    pub options: Vec<DecisionOption>,
 }
 
 /// `POST /v1/tasks/{task}/decisions`.
@@ -575,6 +591,57 @@ pub struct Decision {
     pub created_at: DateTime<Utc>,
     /// The outcome, once closed.
     pub outcome: Option<DecisionOutcome>,
+    /// For approvals held by a runtime: how long it keeps them open.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub durability: Option<ApprovalDurability>,
+    /// For answered approvals held by a runtime: whether it has taken the answer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub delivery: Option<Delivery>,
+}
+
+/// Whether a runtime has taken an answer, as its adapter reported.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct Delivery {
+    /// Where it stands.
+    pub state: DeliveryState,
+    /// What the runtime said, e.g. `serverRequest/resolved`, `PostToolUse ran`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub detail: Option<String>,
+    /// When it was reported.
+    pub at: DateTime<Utc>,
+}
+
+/// `POST /v1/tasks/{task}/decisions/{decision}/delivery`: an adapter reports whether the
+/// runtime took the answer.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ReportDelivery {
+    /// The reporting attempt.
+    #[serde(default)]
+    pub attempt_id: Option<String>,
+    /// Its fence.
+    #[serde(default)]
+    pub fence: Option<i64>,
+    /// `acknowledged` or `lost`.
+    pub state: DeliveryState,
+    /// What the runtime said.
+    #[serde(default)]
+    pub detail: Option<String>,
+}
+
+/// `POST /v1/tasks/{task}/decisions/{decision}/expire`: the runtime dropped a pending
+/// decision (its connection closed, its hook timed out). Nothing is reported approved.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ExpireDecision {
+    /// The reporting attempt.
+    #[serde(default)]
+    pub attempt_id: Option<String>,
+    /// Its fence.
+    #[serde(default)]
+    pub fence: Option<i64>,
+    /// Why, for people: "the Codex connection closed; the turn will ask again".
+    pub reason: String,
 }
 
 /// Admin resolution of a decision (until devices answer them with signed commands).

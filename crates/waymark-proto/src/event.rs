@@ -39,6 +39,9 @@ pub enum EventKind {
     /// `data`: the `Decision` (resolved, expired or void).
     #[serde(rename = "decision.closed")]
     DecisionClosed,
+    /// `data`: the `Decision` (the runtime took, or lost, its answer).
+    #[serde(rename = "decision.updated")]
+    DecisionUpdated,
     /// `data`: the `Artifact`.
     #[serde(rename = "artifact.added")]
     ArtifactAdded,
@@ -73,6 +76,7 @@ impl EventKind {
             EventKind::EffectUpdated => "effect.updated",
             EventKind::DecisionRequested => "decision.requested",
             EventKind::DecisionClosed => "decision.closed",
+            EventKind::DecisionUpdated => "decision.updated",
             EventKind::ArtifactAdded => "artifact.added",
             EventKind::TestReceiptAdded => "test_receipt.added",
             EventKind::MessagesAppended => "messages.appended",

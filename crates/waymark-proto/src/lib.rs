@@ -17,7 +17,8 @@ pub use error::{ErrorCode, Problem};
 pub use event::{Event, EventKind};
 pub use followup::*;
 pub use state::{
-    AttemptState, DecisionKind, DecisionStatus, EffectStatus, FinishOutcome, Operation, TaskState,
+    ApprovalDurability, AttemptState, DecisionKind, DecisionStatus, DeliveryState, EffectStatus,
+    FinishOutcome, Operation, TaskState,
 };
 pub use steer::*;
 

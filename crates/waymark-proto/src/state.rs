@@ -151,6 +151,30 @@ str_enum! {
 }
 
 str_enum! {
+    /// How long the runtime behind an approval keeps it open (docs/adapters.md).
+    pub enum ApprovalDurability {
+        /// The runtime waits across process exits (Claude Code `defer` + resume).
+        Durable => "durable",
+        /// Open only while the adapter's connection lives (Codex, ACP, OpenClaw).
+        ConnectionBound => "connection_bound",
+        /// A hook that fails open: on timeout the runtime proceeds with its own prompt.
+        FailOpenHook => "fail_open_hook",
+    }
+}
+
+str_enum! {
+    /// Whether the runtime has taken the answer to an approval.
+    pub enum DeliveryState {
+        /// Answered here; the runtime has not confirmed it yet.
+        Pending => "pending",
+        /// The runtime confirmed it acted on the answer.
+        Acknowledged => "acknowledged",
+        /// The runtime went away before it took the answer; it did not act on it.
+        Lost => "lost",
+    }
+}
+
+str_enum! {
     /// Where a decision stands.
     pub enum DecisionStatus {
         Pending => "pending",

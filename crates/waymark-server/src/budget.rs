@@ -128,5 +128,7 @@ pub(crate) async fn crossed(
             + 1000 * i64::try_from(budget.decision_seconds.unwrap_or(900)).unwrap_or(900),
         created_at: now,
         outcome: None,
+        durability: None,
+        delivery: None,
     }))
 }

@@ -41,6 +41,7 @@ pub(crate) fn task(t: &s::TaskRow, owner: &str) -> R<p::Task> {
         created_at: dt(t.created_at),
         updated_at: dt(t.updated_at),
         parent_id: t.parent_id.clone(),
+        external_key: t.external_key.clone(),
     })
 }
 
@@ -133,6 +134,16 @@ pub(crate) fn decision(d: &s::DecisionRow) -> R<p::Decision> {
             .outcome
             .as_ref()
             .map(|o| json(o, "decision outcome"))
+            .transpose()?,
+        durability: d
+            .durability
+            .as_deref()
+            .map(|x| parse(x, "approval durability"))
+            .transpose()?,
+        delivery: d
+            .delivery
+            .as_ref()
+            .map(|x| json(x, "decision delivery"))
             .transpose()?,
     })
 }

@@ -183,6 +183,14 @@ pub fn app(state: AppState) -> Router {
             "/v1/tasks/{task}/decisions/{decision}",
             get(reads::get_decision),
         )
+        .route(
+            "/v1/tasks/{task}/decisions/{decision}/delivery",
+            post(worker::report_delivery),
+        )
+        .route(
+            "/v1/tasks/{task}/decisions/{decision}/expire",
+            post(worker::expire_decision),
+        )
         .route("/v1/tasks/{task}/artifacts", post(worker::upload_artifact))
         .route(
             "/v1/tasks/{task}/test-receipts",

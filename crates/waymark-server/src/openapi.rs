@@ -23,6 +23,8 @@ use crate::{followups, push, reads, recovery, steer, worker};
         worker::request_approval,
         worker::request_decision,
         reads::get_decision,
+        worker::report_delivery,
+        worker::expire_decision,
         worker::upload_artifact,
         worker::submit_test_receipt,
         worker::append_messages,

@@ -273,6 +273,8 @@ pub(crate) async fn refuse_admission(
                 expires_at: now_ms() + RECOVERY_EXPIRY_MS,
                 created_at: now_ms(),
                 outcome: None,
+                durability: None,
+                delivery: None,
             };
             let id = row.id.clone();
             let mut t = task.clone();
@@ -504,6 +506,8 @@ async fn freeze(tx: &mut Tx, e: &EffectRow, detail: Option<&str>) -> ApiResult<S
         expires_at: now_ms() + RECOVERY_EXPIRY_MS,
         created_at: now_ms(),
         outcome: None,
+        durability: None,
+        delivery: None,
     };
     let id = row.id.clone();
     let _ = open_decision(tx, task, row).await?;
@@ -542,6 +546,7 @@ async fn compensation_task(tx: &mut Tx, parent: &TaskRow, e: &EffectRow) -> ApiR
         created_at: now,
         updated_at: now,
         parent_id: Some(parent.id.clone()),
+        external_key: None,
     };
     tx.insert_task(&row).await?;
     tx.insert_session(&SessionRow {
@@ -587,6 +592,8 @@ async fn compensation_task(tx: &mut Tx, parent: &TaskRow, e: &EffectRow) -> ApiR
         expires_at: now + RECOVERY_EXPIRY_MS,
         created_at: now,
         outcome: None,
+        durability: None,
+        delivery: None,
     };
     let _ = open_decision(tx, row, approval).await?;
     Ok(id)

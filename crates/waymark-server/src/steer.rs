@@ -889,13 +889,30 @@ async fn answer(
                     "the intent digest you approved is not the one the agent asked about",
                 )));
             }
-            let opt = if cmd.operation == Operation::Approve {
-                "approve"
-            } else {
-                "deny"
+            let grant = cmd.operation == Operation::Approve;
+            // A runtime's own choice (`approve_session`, `deny_always`) rides on approve/deny,
+            // so it stays bound to the digest and the revision like the plain answer.
+            let opt = match cmd.args.get("option").and_then(Value::as_str) {
+                None => if grant { "approve" } else { "deny" }.to_owned(),
+                Some(o) => {
+                    let options: Vec<DecisionOption> =
+                        serde_json::from_value(d.options.clone()).unwrap_or_default();
+                    if !options.iter().any(|x| x.id == o)
+                        || crate::worker::approval_grants(o) != Some(grant)
+                    {
+                        return Ok(Err(reject(
+                            RejectReason::InvalidCommand,
+                            format!(
+                                "`{o}` is not a{} option of this approval",
+                                if grant { " granting" } else { " refusing" }
+                            ),
+                        )));
+                    }
+                    o.to_owned()
+                }
             };
             (
-                Some(opt.to_owned()),
+                Some(opt),
                 cmd.args
                     .get("text")
                     .and_then(Value::as_str)

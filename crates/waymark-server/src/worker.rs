@@ -314,6 +314,7 @@ pub(crate) fn created<T>(cursor: i64, value: T) -> Created<T> {
 
 #[utoipa::path(post, path = "/v1/tasks", tag = "worker", request_body = CreateTask,
     responses((status = 201, body = Task, description = "created; the body also carries `cursor`"),
+              (status = 200, body = Task, description = "a task with this `runtime` and `external_key` exists already"),
               (status = 422, body = Problem)))]
 pub(crate) async fn create_task(
     State(st): State<AppState>,
@@ -324,6 +325,17 @@ pub(crate) async fn create_task(
     check_text("goal", &req.goal, 20_000, false)?;
     validate_plan(&req.plan)?;
     validate_budget(&req.budget)?;
+    if let Some(key) = &req.external_key {
+        check_text("external_key", key, 300, true)?;
+        if req.runtime.is_none() {
+            return Err(invalid(
+                "`external_key` needs `runtime`: keys are per runtime",
+            ));
+        }
+    }
+    if let Some(found) = existing_task(&st, &caller, &req.runtime, &req.external_key).await? {
+        return Ok(found);
+    }
     let now = now_ms();
     let task_id = ids::task();
     let session_id = ids::session();
@@ -345,9 +357,17 @@ pub(crate) async fn create_task(
         created_at: now,
         updated_at: now,
         parent_id: None,
+        external_key: req.external_key,
     };
     let mut tx = st.store.write().await?;
-    tx.insert_task(&row).await?;
+    if let Err(e) = tx.insert_task(&row).await {
+        // Another request created the same runtime key in the meantime: that task is the one.
+        drop(tx);
+        if let Some(found) = existing_task(&st, &caller, &row.runtime, &row.external_key).await? {
+            return Ok(found);
+        }
+        return Err(e.into());
+    }
     tx.insert_session(&SessionRow {
         id: session_id,
         task_id,
@@ -360,6 +380,34 @@ pub(crate) async fn create_task(
     tx.commit().await?;
     st.metrics.tasks_created.inc();
     Ok(created(cursor, task))
+}
+
+/// The task a runtime adapter created before for the same runtime id, answered as `200`.
+async fn existing_task(
+    st: &AppState,
+    caller: &Caller,
+    runtime: &Option<String>,
+    key: &Option<String>,
+) -> ApiResult<Option<Created<Task>>> {
+    let (Some(runtime), Some(key)) = (runtime, key) else {
+        return Ok(None);
+    };
+    let mut tx = st.store.read().await?;
+    let Some(row) = tx
+        .task_by_external_key(&caller.user_id, runtime, key)
+        .await?
+    else {
+        return Ok(None);
+    };
+    let task = task_wire(&mut tx, &row).await?;
+    let cursor = tx.max_cursor().await?;
+    Ok(Some((
+        StatusCode::OK,
+        Out(Written {
+            cursor,
+            value: task,
+        }),
+    )))
 }
 
 fn lease_ms(st: &AppState, requested: Option<u32>) -> i64 {
@@ -772,6 +820,58 @@ pub(crate) async fn open_decision(
     Ok(created(cursor, wire))
 }
 
+/// An approval's options: `approve` and `deny`, or a runtime's own choices, which must keep
+/// both and name the others `approve_…` (they grant) or `deny_…` (they refuse).
+fn approval_options(given: &[DecisionOption]) -> ApiResult<Vec<DecisionOption>> {
+    if given.is_empty() {
+        return Ok(vec![
+            DecisionOption {
+                id: "approve".into(),
+                label: "Approve".into(),
+                gives_up: String::new(),
+                cost: None,
+            },
+            DecisionOption {
+                id: "deny".into(),
+                label: "Deny".into(),
+                gives_up: "the step does not run; the agent reports instead".into(),
+                cost: None,
+            },
+        ]);
+    }
+    let mut seen = std::collections::HashSet::new();
+    for o in given {
+        check_text("options[].id", &o.id, 64, true)?;
+        check_text("options[].label", &o.label, 500, true)?;
+        if !seen.insert(o.id.as_str()) {
+            return Err(invalid(format!("option `{}` appears twice", o.id)));
+        }
+        if approval_grants(&o.id).is_none() {
+            return Err(invalid(format!(
+                "approval option `{}` must be `approve`, `deny`, `approve_…` or `deny_…`",
+                o.id
+            )));
+        }
+    }
+    if !seen.contains("approve") || !seen.contains("deny") {
+        return Err(invalid(
+            "an approval's options must include `approve` and `deny`",
+        ));
+    }
+    Ok(given.to_vec())
+}
+
+/// Whether an approval option grants (`approve`, `approve_…`) or refuses (`deny`, `deny_…`).
+pub(crate) fn approval_grants(option: &str) -> Option<bool> {
+    match option {
+        "approve" => Some(true),
+        "deny" => Some(false),
+        o if o.starts_with("approve_") && o.len() > 8 => Some(true),
+        o if o.starts_with("deny_") && o.len() > 5 => Some(false),
+        _ => None,
+    }
+}
+
 #[utoipa::path(post, path = "/v1/tasks/{task}/approvals", tag = "worker", request_body = RequestApproval,
     params(("task" = String, Path)),
     responses((status = 201, body = Decision), (status = 422, body = Problem)))]
@@ -797,6 +897,7 @@ pub(crate) async fn request_approval(
             "`default_option` of an approval is `approve` or `deny`",
         ));
     }
+    let options = approval_options(&req.options)?;
     let expires_at = expiry_ms(&st, req.expires_in_seconds)?;
     audited(&st, &caller, "approval.request", async {
         let mut tx = st.store.write().await?;
@@ -810,20 +911,6 @@ pub(crate) async fn request_approval(
                 "`effect_id` `{e}` is not an effect of this task"
             )));
         }
-        let options = vec![
-            DecisionOption {
-                id: "approve".into(),
-                label: "Approve".into(),
-                gives_up: String::new(),
-                cost: None,
-            },
-            DecisionOption {
-                id: "deny".into(),
-                label: "Deny".into(),
-                gives_up: "the step does not run; the agent reports instead".into(),
-                cost: None,
-            },
-        ];
         let row = DecisionRow {
             id: ids::decision(),
             task_id: task.id.clone(),
@@ -841,6 +928,8 @@ pub(crate) async fn request_approval(
             expires_at,
             created_at: now_ms(),
             outcome: None,
+            durability: req.durability.map(|d| d.as_str().to_owned()),
+            delivery: None,
         };
         let out = open_decision(&mut tx, task, row).await?;
         tx.commit().await?;
@@ -908,6 +997,8 @@ pub(crate) async fn request_decision(
             expires_at,
             created_at: now_ms(),
             outcome: None,
+            durability: None,
+            delivery: None,
         };
         let out = open_decision(&mut tx, task, row).await?;
         tx.commit().await?;
@@ -925,6 +1016,14 @@ pub(crate) async fn close_decision(
     outcome: DecisionOutcome,
 ) -> ApiResult<i64> {
     decision.status = status.as_str().into();
+    if decision.durability.is_some() && status == DecisionStatus::Resolved {
+        // Answered here; it counts once the runtime's adapter reports the runtime took it.
+        decision.delivery = Some(to_value(&Delivery {
+            state: DeliveryState::Pending,
+            detail: None,
+            at: outcome.at,
+        }));
+    }
     decision.outcome = Some(to_value(&outcome));
     tx.update_decision(decision).await?;
     let mut task = tx
@@ -1024,6 +1123,139 @@ pub(crate) async fn admin_resolve(
         }))
     })
     .await
+}
+
+#[utoipa::path(post, path = "/v1/tasks/{task}/decisions/{decision}/delivery", tag = "worker", request_body = ReportDelivery,
+    params(("task" = String, Path), ("decision" = String, Path)),
+    responses((status = 200, body = Decision),
+              (status = 409, body = Problem, description = "`decision_closed`: not an answered runtime approval, or its delivery was reported otherwise"),
+              (status = 422, body = Problem)))]
+pub(crate) async fn report_delivery(
+    State(st): State<AppState>,
+    WorkerCaller(caller): WorkerCaller,
+    Path((task_id, decision_id)): Path<(String, String)>,
+    Json(req): Json<ReportDelivery>,
+) -> ApiResult<Out<Written<Decision>>> {
+    if req.state == DeliveryState::Pending {
+        return Err(invalid("report `acknowledged` or `lost`"));
+    }
+    if let Some(d) = &req.detail {
+        check_text("detail", d, 2000, false)?;
+    }
+    audited(&st, &caller, "decision.delivery", async {
+        let mut tx = st.store.write().await?;
+        let task = task_for(&mut tx, &caller, &task_id).await?;
+        optional_fence(&mut tx, &task, &req.attempt_id, req.fence).await?;
+        let mut d = runtime_decision(&mut tx, &task, &decision_id).await?;
+        let current: Option<Delivery> = d
+            .delivery
+            .as_ref()
+            .and_then(|v| serde_json::from_value(v.clone()).ok());
+        match current.map(|c| c.state) {
+            Some(DeliveryState::Pending) => {}
+            Some(s) if s == req.state => {
+                let cursor = tx.max_cursor().await?;
+                return Ok(Out(Written {
+                    cursor,
+                    value: convert::decision(&d)?,
+                }));
+            }
+            Some(s) => {
+                return Err(ApiError::new(
+                    ErrorCode::DecisionClosed,
+                    format!("the runtime's delivery of this answer was already reported {s}"),
+                )
+                .on_task(&task.id));
+            }
+            None => {
+                return Err(ApiError::new(
+                    ErrorCode::DecisionClosed,
+                    format!(
+                        "decision `{}` is {}; only an answered approval has a delivery to report",
+                        d.id, d.status
+                    ),
+                )
+                .with("status", &d.status)
+                .on_task(&task.id));
+            }
+        }
+        d.delivery = Some(to_value(&Delivery {
+            state: req.state,
+            detail: req.detail.clone(),
+            at: chrono::Utc::now(),
+        }));
+        tx.update_decision(&d).await?;
+        let wire = convert::decision(&d)?;
+        let cursor = emit(&mut tx, &task, EventKind::DecisionUpdated, &wire).await?;
+        tx.commit().await?;
+        Ok(Out(Written {
+            cursor,
+            value: wire,
+        }))
+    })
+    .await
+}
+
+#[utoipa::path(post, path = "/v1/tasks/{task}/decisions/{decision}/expire", tag = "worker", request_body = ExpireDecision,
+    params(("task" = String, Path), ("decision" = String, Path)),
+    responses((status = 200, body = Decision),
+              (status = 409, body = Problem, description = "`decision_closed`"),
+              (status = 422, body = Problem)))]
+pub(crate) async fn expire_decision(
+    State(st): State<AppState>,
+    WorkerCaller(caller): WorkerCaller,
+    Path((task_id, decision_id)): Path<(String, String)>,
+    Json(req): Json<ExpireDecision>,
+) -> ApiResult<Out<Written<Decision>>> {
+    check_text("reason", &req.reason, 2000, true)?;
+    audited(&st, &caller, "decision.expire", async {
+        let mut tx = st.store.write().await?;
+        let task = task_for(&mut tx, &caller, &task_id).await?;
+        optional_fence(&mut tx, &task, &req.attempt_id, req.fence).await?;
+        let mut d = runtime_decision(&mut tx, &task, &decision_id).await?;
+        if d.status != DecisionStatus::Pending.as_str() {
+            return Err(ApiError::new(
+                ErrorCode::DecisionClosed,
+                format!("decision `{}` is {}", d.id, d.status),
+            )
+            .with("status", &d.status)
+            .on_task(&task.id));
+        }
+        // No option applies: the runtime decides on its own, and nothing is reported approved.
+        let outcome = DecisionOutcome {
+            option: None,
+            text: Some(req.reason.clone()),
+            by: "runtime".into(),
+            at: chrono::Utc::now(),
+        };
+        let cursor = close_decision(&mut tx, &mut d, DecisionStatus::Expired, outcome).await?;
+        tx.commit().await?;
+        Ok(Out(Written {
+            cursor,
+            value: convert::decision(&d)?,
+        }))
+    })
+    .await
+}
+
+/// A decision of this task that a runtime holds (it has a durability class).
+async fn runtime_decision(
+    tx: &mut Tx,
+    task: &TaskRow,
+    decision_id: &str,
+) -> ApiResult<DecisionRow> {
+    let d = tx
+        .decision(decision_id)
+        .await?
+        .filter(|d| d.task_id == task.id)
+        .ok_or_else(|| ApiError::not_found("decision", decision_id))?;
+    if d.durability.is_none() {
+        return Err(invalid(format!(
+            "decision `{}` is not held by a runtime (it was asked without `durability`)",
+            d.id
+        )));
+    }
+    Ok(d)
 }
 
 /// Query of an artifact upload (the body is the raw content).

@@ -61,6 +61,7 @@ pub(crate) fn task_row(r: &PgRow) -> Result<TaskRow> {
         created_at: get(r, "created_at")?,
         updated_at: get(r, "updated_at")?,
         parent_id: get(r, "parent_id")?,
+        external_key: get(r, "external_key")?,
     })
 }
 
@@ -141,6 +142,8 @@ pub(crate) fn decision_row(r: &PgRow) -> Result<DecisionRow> {
         expires_at: get(r, "expires_at")?,
         created_at: get(r, "created_at")?,
         outcome: get_json_opt(r, "outcome")?,
+        durability: get(r, "durability")?,
+        delivery: get_json_opt(r, "delivery")?,
     })
 }
 

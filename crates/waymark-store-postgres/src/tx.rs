@@ -209,8 +209,9 @@ impl StoreTx for PgTx {
             "tasks",
             sqlx::query(
                 "INSERT INTO tasks (id, owner_id, title, goal, runtime, state, plan, plan_revision,
-                   budget, usage, materials, session_id, fence, outcome_summary, created_at, updated_at, parent_id)
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17)
+                   budget, usage, materials, session_id, fence, outcome_summary, created_at, updated_at, parent_id,
+                   external_key)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18)
                  ON CONFLICT DO NOTHING",
             )
             .bind(&t.id)
@@ -229,7 +230,8 @@ impl StoreTx for PgTx {
             .bind(&t.outcome_summary)
             .bind(t.created_at)
             .bind(t.updated_at)
-            .bind(&t.parent_id),
+            .bind(&t.parent_id)
+            .bind(&t.external_key),
         )
         .await
     }
@@ -270,6 +272,24 @@ impl StoreTx for PgTx {
         )
         .await
         .map(drop)
+    }
+
+    async fn task_by_external_key(
+        &mut self,
+        owner_id: &str,
+        runtime: &str,
+        key: &str,
+    ) -> Result<Option<TaskRow>> {
+        self.one(
+            sqlx::query(
+                "SELECT * FROM tasks WHERE owner_id = $1 AND runtime = $2 AND external_key = $3",
+            )
+            .bind(owner_id)
+            .bind(runtime)
+            .bind(key),
+            task_row,
+        )
+        .await
     }
 
     async fn list_tasks(&mut self, owner_id: Option<&str>) -> Result<Vec<TaskRow>> {
@@ -500,8 +520,8 @@ impl StoreTx for PgTx {
             sqlx::query(
                 "INSERT INTO decisions (id, task_id, kind, status, step, question, options,
                    default_option, intent, intent_digest, effect_id, plan_revision, risky, expires_at,
-                   created_at, outcome)
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16)
+                   created_at, outcome, durability, delivery)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18)
                  ON CONFLICT DO NOTHING",
             )
             .bind(&d.id)
@@ -519,7 +539,9 @@ impl StoreTx for PgTx {
             .bind(d.risky)
             .bind(d.expires_at)
             .bind(d.created_at)
-            .bind(&d.outcome),
+            .bind(&d.outcome)
+            .bind(&d.durability)
+            .bind(&d.delivery),
         )
         .await
     }
@@ -535,11 +557,13 @@ impl StoreTx for PgTx {
     async fn update_decision(&mut self, d: &DecisionRow) -> Result<()> {
         self.exec(
             sqlx::query(
-                "UPDATE decisions SET status = $1, expires_at = $2, outcome = $3 WHERE id = $4",
+                "UPDATE decisions SET status = $1, expires_at = $2, outcome = $3, delivery = $4
+                 WHERE id = $5",
             )
             .bind(&d.status)
             .bind(d.expires_at)
             .bind(&d.outcome)
+            .bind(&d.delivery)
             .bind(&d.id),
         )
         .await

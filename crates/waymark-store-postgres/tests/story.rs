@@ -91,6 +91,7 @@ fn task(id: &str, owner: &str) -> TaskRow {
         created_at: 1,
         updated_at: 1,
         parent_id: None,
+        external_key: None,
     }
 }
 

@@ -205,6 +205,7 @@ fn task_row(r: &SqliteRow) -> Result<TaskRow> {
         created_at: get(r, "created_at")?,
         updated_at: get(r, "updated_at")?,
         parent_id: get(r, "parent_id")?,
+        external_key: get(r, "external_key")?,
     })
 }
 
@@ -285,6 +286,8 @@ fn decision_row(r: &SqliteRow) -> Result<DecisionRow> {
         expires_at: get(r, "expires_at")?,
         created_at: get(r, "created_at")?,
         outcome: get_json_opt(r, "outcome")?,
+        durability: get(r, "durability")?,
+        delivery: get_json_opt(r, "delivery")?,
     })
 }
 
@@ -574,8 +577,9 @@ impl StoreTx for SqliteTx {
         self.exec(
             sqlx::query(
                 "INSERT INTO tasks (id, owner_id, title, goal, runtime, state, plan, plan_revision,
-                   budget, usage, materials, session_id, fence, outcome_summary, created_at, updated_at, parent_id)
-                 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                   budget, usage, materials, session_id, fence, outcome_summary, created_at, updated_at, parent_id,
+                   external_key)
+                 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             )
             .bind(&t.id)
             .bind(&t.owner_id)
@@ -593,7 +597,8 @@ impl StoreTx for SqliteTx {
             .bind(&t.outcome_summary)
             .bind(t.created_at)
             .bind(t.updated_at)
-            .bind(&t.parent_id),
+            .bind(&t.parent_id)
+            .bind(&t.external_key),
         )
         .await
         .map(drop)
@@ -632,6 +637,24 @@ impl StoreTx for SqliteTx {
         )
         .await
         .map(drop)
+    }
+
+    async fn task_by_external_key(
+        &mut self,
+        owner_id: &str,
+        runtime: &str,
+        key: &str,
+    ) -> Result<Option<TaskRow>> {
+        self.one(
+            sqlx::query(
+                "SELECT * FROM tasks WHERE owner_id = ? AND runtime = ? AND external_key = ?",
+            )
+            .bind(owner_id)
+            .bind(runtime)
+            .bind(key),
+            task_row,
+        )
+        .await
     }
 
     async fn list_tasks(&mut self, owner_id: Option<&str>) -> Result<Vec<TaskRow>> {
@@ -868,8 +891,8 @@ impl StoreTx for SqliteTx {
             sqlx::query(
                 "INSERT INTO decisions (id, task_id, kind, status, step, question, options,
                    default_option, intent, intent_digest, effect_id, plan_revision, risky, expires_at,
-                   created_at, outcome)
-                 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                   created_at, outcome, durability, delivery)
+                 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             )
             .bind(&d.id)
             .bind(&d.task_id)
@@ -886,7 +909,9 @@ impl StoreTx for SqliteTx {
             .bind(d.risky)
             .bind(d.expires_at)
             .bind(d.created_at)
-            .bind(d.outcome.as_ref().map(json_text)),
+            .bind(d.outcome.as_ref().map(json_text))
+            .bind(&d.durability)
+            .bind(d.delivery.as_ref().map(json_text)),
         )
         .await
         .map(drop)
@@ -903,11 +928,13 @@ impl StoreTx for SqliteTx {
     async fn update_decision(&mut self, d: &DecisionRow) -> Result<()> {
         self.exec(
             sqlx::query(
-                "UPDATE decisions SET status = ?, expires_at = ?, outcome = ? WHERE id = ?",
+                "UPDATE decisions SET status = ?, expires_at = ?, outcome = ?, delivery = ?
+                 WHERE id = ?",
             )
             .bind(&d.status)
             .bind(d.expires_at)
             .bind(d.outcome.as_ref().map(json_text))
+            .bind(d.delivery.as_ref().map(json_text))
             .bind(&d.id),
         )
         .await

@@ -97,6 +97,13 @@ pub trait StoreTx: Send {
     async fn update_task(&mut self, task: &TaskRow) -> Result<()>;
     /// Tasks, newest first; only `owner_id`'s when given.
     async fn list_tasks(&mut self, owner_id: Option<&str>) -> Result<Vec<TaskRow>>;
+    /// The task a runtime adapter created for its own id (`external_key`), if any.
+    async fn task_by_external_key(
+        &mut self,
+        owner_id: &str,
+        runtime: &str,
+        key: &str,
+    ) -> Result<Option<TaskRow>>;
     /// Adds a session.
     async fn insert_session(&mut self, session: &SessionRow) -> Result<()>;
     /// A session by id.

@@ -49,6 +49,8 @@ pub struct TaskRow {
     pub updated_at: i64,
     /// For a compensation task: the task whose effect it compensates.
     pub parent_id: Option<String>,
+    /// The runtime's own id for this work; unique per owner and runtime.
+    pub external_key: Option<String>,
 }
 
 /// A session (conversation and context) of a task.
@@ -135,6 +137,10 @@ pub struct DecisionRow {
     pub created_at: i64,
     /// JSON outcome once closed.
     pub outcome: Option<Value>,
+    /// For approvals held by a runtime: `durable`, `connection_bound`, `fail_open_hook`.
+    pub durability: Option<String>,
+    /// JSON `Delivery`: whether the runtime took the answer.
+    pub delivery: Option<Value>,
 }
 
 /// An artifact's metadata; the bytes are a blob.

@@ -33,6 +33,7 @@ fn task(id: &str, owner: &str) -> TaskRow {
         created_at: 10,
         updated_at: 10,
         parent_id: None,
+        external_key: None,
     }
 }
 
@@ -301,6 +302,8 @@ pub async fn run_store_story(store: &dyn Store) {
         expires_at: 500,
         created_at: 50,
         outcome: None,
+        durability: None,
+        delivery: None,
     };
     tx.insert_decision(&d).await.unwrap();
     tx.commit().await.unwrap();

@@ -359,6 +359,12 @@ pub struct ApprovalOptions {
     pub default_option: Option<String>,
     /// The UI confirms twice.
     pub risky: bool,
+    /// For runtime adapters: how long the runtime holds the approval. The answer then counts
+    /// only once [`Run::report_delivery`] says the runtime took it.
+    pub durability: Option<ApprovalDurability>,
+    /// The runtime's own choices (must hold `approve` and `deny`; others are `approve_…` or
+    /// `deny_…`). Empty: approve and deny.
+    pub choices: Vec<DecisionOption>,
 }
 
 /// The option a closed decision ended with (`None` while pending, or when void).
@@ -733,6 +739,8 @@ impl Run {
             expires_in_seconds: options.expires_in.map(|d| d.as_secs().max(1)),
             default_option: options.default_option,
             risky: options.risky,
+            durability: options.durability,
+            options: options.choices,
         };
         self.post(
             &format!("/v1/tasks/{}/approvals", self.task_id()),
@@ -796,6 +804,51 @@ impl Run {
                 return Ok(d);
             }
         }
+    }
+
+    /// Reports whether the runtime took the answer to an approval it holds (`acknowledged`)
+    /// or went away before it did (`lost`). Until then the approval shows as answered, not
+    /// as approved.
+    pub async fn report_delivery(
+        &self,
+        decision_id: &str,
+        state: DeliveryState,
+        detail: Option<String>,
+    ) -> Result<Decision> {
+        let req = ReportDelivery {
+            attempt_id: Some(self.shared.attempt.id.clone()),
+            fence: Some(self.fence()),
+            state,
+            detail,
+        };
+        self.post(
+            &format!(
+                "/v1/tasks/{}/decisions/{decision_id}/delivery",
+                self.task_id()
+            ),
+            &req,
+            Resend::IfUndelivered,
+        )
+        .await
+    }
+
+    /// Closes a pending decision the runtime dropped (its connection closed, its hook timed
+    /// out) as expired, with no option applied.
+    pub async fn expire_decision(&self, decision_id: &str, reason: &str) -> Result<Decision> {
+        let req = ExpireDecision {
+            attempt_id: Some(self.shared.attempt.id.clone()),
+            fence: Some(self.fence()),
+            reason: reason.to_owned(),
+        };
+        self.post(
+            &format!(
+                "/v1/tasks/{}/decisions/{decision_id}/expire",
+                self.task_id()
+            ),
+            &req,
+            Resend::IfUndelivered,
+        )
+        .await
     }
 
     /// Ends the attempt with an outcome and stops the heartbeat.

@@ -54,6 +54,7 @@ async fn new_task(env: &Env, title: &str) -> anyhow::Result<String> {
             budget: Default::default(),
             plan: vec![],
             materials: Default::default(),
+            external_key: None,
         })
         .await?;
     Ok(task.id)

@@ -13,5 +13,6 @@ mod junit;
 mod push;
 mod recovery;
 mod replicas;
+mod runtime_approvals;
 mod steer;
 mod worker_api;

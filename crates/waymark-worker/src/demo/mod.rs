@@ -396,6 +396,7 @@ impl Demo {
                     repo: Some(repo.path.display().to_string()),
                     commit: Some(head.clone()),
                 },
+                external_key: None,
             })
             .await?;
         self.say("task", format!("{} — {}", task.id, task.title));

@@ -29,6 +29,7 @@ async fn budgeted(w: &World, decision_seconds: u64) -> String {
                 depends_on: vec![],
             }],
             materials: Default::default(),
+            external_key: None,
         })
         .await
         .unwrap()

@@ -102,6 +102,7 @@ impl World {
                     depends_on: vec![],
                 }],
                 materials: Default::default(),
+                external_key: None,
             })
             .await
             .unwrap()
