@@ -63,11 +63,7 @@ async fn a_client_trickling_its_headers_is_disconnected_at_the_deadline_while_ot
     let t = Instant::now();
     let (s, v) = h.get(&h.alice, "/v1/snapshot").await;
     assert_eq!(s, StatusCode::OK, "{v}");
-    assert!(
-        t.elapsed() < Duration::from_millis(900),
-        "{:?}",
-        t.elapsed()
-    );
+    assert!(t.elapsed() < Duration::from_secs(2), "{:?}", t.elapsed());
 
     let ((said, was_closed), after) = closed.await.unwrap();
     assert!(was_closed, "the slow connection is still open");
