@@ -30,6 +30,7 @@ impl From<Error> for AppError {
     fn from(e: Error) -> Self {
         let code = match &e {
             Error::Unreachable(_) => "unreachable",
+            Error::CertificateMismatch { .. } => "certificate_mismatch",
             Error::Refused { .. } => "refused",
             Error::Protocol(_) => "protocol",
             Error::CursorExpired => "cursor_expired",

@@ -41,6 +41,14 @@ enum AdminCommand {
         /// The server URL the device should use (default: where `waymark serve` listens).
         #[arg(long)]
         server: Option<String>,
+        /// The server's TLS certificate (PEM), whose fingerprint the link carries (default: the
+        /// one `waymark serve --tls-cert` recorded in the data dir).
+        #[arg(long, conflicts_with = "no_pin")]
+        tls_cert: Option<PathBuf>,
+        /// Leave the fingerprint out: the device then checks the certificate against the public
+        /// CAs (for a CA-issued certificate, which is renewed).
+        #[arg(long)]
+        no_pin: bool,
     },
     /// Paired devices.
     #[command(subcommand)]
@@ -114,6 +122,8 @@ pub(crate) async fn run(args: AdminArgs, json: bool) -> CliResult {
             scopes,
             ttl,
             server,
+            tls_cert,
+            no_pin,
         } => {
             let ttl_ms = i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX);
             if ttl_ms < 1000 {
@@ -130,11 +140,21 @@ pub(crate) async fn run(args: AdminArgs, json: bool) -> CliResult {
             let server = server
                 .or_else(|| dir.recorded_url())
                 .unwrap_or_else(|| "http://127.0.0.1:7700".into());
-            let link = pairing_link(&server, &code);
+            let fingerprint = match tls_cert {
+                _ if no_pin => None,
+                Some(path) => Some(
+                    waymark_server::tls::cert_fingerprint(&path)
+                        .map_err(crate::serve::tls_failure)?,
+                ),
+                None => dir.recorded_fingerprint(),
+            };
+            // A pin means something only over TLS.
+            let fingerprint = fingerprint.filter(|_| server.starts_with("https://"));
+            let link = pairing_link(&server, &code, fingerprint.as_deref());
             let expires = rfc3339(expires);
             emit(
                 json,
-                &serde_json::json!({"code": code, "link": link, "server": server, "user": user, "scopes": scopes, "expires_at": expires}),
+                &serde_json::json!({"code": code, "link": link, "server": server, "fingerprint": fingerprint, "user": user, "scopes": scopes, "expires_at": expires}),
                 || {
                     let qr = qrcode::QrCode::new(link.as_bytes())
                         .map(|q| {
@@ -143,8 +163,12 @@ pub(crate) async fn run(args: AdminArgs, json: bool) -> CliResult {
                                 .build()
                         })
                         .unwrap_or_default();
+                    let pins = fingerprint
+                        .as_deref()
+                        .map(|fp| format!("\n  pins:    {fp} (the server's TLS certificate)"))
+                        .unwrap_or_default();
                     format!(
-                        "{qr}\npairing code for `{user}` ({}): {code}\n  link:    {link}\n  expires: {expires} (single use)\n\non the device: waymark pair '{link}'",
+                        "{qr}\npairing code for `{user}` ({}): {code}\n  link:    {link}{pins}\n  expires: {expires} (single use)\n\non the device: waymark pair '{link}'",
                         scopes.join(",")
                     )
                 },
@@ -209,8 +233,9 @@ pub(crate) async fn run(args: AdminArgs, json: bool) -> CliResult {
     Ok(())
 }
 
-/// `waymark://pair?server=…&code=…`.
-fn pairing_link(server: &str, code: &str) -> String {
+/// `waymark://pair?server=…&code=…`, with `&fp=sha256:<hex>` when the server's certificate is
+/// pinned.
+fn pairing_link(server: &str, code: &str, fingerprint: Option<&str>) -> String {
     let enc = |s: &str| -> String {
         s.bytes()
             .map(|b| match b {
@@ -221,7 +246,14 @@ fn pairing_link(server: &str, code: &str) -> String {
             })
             .collect()
     };
-    format!("waymark://pair?server={}&code={}", enc(server), enc(code))
+    let fp = fingerprint
+        .map(|fp| format!("&fp={}", enc(fp).replace("%3A", ":")))
+        .unwrap_or_default();
+    format!(
+        "waymark://pair?server={}&code={}{fp}",
+        enc(server),
+        enc(code)
+    )
 }
 
 fn rfc3339(ms: i64) -> String {

@@ -16,6 +16,9 @@ pub(crate) struct PairArgs {
     /// The one-time code, when the link carries none.
     #[arg(long)]
     code: Option<String>,
+    /// The server's TLS certificate fingerprint (`sha256:…`) to pin, when the link carries none.
+    #[arg(long)]
+    fp: Option<String>,
     /// A name for this device.
     #[arg(long)]
     name: Option<String>,
@@ -104,6 +107,7 @@ pub(crate) enum ClientCommand {
 fn failure(e: Error) -> Failure {
     let (exit, code) = match &e {
         Error::Unreachable(_) => (Exit::Unreachable, "unreachable"),
+        Error::CertificateMismatch { .. } => (Exit::Refused, "certificate_mismatch"),
         Error::Invalid(_) => (Exit::Usage, "invalid"),
         Error::NotFound(_) => (Exit::Refused, "not_found"),
         Error::NotPaired => (Exit::Refused, "not_paired"),
@@ -183,23 +187,46 @@ pub(crate) async fn run(cmd: ClientCommand, json: bool) -> CliResult {
     let c = Companion::open(&home).await.map_err(failure)?;
     match cmd {
         ClientCommand::Pair(a) => {
-            let (server, code) = match a.code {
-                Some(code) => (a.link.clone(), code),
+            let mut link = match a.code {
+                Some(code) => waymark_companion::PairingLink {
+                    server: a.link.clone(),
+                    code,
+                    pin: None,
+                },
                 None => waymark_companion::parse_pairing_link(&a.link).map_err(failure)?,
             };
+            if let Some(fp) = a.fp {
+                if link
+                    .pin
+                    .as_ref()
+                    .is_some_and(|p| !p.eq_ignore_ascii_case(&fp))
+                {
+                    return Err(Failure::new(
+                        Exit::Usage,
+                        "invalid",
+                        "`--fp` differs from the fingerprint in the link — use the link as given",
+                    ));
+                }
+                link.pin = Some(fp);
+            }
             let name = a.name.unwrap_or_else(|| {
                 std::env::var("HOSTNAME")
                     .ok()
                     .filter(|h| !h.is_empty())
                     .unwrap_or_else(|| "terminal".into())
             });
-            let id = c.pair(&server, &code, &name).await.map_err(failure)?;
+            let id = c.pair_link(&link, &name).await.map_err(failure)?;
             let backend = waymark_companion::Keystore::open(&home)
                 .map(|k| k.backend().describe())
                 .unwrap_or("the keychain");
             emit(json, &serde_json::to_value(&id).unwrap_or_default(), || {
+                let pinned = id
+                    .pin
+                    .as_deref()
+                    .map(|p| format!("\n  only the server certificate {p} is trusted"))
+                    .unwrap_or_default();
                 format!(
-                    "paired as {} for `{}` ({}) with {}\n  the device key is in {backend}; run `waymark sync`",
+                    "paired as {} for `{}` ({}) with {}{pinned}\n  the device key is in {backend}; run `waymark sync`",
                     id.device_id,
                     id.user,
                     id.scopes.join(","),

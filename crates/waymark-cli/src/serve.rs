@@ -4,7 +4,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use clap::Args;
-use waymark_server::{AdminError, Config, DataDir, ServeError};
+use waymark_server::{AdminError, Config, DataDir, ServeError, TlsFiles};
 
 use crate::output::{CliResult, Exit, Failure, emit};
 
@@ -28,6 +28,25 @@ pub(crate) struct ServeArgs {
     /// Requests per second allowed to each worker token and device (bursts of twice that).
     #[arg(long, default_value_t = Config::default().rate_per_second)]
     rate_limit: u32,
+    /// Serve HTTPS with this certificate chain (PEM, leaf first); pairing links then pin it.
+    #[arg(long, requires = "tls_key", env = "WAYMARK_TLS_CERT")]
+    tls_cert: Option<PathBuf>,
+    /// The certificate's private key (PEM).
+    #[arg(long, requires = "tls_cert", env = "WAYMARK_TLS_KEY")]
+    tls_key: Option<PathBuf>,
+    /// How long a client may take over the TLS handshake and each request's headers (also how
+    /// long an idle connection stays open), e.g. `20s`.
+    #[arg(long, default_value = "20s", value_parser = humantime::parse_duration)]
+    header_timeout: std::time::Duration,
+    /// How long a client may take to send a request body, e.g. `2m`.
+    #[arg(long, default_value = "2m", value_parser = humantime::parse_duration)]
+    body_timeout: std::time::Duration,
+    /// Open event and control streams allowed to each worker token and device.
+    #[arg(long, default_value_t = Config::default().max_streams_per_credential)]
+    max_streams_per_credential: usize,
+    /// Open event and control streams allowed in all.
+    #[arg(long, default_value_t = Config::default().max_streams)]
+    max_streams: usize,
 }
 
 pub(crate) fn serve_failure(e: ServeError) -> Failure {
@@ -35,7 +54,12 @@ pub(crate) fn serve_failure(e: ServeError) -> Failure {
         ServeError::AddrInUse { .. } => Failure::new(Exit::Refused, "addr_in_use", e.to_string()),
         ServeError::Bind { .. } => Failure::new(Exit::Refused, "bind_failed", e.to_string()),
         ServeError::Admin(a) => admin_failure(a),
+        ServeError::Tls(t) => tls_failure(t),
     }
+}
+
+pub(crate) fn tls_failure(e: waymark_server::TlsError) -> Failure {
+    Failure::new(Exit::Usage, "tls", e.to_string())
 }
 
 pub(crate) fn admin_failure(e: AdminError) -> Failure {
@@ -70,6 +94,16 @@ pub(crate) async fn run(args: ServeArgs, json: bool) -> CliResult {
         redact_secrets: !args.no_redact,
         rate_per_second: args.rate_limit.max(1),
         rate_burst: args.rate_limit.max(1).saturating_mul(2),
+        tls: match (args.tls_cert, args.tls_key) {
+            (Some(cert), Some(key)) => Some(TlsFiles { cert, key }),
+            _ => None,
+        },
+        header_timeout: args
+            .header_timeout
+            .max(std::time::Duration::from_millis(100)),
+        body_timeout: args.body_timeout.max(std::time::Duration::from_millis(100)),
+        max_streams_per_credential: args.max_streams_per_credential.max(1),
+        max_streams: args.max_streams.max(1),
         ..Config::default()
     };
     let running = waymark_server::start_with_store(&dir, store, args.listen, config)
@@ -78,10 +112,15 @@ pub(crate) async fn run(args: ServeArgs, json: bool) -> CliResult {
     let url = running.url();
     emit(
         json,
-        &serde_json::json!({"listening": url, "data_dir": dir.root(), "admin_token_file": dir.admin_token_file()}),
+        &serde_json::json!({"listening": url, "data_dir": dir.root(), "admin_token_file": dir.admin_token_file(), "tls_fingerprint": running.fingerprint}),
         || {
+            let tls = running
+                .fingerprint
+                .as_deref()
+                .map(|fp| format!("\n  TLS:         {fp} (pairing links pin it)"))
+                .unwrap_or_default();
             format!(
-                "waymark control plane listening on {url}\n  data dir:    {}\n  admin token: {}\n  API:         {url}/v1/openapi.json",
+                "waymark control plane listening on {url}\n  data dir:    {}\n  admin token: {}\n  API:         {url}/v1/openapi.json{tls}",
                 dir.root().display(),
                 dir.admin_token_file().display()
             )

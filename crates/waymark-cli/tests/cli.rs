@@ -250,3 +250,32 @@ fn usage_errors_exit_2() {
     );
     assert!(!stderr_of(&out).contains("s3cret"), "{}", stderr_of(&out));
 }
+
+#[test]
+fn serve_with_a_certificate_it_cannot_use_names_the_file_and_exits_2() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("missing.pem");
+    let out = waymark()
+        .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
+        .arg(dir.path().join("data"))
+        .arg("--tls-cert")
+        .arg(&missing)
+        .arg("--tls-key")
+        .arg(&missing)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{}", stderr_of(&out));
+    let err = stderr_of(&out);
+    assert!(
+        err.contains("TLS certificate") && err.contains(&*missing.to_string_lossy()),
+        "{err}"
+    );
+    // A certificate without its key is a usage error too.
+    let out = waymark()
+        .args(["serve", "--listen", "127.0.0.1:0", "--tls-cert"])
+        .arg(&missing)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr_of(&out).contains("--tls-key"), "{}", stderr_of(&out));
+}

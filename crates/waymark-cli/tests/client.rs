@@ -285,3 +285,85 @@ fn the_client_reads_offline_queues_offline_and_says_so_with_exit_codes() {
         stderr(&out)
     );
 }
+
+/// A self-signed certificate for 127.0.0.1 in `dir`: (cert, key, fingerprint).
+fn certificate(dir: &Path, name: &str) -> (std::path::PathBuf, std::path::PathBuf, String) {
+    let made = rcgen::generate_simple_self_signed(vec!["127.0.0.1".into()]).unwrap();
+    let cert = dir.join(format!("{name}.pem"));
+    let key = dir.join(format!("{name}-key.pem"));
+    std::fs::write(&cert, made.cert.pem()).unwrap();
+    std::fs::write(&key, made.signing_key.serialize_pem()).unwrap();
+    (cert, key, waymark_server::tls::fingerprint(made.cert.der()))
+}
+
+#[test]
+fn a_tls_server_pairing_link_pins_its_certificate_and_waymark_pair_keeps_the_pin() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("srv");
+    let home = dir.path().join("home");
+    let (cert, key, fp) = certificate(dir.path(), "server");
+    let (other_cert, _, other_fp) = certificate(dir.path(), "other");
+    let mut child = waymark()
+        .args(["serve", "--json", "--listen", "127.0.0.1:0", "--data-dir"])
+        .arg(&data)
+        .arg("--tls-cert")
+        .arg(&cert)
+        .arg("--tls-key")
+        .arg(&key)
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let v: Value = serde_json::from_str(&line).unwrap_or_else(|e| panic!("{e}: {line:?}"));
+    let s = Serving(child, v["listening"].as_str().unwrap().to_owned());
+    assert!(s.1.starts_with("https://"), "{}", s.1);
+    assert_eq!(v["tls_fingerprint"], fp.as_str());
+
+    // The link carries the fingerprint the server recorded, and parses back to it.
+    let p = admin(&data, &["pair", "--user", "admin"]);
+    let link = p["link"].as_str().unwrap().to_owned();
+    assert!(link.contains(&format!("&fp={fp}")), "{link}");
+    assert_eq!(p["fingerprint"], fp.as_str());
+    let parsed = waymark_companion::parse_pairing_link(&link).unwrap();
+    assert_eq!(parsed.server, s.1);
+    assert_eq!(parsed.pin.as_deref(), Some(fp.as_str()));
+    // `--tls-cert` names another certificate; `--no-pin` leaves the fingerprint out.
+    let p = admin(
+        &data,
+        &[
+            "pair",
+            "--user",
+            "admin",
+            "--tls-cert",
+            other_cert.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(p["fingerprint"], other_fp.as_str());
+    let p = admin(&data, &["pair", "--user", "admin", "--no-pin"]);
+    assert!(!p["link"].as_str().unwrap().contains("fp="), "{p}");
+
+    // A link pinning another certificate is refused, saying so, and pairs nothing.
+    let forged = link.replace(&fp, &other_fp);
+    let out = client(&home, &["pair", &forged]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains(&format!(
+            "the server's certificate does not match the one paired ({other_fp})"
+        )),
+        "{}",
+        stderr(&out)
+    );
+    let out = client(&home, &["pair", &forged, "--json"]);
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["error"]["code"], "certificate_mismatch", "{v}");
+    // The real link pairs (its code unspent), keeps the pin, and syncs over TLS.
+    let out = client(&home, &["pair", &link, "--json"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let id: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(id["pin"], fp.as_str());
+    let out = client(&home, &["sync", "--json"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+}

@@ -16,20 +16,47 @@ pub(crate) struct Api {
     base: String,
 }
 
+/// A transport failure, with its causes (reqwest's own message leaves them out); a pinned
+/// server that presented another certificate is [`Error::CertificateMismatch`].
 fn unreachable(base: &str, e: reqwest::Error) -> Error {
-    Error::Unreachable(format!("{base}: {e}"))
+    if let Some(m) = crate::pin::find_mismatch(&e) {
+        return Error::CertificateMismatch {
+            pinned: m.pinned.clone(),
+            presented: m.presented.clone(),
+        };
+    }
+    let mut why = e.to_string();
+    let mut cause = std::error::Error::source(&e);
+    while let Some(c) = cause {
+        let text = c.to_string();
+        if !why.contains(&text) {
+            why = format!("{why}: {text}");
+        }
+        cause = c.source();
+    }
+    if crate::pin::is_unknown_issuer(&e) {
+        why.push_str(
+            " — no public CA vouches for this server's certificate; pair with a link from `waymark admin pair` that carries its fingerprint (`fp=`)",
+        );
+    }
+    Error::Unreachable(format!("{base}: {why}"))
 }
 
 impl Api {
-    pub(crate) fn new(base: &str) -> Self {
-        let http = reqwest::Client::builder()
-            .connect_timeout(Duration::from_secs(5))
+    /// A client for `base`; with `pin` (`sha256:<hex>`), it trusts exactly that certificate,
+    /// otherwise the public CAs.
+    pub(crate) fn new(base: &str, pin: Option<&str>) -> Result<Self, Error> {
+        let mut builder = reqwest::Client::builder().connect_timeout(Duration::from_secs(5));
+        if let Some(pin) = pin {
+            builder = builder.use_preconfigured_tls(crate::pin::pinned_config(pin)?);
+        }
+        let http = builder
             .build()
-            .unwrap_or_default();
-        Api {
+            .map_err(|e| Error::Protocol(format!("cannot set up the HTTP client: {e}")))?;
+        Ok(Api {
             http,
             base: base.trim_end_matches('/').to_owned(),
-        }
+        })
     }
 
     pub(crate) fn base(&self) -> &str {

@@ -7,6 +7,7 @@ mod api;
 pub mod keystore;
 pub mod mirror;
 pub mod notify;
+mod pin;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -29,6 +30,16 @@ pub enum Error {
     /// The server cannot be reached (the operation may be queued).
     #[error("cannot reach the server — {0}")]
     Unreachable(String),
+    /// The server presented a TLS certificate other than the one pinned when pairing.
+    #[error(
+        "the server's certificate does not match the one paired ({pinned}); it presented {presented} — nothing was sent. If the server's certificate was replaced on purpose, pair again with a new link from `waymark admin pair`"
+    )]
+    CertificateMismatch {
+        /// The pinned fingerprint (`sha256:<hex>`).
+        pinned: String,
+        /// What the server presented.
+        presented: String,
+    },
     /// The server refused (a stable code and its reason).
     #[error("{detail} ({code})")]
     Refused {
@@ -125,6 +136,21 @@ pub struct Identity {
     pub user: String,
     /// Its scopes.
     pub scopes: Vec<String>,
+    /// The server's TLS certificate fingerprint (`sha256:<hex>`) from the pairing link: only
+    /// that certificate is trusted. `None`: the public CAs are.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pin: Option<String>,
+}
+
+/// What a pairing link carries.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PairingLink {
+    /// The server's base URL.
+    pub server: String,
+    /// The one-time pairing code.
+    pub code: String,
+    /// The server certificate's fingerprint (`fp=sha256:<hex>`), when the link pins it.
+    pub pin: Option<String>,
 }
 
 /// Called with every batch of events applied while following.
@@ -144,8 +170,8 @@ pub struct Companion {
     health: watch::Sender<LinkHealth>,
 }
 
-/// Parses `waymark://pair?server=…&code=…` (or an `http(s)://…?code=…` URL).
-pub fn parse_pairing_link(link: &str) -> Result<(String, String), Error> {
+/// Parses `waymark://pair?server=…&code=…[&fp=sha256:…]` (or an `http(s)://…?code=…` URL).
+pub fn parse_pairing_link(link: &str) -> Result<PairingLink, Error> {
     let url = url::Url::parse(link.trim()).map_err(|_| {
         Error::Invalid(format!(
             "`{link}` is not a pairing link like `waymark://pair?server=…&code=…`"
@@ -167,7 +193,19 @@ pub fn parse_pairing_link(link: &str) -> Result<(String, String), Error> {
         }
         other => return Err(Error::Invalid(format!("unsupported link scheme `{other}`"))),
     };
-    Ok((server, code))
+    let pin = get("fp").map(|fp| check_pin(&server, &fp)).transpose()?;
+    Ok(PairingLink { server, code, pin })
+}
+
+/// A pin is a fingerprint, and means something only for an `https://` server.
+fn check_pin(server: &str, pin: &str) -> Result<String, Error> {
+    let pin = pin::parse_pin(pin)?;
+    if !server.starts_with("https://") {
+        return Err(Error::Invalid(format!(
+            "the link pins a TLS certificate but its server `{server}` is not `https://` — ask for a new link"
+        )));
+    }
+    Ok(pin)
 }
 
 impl Companion {
@@ -214,7 +252,7 @@ impl Companion {
 
     async fn require_identity(&self) -> Result<(Identity, Api), Error> {
         let id = self.identity().await?.ok_or(Error::NotPaired)?;
-        let api = Api::new(&id.server);
+        let api = Api::new(&id.server, id.pin.as_deref())?;
         Ok((id, api))
     }
 
@@ -229,9 +267,29 @@ impl Companion {
     /// Pairs this machine: generates the device key, keeps it in the keychain, registers the
     /// public half with the one-time code.
     pub async fn pair(&self, server: &str, code: &str, name: &str) -> Result<Identity, Error> {
+        self.pair_pinned(server, code, None, name).await
+    }
+
+    /// Pairs this machine with the server of a pairing link, pinning its certificate when
+    /// the link carries a fingerprint.
+    pub async fn pair_link(&self, link: &PairingLink, name: &str) -> Result<Identity, Error> {
+        self.pair_pinned(&link.server, &link.code, link.pin.as_deref(), name)
+            .await
+    }
+
+    /// [`Companion::pair`], trusting only the certificate with fingerprint `pin` (`sha256:…`)
+    /// from now on, when given.
+    pub async fn pair_pinned(
+        &self,
+        server: &str,
+        code: &str,
+        pin: Option<&str>,
+        name: &str,
+    ) -> Result<Identity, Error> {
+        let pin = pin.map(|p| check_pin(server, p)).transpose()?;
         let keystore = self.keystore()?;
         let key = SigningKey::generate(&mut rand::rngs::OsRng);
-        let api = Api::new(server);
+        let api = Api::new(server, pin.as_deref())?;
         let device = api
             .pair(&PairDevice {
                 code: code.to_owned(),
@@ -248,6 +306,7 @@ impl Companion {
             device_id: device.id,
             user: device.user,
             scopes: device.scopes,
+            pin,
         };
         self.mirror
             .set_meta(

@@ -7,9 +7,9 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use waymark_companion::Companion;
+use waymark_companion::{Companion, Error, parse_pairing_link};
 use waymark_proto::Operation;
-use waymark_server::{Config, DataDir, Running};
+use waymark_server::{Config, DataDir, Running, TlsFiles};
 
 struct Server {
     dir: tempfile::TempDir,
@@ -42,14 +42,19 @@ impl Server {
             addr: running.addr,
             dir,
             running: Some(running),
-            config,
             worker,
-            http: reqwest::Client::new(),
+            http: trusting(&config),
+            config,
         }
     }
 
     fn url(&self) -> String {
-        format!("http://{}", self.addr)
+        let scheme = if self.config.tls.is_some() {
+            "https"
+        } else {
+            "http"
+        };
+        format!("{scheme}://{}", self.addr)
     }
 
     async fn stop(&mut self) {
@@ -145,6 +150,39 @@ impl Server {
             .await
             .unwrap()
             .0
+    }
+}
+
+/// The test's own client: trusts the server's certificate when it serves TLS.
+fn trusting(config: &Config) -> reqwest::Client {
+    let mut b = reqwest::Client::builder();
+    if let Some(tls) = &config.tls {
+        let pem = std::fs::read(&tls.cert).unwrap();
+        b = b.add_root_certificate(reqwest::Certificate::from_pem(&pem).unwrap());
+    }
+    b.build().unwrap()
+}
+
+/// A self-signed certificate for 127.0.0.1, made now, with its fingerprint.
+struct Cert {
+    _dir: tempfile::TempDir,
+    files: TlsFiles,
+    fp: String,
+}
+
+fn cert() -> Cert {
+    let dir = tempfile::tempdir().unwrap();
+    let made = rcgen::generate_simple_self_signed(vec!["127.0.0.1".into()]).unwrap();
+    let files = TlsFiles {
+        cert: dir.path().join("cert.pem"),
+        key: dir.path().join("key.pem"),
+    };
+    std::fs::write(&files.cert, made.cert.pem()).unwrap();
+    std::fs::write(&files.key, made.signing_key.serialize_pem()).unwrap();
+    Cert {
+        fp: waymark_server::tls::fingerprint(made.cert.der()),
+        _dir: dir,
+        files,
     }
 }
 
@@ -564,5 +602,122 @@ async fn notifications_carry_the_intent_the_diff_stat_and_the_receipts_once() {
     assert!(
         c.notifications(&task, true).await.unwrap().is_empty(),
         "shown once"
+    );
+}
+
+#[test]
+fn pairing_links_carry_the_certificate_pin_and_a_malformed_one_is_refused() {
+    let hex = "AB".repeat(32);
+    let link = parse_pairing_link(&format!(
+        "waymark://pair?server=https%3A%2F%2F192.168.1.20%3A7700&code=K7Q2-M9XD&fp=sha256:{hex}"
+    ))
+    .unwrap();
+    assert_eq!(link.server, "https://192.168.1.20:7700");
+    assert_eq!(link.code, "K7Q2-M9XD");
+    assert_eq!(
+        link.pin,
+        Some(format!("sha256:{}", hex.to_lowercase())),
+        "pins are kept in lower case"
+    );
+    let plain =
+        parse_pairing_link("waymark://pair?server=https%3A%2F%2Fwaymark.example&code=C").unwrap();
+    assert_eq!(plain.pin, None);
+    // A pin needs TLS, and must be a SHA-256 fingerprint.
+    let e = parse_pairing_link(&format!(
+        "waymark://pair?server=http%3A%2F%2F10.0.0.2%3A7700&code=C&fp=sha256:{hex}"
+    ))
+    .unwrap_err();
+    assert!(
+        matches!(&e, Error::Invalid(m) if m.contains("https://")),
+        "{e}"
+    );
+    let e = parse_pairing_link(
+        "waymark://pair?server=https%3A%2F%2F10.0.0.2%3A7700&code=C&fp=sha256:abc",
+    )
+    .unwrap_err();
+    assert!(
+        matches!(&e, Error::Invalid(m) if m.contains("64 hex digits")),
+        "{e}"
+    );
+}
+
+#[tokio::test]
+async fn a_pinned_server_is_trusted_by_its_certificate_alone_and_another_is_refused() {
+    let first = cert();
+    let mut s = Server::start(Config {
+        tls: Some(first.files.clone()),
+        ..Config::default()
+    })
+    .await;
+    let (task, _) = s.busy_task("behind TLS", 2).await;
+    let home = tempfile::tempdir().unwrap();
+    let c = Companion::open_with_keystore(home.path(), "file-insecure")
+        .await
+        .unwrap();
+    let code = s.pairing_code().await;
+
+    // Unpinned, a self-signed certificate is checked against the public CAs, and refused.
+    let e = c.pair(&s.url(), &code, "laptop").await.unwrap_err();
+    assert!(matches!(e, Error::Unreachable(_)), "{e}");
+    assert!(e.to_string().contains("UnknownIssuer"), "{e}");
+    assert!(e.to_string().contains("fp="), "{e}");
+
+    // Pinned to another certificate: refused, before the code is sent.
+    let other = cert();
+    let e = c
+        .pair_pinned(&s.url(), &code, Some(&other.fp), "laptop")
+        .await
+        .unwrap_err();
+    match &e {
+        Error::CertificateMismatch { pinned, presented } => {
+            assert_eq!(pinned, &other.fp);
+            assert_eq!(presented, &first.fp);
+        }
+        e => panic!("expected a certificate mismatch, got {e:?}"),
+    }
+    assert!(
+        e.to_string().contains(&format!(
+            "the server's certificate does not match the one paired ({})",
+            other.fp
+        )),
+        "{e}"
+    );
+    assert!(c.identity().await.unwrap().is_none());
+
+    // The link with the right pin pairs (the same code: nothing was sent before), and the pin
+    // stays with the server in the mirror.
+    let server = s.url().replace(':', "%3A").replace('/', "%2F");
+    let link = parse_pairing_link(&format!(
+        "waymark://pair?server={server}&code={code}&fp={}",
+        first.fp
+    ))
+    .unwrap();
+    assert_eq!(link.pin.as_deref(), Some(first.fp.as_str()));
+    let id = c.pair_link(&link, "laptop").await.unwrap();
+    assert_eq!(id.pin.as_deref(), Some(first.fp.as_str()));
+    drop(c);
+    let c = Companion::open_with_keystore(home.path(), "file-insecure")
+        .await
+        .unwrap();
+    let kept = c.identity().await.unwrap().unwrap();
+    assert_eq!(kept.pin.as_deref(), Some(first.fp.as_str()));
+    assert_eq!(kept.server, s.url());
+    c.sync_once().await.unwrap();
+    assert!(c.mirror().task(&task).await.unwrap().is_some());
+
+    // The server comes back with another certificate (or someone stands in for it): refused.
+    s.config.tls = Some(other.files.clone());
+    s.restart().await;
+    let e = c.sync_once().await.unwrap_err();
+    assert!(
+        matches!(&e, Error::CertificateMismatch { presented, .. } if *presented == other.fp),
+        "{e:?}"
+    );
+    assert!(
+        e.to_string().contains(&format!(
+            "the server's certificate does not match the one paired ({})",
+            first.fp
+        )),
+        "{e}"
     );
 }

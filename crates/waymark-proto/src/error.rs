@@ -73,6 +73,10 @@ codes! {
     PairingCodeUsed => ("pairing_code_used", 409, "pairing code already used"),
     /// Too many requests from this credential; retry after `retry_after_ms`.
     RateLimited => ("rate_limited", 429, "too many requests"),
+    /// This credential has as many event or control streams open as it may; close one.
+    TooManyStreams => ("too_many_streams", 429, "too many open streams"),
+    /// The client took too long to send its request.
+    RequestTimeout => ("request_timeout", 408, "request timed out"),
     /// The event cursor is older than the server's retention: re-snapshot.
     CursorExpired => ("cursor_expired", 410, "event cursor expired"),
     /// The route exists but not with this method.

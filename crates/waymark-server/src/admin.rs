@@ -83,11 +83,35 @@ impl DataDir {
         self.root.join("server.url")
     }
 
-    /// Records the URL the server listens on; pairing links default to it.
-    pub fn record_url(&self, url: &str) {
+    /// Where the running server keeps its TLS certificate's fingerprint (for pairing links).
+    pub fn fingerprint_file(&self) -> PathBuf {
+        self.root.join("server.fingerprint")
+    }
+
+    /// Records the URL the server listens on and, with TLS, its certificate's fingerprint;
+    /// pairing links default to them.
+    pub fn record_url(&self, url: &str, fingerprint: Option<&str>) {
         if let Err(e) = std::fs::write(self.server_url_file(), format!("{url}\n")) {
             tracing::warn!(error = %e, "could not record the server URL in the data dir");
         }
+        let written = match fingerprint {
+            Some(fp) => std::fs::write(self.fingerprint_file(), format!("{fp}\n")),
+            None => match std::fs::remove_file(self.fingerprint_file()) {
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+                other => other,
+            },
+        };
+        if let Err(e) = written {
+            tracing::warn!(error = %e, "could not record the TLS fingerprint in the data dir");
+        }
+    }
+
+    /// The fingerprint of the certificate the server last said it serves, if it serves TLS.
+    pub fn recorded_fingerprint(&self) -> Option<String> {
+        std::fs::read_to_string(self.fingerprint_file())
+            .ok()
+            .map(|s| s.trim().to_owned())
+            .filter(|s| !s.is_empty())
     }
 
     /// The URL the server last said it listens on.

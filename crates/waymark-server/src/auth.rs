@@ -32,6 +32,8 @@ pub struct Caller {
     pub name: String,
     /// The user it acts for; tasks it creates belong to this user.
     pub user_id: String,
+    /// The credential, as limits count it: `token:<id>` or `device:<id>`.
+    pub credential: String,
 }
 
 /// A caller that may use the worker API (admin or worker token, not a device session).
@@ -112,7 +114,7 @@ impl FromRequestParts<AppState> for Caller {
         let mut tx = state.store.read().await?;
         if secret.starts_with("wmk_s_") {
             let caller = device_caller(&mut tx, secret).await?;
-            state.rate_limit(&format!("device:{}", caller.name))?;
+            state.rate_limit(&caller.credential)?;
             return Ok(caller);
         }
         let token = tx.token_by_hash(&secret_hash(secret)).await?;
@@ -126,13 +128,15 @@ impl FromRequestParts<AppState> for Caller {
             "admin" => CallerKind::Admin,
             _ => CallerKind::Worker,
         };
+        let credential = format!("token:{}", token.id);
         if kind == CallerKind::Worker {
-            state.rate_limit(&format!("token:{}", token.id))?;
+            state.rate_limit(&credential)?;
         }
         Ok(Caller {
             kind,
             name: token.name,
             user_id: token.user_id,
+            credential,
         })
     }
 }
@@ -163,6 +167,7 @@ async fn device_caller(
     }
     Ok(Caller {
         kind: CallerKind::Device,
+        credential: format!("device:{}", device.id),
         name: device.id,
         user_id: device.user_id,
     })

@@ -34,7 +34,12 @@ impl<T: DeserializeOwned> FromRequest<AppState> for Json<T> {
                 format!("expected `Content-Type: application/json`, got `{ct}`"),
             ));
         }
-        let bytes = read_limited(req.into_body(), state.config.max_json_bytes).await?;
+        let bytes = read_limited(
+            req.into_body(),
+            state.config.max_json_bytes,
+            state.config.body_timeout,
+        )
+        .await?;
         parse_json(&bytes).map(Json)
     }
 }
@@ -68,9 +73,25 @@ fn has_nul(v: &serde_json::Value) -> bool {
     }
 }
 
-/// Reads a whole body, refusing more than `limit` bytes with 413.
-pub(crate) async fn read_limited(body: Body, limit: usize) -> Result<Bytes, ApiError> {
-    axum::body::to_bytes(body, limit).await.map_err(|e| {
+/// Reads a whole body, refusing more than `limit` bytes with 413, and a body that has not
+/// arrived within `timeout` (a slow or stalled client) with 408.
+pub(crate) async fn read_limited(
+    body: Body,
+    limit: usize,
+    timeout: std::time::Duration,
+) -> Result<Bytes, ApiError> {
+    let read = tokio::time::timeout(timeout, axum::body::to_bytes(body, limit))
+        .await
+        .map_err(|_| {
+            ApiError::new(
+                ErrorCode::RequestTimeout,
+                format!(
+                    "the body did not arrive within {} s; send it faster, or raise `serve --body-timeout`",
+                    timeout.as_secs_f64()
+                ),
+            )
+        })?;
+    read.map_err(|e| {
         let inner = e.into_inner();
         if inner
             .downcast_ref::<http_body_util::LengthLimitError>()

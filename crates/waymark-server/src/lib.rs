@@ -11,6 +11,8 @@ pub mod error;
 mod extract;
 mod followups;
 mod junit;
+mod limits;
+mod listen;
 mod metrics;
 mod openapi;
 mod push;
@@ -19,6 +21,7 @@ mod recovery;
 mod redact;
 mod schedule;
 pub mod steer;
+pub mod tls;
 mod worker;
 
 use std::net::SocketAddr;
@@ -34,6 +37,7 @@ use waymark_store::Store;
 pub use admin::{AdminError, DataDir};
 pub use metrics::Metrics;
 pub use openapi::openapi_json;
+pub use tls::{TlsError, TlsFiles};
 
 /// Limits and timings of a control plane.
 #[derive(Debug, Clone)]
@@ -68,6 +72,17 @@ pub struct Config {
     pub rate_per_second: u32,
     /// …with bursts up to this many.
     pub rate_burst: u32,
+    /// Serve HTTPS with this certificate and key; plain HTTP when `None`.
+    pub tls: Option<TlsFiles>,
+    /// How long a client may take over the TLS handshake and over each request's headers (so
+    /// also how long an idle keep-alive connection stays open).
+    pub header_timeout: Duration,
+    /// How long a client may take to send a request body.
+    pub body_timeout: Duration,
+    /// Open event and control streams per credential (the admin's excepted)…
+    pub max_streams_per_credential: usize,
+    /// …and in all.
+    pub max_streams: usize,
 }
 
 impl Default for Config {
@@ -88,6 +103,11 @@ impl Default for Config {
             redact_secrets: true,
             rate_per_second: 1000,
             rate_burst: 2000,
+            tls: None,
+            header_timeout: Duration::from_secs(20),
+            body_timeout: Duration::from_secs(120),
+            max_streams_per_credential: 32,
+            max_streams: 1024,
         }
     }
 }
@@ -105,6 +125,8 @@ pub struct AppState {
     pub(crate) stopping: Arc<watch::Sender<bool>>,
     /// Per-credential request rate limits.
     pub(crate) limiter: Arc<governor::DefaultKeyedRateLimiter<String>>,
+    /// Open SSE streams, per credential and in all.
+    pub(crate) streams: Arc<limits::Streams>,
 }
 
 fn config_rate(c: &Config) -> u32 {
@@ -121,17 +143,31 @@ impl AppState {
             std::num::NonZeroU32::new(config.rate_burst.max(1))
                 .unwrap_or(std::num::NonZeroU32::MIN),
         );
+        let streams = limits::Streams::new(config.max_streams, config.max_streams_per_credential);
         AppState {
             store,
             config: Arc::new(config),
             metrics: Arc::new(Metrics::default()),
             stopping: Arc::new(watch::channel(false).0),
             limiter: Arc::new(governor::RateLimiter::keyed(quota)),
+            streams: Arc::new(streams),
         }
     }
 
     pub(crate) fn cursor_watch(&self) -> watch::Receiver<i64> {
         self.store.cursor_watch()
+    }
+
+    /// A slot for one more SSE stream of `caller` (the admin counts only in the total), or
+    /// the refusal.
+    pub(crate) fn open_stream(
+        &self,
+        caller: &auth::Caller,
+    ) -> Result<limits::StreamSlot, error::ApiError> {
+        let credential = (caller.kind != auth::CallerKind::Admin).then_some(&*caller.credential);
+        self.streams.open(credential).inspect_err(|e| {
+            self.metrics.refusal_code(e.code().as_str());
+        })
     }
 
     /// Refuses a request beyond the credential's rate with 429 and when to retry.
@@ -237,6 +273,9 @@ pub enum ServeError {
     /// The data dir or its database.
     #[error(transparent)]
     Admin(#[from] AdminError),
+    /// The TLS certificate or key.
+    #[error(transparent)]
+    Tls(#[from] TlsError),
     /// The address is taken.
     #[error(
         "{addr} is already in use — is another `waymark serve` running? pick another address with `--listen`"
@@ -263,14 +302,21 @@ pub struct Running {
     pub admin_token: String,
     /// Its state (store, config).
     pub state: AppState,
+    /// `sha256:<hex>` of its TLS certificate, when it serves HTTPS.
+    pub fingerprint: Option<String>,
     shutdown: Option<tokio::sync::oneshot::Sender<()>>,
     task: tokio::task::JoinHandle<std::io::Result<()>>,
 }
 
 impl Running {
-    /// `http://addr`.
+    /// `http://addr`, or `https://addr` with TLS.
     pub fn url(&self) -> String {
-        format!("http://{}", self.addr)
+        let scheme = if self.fingerprint.is_some() {
+            "https"
+        } else {
+            "http"
+        };
+        format!("{scheme}://{}", self.addr)
     }
 
     /// Stops accepting, lets open requests finish, and waits.
@@ -300,13 +346,14 @@ pub async fn start(
 }
 
 /// Serves over a given store (e.g. PostgreSQL shared by several replicas); `data_dir` keeps
-/// this replica's admin credential.
+/// this replica's admin credential. With `config.tls`, serves HTTPS only.
 pub async fn start_with_store(
     data_dir: &DataDir,
     store: Arc<dyn Store>,
     addr: SocketAddr,
     config: Config,
 ) -> Result<Running, ServeError> {
+    let tls = config.tls.as_ref().map(tls::server_config).transpose()?;
     let admin_token = data_dir.bootstrap(&*store).await?;
     let listener = TcpListener::bind(addr).await.map_err(|e| match e.kind() {
         std::io::ErrorKind::AddrInUse => ServeError::AddrInUse { addr },
@@ -319,26 +366,33 @@ pub async fn start_with_store(
         addr,
         reason: e.to_string(),
     })?;
+    let header_timeout = config.header_timeout;
     let state = AppState::new(store, config);
     background::spawn(state.clone());
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-    let router = app(state.clone());
+    let (tls, fingerprint) = match tls {
+        Some((config, fp)) => (Some(config), Some(fp)),
+        None => (None, None),
+    };
+    let serving = listen::Serving {
+        router: app(state.clone()),
+        tls,
+        header_timeout,
+    };
     let stopping = state.stopping.clone();
-    let task = tokio::spawn(async move {
-        axum::serve(listener, router)
-            .with_graceful_shutdown(async move {
-                let _ = rx.await;
-                stopping.send_replace(true);
-            })
-            .await
-    });
-    data_dir.record_url(&format!("http://{addr}"));
-    tracing::info!(%addr, dir = %data_dir.root().display(), "control plane listening");
-    Ok(Running {
+    let task = tokio::spawn(listen::serve(listener, serving, async move {
+        let _ = rx.await;
+        stopping.send_replace(true);
+    }));
+    let running = Running {
         addr,
         admin_token,
         state,
+        fingerprint,
         shutdown: Some(tx),
         task,
-    })
+    };
+    data_dir.record_url(&running.url(), running.fingerprint.as_deref());
+    tracing::info!(%addr, tls = running.fingerprint.is_some(), dir = %data_dir.root().display(), "control plane listening");
+    Ok(running)
 }

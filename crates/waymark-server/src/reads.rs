@@ -331,7 +331,8 @@ pub(crate) async fn events(
     if after < pruned {
         return Err(cursor_expired(after, pruned));
     }
-    let stream = event_stream(st.clone(), caller, after);
+    let slot = st.open_stream(&caller)?;
+    let stream = event_stream(st.clone(), caller, after, slot);
     let mut res = Sse::new(stream)
         .keep_alive(KeepAlive::new().interval(st.config.keep_alive))
         .into_response();
@@ -352,9 +353,11 @@ fn event_stream(
     st: AppState,
     caller: Caller,
     after: i64,
+    slot: crate::limits::StreamSlot,
 ) -> impl Stream<Item = Result<SseEvent, Infallible>> {
     let owner = caller.owner_filter().map(str::to_owned);
     async_stream::stream! {
+        let _slot = slot;
         let _gauge = st.metrics.sse_subscriber();
         let mut watch = st.cursor_watch();
         let mut stopping = st.stopping.subscribe();

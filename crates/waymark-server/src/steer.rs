@@ -1030,7 +1030,8 @@ pub(crate) async fn control_stream(
         .ok_or_else(|| ApiError::not_found("attempt", &attempt_id))?;
     task_for(&mut tx, &caller, &attempt.task_id).await?;
     drop(tx);
-    let stream = controls(st.clone(), attempt.task_id, attempt_id);
+    let slot = st.open_stream(&caller)?;
+    let stream = controls(st.clone(), attempt.task_id, attempt_id, slot);
     Ok(Sse::new(stream)
         .keep_alive(KeepAlive::new().interval(st.config.keep_alive))
         .into_response())
@@ -1040,8 +1041,10 @@ fn controls(
     st: AppState,
     task_id: String,
     attempt_id: String,
+    slot: crate::limits::StreamSlot,
 ) -> impl Stream<Item = Result<SseEvent, Infallible>> {
     async_stream::stream! {
+        let _slot = slot;
         let mut watch = st.cursor_watch();
         let mut stopping = st.stopping.subscribe();
         let mut sent: HashSet<String> = HashSet::new();

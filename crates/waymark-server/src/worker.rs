@@ -1290,7 +1290,7 @@ pub(crate) async fn upload_artifact(
         .and_then(|v| v.to_str().ok())
         .unwrap_or("application/octet-stream")
         .to_owned();
-    let bytes = read_limited(body, st.config.max_blob_bytes).await?;
+    let bytes = read_limited(body, st.config.max_blob_bytes, st.config.body_timeout).await?;
     let sha = sha256_hex(&bytes);
     audited(&st, &caller, "artifact.upload", async {
         let mut tx = st.store.write().await?;

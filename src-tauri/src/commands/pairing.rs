@@ -16,15 +16,19 @@ pub async fn pair_device(
     code: Option<String>,
     name: Option<String>,
 ) -> AppResult<StatusView> {
-    let (server, code) = match code.filter(|c| !c.trim().is_empty()) {
-        Some(code) => (link.trim().to_owned(), code.trim().to_owned()),
+    let link = match code.filter(|c| !c.trim().is_empty()) {
+        Some(code) => waymark_companion::PairingLink {
+            server: link.trim().to_owned(),
+            code: code.trim().to_owned(),
+            pin: None,
+        },
         None => waymark_companion::parse_pairing_link(&link)?,
     };
     let before = s.companion.identity().await?;
     let name = name
         .filter(|n| !n.trim().is_empty())
         .unwrap_or_else(|| "Waymark app".into());
-    let id = s.companion.pair(&server, &code, &name).await?;
+    let id = s.companion.pair_link(&link, &name).await?;
     // A mirror holds one server's threads: after pairing elsewhere, start it afresh (the
     // outbox and the blob cache stay).
     if before.is_some_and(|b| b.server != id.server) {

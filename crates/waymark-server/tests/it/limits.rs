@@ -1,0 +1,199 @@
+//! Slow clients and stream caps: a client trickling its headers or its body is cut off at the
+//! deadline while others are served; event and control streams are capped per credential and
+//! in all, and a closed stream frees its slot.
+
+use std::time::{Duration, Instant};
+
+use reqwest::StatusCode;
+use serde_json::Value;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use waymark_server::Config;
+
+use crate::support::{Harness, assert_problem, test_config};
+
+/// Reads until the server closes the connection (or 10 s pass); returns what it said.
+async fn read_to_close(mut r: tokio::net::tcp::OwnedReadHalf) -> (String, bool) {
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    let read = async {
+        loop {
+            match r.read(&mut buf).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => got.extend_from_slice(&buf[..n]),
+            }
+        }
+    };
+    let closed = tokio::time::timeout(Duration::from_secs(10), read)
+        .await
+        .is_ok();
+    (String::from_utf8_lossy(&got).into_owned(), closed)
+}
+
+#[tokio::test]
+async fn a_client_trickling_its_headers_is_disconnected_at_the_deadline_while_others_are_served() {
+    let h = Harness::start_with(Config {
+        header_timeout: Duration::from_secs(1),
+        ..test_config()
+    })
+    .await;
+    let stream = TcpStream::connect(h.server.addr).await.unwrap();
+    let (r, mut w) = stream.into_split();
+    let started = Instant::now();
+    let closed = tokio::spawn(async move {
+        let out = read_to_close(r).await;
+        (out, started.elapsed())
+    });
+    // One byte every 100 ms: the head would take 6 s to arrive.
+    let trickle = tokio::spawn(async move {
+        let head = format!(
+            "GET /healthz HTTP/1.1\r\nHost: x\r\nX-Slow: {}\r\n\r\n",
+            "a".repeat(30)
+        );
+        for b in head.bytes() {
+            if w.write_all(&[b]).await.is_err() {
+                return true;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        false
+    });
+    // Meanwhile a normal request is answered at once.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let t = Instant::now();
+    let (s, v) = h.get(&h.alice, "/v1/snapshot").await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    assert!(t.elapsed() < Duration::from_secs(2), "{:?}", t.elapsed());
+
+    let ((said, was_closed), after) = closed.await.unwrap();
+    assert!(was_closed, "the slow connection is still open");
+    assert!(
+        after >= Duration::from_millis(900) && after < Duration::from_secs(4),
+        "closed after {after:?}"
+    );
+    assert!(!said.contains("200 OK"), "{said}");
+    trickle.abort();
+
+    // A connection that never says anything is closed at the same deadline.
+    let idle = TcpStream::connect(h.server.addr).await.unwrap();
+    let (r, _w) = idle.into_split();
+    let t = Instant::now();
+    let (_, was_closed) = read_to_close(r).await;
+    assert!(
+        was_closed && t.elapsed() < Duration::from_secs(4),
+        "{:?}",
+        t.elapsed()
+    );
+}
+
+#[tokio::test]
+async fn a_body_that_does_not_arrive_in_time_is_refused_with_408() {
+    let h = Harness::start_with(Config {
+        body_timeout: Duration::from_secs(1),
+        ..test_config()
+    })
+    .await;
+    let stream = TcpStream::connect(h.server.addr).await.unwrap();
+    let (r, mut w) = stream.into_split();
+    let body = r#"{"title": "slow", "plan": [{"id": "a", "title": "a"}]}"#;
+    let head = format!(
+        "POST /v1/tasks HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+        h.alice,
+        body.len()
+    );
+    w.write_all(head.as_bytes()).await.unwrap();
+    let trickle = tokio::spawn(async move {
+        for b in body.bytes() {
+            if w.write_all(&[b]).await.is_err() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    });
+    let t = Instant::now();
+    let (said, was_closed) = read_to_close(r).await;
+    trickle.abort();
+    assert!(was_closed);
+    assert!(t.elapsed() < Duration::from_secs(4), "{:?}", t.elapsed());
+    assert!(said.starts_with("HTTP/1.1 408"), "{said}");
+    assert!(said.contains("application/problem+json"), "{said}");
+    assert!(said.contains(r#""code":"request_timeout""#), "{said}");
+    // Nothing was written.
+    let (s, v) = h.get(&h.admin, "/v1/snapshot").await;
+    assert_eq!(s, StatusCode::OK);
+    assert_eq!(v["tasks"].as_array().unwrap().len(), 0, "{v}");
+}
+
+async fn open_events(h: &Harness, token: &str) -> reqwest::Response {
+    h.http
+        .get(h.url("/v1/events"))
+        .bearer_auth(token)
+        .send()
+        .await
+        .unwrap()
+}
+
+async fn problem(res: reqwest::Response) -> (StatusCode, Value) {
+    let status = res.status();
+    assert_eq!(
+        res.headers()["content-type"],
+        "application/problem+json",
+        "{status}"
+    );
+    (status, res.json().await.unwrap())
+}
+
+#[tokio::test]
+async fn streams_are_capped_per_credential_and_in_all_and_a_closed_stream_frees_its_slot() {
+    let h = Harness::start_with(Config {
+        max_streams_per_credential: 2,
+        max_streams: 3,
+        keep_alive: Duration::from_millis(100),
+        ..test_config()
+    })
+    .await;
+    let task = h.create_task(&h.alice).await;
+    let (att, _) = h.attempt(&h.alice, &task, 600).await;
+
+    let a1 = open_events(&h, &h.alice).await;
+    let a2 = open_events(&h, &h.alice).await;
+    assert_eq!(a1.status(), StatusCode::OK);
+    assert_eq!(a2.status(), StatusCode::OK);
+    // alice's third stream (an event stream or a control stream alike) is refused…
+    let (s, v) = problem(open_events(&h, &h.alice).await).await;
+    assert_problem(s, &v, 429, "too_many_streams");
+    assert_eq!(v["context"]["limit"], 2);
+    let res = h
+        .http
+        .get(h.url(&format!("/v1/attempts/{att}/control")))
+        .bearer_auth(&h.alice)
+        .send()
+        .await
+        .unwrap();
+    let (s, v) = problem(res).await;
+    assert_problem(s, &v, 429, "too_many_streams");
+
+    // …bob is not held back by alice's share, until the server's total is reached.
+    let b1 = open_events(&h, &h.bob).await;
+    assert_eq!(b1.status(), StatusCode::OK);
+    let (s, v) = problem(open_events(&h, &h.bob).await).await;
+    assert_problem(s, &v, 503, "unavailable");
+    assert_eq!(v["context"]["limit"], 3);
+
+    // Closing one of alice's streams frees her slot.
+    drop(a1);
+    let mut reopened = None;
+    for _ in 0..100 {
+        let res = open_events(&h, &h.alice).await;
+        if res.status() == StatusCode::OK {
+            reopened = Some(res);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(
+        reopened.is_some(),
+        "the closed stream's slot was never freed"
+    );
+    drop((a2, b1));
+}
