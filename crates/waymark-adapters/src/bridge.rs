@@ -1,0 +1,121 @@
+//! The worker-SDK side every adapter shares: one runtime session becomes one task (found
+//! again by the runtime's own id, so a restarted adapter resumes it), run as one attempt whose
+//! lease the adapter's heartbeat keeps.
+
+use std::time::Duration;
+
+use waymark_proto::{ApprovalDurability, CreateTask, Decision, DecisionOption, DeliveryState};
+use waymark_worker::{ApprovalOptions, AttemptOptions, Client, Run};
+
+/// A runtime session as the adapter first sees it.
+#[derive(Debug, Clone)]
+pub struct SessionSpec {
+    /// `codex`, `openclaw`, `hermes`, `acp`.
+    pub runtime: String,
+    /// The runtime's own id (thread id, session key, ACP session id).
+    pub key: String,
+    /// Short title for the inbox.
+    pub title: String,
+    /// What the run is for, when known.
+    pub goal: String,
+}
+
+/// Finds or creates the session's task and starts (or takes over) its attempt. A previous
+/// adapter process's lease is waited out for up to `wait_for_lease`.
+pub async fn attach(
+    client: &Client,
+    spec: &SessionSpec,
+    worker: &str,
+    wait_for_lease: Duration,
+) -> waymark_worker::Result<Run> {
+    let task = client
+        .create_task(&CreateTask {
+            title: spec.title.clone(),
+            goal: spec.goal.clone(),
+            runtime: Some(spec.runtime.clone()),
+            budget: Default::default(),
+            plan: Vec::new(),
+            materials: Default::default(),
+            external_key: Some(spec.key.clone()),
+        })
+        .await?;
+    client
+        .start_attempt(
+            &task.id,
+            AttemptOptions::new(worker)
+                .lease(Duration::from_secs(30))
+                .wait_for_lease(wait_for_lease),
+        )
+        .await
+}
+
+/// One choice a runtime offers on an approval, and whether it grants.
+#[derive(Debug, Clone)]
+pub struct Choice {
+    /// Our option id: `approve`, `deny`, or `approve_…` / `deny_…`.
+    pub id: String,
+    /// The runtime's label.
+    pub label: String,
+    /// What choosing it gives up, for people.
+    pub gives_up: String,
+}
+
+impl Choice {
+    /// A choice with no stated cost.
+    pub fn new(id: &str, label: &str) -> Choice {
+        Choice {
+            id: id.into(),
+            label: label.into(),
+            gives_up: String::new(),
+        }
+    }
+}
+
+/// Opens an approval held by the runtime: `intent` is what the runtime asked, in full; the
+/// answer counts once [`acknowledge`] (or [`lost`]) reports what the runtime did with it.
+pub async fn open_approval(
+    run: &Run,
+    intent: serde_json::Value,
+    summary: &str,
+    durability: ApprovalDurability,
+    choices: &[Choice],
+    expires_in: Option<Duration>,
+) -> waymark_worker::Result<Decision> {
+    run.open_approval(
+        intent,
+        summary,
+        ApprovalOptions {
+            durability: Some(durability),
+            choices: choices
+                .iter()
+                .map(|c| DecisionOption {
+                    id: c.id.clone(),
+                    label: c.label.clone(),
+                    gives_up: c.gives_up.clone(),
+                    cost: None,
+                })
+                .collect(),
+            expires_in,
+            ..ApprovalOptions::default()
+        },
+    )
+    .await
+}
+
+/// The runtime took the answer (e.g. Codex's `serverRequest/resolved`).
+pub async fn acknowledge(run: &Run, decision_id: &str, detail: &str) -> waymark_worker::Result<()> {
+    run.report_delivery(
+        decision_id,
+        DeliveryState::Acknowledged,
+        Some(detail.into()),
+    )
+    .await
+    .map(drop)
+}
+
+/// The runtime went away after the answer but before it took it.
+pub async fn lost(run: &Run, decision_id: &str, detail: &str) -> waymark_worker::Result<()> {
+    run.report_delivery(decision_id, DeliveryState::Lost, Some(detail.into()))
+        .await
+        .map(drop)
+}
