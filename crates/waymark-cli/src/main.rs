@@ -2,6 +2,7 @@
 //! issues land — the demo agent and the terminal client. Exit codes: 0 success, 1 refused or
 //! conflict, 2 usage, 3 cannot reach the server.
 
+mod adapters;
 mod admin;
 mod chaos;
 mod client;
@@ -38,6 +39,8 @@ enum Command {
     Client(client::ClientCommand),
     /// Run the seed scenario as a real agent run (an embedded control plane unless `--server`).
     Demo(demo::DemoArgs),
+    /// Connect an agent runtime (Claude Code, Codex, OpenClaw, ACP agents, Hermes).
+    Adapters(adapters::AdaptersArgs),
     /// Break things on purpose (kill -9, crashes, stale workers, duplicates, partitions) and count what survived.
     Chaos(chaos::ChaosArgs),
 }
@@ -75,6 +78,7 @@ fn main() -> ExitCode {
             Command::Client(cmd) => client::run(cmd, json).await,
             Command::Demo(args) => demo::run(args, json).await,
             Command::Chaos(args) => chaos::run(args, json).await,
+            Command::Adapters(args) => adapters::run(args, json).await,
         }
     });
     match result {

@@ -6,6 +6,7 @@ pub mod admin;
 pub mod auth;
 mod background;
 mod budget;
+pub mod claude_code;
 mod convert;
 pub mod error;
 mod extract;
@@ -247,6 +248,7 @@ pub fn app(state: AppState) -> Router {
             post(push::register).get(push::list),
         )
         .route("/v1/push/vapid", get(push::vapid))
+        .route("/v1/adapters/claude-code/hook", post(claude_code::hook))
         .route("/v1/snapshot", get(reads::snapshot))
         .route("/v1/events", get(reads::events))
         .route("/v1/blobs/{sha256}", get(reads::blob))

@@ -5,7 +5,7 @@ use axum::Json;
 use utoipa::OpenApi;
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 
-use crate::{followups, push, reads, recovery, steer, worker};
+use crate::{claude_code, followups, push, reads, recovery, steer, worker};
 
 #[derive(OpenApi)]
 #[openapi(
@@ -40,6 +40,7 @@ use crate::{followups, push, reads, recovery, steer, worker};
         push::register,
         push::list,
         push::vapid,
+        claude_code::hook,
         reads::snapshot,
         reads::events,
         reads::blob,

@@ -7,6 +7,7 @@ mod support;
 
 mod bad_input;
 mod chain;
+mod claude_code;
 mod events;
 mod followups;
 mod junit;

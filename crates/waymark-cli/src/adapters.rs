@@ -1,0 +1,512 @@
+//! `waymark adapters …`: connect an agent runtime to the control plane. Claude Code calls the
+//! server through hooks (`install` writes them); the other runtimes are driven by a long-lived
+//! adapter process from `waymark-adapters`.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use clap::{Args, Subcommand, ValueEnum};
+use serde_json::{Map, Value, json};
+
+use crate::output::{CliResult, Exit, Failure, emit};
+
+#[derive(Debug, Args)]
+pub(crate) struct AdaptersArgs {
+    #[command(subcommand)]
+    runtime: Runtime,
+}
+
+#[derive(Debug, Subcommand)]
+enum Runtime {
+    /// Claude Code: hooks that report sessions, tool calls and permission prompts.
+    #[command(name = "claude-code", subcommand)]
+    ClaudeCode(ClaudeCode),
+}
+
+#[derive(Debug, Subcommand)]
+enum ClaudeCode {
+    /// Write Waymark's hooks into a Claude Code settings file (merged with what is there).
+    Install(InstallArgs),
+    /// Remove Waymark's hooks from a Claude Code settings file.
+    Uninstall(UninstallArgs),
+    /// A command hook: reads Claude Code's hook input on stdin, forwards it, prints the answer.
+    /// For setups that prefer `command` hooks to `http` hooks.
+    Hook(HookArgs),
+}
+
+/// Which settings file: Claude Code merges all of them.
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum Scope {
+    /// `~/.claude/settings.json`: every project of this user.
+    User,
+    /// `.claude/settings.json`: this project, shared with its repository.
+    Project,
+    /// `.claude/settings.local.json`: this project, this machine only.
+    Local,
+}
+
+#[derive(Debug, Args)]
+struct InstallArgs {
+    /// The control plane's URL, as Claude Code reaches it.
+    #[arg(long, env = "WAYMARK_SERVER", default_value = "http://127.0.0.1:8787")]
+    server: String,
+    /// The environment variable that holds the worker token when Claude Code runs (the token
+    /// itself is never written into the settings file).
+    #[arg(long, default_value = "WAYMARK_TOKEN")]
+    token_env: String,
+    /// Which settings file to write.
+    #[arg(long, value_enum, default_value = "local")]
+    scope: Scope,
+    /// Write this settings file instead.
+    #[arg(long, conflicts_with = "scope")]
+    settings: Option<PathBuf>,
+    /// Tools (a regex of names) whose every call asks for approval in Waymark, e.g.
+    /// `Bash|Write`. Permission prompts are always forwarded.
+    #[arg(long)]
+    gate: Option<String>,
+    /// For `claude -p` runs: gated calls answer `defer`, so the approval outlives the
+    /// process; resume the session once it is decided.
+    #[arg(long)]
+    defer: bool,
+    /// How long a permission prompt waits for a decision before Claude Code asks in its own
+    /// prompt (seconds).
+    #[arg(long, default_value_t = 600)]
+    timeout: u64,
+    /// Use a `command` hook (`waymark adapters claude-code hook`) instead of `http` hooks.
+    #[arg(long)]
+    command: bool,
+}
+
+#[derive(Debug, Args)]
+struct UninstallArgs {
+    /// Which settings file.
+    #[arg(long, value_enum, default_value = "local")]
+    scope: Scope,
+    /// This settings file instead.
+    #[arg(long, conflicts_with = "scope")]
+    settings: Option<PathBuf>,
+}
+
+#[derive(Debug, Args)]
+struct HookArgs {
+    /// The control plane's URL.
+    #[arg(long, env = "WAYMARK_SERVER", default_value = "http://127.0.0.1:8787")]
+    server: String,
+    /// The worker token.
+    #[arg(long, env = "WAYMARK_TOKEN", hide_env_values = true)]
+    token: String,
+    /// The query the http hook would carry (`gate=…&defer=true&timeout=…`).
+    #[arg(long, default_value = "")]
+    query: String,
+}
+
+/// Hook events Waymark listens to; the ones that can block get the long timeout.
+const EVENTS: &[&str] = &[
+    "SessionStart",
+    "UserPromptSubmit",
+    "PreToolUse",
+    "PermissionRequest",
+    "PostToolUse",
+    "PostToolUseFailure",
+    "PreCompact",
+    "PostCompact",
+    "Notification",
+    "Stop",
+    "StopFailure",
+    "SessionEnd",
+];
+
+/// Marks our entries so `install` replaces them and `uninstall` finds them.
+const MARK: &str = "/v1/adapters/claude-code/hook";
+
+pub(crate) async fn run(args: AdaptersArgs, json: bool) -> CliResult {
+    match args.runtime {
+        Runtime::ClaudeCode(ClaudeCode::Install(a)) => install(a, json),
+        Runtime::ClaudeCode(ClaudeCode::Uninstall(a)) => uninstall(a, json),
+        Runtime::ClaudeCode(ClaudeCode::Hook(a)) => hook(a).await,
+    }
+}
+
+fn settings_path(scope: Scope, explicit: Option<PathBuf>) -> Result<PathBuf, Failure> {
+    if let Some(p) = explicit {
+        return Ok(p);
+    }
+    Ok(match scope {
+        Scope::User => directories::BaseDirs::new()
+            .map(|d| d.home_dir().join(".claude/settings.json"))
+            .ok_or_else(|| {
+                Failure::new(
+                    Exit::Usage,
+                    "no_home",
+                    "cannot find your home directory; pass --settings",
+                )
+            })?,
+        Scope::Project => PathBuf::from(".claude/settings.json"),
+        Scope::Local => PathBuf::from(".claude/settings.local.json"),
+    })
+}
+
+fn read_settings(path: &Path) -> Result<Map<String, Value>, Failure> {
+    match std::fs::read_to_string(path) {
+        Ok(text) if text.trim().is_empty() => Ok(Map::new()),
+        Ok(text) => match serde_json::from_str::<Value>(&text) {
+            Ok(Value::Object(m)) => Ok(m),
+            Ok(_) => Err(Failure::new(
+                Exit::Refused,
+                "bad_settings",
+                format!(
+                    "{} is not a JSON object; fix it or pass another --settings",
+                    path.display()
+                ),
+            )),
+            Err(e) => Err(Failure::new(
+                Exit::Refused,
+                "bad_settings",
+                format!(
+                    "{} is not valid JSON ({e}); nothing was changed",
+                    path.display()
+                ),
+            )),
+        },
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Map::new()),
+        Err(e) => Err(Failure::new(
+            Exit::Refused,
+            "bad_settings",
+            format!("cannot read {}: {e}", path.display()),
+        )),
+    }
+}
+
+fn write_settings(path: &Path, settings: &Map<String, Value>) -> Result<(), Failure> {
+    let fail = |e: std::io::Error| {
+        Failure::new(
+            Exit::Refused,
+            "write_failed",
+            format!("cannot write {}: {e}", path.display()),
+        )
+    };
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).map_err(fail)?;
+    }
+    let mut text = serde_json::to_string_pretty(settings).unwrap_or_default();
+    text.push('\n');
+    // Write beside it and rename, so a crash never leaves half a settings file.
+    let tmp = path.with_extension("json.waymark-tmp");
+    std::fs::write(&tmp, text).map_err(fail)?;
+    std::fs::rename(&tmp, path).map_err(fail)
+}
+
+fn is_ours(handler: &Value) -> bool {
+    handler["url"].as_str().is_some_and(|u| u.contains(MARK))
+        || handler["command"]
+            .as_str()
+            .is_some_and(|c| c.contains("adapters claude-code hook"))
+}
+
+/// Removes our handlers from every event, dropping groups and events left empty.
+fn strip_ours(settings: &mut Map<String, Value>) -> usize {
+    let mut removed = 0;
+    let Some(Value::Object(hooks)) = settings.get_mut("hooks") else {
+        return 0;
+    };
+    for groups in hooks.values_mut() {
+        let Some(groups) = groups.as_array_mut() else {
+            continue;
+        };
+        for g in groups.iter_mut() {
+            if let Some(hs) = g.get_mut("hooks").and_then(Value::as_array_mut) {
+                let before = hs.len();
+                hs.retain(|h| !is_ours(h));
+                removed += before - hs.len();
+            }
+        }
+        groups.retain(|g| g["hooks"].as_array().is_none_or(|h| !h.is_empty()));
+    }
+    hooks.retain(|_, g| g.as_array().is_none_or(|a| !a.is_empty()));
+    if hooks.is_empty() {
+        settings.remove("hooks");
+    }
+    removed
+}
+
+fn query(a: &InstallArgs) -> String {
+    let mut q = vec![format!("timeout={}", a.timeout)];
+    if let Some(g) = &a.gate {
+        q.push(format!(
+            "gate={}",
+            url::form_urlencoded::byte_serialize(g.as_bytes()).collect::<String>()
+        ));
+    }
+    if a.defer {
+        q.push("defer=true".into());
+    }
+    q.join("&")
+}
+
+fn install(a: InstallArgs, json: bool) -> CliResult {
+    if let Some(g) = &a.gate
+        && let Err(e) = regex_check(g)
+    {
+        return Err(Failure::new(
+            Exit::Usage,
+            "bad_gate",
+            format!("--gate is not a regex: {e}"),
+        ));
+    }
+    let server = a.server.trim_end_matches('/').to_owned();
+    if !(server.starts_with("http://") || server.starts_with("https://")) {
+        return Err(Failure::new(
+            Exit::Usage,
+            "bad_server",
+            format!("--server `{server}` must start with http:// or https://"),
+        ));
+    }
+    let path = settings_path(a.scope, a.settings.clone())?;
+    let mut settings = read_settings(&path)?;
+    strip_ours(&mut settings);
+    let q = query(&a);
+    let hooks = settings
+        .entry("hooks")
+        .or_insert_with(|| Value::Object(Map::new()));
+    let Some(hooks) = hooks.as_object_mut() else {
+        return Err(Failure::new(
+            Exit::Refused,
+            "bad_settings",
+            format!(
+                "`hooks` in {} is not an object; nothing was changed",
+                path.display()
+            ),
+        ));
+    };
+    for event in EVENTS {
+        // Blocking events wait for a person; the rest only report and must stay quick.
+        let blocking = matches!(*event, "PermissionRequest" | "PreToolUse");
+        let timeout = if blocking { a.timeout } else { 10 };
+        let handler = if a.command {
+            json!({
+                "type": "command",
+                "command": format!("waymark adapters claude-code hook --query '{q}'"),
+                "timeout": timeout,
+            })
+        } else {
+            json!({
+                "type": "http",
+                "url": format!("{server}{MARK}?{q}"),
+                "timeout": timeout,
+                "headers": {"Authorization": format!("Bearer ${}", a.token_env)},
+                "allowedEnvVars": [a.token_env],
+            })
+        };
+        let group = json!({"matcher": "*", "hooks": [handler]});
+        let list = hooks
+            .entry(event.to_string())
+            .or_insert_with(|| Value::Array(Vec::new()));
+        match list.as_array_mut() {
+            Some(l) => l.push(group),
+            None => {
+                return Err(Failure::new(
+                    Exit::Refused,
+                    "bad_settings",
+                    format!(
+                        "`hooks.{event}` in {} is not a list; nothing was changed",
+                        path.display()
+                    ),
+                ));
+            }
+        }
+    }
+    write_settings(&path, &settings)?;
+    emit(
+        json,
+        &json!({"settings": path, "events": EVENTS, "server": server, "token_env": a.token_env}),
+        || {
+            format!(
+                "wrote Waymark's hooks for {} events into {}\n  server: {server}\n  token:  ${} must hold a worker token when Claude Code runs (waymark admin worker-token …)",
+                EVENTS.len(),
+                path.display(),
+                a.token_env
+            )
+        },
+    );
+    Ok(())
+}
+
+fn regex_check(g: &str) -> Result<(), String> {
+    // The server compiles it (`regex` crate syntax); refuse the obvious mistakes here.
+    let mut depth = 0i32;
+    for c in g.chars() {
+        match c {
+            '(' => depth += 1,
+            ')' => depth -= 1,
+            _ => {}
+        }
+        if depth < 0 {
+            return Err("unbalanced `)`".into());
+        }
+    }
+    if depth != 0 {
+        return Err("unbalanced `(`".into());
+    }
+    Ok(())
+}
+
+fn uninstall(a: UninstallArgs, json: bool) -> CliResult {
+    let path = settings_path(a.scope, a.settings)?;
+    let mut settings = read_settings(&path)?;
+    let removed = strip_ours(&mut settings);
+    if removed > 0 {
+        write_settings(&path, &settings)?;
+    }
+    emit(json, &json!({"settings": path, "removed": removed}), || {
+        format!("removed {removed} Waymark hook(s) from {}", path.display())
+    });
+    Ok(())
+}
+
+/// The command hook. Claude Code must never be blocked by Waymark being away: when the server
+/// cannot be reached the hook says so on stderr and renders no decision (exit 0).
+async fn hook(a: HookArgs) -> CliResult {
+    use tokio::io::AsyncReadExt;
+    let mut input = String::new();
+    tokio::io::stdin()
+        .read_to_string(&mut input)
+        .await
+        .map_err(|e| {
+            Failure::new(
+                Exit::Usage,
+                "no_input",
+                format!("cannot read the hook input: {e}"),
+            )
+        })?;
+    let body: Value = serde_json::from_str(&input).map_err(|e| {
+        Failure::new(
+            Exit::Usage,
+            "bad_input",
+            format!("the hook input is not JSON: {e}"),
+        )
+    })?;
+    let timeout = a
+        .query
+        .split('&')
+        .find_map(|kv| kv.strip_prefix("timeout="))
+        .and_then(|t| t.parse::<u64>().ok())
+        .unwrap_or(600);
+    let url = format!(
+        "{}{MARK}{}{}",
+        a.server.trim_end_matches('/'),
+        if a.query.is_empty() { "" } else { "?" },
+        a.query
+    );
+    let client = reqwest::Client::builder()
+        .timeout(Duration::from_secs(timeout + 5))
+        .build()
+        .map_err(|e| Failure::new(Exit::Unreachable, "client", e.to_string()))?;
+    let res = client
+        .post(&url)
+        .bearer_auth(&a.token)
+        .json(&body)
+        .send()
+        .await;
+    match res {
+        Ok(r) if r.status().is_success() => {
+            let out: Value = r.json().await.unwrap_or_else(|_| json!({}));
+            println!("{out}");
+            Ok(())
+        }
+        Ok(r) => {
+            let status = r.status();
+            let text = r.text().await.unwrap_or_default();
+            eprintln!("waymark: the control plane refused the hook ({status}): {text}");
+            Ok(())
+        }
+        Err(e) => {
+            eprintln!(
+                "waymark: cannot reach the control plane at {}: {e}; Claude Code goes on without it",
+                a.server
+            );
+            Ok(())
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn install_merges_with_other_hooks_and_uninstall_leaves_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("settings.local.json");
+        std::fs::write(
+            &path,
+            r#"{"model": "opus", "hooks": {"PreToolUse": [{"matcher": "Bash", "hooks": [{"type": "command", "command": "./lint.sh"}]}]}}"#,
+        )
+        .unwrap();
+        let args = |gate: Option<&str>| InstallArgs {
+            server: "http://127.0.0.1:9000/".into(),
+            token_env: "WAYMARK_TOKEN".into(),
+            scope: Scope::Local,
+            settings: Some(path.clone()),
+            gate: gate.map(str::to_owned),
+            defer: false,
+            timeout: 300,
+            command: false,
+        };
+        install(args(Some("Bash|Write")), true).unwrap();
+        // Installing again replaces ours; it does not add a second copy.
+        install(args(Some("Bash")), true).unwrap();
+        let s: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        assert_eq!(s["model"], "opus");
+        let pre = s["hooks"]["PreToolUse"].as_array().unwrap();
+        assert_eq!(pre.len(), 2, "the user's lint hook and ours: {pre:?}");
+        assert_eq!(pre[0]["hooks"][0]["command"], "./lint.sh");
+        let ours = &pre[1]["hooks"][0];
+        assert_eq!(ours["type"], "http");
+        assert_eq!(
+            ours["url"],
+            "http://127.0.0.1:9000/v1/adapters/claude-code/hook?timeout=300&gate=Bash"
+        );
+        assert_eq!(ours["headers"]["Authorization"], "Bearer $WAYMARK_TOKEN");
+        assert_eq!(ours["allowedEnvVars"], json!(["WAYMARK_TOKEN"]));
+        assert_eq!(ours["timeout"], 300);
+        assert_eq!(s["hooks"]["Stop"][0]["hooks"][0]["timeout"], 10);
+        assert_eq!(s["hooks"].as_object().unwrap().len(), EVENTS.len());
+
+        uninstall(
+            UninstallArgs {
+                scope: Scope::Local,
+                settings: Some(path.clone()),
+            },
+            true,
+        )
+        .unwrap();
+        let s: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        assert_eq!(
+            s,
+            json!({"model": "opus", "hooks": {"PreToolUse": [{"matcher": "Bash", "hooks": [{"type": "command", "command": "./lint.sh"}]}]}})
+        );
+    }
+
+    #[test]
+    fn a_broken_settings_file_is_left_alone() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("settings.json");
+        std::fs::write(&path, "{ not json").unwrap();
+        let err = install(
+            InstallArgs {
+                server: "http://127.0.0.1:8787".into(),
+                token_env: "WAYMARK_TOKEN".into(),
+                scope: Scope::Local,
+                settings: Some(path.clone()),
+                gate: None,
+                defer: false,
+                timeout: 600,
+                command: false,
+            },
+            true,
+        )
+        .unwrap_err();
+        assert_eq!(err.code, "bad_settings");
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), "{ not json");
+    }
+}

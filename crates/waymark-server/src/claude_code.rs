@@ -1,0 +1,920 @@
+//! Claude Code's hooks, served by the control plane (`POST /v1/adapters/claude-code/hook`):
+//! Claude Code calls it as an `http` hook, so its sessions become tasks, its tool calls
+//! effects keyed `session_id:tool_use_id`, and its permission prompts approvals answered from
+//! the inbox in Claude Code's own decision JSON (docs/adapters/claude-code.md).
+//!
+//! Every write goes through the same handlers the worker API serves, so fences, idempotency,
+//! audit and events are the ones every worker gets.
+
+use std::collections::HashMap;
+use std::sync::{Arc, LazyLock, Mutex};
+use std::time::Duration;
+
+use axum::Json as Out;
+use axum::extract::{Path, Query, State};
+use regex::Regex;
+use serde::Deserialize;
+use serde_json::{Value, json};
+use waymark_proto::digest::json_digest;
+use waymark_proto::*;
+use waymark_store::DecisionRow;
+
+use crate::auth::{Caller, WorkerCaller};
+use crate::error::{ApiError, ApiResult};
+use crate::extract::Json;
+use crate::worker::{self, invalid};
+use crate::{AppState, now_ms};
+
+/// The runtime name of tasks made from Claude Code sessions.
+pub const RUNTIME: &str = "claude-code";
+
+/// How long an attempt of an interactive session lives between two hook calls.
+const SESSION_LEASE_SECONDS: u32 = 3600;
+
+/// Answer this long before the hook's own timeout, so the answer is not cut off.
+const ANSWER_MARGIN: Duration = Duration::from_secs(3);
+
+/// The query string the hook URL carries (written by `waymark adapters claude-code install`).
+#[derive(Debug, Default, Deserialize, utoipa::IntoParams)]
+pub(crate) struct HookQuery {
+    /// The hook's `timeout` in seconds (Claude Code's default for http hooks is 600): a held
+    /// approval is answered, or expired, before it.
+    timeout: Option<u64>,
+    /// A regex of tool names whose `PreToolUse` asks for approval (e.g. `Bash|Write`).
+    gate: Option<String>,
+    /// `true` in `claude -p` runs: a gated `PreToolUse` answers `defer`, so the approval
+    /// outlives the process; the resumed run gets the answer.
+    defer: Option<bool>,
+}
+
+/// The fields of Claude Code's hook input the adapter reads; the rest is kept as sent.
+#[derive(Debug, Deserialize)]
+struct HookInput {
+    hook_event_name: String,
+    session_id: String,
+    #[serde(default)]
+    cwd: Option<String>,
+    #[serde(default)]
+    tool_name: Option<String>,
+    #[serde(default)]
+    tool_input: Option<Value>,
+    #[serde(default)]
+    tool_use_id: Option<String>,
+    #[serde(default)]
+    tool_response: Option<Value>,
+    #[serde(default)]
+    session_title: Option<String>,
+    #[serde(default)]
+    source: Option<String>,
+    #[serde(default)]
+    reason: Option<String>,
+    #[serde(default)]
+    last_assistant_message: Option<String>,
+    #[serde(default)]
+    error: Option<String>,
+    #[serde(default)]
+    compact_summary: Option<String>,
+    #[serde(default)]
+    trigger: Option<String>,
+    #[serde(default)]
+    prompt: Option<String>,
+    #[serde(default)]
+    permission_suggestions: Option<Value>,
+    #[serde(default)]
+    message: Option<String>,
+}
+
+/// The task and live attempt of one Claude Code session.
+struct Session {
+    task_id: String,
+    attempt_id: String,
+    fence: i64,
+}
+
+/// One lock per session: Claude Code fires hooks of parallel tool calls at once, and each
+/// session must get one attempt, not one per racing hook.
+static SESSION_LOCKS: LazyLock<Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>> =
+    LazyLock::new(Default::default);
+
+fn session_lock(owner: &str, session: &str) -> Arc<tokio::sync::Mutex<()>> {
+    let mut locks = SESSION_LOCKS.lock().unwrap_or_else(|e| e.into_inner());
+    if locks.len() > 10_000 {
+        locks.retain(|_, l| Arc::strong_count(l) > 1);
+    }
+    locks
+        .entry(format!("{owner}\u{0}{session}"))
+        .or_default()
+        .clone()
+}
+
+#[utoipa::path(post, path = "/v1/adapters/claude-code/hook", tag = "adapters",
+    params(HookQuery),
+    request_body(content = Object, description = "Claude Code's hook input, as Claude Code sends it"),
+    responses((status = 200, body = Object, description = "Claude Code's hook output: `{}`, or the event's decision JSON"),
+              (status = 422, body = Problem)))]
+pub(crate) async fn hook(
+    State(st): State<AppState>,
+    WorkerCaller(caller): WorkerCaller,
+    Query(q): Query<HookQuery>,
+    Json(raw): Json<Value>,
+) -> ApiResult<Out<Value>> {
+    let input: HookInput = serde_json::from_value(raw.clone())
+        .map_err(|e| invalid(format!("not a Claude Code hook input: {e}")))?;
+    if input.session_id.trim().is_empty() || input.session_id.len() > 200 {
+        return Err(invalid("`session_id` must be 1 to 200 characters"));
+    }
+    let gate = q
+        .gate
+        .as_deref()
+        .map(|g| Regex::new(&format!("^(?:{g})$")))
+        .transpose()
+        .map_err(|e| invalid(format!("`gate` is not a regex: {e}")))?;
+    let hold = Duration::from_secs(q.timeout.unwrap_or(600).clamp(1, 86_400))
+        .saturating_sub(ANSWER_MARGIN)
+        .max(Duration::from_millis(500));
+
+    let lock = session_lock(&caller.user_id, &input.session_id);
+    let guard = lock.lock().await;
+    let s = ensure_session(&st, &caller, &input).await?;
+    settle_deliveries(&st, &caller, &s, &input).await?;
+    let event = input.hook_event_name.as_str();
+    let answer = match event {
+        "SessionStart" => {
+            let how = input.source.as_deref().unwrap_or("startup");
+            say(
+                &st,
+                &caller,
+                &s,
+                "system",
+                format!("Claude Code session started ({how})"),
+            )
+            .await?;
+            json!({})
+        }
+        "UserPromptSubmit" => {
+            if let Some(p) = &input.prompt {
+                say(&st, &caller, &s, "user", p.clone()).await?;
+            }
+            json!({})
+        }
+        "PreToolUse" => {
+            let effect_id = declare_tool(&st, &caller, &s, &input).await?;
+            let gated = gate
+                .as_ref()
+                .is_some_and(|g| input.tool_name.as_deref().is_some_and(|t| g.is_match(t)));
+            if !gated {
+                json!({})
+            } else {
+                drop(guard);
+                return gate_tool(
+                    &st,
+                    &caller,
+                    &s,
+                    &input,
+                    effect_id,
+                    q.defer == Some(true),
+                    hold,
+                )
+                .await
+                .map(Out);
+            }
+        }
+        "PostToolUse" | "PostToolUseFailure" => {
+            finish_tool(&st, &caller, &s, &input, event == "PostToolUse").await?;
+            json!({})
+        }
+        "PermissionRequest" => {
+            drop(guard);
+            return permission_request(&st, &caller, &s, &input, hold)
+                .await
+                .map(Out);
+        }
+        "PreCompact" | "PostCompact" => {
+            checkpoint(&st, &caller, &s, &input).await?;
+            json!({})
+        }
+        "Notification" => {
+            if let Some(m) = &input.message {
+                say(&st, &caller, &s, "system", m.clone()).await?;
+            }
+            json!({})
+        }
+        "Stop" => {
+            if let Some(m) = &input.last_assistant_message {
+                say(&st, &caller, &s, "assistant", m.clone()).await?;
+            }
+            // The turn is over and Claude Code waits for its person: hand the task back.
+            release(&st, &caller, &s, "Claude Code finished its turn").await?;
+            json!({})
+        }
+        "StopFailure" => {
+            let why = input.error.as_deref().unwrap_or("error");
+            say(
+                &st,
+                &caller,
+                &s,
+                "system",
+                format!("Claude Code stopped on an error: {why}"),
+            )
+            .await?;
+            release(&st, &caller, &s, &format!("Claude Code stopped: {why}")).await?;
+            json!({})
+        }
+        "SessionEnd" => {
+            let why = input.reason.as_deref().unwrap_or("other");
+            release(
+                &st,
+                &caller,
+                &s,
+                &format!("Claude Code session ended ({why})"),
+            )
+            .await?;
+            json!({})
+        }
+        _ => json!({}),
+    };
+    Ok(Out(answer))
+}
+
+/// Finds or creates the session's task, and its live attempt (renewing the lease).
+async fn ensure_session(st: &AppState, caller: &Caller, input: &HookInput) -> ApiResult<Session> {
+    let title = input
+        .session_title
+        .clone()
+        .unwrap_or_else(|| match &input.cwd {
+            Some(cwd) => format!("Claude Code in {cwd}"),
+            None => "Claude Code session".into(),
+        });
+    let (_, Out(task)) = worker::create_task(
+        State(st.clone()),
+        WorkerCaller(caller.clone()),
+        Json(CreateTask {
+            title: truncate(&title, 200),
+            goal: String::new(),
+            runtime: Some(RUNTIME.into()),
+            budget: Budget::default(),
+            plan: Vec::new(),
+            materials: Materials::default(),
+            external_key: Some(input.session_id.clone()),
+        }),
+    )
+    .await?;
+    let task = task.value;
+    let live = {
+        let mut tx = st.store.read().await?;
+        tx.list_attempts(&task.id)
+            .await?
+            .into_iter()
+            .find(|a| a.state == AttemptState::Active.as_str() && a.expires_at > now_ms())
+    };
+    if let Some(a) = live {
+        let renewed = worker::heartbeat(
+            State(st.clone()),
+            WorkerCaller(caller.clone()),
+            Path(a.id.clone()),
+            Json(Heartbeat {
+                fence: a.fence,
+                lease_seconds: Some(SESSION_LEASE_SECONDS),
+                acknowledged: Vec::new(),
+            }),
+        )
+        .await;
+        if renewed.is_ok() {
+            return Ok(Session {
+                task_id: task.id,
+                attempt_id: a.id,
+                fence: a.fence,
+            });
+        }
+    }
+    let (_, Out(attempt)) = worker::start_attempt(
+        State(st.clone()),
+        WorkerCaller(caller.clone()),
+        Path(task.id.clone()),
+        Json(StartAttempt {
+            worker: caller.name.clone(),
+            lease_seconds: Some(SESSION_LEASE_SECONDS),
+            manifest_digest: None,
+            materials: None,
+        }),
+    )
+    .await?;
+    Ok(Session {
+        task_id: task.id,
+        attempt_id: attempt.value.id,
+        fence: attempt.value.fence,
+    })
+}
+
+async fn say(
+    st: &AppState,
+    caller: &Caller,
+    s: &Session,
+    role: &str,
+    text: String,
+) -> ApiResult<()> {
+    if text.trim().is_empty() {
+        return Ok(());
+    }
+    worker::append_messages(
+        State(st.clone()),
+        WorkerCaller(caller.clone()),
+        Path(s.task_id.clone()),
+        Json(AppendMessages {
+            attempt_id: Some(s.attempt_id.clone()),
+            fence: Some(s.fence),
+            messages: vec![NewMessage {
+                role: role.into(),
+                text: truncate(&text, 60_000),
+            }],
+        }),
+    )
+    .await
+    .map(drop)
+}
+
+fn effect_key(input: &HookInput) -> Option<String> {
+    input
+        .tool_use_id
+        .as_ref()
+        .map(|t| format!("{}:{t}", input.session_id))
+}
+
+fn tool_intent(input: &HookInput) -> Value {
+    json!({
+        "tool": input.tool_name.clone().unwrap_or_default(),
+        "input": input.tool_input.clone().unwrap_or(Value::Null),
+    })
+}
+
+/// `PreToolUse` → the tool call as an effect in progress; returns its id.
+async fn declare_tool(
+    st: &AppState,
+    caller: &Caller,
+    s: &Session,
+    input: &HookInput,
+) -> ApiResult<Option<String>> {
+    let Some(key) = effect_key(input) else {
+        return Ok(None);
+    };
+    let (_, Out(declared)) = worker::declare_effect(
+        State(st.clone()),
+        WorkerCaller(caller.clone()),
+        Path(s.task_id.clone()),
+        Json(DeclareEffect {
+            attempt_id: s.attempt_id.clone(),
+            fence: s.fence,
+            idempotency_key: key,
+            kind: format!(
+                "claude_code.{}",
+                input.tool_name.as_deref().unwrap_or("tool")
+            ),
+            step: None,
+            resource_id: None,
+            intent: tool_intent(input),
+        }),
+    )
+    .await?;
+    Ok(Some(declared.value.effect.id))
+}
+
+/// `PostToolUse` / `PostToolUseFailure` → the effect's receipt.
+async fn finish_tool(
+    st: &AppState,
+    caller: &Caller,
+    s: &Session,
+    input: &HookInput,
+    ok: bool,
+) -> ApiResult<()> {
+    let Some(key) = effect_key(input) else {
+        return Ok(());
+    };
+    let effect = {
+        let mut tx = st.store.read().await?;
+        tx.effect_by_key(&s.task_id, &key).await?
+    };
+    let effect_id = match effect {
+        Some(e)
+            if e.status == EffectStatus::Confirmed.as_str()
+                || e.status == EffectStatus::Failed.as_str() =>
+        {
+            return Ok(());
+        }
+        Some(e) => e.id,
+        // The hooks were installed mid-call: the receipt still gets its effect.
+        None => match declare_tool(st, caller, s, input).await? {
+            Some(id) => id,
+            None => return Ok(()),
+        },
+    };
+    let response = input.tool_response.clone().unwrap_or(Value::Null);
+    let receipt = json!({
+        "tool_response": clip_json(response, 16_000),
+        "error": input.error,
+    });
+    worker::update_effect(
+        State(st.clone()),
+        WorkerCaller(caller.clone()),
+        Path(effect_id),
+        Json(UpdateEffect {
+            attempt_id: s.attempt_id.clone(),
+            fence: s.fence,
+            status: if ok {
+                EffectStatus::Confirmed
+            } else {
+                EffectStatus::Failed
+            },
+            receipt: Some(receipt),
+            resource_id: None,
+        }),
+    )
+    .await
+    .map(drop)
+}
+
+async fn checkpoint(
+    st: &AppState,
+    caller: &Caller,
+    s: &Session,
+    input: &HookInput,
+) -> ApiResult<()> {
+    let sequence = {
+        let mut tx = st.store.read().await?;
+        tx.last_checkpoint(&s.task_id)
+            .await?
+            .map_or(0, |c| c.sequence)
+            + 1
+    };
+    let plan_revision = {
+        let mut tx = st.store.read().await?;
+        tx.task(&s.task_id).await?.map_or(1, |t| t.plan_revision)
+    };
+    let reason = format!(
+        "{} ({})",
+        input.hook_event_name,
+        input.trigger.as_deref().unwrap_or("auto")
+    );
+    worker::append_checkpoint(
+        State(st.clone()),
+        WorkerCaller(caller.clone()),
+        Path(s.task_id.clone()),
+        Json(AppendCheckpoint {
+            attempt_id: s.attempt_id.clone(),
+            fence: s.fence,
+            sequence,
+            body: CheckpointBody {
+                reason,
+                plan_revision,
+                summary: input.compact_summary.as_ref().map(|x| truncate(x, 60_000)),
+                ..CheckpointBody::default()
+            },
+        }),
+    )
+    .await
+    .map(drop)
+}
+
+async fn release(st: &AppState, caller: &Caller, s: &Session, summary: &str) -> ApiResult<()> {
+    worker::finish(
+        State(st.clone()),
+        WorkerCaller(caller.clone()),
+        Path(s.attempt_id.clone()),
+        Json(FinishAttempt {
+            fence: s.fence,
+            outcome: FinishOutcome::Released,
+            summary: Some(summary.into()),
+            released: Vec::new(),
+        }),
+    )
+    .await
+    .map(drop)
+}
+
+/// The choices of a Claude Code permission prompt.
+fn choices(suggestions: bool) -> Vec<DecisionOption> {
+    let mut c = vec![DecisionOption {
+        id: "approve".into(),
+        label: "Allow once".into(),
+        gives_up: String::new(),
+        cost: None,
+    }];
+    if suggestions {
+        c.push(DecisionOption {
+            id: "approve_always".into(),
+            label: "Allow, and add Claude Code's suggested rule".into(),
+            gives_up: "Claude Code stops asking for calls the rule matches".into(),
+            cost: None,
+        });
+    }
+    c.push(DecisionOption {
+        id: "deny".into(),
+        label: "Deny".into(),
+        gives_up: "the tool does not run; Claude is told why".into(),
+        cost: None,
+    });
+    c
+}
+
+async fn open_approval(
+    st: &AppState,
+    caller: &Caller,
+    s: &Session,
+    input: &HookInput,
+    effect_id: Option<String>,
+    durability: ApprovalDurability,
+    expires_in: Duration,
+) -> ApiResult<Decision> {
+    let tool = input.tool_name.as_deref().unwrap_or("a tool");
+    let detail = input
+        .tool_input
+        .as_ref()
+        .and_then(|i| i.get("command").or_else(|| i.get("file_path")))
+        .and_then(Value::as_str)
+        .map(|c| format!(": {}", truncate(c, 300)))
+        .unwrap_or_default();
+    let suggestions = input
+        .permission_suggestions
+        .as_ref()
+        .and_then(Value::as_array)
+        .is_some_and(|a| !a.is_empty());
+    let (_, Out(d)) = worker::request_approval(
+        State(st.clone()),
+        WorkerCaller(caller.clone()),
+        Path(s.task_id.clone()),
+        Json(RequestApproval {
+            attempt_id: Some(s.attempt_id.clone()),
+            fence: Some(s.fence),
+            step: None,
+            effect_id,
+            intent: tool_intent(input),
+            intent_digest: None,
+            summary: format!("Claude Code wants to use {tool}{detail}"),
+            expires_in_seconds: Some(expires_in.as_secs().max(1)),
+            default_option: Some("deny".into()),
+            risky: false,
+            durability: Some(durability),
+            options: choices(suggestions),
+        }),
+    )
+    .await?;
+    Ok(d.value)
+}
+
+/// Waits until the decision is closed or `hold` passes; `None` on timeout.
+async fn wait_closed(
+    st: &AppState,
+    decision_id: &str,
+    hold: Duration,
+) -> ApiResult<Option<DecisionRow>> {
+    let deadline = tokio::time::Instant::now() + hold;
+    let mut watch = st.cursor_watch();
+    loop {
+        watch.borrow_and_update();
+        let d = {
+            let mut tx = st.store.read().await?;
+            tx.decision(decision_id)
+                .await?
+                .ok_or_else(|| ApiError::not_found("decision", decision_id))?
+        };
+        if d.status != DecisionStatus::Pending.as_str() {
+            return Ok(Some(d));
+        }
+        tokio::select! {
+            _ = tokio::time::sleep_until(deadline) => return Ok(None),
+            r = watch.changed() => if r.is_err() { return Ok(None) },
+        }
+    }
+}
+
+/// Expires a held approval when the hook's request goes away (Claude Code stopped waiting,
+/// or the hook timed out) before an answer: it is never reported approved.
+struct HoldGuard {
+    st: AppState,
+    caller: Caller,
+    task_id: String,
+    decision_id: String,
+    armed: bool,
+}
+
+impl Drop for HoldGuard {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        let (st, caller) = (self.st.clone(), self.caller.clone());
+        let (task, decision) = (self.task_id.clone(), self.decision_id.clone());
+        tokio::spawn(async move {
+            let _ = expire(
+                &st,
+                &caller,
+                &task,
+                &decision,
+                "Claude Code stopped waiting for the hook; it asks in its own prompt",
+            )
+            .await;
+        });
+    }
+}
+
+async fn expire(
+    st: &AppState,
+    caller: &Caller,
+    task: &str,
+    decision: &str,
+    reason: &str,
+) -> ApiResult<()> {
+    match worker::expire_decision(
+        State(st.clone()),
+        WorkerCaller(caller.clone()),
+        Path((task.to_owned(), decision.to_owned())),
+        Json(ExpireDecision {
+            attempt_id: None,
+            fence: None,
+            reason: reason.into(),
+        }),
+    )
+    .await
+    {
+        Ok(_) => Ok(()),
+        // Answered in the meantime: the answer stands (and is not delivered, see `settle`).
+        Err(e) if e.code() == ErrorCode::DecisionClosed => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
+/// Holds the hook's request until the decision or the hook's timeout.
+async fn hold_for_answer(
+    st: &AppState,
+    caller: &Caller,
+    s: &Session,
+    d: &Decision,
+    hold: Duration,
+) -> ApiResult<Option<DecisionRow>> {
+    let mut guard = HoldGuard {
+        st: st.clone(),
+        caller: caller.clone(),
+        task_id: s.task_id.clone(),
+        decision_id: d.id.clone(),
+        armed: true,
+    };
+    let closed = wait_closed(st, &d.id, hold).await?;
+    guard.armed = false;
+    if closed.is_none() {
+        expire(
+            st,
+            caller,
+            &s.task_id,
+            &d.id,
+            "the hook's timeout came first; Claude Code asks in its own prompt (hooks fail open)",
+        )
+        .await?;
+        // An answer may have won the race with the expiry.
+        let mut tx = st.store.read().await?;
+        return Ok(tx
+            .decision(&d.id)
+            .await?
+            .filter(|x| x.status == DecisionStatus::Resolved.as_str()));
+    }
+    Ok(closed)
+}
+
+fn chosen(d: &DecisionRow) -> Option<String> {
+    if d.status != DecisionStatus::Resolved.as_str() {
+        return None;
+    }
+    d.outcome
+        .as_ref()
+        .and_then(|o| o.get("option"))
+        .and_then(Value::as_str)
+        .map(str::to_owned)
+}
+
+fn reason_of(d: &DecisionRow) -> String {
+    let by = d
+        .outcome
+        .as_ref()
+        .and_then(|o| o.get("by"))
+        .and_then(Value::as_str)
+        .unwrap_or("someone");
+    let text = d
+        .outcome
+        .as_ref()
+        .and_then(|o| o.get("text"))
+        .and_then(Value::as_str);
+    match text {
+        Some(t) => format!("{by} via Waymark: {t}"),
+        None => format!("decided by {by} via Waymark (decision {})", d.id),
+    }
+}
+
+/// `PermissionRequest`: an approval held open until answered; the answer in Claude Code's
+/// `decision` JSON, or no decision on timeout (the runtime then prompts on its own).
+async fn permission_request(
+    st: &AppState,
+    caller: &Caller,
+    s: &Session,
+    input: &HookInput,
+    hold: Duration,
+) -> ApiResult<Value> {
+    let d = open_approval(
+        st,
+        caller,
+        s,
+        input,
+        None,
+        ApprovalDurability::FailOpenHook,
+        hold,
+    )
+    .await?;
+    let Some(closed) = hold_for_answer(st, caller, s, &d, hold).await? else {
+        return Ok(json!({}));
+    };
+    let Some(option) = chosen(&closed) else {
+        return Ok(json!({}));
+    };
+    let decision = match worker::approval_grants(&option) {
+        Some(true) => {
+            let mut allow = json!({"behavior": "allow"});
+            if option == "approve_always"
+                && let Some(sug) = &input.permission_suggestions
+            {
+                allow["updatedPermissions"] = sug.clone();
+            }
+            allow
+        }
+        _ => json!({"behavior": "deny", "message": reason_of(&closed), "interrupt": false}),
+    };
+    Ok(json!({"hookSpecificOutput": {"hookEventName": "PermissionRequest", "decision": decision}}))
+}
+
+fn pre_tool_answer(permission: &str, reason: String) -> Value {
+    json!({"hookSpecificOutput": {
+        "hookEventName": "PreToolUse",
+        "permissionDecision": permission,
+        "permissionDecisionReason": reason,
+    }})
+}
+
+/// A gated `PreToolUse`: held like a permission prompt, or in `-p` runs deferred so the
+/// approval is durable; the resumed run's `PreToolUse` for the same call gets the answer.
+async fn gate_tool(
+    st: &AppState,
+    caller: &Caller,
+    s: &Session,
+    input: &HookInput,
+    effect_id: Option<String>,
+    defer: bool,
+    hold: Duration,
+) -> ApiResult<Value> {
+    // A call asked about before (a deferred run resumed): answer from its decision.
+    if let Some(effect) = &effect_id {
+        let earlier = {
+            let mut tx = st.store.read().await?;
+            tx.list_decisions(&s.task_id)
+                .await?
+                .into_iter()
+                .rfind(|d| d.effect_id.as_deref() == Some(effect.as_str()))
+        };
+        if let Some(d) = earlier {
+            if d.status == DecisionStatus::Pending.as_str() {
+                return Ok(pre_tool_answer(
+                    "defer",
+                    "waiting for a decision in Waymark".into(),
+                ));
+            }
+            return Ok(
+                match chosen(&d).as_deref().and_then(worker::approval_grants) {
+                    Some(true) => pre_tool_answer("allow", reason_of(&d)),
+                    _ => pre_tool_answer(
+                        "deny",
+                        format!("not approved in Waymark ({}): {}", d.status, reason_of(&d)),
+                    ),
+                },
+            );
+        }
+    }
+    if defer {
+        open_approval(
+            st,
+            caller,
+            s,
+            input,
+            effect_id,
+            ApprovalDurability::Durable,
+            Duration::from_secs(24 * 3600),
+        )
+        .await?;
+        return Ok(pre_tool_answer(
+            "defer",
+            "waiting for a decision in Waymark; resume the session to continue".into(),
+        ));
+    }
+    let d = open_approval(
+        st,
+        caller,
+        s,
+        input,
+        effect_id,
+        ApprovalDurability::FailOpenHook,
+        hold,
+    )
+    .await?;
+    let Some(closed) = hold_for_answer(st, caller, s, &d, hold).await? else {
+        return Ok(json!({}));
+    };
+    Ok(
+        match chosen(&closed).as_deref().and_then(worker::approval_grants) {
+            Some(true) => pre_tool_answer("allow", reason_of(&closed)),
+            _ => pre_tool_answer("deny", reason_of(&closed)),
+        },
+    )
+}
+
+/// Answers count once Claude Code acted on them: an allowed call when its `PostToolUse`
+/// (or failure) arrives, a denial or a resumed deferral at the session's next hook.
+async fn settle_deliveries(
+    st: &AppState,
+    caller: &Caller,
+    s: &Session,
+    input: &HookInput,
+) -> ApiResult<()> {
+    let waiting: Vec<DecisionRow> = {
+        let mut tx = st.store.read().await?;
+        tx.list_decisions(&s.task_id)
+            .await?
+            .into_iter()
+            .filter(|d| {
+                d.delivery
+                    .as_ref()
+                    .and_then(|v| v.get("state"))
+                    .and_then(Value::as_str)
+                    == Some(DeliveryState::Pending.as_str())
+            })
+            .collect()
+    };
+    if waiting.is_empty() {
+        return Ok(());
+    }
+    let event = input.hook_event_name.as_str();
+    let post = matches!(event, "PostToolUse" | "PostToolUseFailure");
+    let this_call = json_digest(&tool_intent(input));
+    let this_effect = match effect_key(input) {
+        Some(k) => {
+            let mut tx = st.store.read().await?;
+            tx.effect_by_key(&s.task_id, &k).await?.map(|e| e.id)
+        }
+        None => None,
+    };
+    for d in waiting {
+        let grants = chosen(&d).as_deref().and_then(worker::approval_grants) == Some(true);
+        let same_call = match (&d.effect_id, &this_effect) {
+            (Some(a), Some(b)) => a == b,
+            _ => d.intent_digest.is_some() && d.intent_digest == this_call,
+        };
+        let detail = if !grants {
+            format!("Claude Code went on without the tool ({event})")
+        } else if post && same_call {
+            format!("{event} ran for the approved call")
+        } else {
+            continue;
+        };
+        let r = worker::report_delivery(
+            State(st.clone()),
+            WorkerCaller(caller.clone()),
+            Path((s.task_id.clone(), d.id.clone())),
+            Json(ReportDelivery {
+                attempt_id: None,
+                fence: None,
+                state: DeliveryState::Acknowledged,
+                detail: Some(detail),
+            }),
+        )
+        .await;
+        if let Err(e) = r
+            && e.code() != ErrorCode::DecisionClosed
+        {
+            return Err(e);
+        }
+    }
+    Ok(())
+}
+
+fn truncate(s: &str, max: usize) -> String {
+    if s.len() <= max {
+        return s.to_owned();
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &s[..end])
+}
+
+/// Keeps a tool's response under `max` bytes of JSON (long outputs are cut, visibly).
+fn clip_json(v: Value, max: usize) -> Value {
+    let text = v.to_string();
+    if text.len() <= max {
+        return v;
+    }
+    json!({"truncated": true, "bytes": text.len(), "head": truncate(&text, max)})
+}

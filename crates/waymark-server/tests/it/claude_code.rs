@@ -1,0 +1,374 @@
+//! Claude Code's `http` hooks against the real server: recorded hook inputs (shapes from Claude
+//! Code's hook documentation, kept in `tests/fixtures/claude-code/`) become a session's task,
+//! effects, checkpoints and approvals, and the hook answers in Claude Code's decision JSON.
+
+use std::time::Duration;
+
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+use waymark_proto::Operation;
+
+use crate::support::{Harness, TestDevice, assert_problem};
+
+fn fixture(name: &str) -> Value {
+    let path = format!(
+        "{}/tests/fixtures/claude-code/{name}.json",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap()
+}
+
+const HOOK: &str = "/v1/adapters/claude-code/hook";
+
+async fn hook(h: &Harness, query: &str, body: Value) -> Value {
+    let (s, v) = h.post(&h.alice, &format!("{HOOK}{query}"), body).await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    v
+}
+
+/// The session's task, found the way the adapter finds it: by the runtime's key.
+async fn session_task(h: &Harness, session: &str) -> String {
+    let (s, v) = h
+        .post(
+            &h.alice,
+            "/v1/tasks",
+            json!({"title": "x", "runtime": "claude-code", "external_key": session}),
+        )
+        .await;
+    assert_eq!(s, StatusCode::OK, "the hook created it already: {v}");
+    v["id"].as_str().unwrap().to_owned()
+}
+
+async fn pending_decision(h: &Harness, task: &str) -> Value {
+    for _ in 0..200 {
+        let d = h.detail(task).await;
+        if let Some(p) = d["decisions"]
+            .as_array()
+            .and_then(|a| a.iter().find(|x| x["status"] == "pending"))
+        {
+            return p.clone();
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    panic!("no pending decision on {task}")
+}
+
+async fn decision(h: &Harness, task: &str, id: &str) -> Value {
+    h.get(&h.alice, &format!("/v1/tasks/{task}/decisions/{id}"))
+        .await
+        .1
+}
+
+async fn answer(h: &Harness, d: &TestDevice, task: &str, dec: &Value, op: Operation, args: Value) {
+    let mut a = json!({"decision_id": dec["id"], "intent_digest": dec["intent_digest"]});
+    for (k, v) in args.as_object().unwrap() {
+        a[k] = v.clone();
+    }
+    let (s, r) = h
+        .submit(&d.sign(&d.command(task, Some(dec["plan_revision"].as_i64().unwrap()), op, a)))
+        .await;
+    assert_eq!(s, StatusCode::OK, "{r}");
+    assert_eq!(r["status"], "applied", "{r}");
+}
+
+#[tokio::test]
+async fn a_session_becomes_a_task_with_effects_checkpoints_and_messages() {
+    let h = Harness::start().await;
+    assert_eq!(hook(&h, "", fixture("session_start")).await, json!({}));
+    let task = session_task(&h, "abc123").await;
+    let d = h.detail(&task).await;
+    assert_eq!(d["task"]["runtime"], "claude-code");
+    assert_eq!(d["task"]["title"], "fix the checkout test");
+    assert_eq!(d["attempts"][0]["state"], "active");
+
+    // Not gated: the call is recorded and allowed to go on without a decision.
+    assert_eq!(
+        hook(&h, "?gate=Write", fixture("pre_tool_use")).await,
+        json!({})
+    );
+    let d = h.detail(&task).await;
+    let e = &d["effects"][0];
+    assert_eq!(e["idempotency_key"], "abc123:toolu_01ABC");
+    assert_eq!(e["intent"]["input"]["command"], "npm test");
+    assert_eq!(e["status"], "intended");
+    // The same hook again (Claude Code retried it): still one effect.
+    hook(&h, "", fixture("pre_tool_use")).await;
+    hook(&h, "", fixture("post_tool_use")).await;
+    let d = h.detail(&task).await;
+    assert_eq!(d["effects"].as_array().unwrap().len(), 1);
+    assert_eq!(d["effects"][0]["status"], "confirmed");
+    assert_eq!(
+        d["effects"][0]["receipt"]["tool_response"]["stdout"],
+        "12 passing"
+    );
+
+    hook(&h, "", fixture("pre_compact")).await;
+    hook(&h, "", fixture("post_compact")).await;
+    let d = h.detail(&task).await;
+    let cps = d["checkpoints"].as_array().unwrap();
+    assert_eq!(cps.len(), 2, "{d}");
+    assert_eq!(cps[1]["sequence"], 2);
+    assert_eq!(cps[1]["prev_digest"], cps[0]["digest"], "one hash chain");
+    assert!(
+        cps[1]["body"]["summary"]
+            .as_str()
+            .unwrap()
+            .contains("discount rounding")
+    );
+
+    hook(&h, "", fixture("stop")).await;
+    let d = h.detail(&task).await;
+    assert_eq!(d["attempts"][0]["state"], "finished");
+    assert_eq!(
+        d["task"]["state"], "queued",
+        "handed back until the next prompt"
+    );
+    let texts: Vec<&str> = d["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|m| m["text"].as_str())
+        .collect();
+    assert!(texts.contains(&"Done."), "{texts:?}");
+
+    // The next prompt starts a new attempt on the same task.
+    hook(&h, "", json!({"session_id": "abc123", "hook_event_name": "UserPromptSubmit", "prompt": "now deploy"})).await;
+    let d = h.detail(&task).await;
+    assert_eq!(d["attempts"].as_array().unwrap().len(), 2);
+    assert_eq!(d["task"]["state"], "running");
+}
+
+#[tokio::test]
+async fn a_permission_prompt_is_held_until_the_phone_denies_it() {
+    let h = Harness::start().await;
+    let dev = h.pair_device("alice", &["view", "steer", "approve"]).await;
+    hook(&h, "", fixture("session_start")).await;
+    let held = tokio::spawn({
+        let (url, token) = (h.url(&format!("{HOOK}?timeout=60")), h.alice.clone());
+        async move {
+            reqwest::Client::new()
+                .post(url)
+                .bearer_auth(token)
+                .json(&fixture("permission_request"))
+                .send()
+                .await
+                .unwrap()
+                .json::<Value>()
+                .await
+                .unwrap()
+        }
+    });
+    let task = session_task(&h, "abc123").await;
+    let dec = pending_decision(&h, &task).await;
+    assert_eq!(dec["durability"], "fail_open_hook");
+    assert_eq!(dec["intent"]["input"]["command"], "rm -rf node_modules");
+    let ids: Vec<&str> = dec["options"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|o| o["id"].as_str())
+        .collect();
+    assert_eq!(ids, ["approve", "approve_always", "deny"]);
+    assert!(!held.is_finished(), "the hook waits for the person");
+
+    answer(
+        &h,
+        &dev,
+        &task,
+        &dec,
+        Operation::Deny,
+        json!({"text": "not on my machine"}),
+    )
+    .await;
+    let out = tokio::time::timeout(Duration::from_secs(10), held)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        out,
+        json!({"hookSpecificOutput": {"hookEventName": "PermissionRequest", "decision": {
+            "behavior": "deny", "message": "user:alice via Waymark: not on my machine", "interrupt": false}}})
+    );
+    let id = dec["id"].as_str().unwrap();
+    assert_eq!(
+        decision(&h, &task, id).await["delivery"]["state"],
+        "pending"
+    );
+    // Claude Code's next hook shows it went on without the tool.
+    hook(&h, "", fixture("stop")).await;
+    let after = decision(&h, &task, id).await;
+    assert_eq!(after["delivery"]["state"], "acknowledged", "{after}");
+}
+
+#[tokio::test]
+async fn an_allow_always_answer_counts_once_the_tool_ran() {
+    let h = Harness::start().await;
+    let dev = h.pair_device("alice", &["view", "steer", "approve"]).await;
+    hook(&h, "", fixture("session_start")).await;
+    let held = tokio::spawn({
+        let (url, token) = (h.url(&format!("{HOOK}?timeout=60")), h.alice.clone());
+        async move {
+            let r = reqwest::Client::new()
+                .post(url)
+                .bearer_auth(token)
+                .json(&fixture("permission_request"))
+                .send()
+                .await
+                .unwrap();
+            r.json::<Value>().await.unwrap()
+        }
+    });
+    let task = session_task(&h, "abc123").await;
+    let dec = pending_decision(&h, &task).await;
+    answer(
+        &h,
+        &dev,
+        &task,
+        &dec,
+        Operation::Approve,
+        json!({"option": "approve_always"}),
+    )
+    .await;
+    let out = tokio::time::timeout(Duration::from_secs(10), held)
+        .await
+        .unwrap()
+        .unwrap();
+    let decision_out = &out["hookSpecificOutput"]["decision"];
+    assert_eq!(decision_out["behavior"], "allow", "{out}");
+    assert_eq!(
+        decision_out["updatedPermissions"],
+        fixture("permission_request")["permission_suggestions"],
+        "the suggested rule goes back as the permission update"
+    );
+    let id = dec["id"].as_str().unwrap();
+    let d = decision(&h, &task, id).await;
+    assert_eq!(d["outcome"]["option"], "approve_always");
+    assert_eq!(
+        d["delivery"]["state"], "pending",
+        "approved here, not yet acted on"
+    );
+    // A different call's PostToolUse is not the acknowledgement.
+    hook(&h, "", fixture("post_tool_use")).await;
+    assert_eq!(
+        decision(&h, &task, id).await["delivery"]["state"],
+        "pending"
+    );
+    hook(&h, "", fixture("post_permitted_tool")).await;
+    let d = decision(&h, &task, id).await;
+    assert_eq!(d["delivery"]["state"], "acknowledged", "{d}");
+}
+
+#[tokio::test]
+async fn a_hook_timeout_expires_the_approval_and_renders_no_decision() {
+    let h = Harness::start().await;
+    // timeout=4: the server answers ~3 s before the hook's own timeout, here after 1 s.
+    let started = std::time::Instant::now();
+    let out = hook(&h, "?timeout=4", fixture("permission_request")).await;
+    assert_eq!(
+        out,
+        json!({}),
+        "no decision: Claude Code asks in its own prompt"
+    );
+    assert!(started.elapsed() < Duration::from_secs(4));
+    let task = session_task(&h, "abc123").await;
+    let d = h.detail(&task).await;
+    let dec = &d["decisions"][0];
+    assert_eq!(dec["status"], "expired", "{dec}");
+    assert_eq!(dec["outcome"]["option"], Value::Null, "never approved");
+    assert_eq!(dec["outcome"]["by"], "runtime");
+}
+
+#[tokio::test]
+async fn a_hook_whose_caller_goes_away_expires_its_approval() {
+    let h = Harness::start().await;
+    hook(&h, "", fixture("session_start")).await;
+    let req = tokio::spawn({
+        let (url, token) = (h.url(&format!("{HOOK}?timeout=600")), h.alice.clone());
+        async move {
+            let _ = reqwest::Client::new()
+                .post(url)
+                .bearer_auth(token)
+                .json(&fixture("permission_request"))
+                .send()
+                .await;
+        }
+    });
+    let task = session_task(&h, "abc123").await;
+    let dec = pending_decision(&h, &task).await;
+    req.abort(); // Claude Code was interrupted: the connection closes.
+    let id = dec["id"].as_str().unwrap();
+    let mut status = Value::Null;
+    for _ in 0..200 {
+        status = decision(&h, &task, id).await["status"].clone();
+        if status != "pending" {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    assert_eq!(status, "expired");
+}
+
+#[tokio::test]
+async fn in_print_mode_a_gated_call_is_deferred_and_the_resumed_run_gets_the_answer() {
+    let h = Harness::start().await;
+    let dev = h.pair_device("alice", &["view", "steer", "approve"]).await;
+    let q = "?gate=Bash&defer=true&timeout=30";
+    let out = hook(&h, q, fixture("deferred_push")).await;
+    assert_eq!(
+        out["hookSpecificOutput"]["permissionDecision"], "defer",
+        "{out}"
+    );
+    let task = session_task(&h, "p-run-7").await;
+    let dec = pending_decision(&h, &task).await;
+    assert_eq!(dec["durability"], "durable");
+    assert_eq!(dec["intent"]["input"]["command"], "git push");
+    // The `claude -p` process exits; the approval outlives it.
+    hook(&h, "", fixture("session_end")).await;
+    assert_eq!(h.detail(&task).await["decisions"][0]["status"], "pending");
+
+    answer(&h, &dev, &task, &dec, Operation::Approve, json!({})).await;
+    // `claude -p --resume p-run-7`: PreToolUse fires again for the same call.
+    hook(&h, "", fixture("session_resume")).await;
+    let out = hook(&h, q, fixture("deferred_push")).await;
+    assert_eq!(
+        out["hookSpecificOutput"]["permissionDecision"], "allow",
+        "{out}"
+    );
+    let id = dec["id"].as_str().unwrap();
+    assert_eq!(
+        decision(&h, &task, id).await["delivery"]["state"],
+        "pending"
+    );
+    hook(&h, "", fixture("deferred_push_done")).await;
+    assert_eq!(
+        decision(&h, &task, id).await["delivery"]["state"],
+        "acknowledged"
+    );
+    let d = h.detail(&task).await;
+    assert_eq!(
+        d["effects"].as_array().unwrap().len(),
+        1,
+        "one effect for the one call"
+    );
+    assert_eq!(d["effects"][0]["status"], "confirmed");
+}
+
+#[tokio::test]
+async fn bad_hook_inputs_are_refused_clearly() {
+    let h = Harness::start().await;
+    let (s, v) = h
+        .post(&h.alice, HOOK, json!({"hook_event_name": "Stop"}))
+        .await;
+    assert_problem(s, &v, 422, "validation_failed");
+    assert!(v["detail"].as_str().unwrap().contains("session_id"), "{v}");
+    let (s, v) = h
+        .post(
+            &h.alice,
+            &format!("{HOOK}?gate=(("),
+            fixture("pre_tool_use"),
+        )
+        .await;
+    assert_problem(s, &v, 422, "validation_failed");
+    let (s, _) = h.post("", HOOK, fixture("pre_tool_use")).await;
+    assert_eq!(s, StatusCode::UNAUTHORIZED);
+}
