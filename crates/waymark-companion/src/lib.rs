@@ -678,6 +678,18 @@ impl Companion {
             ))
         })?;
         let mut args = serde_json::json!({"decision_id": d.id});
+        // A runtime's own choice on an approval (`approve_session`, `deny_always`) is an
+        // approve or a deny carrying that option, so it stays bound to the intent digest.
+        let op = match (op, option) {
+            (Operation::ChooseOption, Some(o)) if d.kind == DecisionKind::Approval => {
+                if o == "deny" || o.starts_with("deny_") {
+                    Operation::Deny
+                } else {
+                    Operation::Approve
+                }
+            }
+            _ => op,
+        };
         match op {
             Operation::Approve | Operation::Deny => {
                 if d.kind != DecisionKind::Approval {
@@ -687,6 +699,17 @@ impl Companion {
                     )));
                 }
                 args["intent_digest"] = serde_json::json!(d.intent_digest);
+                if let Some(o) = option {
+                    if !d.options.iter().any(|x| x.id == o) {
+                        let ids: Vec<&str> = d.options.iter().map(|x| x.id.as_str()).collect();
+                        return Err(Error::Invalid(format!(
+                            "`{o}` is not an option of `{}`: choose one of {}",
+                            d.id,
+                            ids.join(", ")
+                        )));
+                    }
+                    args["option"] = serde_json::json!(o);
+                }
             }
             Operation::ChooseOption => {
                 let o = option.ok_or_else(|| Error::Invalid("name an option".into()))?;

@@ -721,3 +721,39 @@ async fn a_pinned_server_is_trusted_by_its_certificate_alone_and_another_is_refu
         "{e}"
     );
 }
+
+#[tokio::test]
+async fn a_runtime_choice_on_an_approval_is_sent_as_approve_or_deny_with_that_option() {
+    let s = Server::start(Config::default()).await;
+    let (task, att) = s.busy_task("codex thread", 0).await;
+    let v = s
+        .post(&format!("/v1/tasks/{task}/approvals"), json!({"attempt_id": att, "fence": 1,
+            "intent": {"command": "npm install"}, "summary": "run npm install?",
+            "durability": "connection_bound",
+            "options": [{"id": "approve", "label": "Accept"}, {"id": "approve_session", "label": "Accept for session"},
+                        {"id": "deny", "label": "Decline"}, {"id": "deny_cancel", "label": "Cancel the turn"}]}))
+        .await;
+    let id = v["id"].as_str().unwrap().to_owned();
+    let (_home, c) = companion(&s).await;
+    c.sync_once().await.unwrap();
+    let err = c
+        .answer(&id, Operation::ChooseOption, Some("maybe"), None)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::Invalid(_)), "{err}");
+    // `waymark choose <id> approve_session` on an approval: an approve bound to the digest.
+    let sent = c
+        .answer(&id, Operation::ChooseOption, Some("approve_session"), None)
+        .await
+        .unwrap();
+    assert_eq!(sent.operation, "approve");
+    c.sync_once().await.unwrap();
+    let d = c.mirror().decision(&id).await.unwrap().unwrap();
+    let outcome = d.outcome.expect("answered");
+    assert_eq!(outcome.option.as_deref(), Some("approve_session"));
+    assert_eq!(
+        d.delivery.map(|x| x.state),
+        Some(waymark_proto::DeliveryState::Pending),
+        "answered, and the mirror shows it is not yet taken by the runtime"
+    );
+}

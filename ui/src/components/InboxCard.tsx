@@ -99,6 +99,12 @@ export function InboxCard({
         </section>
       )}
 
+      {d.durability != null && (
+        <p className="small muted" data-testid="durability">
+          {t(`inbox.held.${d.durability}` as "inbox.held.durable")}
+        </p>
+      )}
+
       <p className={`small ${expired ? "warn" : "muted"}`}>
         {expired ? t("inbox.expired", { when: until(d.expires_at, t, now) }) : t("inbox.expires", { when: until(d.expires_at, t, now) })}
         {" — "}
@@ -146,6 +152,20 @@ export function InboxCard({
               </button>
             </div>
           ))}
+        {d.kind === "approval" && confirming !== "approve" && d.options.some((o) => o.id !== "approve" && o.id !== "deny") && (
+          <ul className="options" aria-label={t("inbox.moreChoices")}>
+            {d.options
+              .filter((o) => o.id !== "approve" && o.id !== "deny")
+              .map((o) => (
+                <li key={o.id} className="option">
+                  <button type="button" className={o.id.startsWith("deny") ? "danger" : "secondary"} disabled={busy} onClick={() => send(o.id.startsWith("deny") ? "deny" : "approve", o.id)} data-testid={`option-${o.id}`}>
+                    {o.label}
+                  </button>
+                  {o.gives_up && <span className="small">{t("inbox.givesUp", { what: o.gives_up })}</span>}
+                </li>
+              ))}
+          </ul>
+        )}
         {d.kind !== "approval" && d.options.length > 0 && (
           <ul className="options">
             {d.options.map((o) => (

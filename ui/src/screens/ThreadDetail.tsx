@@ -134,6 +134,12 @@ function Detail({ d, go }: { d: ThreadDetailView; go: (r: string) => void }) {
                   <li key={x.id}>
                     <span className="tag">{x.kind}</span> {x.question} — <strong>{x.status}</strong>
                     {x.outcome && ` (${x.outcome.option ?? ""} ${x.outcome.by})`}
+                    {x.delivery && (
+                      <span className={`small ${x.delivery === "acknowledged" ? "muted" : "warn"}`} data-testid="delivery" title={x.delivery_detail ?? undefined}>
+                        {" — "}
+                        {t(`delivery.${x.delivery}` as "delivery.pending")}
+                      </span>
+                    )}
                     {x.status === "pending" && (
                       <>{" "}<button type="button" className="link" onClick={() => go(`/inbox/${x.id}`)}>
                         {t("nav.inbox")} →

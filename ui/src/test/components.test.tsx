@@ -79,6 +79,28 @@ describe("InboxCard", () => {
     expect(calls).toEqual([{ id: "dec_1", op: "approve", option: null, text: null }]);
   });
 
+  it("says how the runtime holds an approval and sends the runtime's own choices bound to the digest", async () => {
+    const { calls, decide } = recorder();
+    const item = approval({
+      durability: "connection_bound",
+      options: [
+        { id: "approve", label: "Accept", gives_up: "", cost: null },
+        { id: "approve_session", label: "Accept for session", gives_up: "Codex stops asking for this command in this session", cost: null },
+        { id: "deny", label: "Decline", gives_up: "", cost: null },
+        { id: "deny_cancel", label: "Cancel the turn", gives_up: "the whole turn stops", cost: null },
+      ],
+    });
+    ui(<InboxCard item={item} decide={decide} load={load} now={NOW} />);
+    expect(screen.getByTestId("durability").textContent).toContain("if it closes, this approval expires");
+    expect(screen.getByText("Gives up: the whole turn stops")).toBeTruthy();
+    await userEvent.click(screen.getByTestId("option-approve_session"));
+    await userEvent.click(screen.getByTestId("option-deny_cancel"));
+    expect(calls).toEqual([
+      { id: "dec_1", op: "approve", option: "approve_session", text: null },
+      { id: "dec_1", op: "deny", option: "deny_cancel", text: null },
+    ]);
+  });
+
   it("shows what each budget option gives up and sends the chosen one", async () => {
     const { calls, decide } = recorder();
     const item = approval({
