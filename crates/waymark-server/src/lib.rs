@@ -10,7 +10,7 @@ mod convert;
 pub mod error;
 mod extract;
 mod followups;
-mod junit;
+pub mod junit;
 mod metrics;
 mod openapi;
 mod push;

@@ -243,11 +243,15 @@ async fn verify_envelope(st: &AppState, env: &SignedEnvelope) -> Result<Verified
             "the device's stored key is unusable",
         )
     })?;
-    signing::verify(env, &key).map_err(|e| {
-        reject(
+    signing::verify(env, &key).map_err(|e| match e {
+        signing::SigningError::InexactNumber => reject(
+            RejectReason::InvalidCommand,
+            format!("{e}; keep integers within ±9007199254740991"),
+        ),
+        e => reject(
             RejectReason::BadSignature,
             format!("{e}: the command was changed or not signed by this device"),
-        )
+        ),
     })?;
     let now = now_ms();
     let issued = command.issued_at.timestamp_millis();
