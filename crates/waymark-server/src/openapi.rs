@@ -47,7 +47,7 @@ use crate::{followups, push, reads, recovery, steer, worker};
         steer::admin_ledger,
     ),
     components(schemas(waymark_proto::Event, waymark_proto::EventKind, waymark_proto::ErrorCode)),
-    modifiers(&BearerAuth),
+    modifiers(&BearerAuth, &CommonProblems),
     security(("bearer" = [])),
 )]
 struct ApiDoc;
@@ -61,6 +61,114 @@ impl utoipa::Modify for BearerAuth {
             "bearer",
             SecurityScheme::Http(HttpBuilder::new().scheme(HttpAuthScheme::Bearer).build()),
         );
+    }
+}
+
+/// The problems every route can answer besides its own, from the layers every request passes
+/// (auth and rate limits, path lookups, the body and query extractors), documented once here
+/// instead of on each handler; and problem documents under their real media type,
+/// `application/problem+json`. Found missing by `scripts/api-fuzz` (schemathesis).
+struct CommonProblems;
+
+const PROBLEM_JSON: &str = "application/problem+json";
+
+fn problem(description: &str) -> utoipa::openapi::Response {
+    use utoipa::openapi::{ContentBuilder, Ref, ResponseBuilder};
+    ResponseBuilder::new()
+        .description(description)
+        .content(
+            PROBLEM_JSON,
+            ContentBuilder::new()
+                .schema(Some(Ref::from_schema_name("Problem")))
+                .build(),
+        )
+        .build()
+}
+
+fn is_problem(content: &utoipa::openapi::Content) -> bool {
+    matches!(&content.schema, Some(utoipa::openapi::RefOr::Ref(r)) if r.ref_location == "#/components/schemas/Problem")
+}
+
+impl utoipa::Modify for CommonProblems {
+    fn modify(&self, doc: &mut utoipa::openapi::OpenApi) {
+        use utoipa::openapi::RefOr;
+        use utoipa::openapi::path::ParameterIn;
+        for item in doc.paths.paths.values_mut() {
+            let ops = [
+                &mut item.get,
+                &mut item.post,
+                &mut item.put,
+                &mut item.patch,
+                &mut item.delete,
+            ];
+            for op in ops.into_iter().flatten() {
+                for response in op.responses.responses.values_mut() {
+                    if let RefOr::T(r) = response
+                        && let Some(content) = r.content.shift_remove("application/json")
+                    {
+                        let media = if is_problem(&content) {
+                            PROBLEM_JSON
+                        } else {
+                            "application/json"
+                        };
+                        r.content.insert(media.to_owned(), content);
+                    }
+                }
+                // `security(())` on a handler marks it public (signed, or no secret at all).
+                let authenticated = op
+                    .security
+                    .as_ref()
+                    .is_none_or(|reqs| reqs.iter().all(|r| r != &Default::default()));
+                let params = op.parameters.as_deref().unwrap_or_default();
+                let in_path = params
+                    .iter()
+                    .any(|p| matches!(p.parameter_in, ParameterIn::Path));
+                let in_query = params
+                    .iter()
+                    .any(|p| matches!(p.parameter_in, ParameterIn::Query));
+                let body = op.request_body.is_some();
+                let mut add = |status: &str, description: &str| {
+                    op.responses
+                        .responses
+                        .entry(status.to_owned())
+                        .or_insert_with(|| problem(description).into());
+                };
+                if body || in_query {
+                    add(
+                        "400",
+                        "`malformed_json` or `bad_request`: the body or query could not be read",
+                    );
+                    add(
+                        "422",
+                        "`validation_failed`: well-formed, but not the expected shape",
+                    );
+                }
+                if body {
+                    add(
+                        "413",
+                        "`payload_too_large`: the body is larger than this route accepts",
+                    );
+                    add(
+                        "415",
+                        "`unsupported_media_type`: not `Content-Type: application/json`",
+                    );
+                }
+                if in_path {
+                    add("404", "`not_found`: no such object, or not the caller's");
+                }
+                if authenticated {
+                    add(
+                        "401",
+                        "`unauthorized`: no, unknown or revoked bearer credential",
+                    );
+                    add("403", "`forbidden`: the credential may not do this");
+                    add(
+                        "429",
+                        "`rate_limited`: too many requests; `Retry-After` says when to retry",
+                    );
+                }
+            }
+        }
     }
 }
 
