@@ -91,8 +91,22 @@ fn is_problem(content: &utoipa::openapi::Content) -> bool {
 
 impl utoipa::Modify for CommonProblems {
     fn modify(&self, doc: &mut utoipa::openapi::OpenApi) {
-        use utoipa::openapi::RefOr;
         use utoipa::openapi::path::ParameterIn;
+        use utoipa::openapi::{RefOr, Schema};
+        // Bodies that carry an attempt's `fence`: such writes can meet a newer attempt.
+        let fenced: Vec<String> = doc
+            .components
+            .as_ref()
+            .map(|c| {
+                c.schemas
+                    .iter()
+                    .filter(|(_, s)| {
+                        matches!(s, RefOr::T(Schema::Object(o)) if o.properties.contains_key("fence"))
+                    })
+                    .map(|(name, _)| format!("#/components/schemas/{name}"))
+                    .collect()
+            })
+            .unwrap_or_default();
         for item in doc.paths.paths.values_mut() {
             let ops = [
                 &mut item.get,
@@ -127,11 +141,31 @@ impl utoipa::Modify for CommonProblems {
                     .iter()
                     .any(|p| matches!(p.parameter_in, ParameterIn::Query));
                 let body = op.request_body.is_some();
-                let mut add = |status: &str, description: &str| {
-                    op.responses
-                        .responses
-                        .entry(status.to_owned())
-                        .or_insert_with(|| problem(description).into());
+                let fence = params.iter().any(|p| p.name == "fence")
+                    || op.request_body.as_ref().is_some_and(|b| {
+                        b.content.values().any(|c| {
+                            matches!(&c.schema, Some(RefOr::Ref(r)) if fenced.contains(&r.ref_location))
+                        })
+                    });
+                // A status the route documents with its own body (a signed command's
+                // `CommandResult`) can still come from a shared layer as a problem document.
+                let mut add = |status: &str, description: &str| match op
+                    .responses
+                    .responses
+                    .entry(status.to_owned())
+                {
+                    std::collections::btree_map::Entry::Vacant(e) => {
+                        e.insert(problem(description).into());
+                    }
+                    std::collections::btree_map::Entry::Occupied(mut e) => {
+                        if let RefOr::T(r) = e.get_mut()
+                            && !r.content.is_empty()
+                            && !r.content.contains_key(PROBLEM_JSON)
+                            && let Some(c) = problem(description).content.shift_remove(PROBLEM_JSON)
+                        {
+                            r.content.insert(PROBLEM_JSON.to_owned(), c);
+                        }
+                    }
                 };
                 if body || in_query {
                     add(
@@ -155,6 +189,12 @@ impl utoipa::Modify for CommonProblems {
                 }
                 if in_path {
                     add("404", "`not_found`: no such object, or not the caller's");
+                }
+                if fence {
+                    add(
+                        "409",
+                        "`fenced`, `lease_expired`, `attempt_closed`, `task_paused` or `task_terminal`: a newer attempt or the task's state refuses this write",
+                    );
                 }
                 if authenticated {
                     add(

@@ -288,10 +288,36 @@ async fn the_openapi_document_lists_the_common_problems() {
     // Public routes promise no 401.
     let health = &doc["paths"]["/healthz"]["get"]["responses"];
     assert!(health.get("401").is_none(), "{health}");
-    // A signed command's refusal stays a CommandResult.
+    // A signed command's refusal stays a CommandResult; a body that is no envelope at all is
+    // a problem document under the same status.
     let submit = &doc["paths"]["/v1/commands"]["post"]["responses"];
     assert_eq!(
         submit["403"]["content"]["application/json"]["schema"]["$ref"],
         "#/components/schemas/CommandResult"
+    );
+    assert_eq!(
+        submit["422"]["content"]["application/json"]["schema"]["$ref"],
+        "#/components/schemas/CommandResult"
+    );
+    assert!(
+        submit["422"]["content"]["application/problem+json"].is_object(),
+        "{submit}"
+    );
+    // Writes that carry a fence can meet a newer attempt (409), in the body or the query.
+    for (path, method) in [
+        ("/v1/tasks/{task}/usage", "post"),
+        ("/v1/tasks/{task}/decisions", "post"),
+        ("/v1/tasks/{task}/artifacts", "post"),
+    ] {
+        let r = &doc["paths"][path][method]["responses"];
+        assert!(
+            r["409"]["content"]["application/problem+json"].is_object(),
+            "{path}: {r}"
+        );
+    }
+    assert!(
+        doc["paths"]["/v1/tasks"]["post"]["responses"]
+            .get("409")
+            .is_none()
     );
 }
