@@ -6,10 +6,17 @@
 
 use libfuzzer_sys::fuzz_target;
 use serde_json::Value;
-use waymark_fuzz::{independent_jcs, reordered_text};
+use waymark_fuzz::{ES6_VECTORS, es6_number, independent_jcs, reordered_text};
 use waymark_proto::digest::{canonical_json, json_digest};
 
 fuzz_target!(|data: &[u8]| {
+    // The oracle is checked against the RFC's vectors before it judges anything.
+    static ORACLE: std::sync::Once = std::sync::Once::new();
+    ORACLE.call_once(|| {
+        for &(bits, want) in ES6_VECTORS {
+            assert_eq!(es6_number(f64::from_bits(bits)), want, "oracle: {bits:#x}");
+        }
+    });
     let Ok(v) = serde_json::from_slice::<Value>(data) else {
         return;
     };
