@@ -204,17 +204,25 @@ impl Api {
                 .err()
                 .unwrap_or(Error::Protocol("event stream refused".into())));
         }
-        let base = self.base.clone();
-        Ok(res
-            .bytes_stream()
-            .eventsource()
-            .map(move |item| match item {
-                Ok(ev) if ev.event == "cursor_expired" => Err(Error::CursorExpired),
-                Ok(ev) => serde_json::from_str::<Event>(&ev.data)
-                    .map_err(|e| Error::Protocol(format!("bad event from {base}: {e}"))),
-                Err(e) => Err(Error::Unreachable(format!(
-                    "{base}: the event stream broke: {e}"
-                ))),
-            }))
+        Ok(decode_events(res.bytes_stream(), self.base.clone()))
     }
+}
+
+/// Decodes a `text/event-stream` body from `base` into events: `cursor_expired` becomes
+/// `Error::CursorExpired`, an event that is not an `Event` a protocol error, a broken body an
+/// unreachable server. Public so the fuzz target drives the exact parsing the sync engine uses.
+pub fn decode_events<S, B, E>(body: S, base: String) -> impl Stream<Item = Result<Event, Error>>
+where
+    S: Stream<Item = Result<B, E>>,
+    B: AsRef<[u8]>,
+    E: std::fmt::Display,
+{
+    body.eventsource().map(move |item| match item {
+        Ok(ev) if ev.event == "cursor_expired" => Err(Error::CursorExpired),
+        Ok(ev) => serde_json::from_str::<Event>(&ev.data)
+            .map_err(|e| Error::Protocol(format!("bad event from {base}: {e}"))),
+        Err(e) => Err(Error::Unreachable(format!(
+            "{base}: the event stream broke: {e}"
+        ))),
+    })
 }

@@ -19,6 +19,7 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::{Mutex, watch};
 use waymark_proto::*;
 
+pub use api::decode_events;
 pub use keystore::{Backend, Keystore};
 pub use mirror::{InboxItem, Mirror, OutboxEntry, Stage, ThreadDetail, ThreadRow};
 

@@ -195,6 +195,14 @@ impl Mirror {
         Ok(Mirror { pool })
     }
 
+    /// A write transaction that takes the write lock at once (`BEGIN IMMEDIATE`), so it waits
+    /// its turn behind another writer. A deferred one that reads first cannot: SQLite refuses
+    /// its upgrade to a writer at once with `database is locked`, without the busy timeout
+    /// (found by the `mirror_events` fuzz target).
+    async fn write_tx(&self) -> Result<Tx<'static>, Error> {
+        self.pool.begin_with("BEGIN IMMEDIATE").await.map_err(db)
+    }
+
     /// A meta value.
     pub async fn meta(&self, key: &str) -> Result<Option<String>, Error> {
         sqlx::query_scalar("SELECT value FROM meta WHERE key = ?")
@@ -223,7 +231,7 @@ impl Mirror {
     /// Replaces every mirrored thread with a fresh snapshot, at `cursor`. The outbox, the
     /// blob cache and pins are kept.
     pub async fn replace_all(&self, cursor: i64, threads: &[TaskDetail]) -> Result<(), Error> {
-        let mut tx = self.pool.begin().await.map_err(db)?;
+        let mut tx = self.write_tx().await?;
         let pins: Vec<String> = sqlx::query_scalar("SELECT id FROM tasks WHERE pinned = 1")
             .fetch_all(&mut *tx)
             .await
@@ -284,7 +292,7 @@ impl Mirror {
         let Some(last) = events.last() else {
             return Ok(());
         };
-        let mut tx = self.pool.begin().await.map_err(db)?;
+        let mut tx = self.write_tx().await?;
         for ev in events {
             apply_one(&mut tx, ev).await?;
         }
@@ -834,5 +842,59 @@ async fn apply_one(tx: &mut Tx<'_>, ev: &Event) -> Result<(), Error> {
                 .map_err(db)
                 .map(drop)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Found by the `mirror_events` fuzz target: `replace_all` (and `apply` of a batch whose
+    /// first event writes nothing) read before writing in a deferred transaction, so another
+    /// writer made them fail at once with `database is locked` instead of waiting.
+    #[tokio::test]
+    async fn a_write_waits_for_another_writer_instead_of_failing() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("mirror.db");
+        let mirror = Mirror::open(&path).await.unwrap();
+        let other = SqlitePoolOptions::new()
+            .max_connections(1)
+            .connect_with(SqliteConnectOptions::new().filename(&path))
+            .await
+            .unwrap();
+        let noop = Event {
+            cursor: 7,
+            task_id: "task_1".into(),
+            kind: EventKind::CommandApplied,
+            at: chrono::Utc::now(),
+            data: serde_json::json!({}),
+        };
+        for write in ["replace_all", "apply"] {
+            let mut conn = other.acquire().await.unwrap();
+            sqlx::query("BEGIN IMMEDIATE")
+                .execute(&mut *conn)
+                .await
+                .unwrap();
+            sqlx::query("INSERT INTO notified (key, at) VALUES (?, 0)")
+                .bind(write)
+                .execute(&mut *conn)
+                .await
+                .unwrap();
+            let m = mirror.clone();
+            let batch = vec![noop.clone()];
+            let pending = tokio::spawn(async move {
+                match write {
+                    "replace_all" => m.replace_all(3, &[]).await,
+                    _ => m.apply(&batch).await,
+                }
+            });
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            sqlx::query("COMMIT").execute(&mut *conn).await.unwrap();
+            pending
+                .await
+                .unwrap()
+                .unwrap_or_else(|e| panic!("{write}: {e}"));
+        }
+        assert_eq!(mirror.cursor().await.unwrap(), Some(7));
     }
 }

@@ -29,6 +29,29 @@ pub enum SigningError {
     /// The command cannot be canonicalised (not plain JSON).
     #[error("the command is not plain JSON")]
     NotCanonical,
+    /// The command holds an integer beyond ±(2^53 − 1). Canonical JSON writes every number as
+    /// a double, so such a signature would not say which integer was signed (2^53 and 2^53 + 1
+    /// have the same canonical bytes).
+    #[error(
+        "the command holds an integer beyond ±(2^53 − 1), which canonical JSON cannot carry exactly"
+    )]
+    InexactNumber,
+}
+
+/// Whether every integer in `v` is one a double carries exactly, so that the canonical bytes
+/// (RFC 8785 reads numbers as doubles) say which value was signed.
+fn exact_numbers(v: &Value) -> bool {
+    let max = crate::MAX_SAFE_INTEGER.unsigned_abs();
+    match v {
+        Value::Number(n) => match (n.as_i64(), n.as_u64()) {
+            (Some(i), _) => i.unsigned_abs() <= max,
+            (None, Some(u)) => u <= max,
+            (None, None) => true,
+        },
+        Value::Array(a) => a.iter().all(exact_numbers),
+        Value::Object(m) => m.values().all(exact_numbers),
+        _ => true,
+    }
 }
 
 /// base64url without padding.
@@ -68,6 +91,9 @@ pub fn sign_value(
     key_id: &str,
     key: &SigningKey,
 ) -> Result<SignedEnvelope, SigningError> {
+    if !exact_numbers(&command) {
+        return Err(SigningError::InexactNumber);
+    }
     let bytes = canonical_json(&command).ok_or(SigningError::NotCanonical)?;
     let sig = key.sign(&bytes);
     Ok(SignedEnvelope {
@@ -86,6 +112,9 @@ pub fn verify(envelope: &SignedEnvelope, key: &VerifyingKey) -> Result<(), Signi
     let sig: [u8; 64] = unb64(&envelope.signature.sig, "signature")?
         .try_into()
         .map_err(|_| SigningError::Malformed("signature"))?;
+    if !exact_numbers(&envelope.command) {
+        return Err(SigningError::InexactNumber);
+    }
     let bytes = canonical_json(&envelope.command).ok_or(SigningError::NotCanonical)?;
     // Strict: refuses small-order keys and non-canonical signatures (no malleability).
     key.verify_strict(&bytes, &ed25519_dalek::Signature::from_bytes(&sig))
@@ -251,6 +280,47 @@ mod tests {
             &key.verifying_key(),
         )
         .unwrap();
+    }
+
+    /// Found by the `envelope_parse_verify` fuzz target: 2^53 + 1 and 2^53 have the same
+    /// canonical bytes, so a command signed with one verified with the other.
+    #[test]
+    fn an_integer_a_double_cannot_carry_is_refused_not_rounded() {
+        let key = SigningKey::generate(&mut rand::rngs::OsRng);
+        let mut cmd = command();
+        cmd.expected_plan_revision = Some(crate::MAX_SAFE_INTEGER + 2);
+        assert_eq!(sign(&cmd, &key), Err(SigningError::InexactNumber));
+
+        // A device that signs the canonical bytes itself gets no further.
+        let value = serde_json::to_value(&cmd).unwrap();
+        let sig = key.sign(&canonical_json(&value).unwrap());
+        let mut env = SignedEnvelope {
+            command: value,
+            signature: Signature {
+                alg: ALG.into(),
+                key_id: cmd.device_id.clone(),
+                sig: b64(&sig.to_bytes()),
+            },
+        };
+        assert_eq!(
+            verify(&env, &key.verifying_key()),
+            Err(SigningError::InexactNumber)
+        );
+        env.command["expected_plan_revision"] = (crate::MAX_SAFE_INTEGER + 1).into();
+        assert_eq!(
+            verify(&env, &key.verifying_key()),
+            Err(SigningError::InexactNumber)
+        );
+        // Anywhere in the command, negative too.
+        let mut cmd = command();
+        cmd.args = serde_json::json!({"plan": [{"n": -(crate::MAX_SAFE_INTEGER + 1)}]});
+        assert_eq!(sign(&cmd, &key), Err(SigningError::InexactNumber));
+
+        // The largest safe integers still sign and verify.
+        let mut cmd = command();
+        cmd.expected_plan_revision = Some(crate::MAX_SAFE_INTEGER);
+        cmd.args = serde_json::json!({"n": -crate::MAX_SAFE_INTEGER, "f": 1e300});
+        verify(&sign(&cmd, &key).unwrap(), &key.verifying_key()).unwrap();
     }
 
     #[test]

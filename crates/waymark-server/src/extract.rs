@@ -2,8 +2,9 @@
 //! (size limit, media type, syntax versus shape) and a bounded raw body.
 
 use axum::body::{Body, Bytes};
-use axum::extract::{FromRequest, Request};
+use axum::extract::{FromRequest, FromRequestParts, Request};
 use axum::http::header;
+use axum::http::request::Parts;
 use serde::de::DeserializeOwned;
 use waymark_proto::ErrorCode;
 
@@ -41,6 +42,22 @@ impl<T: DeserializeOwned> FromRequest<AppState> for Json<T> {
         )
         .await?;
         parse_json(&bytes).map(Json)
+    }
+}
+
+/// A query string, deserialised strictly; a bad one is a 400 `bad_request` problem (axum's own
+/// rejection is plain text, which the OpenAPI document does not promise — found by
+/// `scripts/api-fuzz`).
+pub(crate) struct Query<T>(pub T);
+
+impl<T: DeserializeOwned, S: Send + Sync> FromRequestParts<S> for Query<T> {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        axum::extract::Query::<T>::from_request_parts(parts, state)
+            .await
+            .map(|axum::extract::Query(q)| Query(q))
+            .map_err(|e| ApiError::new(ErrorCode::BadRequest, e.body_text()))
     }
 }
 

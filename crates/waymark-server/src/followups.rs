@@ -3,7 +3,7 @@
 //! double a run, with a stated catch-up rule for periods missed while the server was down.
 
 use axum::Json as Out;
-use axum::extract::{Path, Query, State};
+use axum::extract::{Path, State};
 use chrono::{DateTime, Utc};
 use serde::Deserialize;
 use waymark_proto::*;
@@ -11,7 +11,7 @@ use waymark_store::*;
 
 use crate::auth::{Caller, WorkerCaller};
 use crate::error::{ApiError, ApiResult};
-use crate::extract::Json;
+use crate::extract::{Json, Query};
 use crate::schedule::{self, Plan};
 use crate::worker::{Created, audited, created, emit, invalid, task_for, to_value};
 use crate::{AppState, convert, now_ms};

@@ -5,19 +5,58 @@ use waymark_proto::{TestFailure, TestTotals};
 
 /// What a receipt keeps of a JUnit report.
 #[derive(Debug, Clone, PartialEq)]
-pub(crate) struct Parsed {
-    pub(crate) totals: TestTotals,
-    pub(crate) failures: Vec<TestFailure>,
-    pub(crate) duration_seconds: f64,
+pub struct Parsed {
+    /// Cases counted by outcome.
+    pub totals: TestTotals,
+    /// Failed and errored cases with their messages.
+    pub failures: Vec<TestFailure>,
+    /// The report's duration.
+    pub duration_seconds: f64,
 }
 
 /// Why a document is not a JUnit report.
 #[derive(Debug, thiserror::Error)]
-pub(crate) enum JunitError {
+pub enum JunitError {
+    /// Not well-formed, or not the shape of JUnit XML.
     #[error("{0}")]
     Xml(String),
+    /// Well-formed, but no suite anywhere.
     #[error("no <testsuites> or <testsuite> element")]
     NoSuites,
+    /// Elements nested deeper than any runner writes.
+    #[error("elements nested deeper than {MAX_DEPTH} levels")]
+    TooDeep,
+}
+
+/// How deep elements may nest. Runners write four or five levels; `junit-parser` recurses once
+/// per nested `<testsuite>`, so an unbounded depth would overflow the stack and abort the server.
+pub const MAX_DEPTH: usize = 64;
+
+/// Refuses a document whose elements nest deeper than [`MAX_DEPTH`], without recursing.
+/// Syntax errors are left to the parser to report.
+fn check_depth(xml: &str) -> Result<(), JunitError> {
+    use quick_xml::events::Event as XmlEvent;
+    let mut reader = quick_xml::Reader::from_str(xml);
+    let mut depth = 0usize;
+    loop {
+        match reader.read_event() {
+            Ok(XmlEvent::Start(_)) => {
+                depth += 1;
+                if depth > MAX_DEPTH {
+                    return Err(JunitError::TooDeep);
+                }
+            }
+            Ok(XmlEvent::End(_)) => depth = depth.saturating_sub(1),
+            Ok(XmlEvent::Eof) | Err(_) => return Ok(()),
+            Ok(_) => {}
+        }
+    }
+}
+
+/// A duration attribute as seconds: `inf`, `NaN` and negative values (all of which parse as
+/// numbers) count as 0, so a receipt's `duration_seconds` is always a JSON number.
+fn seconds(t: f64) -> f64 {
+    if t.is_finite() && t > 0.0 { t } else { 0.0 }
 }
 
 fn first_line(s: &str) -> String {
@@ -82,8 +121,9 @@ fn walk(suite: &junit_parser::TestSuite, totals: &mut TestTotals, failures: &mut
     }
 }
 
-/// Parses a JUnit XML document.
-pub(crate) fn parse(xml: &str) -> Result<Parsed, JunitError> {
+/// Parses a JUnit XML document. Public for the fuzz target (`fuzz/`).
+pub fn parse(xml: &str) -> Result<Parsed, JunitError> {
+    check_depth(xml)?;
     let doc = junit_parser::from_reader(std::io::Cursor::new(xml.as_bytes()))
         .map_err(|e| JunitError::Xml(e.to_string()))?;
     if doc.suites.is_empty() && !xml.contains("<testsuite") {
@@ -94,11 +134,11 @@ pub(crate) fn parse(xml: &str) -> Result<Parsed, JunitError> {
     for s in &doc.suites {
         walk(s, &mut totals, &mut failures);
     }
-    let suites_time: f64 = doc.suites.iter().map(|s| s.time).sum();
-    let duration_seconds = if doc.time > 0.0 {
+    let suites_time: f64 = doc.suites.iter().map(|s| seconds(s.time)).sum();
+    let duration_seconds = if seconds(doc.time) > 0.0 {
         doc.time
     } else {
-        suites_time
+        seconds(suites_time)
     };
     Ok(Parsed {
         totals,
@@ -136,6 +176,48 @@ more</error></testcase>
         assert_eq!(p.failures[1].kind, "error");
         assert_eq!(p.failures[1].message, "panicked at src/lib.rs");
         assert!((p.duration_seconds - 1.5).abs() < 1e-9);
+    }
+
+    /// Found with the `junit_ingest` fuzz target's duration check: `time="inf"` parsed as
+    /// infinity, which JSON writes as `null`, where a receipt promises a number.
+    #[test]
+    fn a_duration_that_is_not_a_finite_number_counts_as_zero() {
+        for time in ["inf", "-inf", "NaN", "-3"] {
+            let xml = format!(
+                r#"<testsuites time="{time}"><testsuite name="s" time="{time}"><testcase name="a"/></testsuite></testsuites>"#
+            );
+            let p = parse(&xml).unwrap();
+            assert!(
+                p.duration_seconds.is_finite() && p.duration_seconds >= 0.0,
+                "{time}: {}",
+                p.duration_seconds
+            );
+        }
+        // Two finite suites whose sum is not.
+        let p = parse(r#"<testsuites><testsuite name="s" time="1e308"/><testsuite name="t" time="1e308"/></testsuites>"#).unwrap();
+        assert_eq!(p.duration_seconds, 0.0);
+        let p = parse(r#"<testsuite name="s" time="2.5"/>"#).unwrap();
+        assert!((p.duration_seconds - 2.5).abs() < 1e-9);
+    }
+
+    /// `junit-parser` recurses per nested suite: 100 000 of them overflowed the stack.
+    #[test]
+    fn nesting_deeper_than_any_runner_writes_is_refused_not_recursed() {
+        let n = 100_000;
+        let xml = format!(
+            "<testsuites>{}{}</testsuites>",
+            "<testsuite name=\"x\">".repeat(n),
+            "</testsuite>".repeat(n)
+        );
+        assert!(matches!(parse(&xml), Err(JunitError::TooDeep)));
+        // As deep as allowed still parses.
+        let n = MAX_DEPTH - 1;
+        let xml = format!(
+            "<testsuites>{}<testcase name=\"a\"/>{}</testsuites>",
+            "<testsuite name=\"x\">".repeat(n - 1),
+            "</testsuite>".repeat(n - 1)
+        );
+        assert_eq!(parse(&xml).unwrap().totals.tests, 1);
     }
 
     #[test]

@@ -11,7 +11,7 @@ mod convert;
 pub mod error;
 mod extract;
 mod followups;
-mod junit;
+pub mod junit;
 mod limits;
 mod listen;
 mod metrics;

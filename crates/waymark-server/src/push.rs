@@ -72,7 +72,7 @@ async fn vapid_private(st: &AppState) -> ApiResult<String> {
         .unwrap_or(key))
 }
 
-#[utoipa::path(get, path = "/v1/push/vapid", tag = "device", responses((status = 200, body = VapidKey)))]
+#[utoipa::path(get, path = "/v1/push/vapid", tag = "device", security(()), responses((status = 200, body = VapidKey)))]
 pub(crate) async fn vapid(State(st): State<AppState>) -> ApiResult<Out<VapidKey>> {
     let private = vapid_private(&st).await?;
     let builder = web_push::VapidSignatureBuilder::from_base64_no_sub(&private)

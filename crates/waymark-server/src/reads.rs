@@ -5,7 +5,7 @@ use std::convert::Infallible;
 use std::time::Duration;
 
 use axum::Json as Out;
-use axum::extract::{Path, Query, State};
+use axum::extract::{Path, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, Uri, header};
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
@@ -17,10 +17,11 @@ use waymark_store::CheckpointRow;
 
 use crate::auth::{Caller, CallerKind};
 use crate::error::{ApiError, ApiResult};
+use crate::extract::Query;
 use crate::worker::{close_decision, task_for, task_wire};
 use crate::{AppState, convert, now_ms};
 
-#[utoipa::path(get, path = "/healthz", tag = "ops", responses((status = 200, body = Health)))]
+#[utoipa::path(get, path = "/healthz", tag = "ops", security(()), responses((status = 200, body = Health)))]
 pub(crate) async fn healthz(State(st): State<AppState>) -> ApiResult<Out<Health>> {
     let cursor = st.store.read().await?.max_cursor().await?;
     Ok(Out(Health {
@@ -406,7 +407,7 @@ fn event_stream(
 }
 
 #[utoipa::path(get, path = "/v1/blobs/{sha256}", tag = "read", params(("sha256" = String, Path)),
-    responses((status = 200, content_type = "application/octet-stream", body = Vec<u8>), (status = 404, body = Problem)))]
+    responses((status = 200, content_type = "application/octet-stream", body = Vec<u8>), (status = 400, body = Problem, description = "not a sha256 hex digest"), (status = 404, body = Problem)))]
 pub(crate) async fn blob(
     State(st): State<AppState>,
     caller: Caller,

@@ -63,7 +63,7 @@ fn device_wire(d: &DeviceRow, user: &str) -> Device {
     }
 }
 
-#[utoipa::path(post, path = "/v1/devices/pair", tag = "device", request_body = PairDevice,
+#[utoipa::path(post, path = "/v1/devices/pair", tag = "device", request_body = PairDevice, security(()),
     responses((status = 201, body = Device), (status = 401, body = Problem), (status = 410, body = Problem)))]
 pub(crate) async fn pair(
     State(st): State<AppState>,
@@ -243,11 +243,15 @@ async fn verify_envelope(st: &AppState, env: &SignedEnvelope) -> Result<Verified
             "the device's stored key is unusable",
         )
     })?;
-    signing::verify(env, &key).map_err(|e| {
-        reject(
+    signing::verify(env, &key).map_err(|e| match e {
+        signing::SigningError::InexactNumber => reject(
+            RejectReason::InvalidCommand,
+            format!("{e}; keep integers within ±9007199254740991"),
+        ),
+        e => reject(
             RejectReason::BadSignature,
             format!("{e}: the command was changed or not signed by this device"),
-        )
+        ),
     })?;
     let now = now_ms();
     let issued = command.issued_at.timestamp_millis();
@@ -336,7 +340,7 @@ fn has_scope(device: &DeviceRow, scope: &str) -> bool {
         .is_some_and(|a| a.iter().any(|s| s == scope))
 }
 
-#[utoipa::path(post, path = "/v1/devices/{device}/session", tag = "device", request_body = SignedEnvelope,
+#[utoipa::path(post, path = "/v1/devices/{device}/session", tag = "device", request_body = SignedEnvelope, security(()),
     params(("device" = String, Path)),
     responses((status = 201, body = DeviceSession), (status = 403, body = CommandResult)))]
 pub(crate) async fn open_session(
@@ -432,7 +436,7 @@ pub(crate) async fn open_session(
         .into_response())
 }
 
-#[utoipa::path(post, path = "/v1/commands", tag = "device", request_body = SignedEnvelope,
+#[utoipa::path(post, path = "/v1/commands", tag = "device", request_body = SignedEnvelope, security(()),
     responses((status = 200, body = CommandResult, description = "`applied` or `duplicate`"),
               (status = 409, body = CommandResult, description = "`conflict`: the plan moved on"),
               (status = 403, body = CommandResult, description = "`rejected`: signature, device, ownership or scope"),

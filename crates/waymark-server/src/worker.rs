@@ -4,7 +4,7 @@
 
 use axum::Json as Out;
 use axum::body::Body;
-use axum::extract::{Path, Query, State};
+use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
@@ -14,7 +14,7 @@ use waymark_store::*;
 
 use crate::auth::{Caller, CallerKind, WorkerCaller};
 use crate::error::{ApiError, ApiResult};
-use crate::extract::{Json, read_limited};
+use crate::extract::{Json, Query, read_limited};
 use crate::{AppState, convert, now_ms};
 
 type Tx = Box<dyn StoreTx>;

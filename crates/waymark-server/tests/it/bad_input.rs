@@ -227,3 +227,97 @@ async fn a_credential_over_its_rate_is_told_when_to_retry_and_others_are_not_slo
     let (s, _) = h.get(&h.admin, "/v1/snapshot").await;
     assert_eq!(s, StatusCode::OK);
 }
+
+/// Found by `scripts/api-fuzz` (schemathesis): a query string that did not deserialise was
+/// answered by axum's plain-text rejection, not the problem document the API promises.
+#[tokio::test]
+async fn a_bad_query_string_is_a_problem_document() {
+    let h = Harness::start().await;
+    let task = h.create_task(&h.alice).await;
+    for path in [
+        "/v1/events?after=yesterday".to_owned(),
+        "/v1/admin/audit?limit=many".to_owned(),
+        format!("/v1/tasks/{task}/artifacts?name=a&unknown=1"),
+    ] {
+        let token = if path.starts_with("/v1/admin") {
+            &h.admin
+        } else {
+            &h.alice
+        };
+        let method = if path.contains("/artifacts") {
+            reqwest::Method::POST
+        } else {
+            reqwest::Method::GET
+        };
+        let res = h
+            .http
+            .request(method, h.url(&path))
+            .bearer_auth(token)
+            .header("content-type", "application/octet-stream")
+            .body("x")
+            .send()
+            .await
+            .unwrap();
+        let status = res.status();
+        let ct = res.headers()["content-type"].to_str().unwrap().to_owned();
+        let body: serde_json::Value = res.json().await.unwrap();
+        assert_eq!(ct, "application/problem+json", "{path}: {body}");
+        assert_problem(status, &body, 400, "bad_request");
+    }
+}
+
+/// The OpenAPI document lists, on every route, the problems the shared layers answer with, as
+/// `application/problem+json` (found missing by `scripts/api-fuzz`).
+#[tokio::test]
+async fn the_openapi_document_lists_the_common_problems() {
+    let doc = waymark_server::openapi_json();
+    let op = &doc["paths"]["/v1/tasks/{task}/checkpoints"]["post"]["responses"];
+    for status in ["400", "401", "403", "404", "413", "415", "422", "429"] {
+        assert_eq!(
+            op[status]["content"]["application/problem+json"]["schema"]["$ref"],
+            "#/components/schemas/Problem",
+            "{status}: {op}"
+        );
+    }
+    // The route's own 409 moved to the problem media type; its 201 did not.
+    assert!(
+        op["409"]["content"]["application/problem+json"].is_object(),
+        "{op}"
+    );
+    assert!(op["201"]["content"]["application/json"].is_object(), "{op}");
+    // Public routes promise no 401.
+    let health = &doc["paths"]["/healthz"]["get"]["responses"];
+    assert!(health.get("401").is_none(), "{health}");
+    // A signed command's refusal stays a CommandResult; a body that is no envelope at all is
+    // a problem document under the same status.
+    let submit = &doc["paths"]["/v1/commands"]["post"]["responses"];
+    assert_eq!(
+        submit["403"]["content"]["application/json"]["schema"]["$ref"],
+        "#/components/schemas/CommandResult"
+    );
+    assert_eq!(
+        submit["422"]["content"]["application/json"]["schema"]["$ref"],
+        "#/components/schemas/CommandResult"
+    );
+    assert!(
+        submit["422"]["content"]["application/problem+json"].is_object(),
+        "{submit}"
+    );
+    // Writes that carry a fence can meet a newer attempt (409), in the body or the query.
+    for (path, method) in [
+        ("/v1/tasks/{task}/usage", "post"),
+        ("/v1/tasks/{task}/decisions", "post"),
+        ("/v1/tasks/{task}/artifacts", "post"),
+    ] {
+        let r = &doc["paths"][path][method]["responses"];
+        assert!(
+            r["409"]["content"]["application/problem+json"].is_object(),
+            "{path}: {r}"
+        );
+    }
+    assert!(
+        doc["paths"]["/v1/tasks"]["post"]["responses"]
+            .get("409")
+            .is_none()
+    );
+}

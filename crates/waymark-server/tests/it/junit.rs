@@ -171,3 +171,35 @@ async fn what_is_not_junit_is_refused_and_nothing_is_written() {
     assert!(d["test_receipts"].as_array().unwrap().is_empty());
     assert!(d["artifacts"].as_array().unwrap().is_empty());
 }
+
+/// Found while writing the `junit_ingest` fuzz target (its seeds `deep.xml` and `inf.xml`): a
+/// report nested 100 000 suites deep overflowed a request thread's stack and took the server
+/// down; `time="inf"` became `"duration_seconds": null` on the wire, which mirrors refused.
+#[tokio::test]
+async fn a_report_nested_too_deep_is_refused_and_a_duration_is_always_a_number() {
+    let h = Harness::start().await;
+    let task = h.create_task(&h.alice).await;
+    let (att, fence) = h.attempt(&h.alice, &task, 60).await;
+    let n = 100_000;
+    let deep = format!(
+        "<testsuites>{}{}</testsuites>",
+        "<testsuite name=\"x\">".repeat(n),
+        "</testsuite>".repeat(n)
+    );
+    let (s, v) = h
+        .post(
+            &h.alice,
+            &format!("/v1/tasks/{task}/test-receipts"),
+            json!({"attempt_id": att, "fence": fence, "command": "make test", "exit_code": 0,
+                     "junit_xml": deep}),
+        )
+        .await;
+    crate::support::assert_problem(s, &v, 422, "validation_failed");
+    assert!(v["detail"].as_str().unwrap().contains("nested"), "{v}");
+
+    let xml = r#"<testsuites time="inf"><testsuite name="s" time="NaN"><testcase name="a"/></testsuite></testsuites>"#;
+    let v = submit(&h, xml, "make test", 0).await;
+    assert_eq!(v["duration_seconds"], json!(0.0), "{v}");
+    let d = h.detail(v["task_id"].as_str().unwrap()).await;
+    assert!(d["test_receipts"][0]["duration_seconds"].is_number(), "{d}");
+}

@@ -281,6 +281,42 @@ async fn every_abuse_is_refused_with_its_own_code_and_audited() {
     waymark_proto::signing::verify(&env, &alice.key.verifying_key()).unwrap();
 }
 
+/// Found by the `envelope_parse_verify` fuzz target: canonical JSON writes numbers as doubles,
+/// so a revision of 2^53 + 1 and one of 2^53 had the same signed bytes.
+#[tokio::test]
+async fn a_command_with_an_integer_beyond_2_53_is_invalid_and_never_rounded() {
+    use ed25519_dalek::Signer;
+    let h = Harness::start().await;
+    let task = h.create_task(&h.alice).await;
+    let alice = h.pair_device("alice", &["view", "steer", "approve"]).await;
+    let rev = h.revision(&task).await;
+
+    let mut c = alice.command(&task, Some(rev), Operation::Pause, json!({}));
+    c.expected_plan_revision = Some(waymark_proto::MAX_SAFE_INTEGER + 2);
+    // Signed the way a device that canonicalises by itself would.
+    let command = serde_json::to_value(&c).unwrap();
+    let bytes = waymark_proto::digest::canonical_json(&command).unwrap();
+    let sig = alice.key.sign(&bytes);
+    let mut env = json!({
+        "command": command,
+        "signature": {"alg": "ed25519", "key_id": alice.id,
+                      "sig": waymark_proto::signing::b64(&sig.to_bytes())},
+    });
+    for revision in [
+        waymark_proto::MAX_SAFE_INTEGER + 2,
+        waymark_proto::MAX_SAFE_INTEGER + 1,
+    ] {
+        env["command"]["expected_plan_revision"] = json!(revision);
+        let (s, v) = h.submit(&env).await;
+        assert_eq!(s.as_u16(), 422, "{v}");
+        assert_eq!(v["status"], "rejected", "{v}");
+        assert_eq!(v["reason"], "invalid_command", "{v}");
+    }
+    let d = h.detail(&task).await;
+    assert_eq!(d["task"]["state"], "queued", "{d}");
+    assert_eq!(d["task"]["plan_revision"], rev);
+}
+
 #[tokio::test]
 async fn the_same_command_twice_is_applied_once() {
     let h = Harness::start().await;
