@@ -8,5 +8,9 @@
 //! after the runtime acknowledges the answer, and a runtime that drops it (connection closed)
 //! closes it as expired.
 
+pub mod acp;
 pub mod bridge;
+pub mod codex;
+pub mod hermes;
 pub mod jsonrpc;
+pub mod openclaw;

@@ -21,6 +21,82 @@ enum Runtime {
     /// Claude Code: hooks that report sessions, tool calls and permission prompts.
     #[command(name = "claude-code", subcommand)]
     ClaudeCode(ClaudeCode),
+    /// Codex: follow threads through `codex app-server`; approvals, steer and interrupt.
+    Codex {
+        #[command(flatten)]
+        conn: Conn,
+        #[command(flatten)]
+        args: waymark_adapters::codex::CodexArgs,
+    },
+    /// OpenClaw: an operator client of the gateway; sessions, the task ledger, exec approvals.
+    Openclaw {
+        #[command(flatten)]
+        conn: Conn,
+        #[command(flatten)]
+        args: waymark_adapters::openclaw::OpenClawArgs,
+    },
+    /// Any ACP agent: the client side of the Agent Client Protocol over the agent's stdio.
+    Acp {
+        #[command(flatten)]
+        conn: Conn,
+        #[command(flatten)]
+        args: waymark_adapters::acp::AcpArgs,
+    },
+    /// Hermes Agent: live control over ACP, or a read-only mirror of its session store.
+    Hermes {
+        #[command(flatten)]
+        conn: Conn,
+        #[command(flatten)]
+        args: waymark_adapters::hermes::HermesArgs,
+    },
+}
+
+/// The control plane an adapter reports to.
+#[derive(Debug, Args)]
+struct Conn {
+    /// The control plane's URL.
+    #[arg(long, env = "WAYMARK_SERVER", default_value = "http://127.0.0.1:8787")]
+    server: String,
+    /// A worker token (`waymark admin worker-token …`).
+    #[arg(long, env = "WAYMARK_TOKEN", hide_env_values = true)]
+    token: String,
+}
+
+impl Conn {
+    async fn client(&self) -> Result<waymark_worker::Client, Failure> {
+        let client =
+            waymark_worker::Client::new(&self.server, self.token.clone()).map_err(|e| {
+                Failure::new(
+                    Exit::Usage,
+                    "bad_server",
+                    format!("--server `{}`: {e}", self.server),
+                )
+            })?;
+        client
+            .health()
+            .await
+            .map_err(|e| Failure::new(Exit::Unreachable, "unreachable", e.to_string()))?;
+        Ok(client)
+    }
+}
+
+/// Runs a long-lived adapter until it ends or Ctrl-C (then it stops cleanly: pending
+/// approvals are expired, the attempt released).
+async fn long_lived<E: std::fmt::Display>(
+    conn: Conn,
+    run: impl AsyncFnOnce(waymark_worker::Client, tokio_util::sync::CancellationToken) -> Result<(), E>,
+) -> CliResult {
+    let client = conn.client().await?;
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    let on_signal = shutdown.clone();
+    tokio::spawn(async move {
+        if tokio::signal::ctrl_c().await.is_ok() {
+            on_signal.cancel();
+        }
+    });
+    run(client, shutdown)
+        .await
+        .map_err(|e| Failure::new(Exit::Refused, "adapter_failed", e.to_string()))
 }
 
 #[derive(Debug, Subcommand)]
@@ -124,6 +200,30 @@ pub(crate) async fn run(args: AdaptersArgs, json: bool) -> CliResult {
         Runtime::ClaudeCode(ClaudeCode::Install(a)) => install(a, json),
         Runtime::ClaudeCode(ClaudeCode::Uninstall(a)) => uninstall(a, json),
         Runtime::ClaudeCode(ClaudeCode::Hook(a)) => hook(a).await,
+        Runtime::Codex { conn, args } => {
+            long_lived(conn, async |c, s| {
+                waymark_adapters::codex::run(args, c, s).await
+            })
+            .await
+        }
+        Runtime::Openclaw { conn, args } => {
+            long_lived(conn, async |c, s| {
+                waymark_adapters::openclaw::run(args, c, s).await
+            })
+            .await
+        }
+        Runtime::Acp { conn, args } => {
+            long_lived(conn, async |c, s| {
+                waymark_adapters::acp::run(args, c, s).await
+            })
+            .await
+        }
+        Runtime::Hermes { conn, args } => {
+            long_lived(conn, async |c, s| {
+                waymark_adapters::hermes::run(args, c, s).await
+            })
+            .await
+        }
     }
 }
 

@@ -1,0 +1,120 @@
+//! The OpenClaw adapter: an operator client of the OpenClaw gateway (WebSocket, protocol v4),
+//! so that OpenClaw's sessions, tool calls and exec approvals show up as tasks, effects and
+//! decisions, and a person's answer or steer goes back as `exec.approval.resolve`,
+//! `sessions.steer` or `sessions.abort` (`docs/adapters/openclaw.md`).
+//!
+//! Exec approvals are `connection_bound`: the gateway holds them only while an approver
+//! client is connected and times them out itself. The adapter keeps its decisions open across
+//! a dropped connection (the gateway still holds them), reconnects with jittered backoff,
+//! backfills from `exec.approval.list`, and re-sends answers the gateway has not confirmed.
+
+mod adapter;
+pub mod device;
+mod gateway;
+
+use std::path::PathBuf;
+
+use tokio_util::sync::CancellationToken;
+use waymark_worker::Client;
+
+pub use device::{AuthPayload, DeviceKey, KeyError, StoredToken};
+
+/// `waymark adapters openclaw`: mirror an OpenClaw gateway.
+#[derive(Debug, Clone, clap::Args)]
+pub struct OpenClawArgs {
+    /// The gateway's WebSocket URL, e.g. `ws://127.0.0.1:18789`.
+    #[arg(long, value_name = "URL")]
+    pub gateway: String,
+    /// The gateway's shared token (its `gateway.auth.token`), when it has one.
+    #[arg(long, env = "OPENCLAW_GATEWAY_TOKEN", value_name = "TOKEN")]
+    pub gateway_token: Option<String>,
+    /// The adapter's Ed25519 device key, created (mode 0600) on first use; the device token
+    /// the gateway issues is kept beside it. Default:
+    /// `$XDG_CONFIG_HOME/waymark/openclaw-device.json` (or `~/.config/…`).
+    #[arg(long, value_name = "PATH")]
+    pub device_key: Option<PathBuf>,
+    /// `connect.client.id`: one of the ids the gateway knows.
+    #[arg(long, default_value = "gateway-client", value_name = "ID")]
+    pub client_id: String,
+    /// `connect.client.mode`: one of the modes the gateway knows.
+    #[arg(long, default_value = "backend", value_name = "MODE")]
+    pub client_mode: String,
+}
+
+/// Why the adapter stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum OpenClawError {
+    /// The device key cannot be read or written.
+    #[error(transparent)]
+    DeviceKey(#[from] KeyError),
+    /// The gateway URL is not usable.
+    #[error("`{url}` is not an OpenClaw gateway URL: {reason}")]
+    BadGateway {
+        /// What was given.
+        url: String,
+        /// What is wrong.
+        reason: String,
+    },
+    /// The gateway answered `connect` with `ok:false`.
+    #[error("the OpenClaw gateway refused device `{device_id}`: {message} ({code}) — {hint}")]
+    Refused {
+        /// The gateway's error code, e.g. `PAIRING_REQUIRED`.
+        code: String,
+        /// The gateway's message, e.g. `pairing required`.
+        message: String,
+        /// This adapter's device id.
+        device_id: String,
+        /// What to do.
+        hint: String,
+    },
+}
+
+/// Runs the adapter until `shutdown` (then hands each session's task back, open) or until the
+/// gateway refuses it. Connection losses are retried, never returned.
+pub async fn run(
+    args: OpenClawArgs,
+    client: Client,
+    shutdown: CancellationToken,
+) -> Result<(), OpenClawError> {
+    let url = url::Url::parse(&args.gateway).map_err(|e| OpenClawError::BadGateway {
+        url: args.gateway.clone(),
+        reason: e.to_string(),
+    })?;
+    if url.scheme() != "ws" {
+        return Err(OpenClawError::BadGateway {
+            url: args.gateway.clone(),
+            reason: "give a `ws://host:port` URL (TLS `wss://` is not built in: reach a remote gateway through an SSH tunnel or Tailscale)".into(),
+        });
+    }
+    let key_path = match args.device_key {
+        Some(p) => p,
+        None => default_key_path().ok_or_else(|| OpenClawError::BadGateway {
+            url: args.gateway.clone(),
+            reason: "no home directory to keep the device key in: pass `--device-key PATH`".into(),
+        })?,
+    };
+    let key = DeviceKey::load_or_create(&key_path)?;
+    tracing::info!(device = %key.device_id(), key = %key_path.display(), "OpenClaw device identity");
+    let settings = adapter::Settings {
+        gateway: args.gateway.clone(),
+        gateway_token: args.gateway_token.filter(|t| !t.is_empty()),
+        client: gateway::ClientInfo {
+            id: args.client_id,
+            mode: args.client_mode,
+            display_name: "waymark-adapter".into(),
+            version: env!("CARGO_PKG_VERSION").into(),
+            platform: std::env::consts::OS.into(),
+        },
+    };
+    adapter::Adapter::new(settings, key, client)
+        .run(shutdown)
+        .await
+}
+
+fn default_key_path() -> Option<PathBuf> {
+    let base = std::env::var_os("XDG_CONFIG_HOME")
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".config")))?;
+    Some(base.join("waymark").join("openclaw-device.json"))
+}

@@ -1,0 +1,1532 @@
+//! The adapter's state machine: gateway sessions ↔ tasks, exec approvals ↔ decisions, tool
+//! calls ↔ effects, and the people's answers and steering going back. One loop owns the state;
+//! background tasks (decision long-polls, expiry timers, control watchers, effects) report to
+//! it through a channel, so nothing is shared but the runs.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use tokio::sync::{Mutex, mpsc, oneshot};
+use tokio::task::JoinSet;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use waymark_proto::{
+    ApprovalDurability, Decision, DecisionKind, DecisionStatus, DeliveryState, FinishOutcome,
+    NewMessage, TaskState,
+};
+use waymark_worker::{Client, ProviderError, ProviderStatus, Reconciler, Run};
+
+use super::OpenClawError;
+use super::device::{DeviceKey, StoredToken};
+use super::gateway::{
+    ClientInfo, Conn, Credentials, Frame, GatewayError, HandshakeError, Lost, now_ms,
+};
+use crate::bridge::{self, Choice, SessionSpec};
+
+/// The runtime name on tasks.
+pub(super) const RUNTIME: &str = "openclaw";
+/// The worker name on attempts.
+const WORKER: &str = "openclaw-adapter";
+/// How long to wait for a previous adapter's lease on a session's task.
+const WAIT_FOR_LEASE: Duration = Duration::from_secs(40);
+/// Deadline of one gateway request.
+const CALL_TIMEOUT: Duration = Duration::from_secs(30);
+/// Deadline of the WebSocket and `connect` handshakes.
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(15);
+/// Our decision outlives the gateway's own expiry by this much, so that the adapter (not the
+/// server's default) closes it when the gateway times out.
+const EXPIRY_GRACE: Duration = Duration::from_secs(30);
+/// After `exec.approval.resolve` answers ok, how long to wait for `exec.approval.resolved`
+/// before counting the ok answer itself as the acknowledgement.
+const RESOLVED_EVENT_GRACE: Duration = Duration::from_secs(2);
+/// Retry an attach that failed for a passing reason after this long.
+const ATTACH_RETRY: Duration = Duration::from_secs(10);
+/// Pages of `tasks.list` read per backfill at most.
+const MAX_LEDGER_PAGES: usize = 50;
+
+/// What the adapter was started with, resolved.
+#[derive(Debug, Clone)]
+pub(super) struct Settings {
+    pub(super) gateway: String,
+    pub(super) gateway_token: Option<String>,
+    pub(super) client: ClientInfo,
+}
+
+/// A session's place in the adapter.
+enum Slot {
+    /// Mirrored: its task runs as our attempt.
+    Live(Box<Session>),
+    /// A person cancelled its task: the gateway is told to abort it (once), then it is left.
+    Cancelled { abort_sent: bool },
+    /// Not mirrored (its task is finished, paused or held elsewhere); tried again at
+    /// `retry_at` if set.
+    Detached {
+        reason: String,
+        retry_at: Option<Instant>,
+    },
+}
+
+struct Session {
+    run: Arc<Run>,
+    /// Ledger entries noted on the task: OpenClaw task id → status.
+    ledger: HashMap<String, String>,
+    /// Tool calls under way: effect key → where their end goes.
+    tools: HashMap<String, oneshot::Sender<ToolEnd>>,
+    /// A replan's instructions still to send.
+    steer: Option<(i64, String)>,
+}
+
+/// How a tool call ended.
+type ToolEnd = Result<Value, String>;
+
+/// An exec approval the gateway holds and we mirror.
+struct Approval {
+    run: Arc<Run>,
+    decision_id: String,
+    expires_at_ms: i64,
+    state: ApprovalState,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+enum ApprovalState {
+    /// Waiting for a person.
+    Open,
+    /// A person answered; the gateway is to be told `decision` (`allow-once`…).
+    Answered {
+        decision: String,
+        /// A resolve frame went out at least once (it may have arrived).
+        sent: bool,
+        /// The gateway answered the resolve `ok`.
+        confirmed: bool,
+    },
+}
+
+/// What background tasks report to the loop.
+#[derive(Debug)]
+enum Internal {
+    DecisionClosed {
+        approval_id: String,
+        decision: Box<Decision>,
+    },
+    GatewayExpired {
+        approval_id: String,
+        decision_id: String,
+    },
+    ResolveGrace {
+        approval_id: String,
+        decision_id: String,
+    },
+    Steer {
+        key: String,
+        attempt_id: String,
+        revision: i64,
+        text: String,
+    },
+    RunEnded {
+        key: String,
+        attempt_id: String,
+    },
+}
+
+enum End {
+    Stop,
+    Lost(Lost),
+}
+
+pub(super) struct Adapter {
+    settings: Settings,
+    key: DeviceKey,
+    client: Client,
+    sessions: HashMap<String, Slot>,
+    approvals: HashMap<String, Approval>,
+    /// Approval ids whose decision is closed for good: never opened again.
+    closed: HashSet<String>,
+    tx: mpsc::UnboundedSender<Internal>,
+    rx: mpsc::UnboundedReceiver<Internal>,
+    background: JoinSet<()>,
+    /// Whether `exec.approval.resolve` takes our `idempotencyKey` (a gateway whose schema
+    /// refuses unknown params makes us drop it).
+    resolve_takes_key: bool,
+}
+
+impl Adapter {
+    pub(super) fn new(settings: Settings, key: DeviceKey, client: Client) -> Adapter {
+        let (tx, rx) = mpsc::unbounded_channel();
+        Adapter {
+            settings,
+            key,
+            client,
+            sessions: HashMap::new(),
+            approvals: HashMap::new(),
+            closed: HashSet::new(),
+            tx,
+            rx,
+            background: JoinSet::new(),
+            resolve_takes_key: true,
+        }
+    }
+
+    /// Connects, mirrors and reconnects until `shutdown`; a refused `connect` ends it.
+    pub(super) async fn run(mut self, shutdown: CancellationToken) -> Result<(), OpenClawError> {
+        let mut backoff = Backoff::default();
+        let mut dropped_device_token = false;
+        let result = loop {
+            if shutdown.is_cancelled() {
+                break Ok(());
+            }
+            let creds = Credentials {
+                gateway_token: self.settings.gateway_token.clone(),
+                device_token: self.key.device_token(&self.settings.gateway),
+            };
+            let connected = tokio::select! {
+                _ = shutdown.cancelled() => break Ok(()),
+                r = self.connect(&creds) => r,
+            };
+            let mut conn = match connected {
+                Ok(c) => c,
+                Err(HandshakeError::Refused(e))
+                    if creds.device_token.is_some() && !dropped_device_token =>
+                {
+                    tracing::warn!(error = %e, "the gateway refused the stored device token; forgetting it and connecting again");
+                    dropped_device_token = true;
+                    if let Err(e) = self.key.store_device_token(&self.settings.gateway, None) {
+                        break Err(e.into());
+                    }
+                    continue;
+                }
+                Err(HandshakeError::Refused(e)) => break Err(self.refused(e)),
+                Err(HandshakeError::Lost(Lost(why))) => {
+                    let pause = backoff.next();
+                    tracing::warn!(gateway = %self.settings.gateway, reason = %why, ?pause, "cannot connect to the OpenClaw gateway; trying again");
+                    if self.idle(pause, &shutdown).await {
+                        break Ok(());
+                    }
+                    continue;
+                }
+            };
+            backoff.reset();
+            dropped_device_token = false;
+            tracing::info!(gateway = %self.settings.gateway, "connected to the OpenClaw gateway");
+            match self.serve(&mut conn, &shutdown).await {
+                End::Stop => {
+                    conn.close().await;
+                    break Ok(());
+                }
+                End::Lost(Lost(why)) => {
+                    let pause = backoff.next();
+                    tracing::warn!(reason = %why, ?pause, "the OpenClaw gateway connection was lost; pending approvals stay open while the gateway holds them; reconnecting");
+                    if self.idle(pause, &shutdown).await {
+                        break Ok(());
+                    }
+                }
+            }
+        };
+        self.stop().await;
+        result
+    }
+
+    fn refused(&self, e: GatewayError) -> OpenClawError {
+        let text = format!("{} {}", e.code, e.message).to_ascii_lowercase();
+        let hint = if text.contains("pair") {
+            let request = e
+                .details
+                .as_ref()
+                .and_then(|d| d.get("requestId"))
+                .and_then(Value::as_str)
+                .map_or_else(|| "<requestId>".to_owned(), str::to_owned);
+            format!(
+                "approve it on the gateway host (`openclaw devices list`, then `openclaw devices approve {request}`) and run the adapter again"
+            )
+        } else if text.contains("signature") {
+            "the device signature did not verify: check this host's clock and that `--device-key` is the key the gateway paired".to_owned()
+        } else if text.contains("token") || text.contains("unauthorized") {
+            "check `--gateway-token` (the gateway's `gateway.auth.token`)".to_owned()
+        } else if text.contains("protocol") {
+            "this adapter speaks gateway protocol 4: upgrade OpenClaw or the adapter".to_owned()
+        } else {
+            "see the gateway's log for why".to_owned()
+        };
+        OpenClawError::Refused {
+            code: e.code,
+            message: e.message,
+            device_id: self.key.device_id(),
+            hint,
+        }
+    }
+
+    async fn connect(&mut self, creds: &Credentials) -> Result<Conn, HandshakeError> {
+        let mut conn = Conn::open(&self.settings.gateway, HANDSHAKE_TIMEOUT)
+            .await
+            .map_err(HandshakeError::Lost)?;
+        let hello = conn
+            .handshake(&self.key, &self.settings.client, creds, HANDSHAKE_TIMEOUT)
+            .await?;
+        if let Some(auth) = hello.get("auth")
+            && let Ok(token) = serde_json::from_value::<StoredToken>(auth.clone())
+            && creds.device_token.as_deref() != Some(token.device_token.as_str())
+        {
+            match self
+                .key
+                .store_device_token(&self.settings.gateway, Some(&token))
+            {
+                Ok(()) => {
+                    tracing::info!(path = %self.key.token_path().display(), "kept the device token the gateway issued")
+                }
+                Err(e) => tracing::warn!(error = %e, "cannot keep the device token"),
+            }
+        }
+        Ok(conn)
+    }
+
+    /// Waits out `pause` while still handling what background tasks report; true on shutdown.
+    async fn idle(&mut self, pause: Duration, shutdown: &CancellationToken) -> bool {
+        let until = Instant::now() + pause;
+        loop {
+            tokio::select! {
+                _ = shutdown.cancelled() => return true,
+                _ = tokio::time::sleep_until(until) => return false,
+                Some(m) = self.rx.recv() => {
+                    // Without a connection nothing can be lost.
+                    let _ = self.on_internal(None, m).await;
+                }
+            }
+        }
+    }
+
+    async fn serve(&mut self, conn: &mut Conn, shutdown: &CancellationToken) -> End {
+        if let Err(l) = self.backfill(conn).await {
+            return End::Lost(l);
+        }
+        loop {
+            if let Some(f) = conn.buffered.pop_front() {
+                if let Err(l) = self.on_frame(conn, f).await {
+                    return End::Lost(l);
+                }
+                continue;
+            }
+            let step = tokio::select! {
+                _ = shutdown.cancelled() => return End::Stop,
+                f = conn.recv() => match f {
+                    Ok(f) => self.on_frame(conn, f).await,
+                    Err(l) => Err(l),
+                },
+                Some(m) = self.rx.recv() => self.on_internal(Some(conn), m).await,
+            };
+            if let Err(l) = step {
+                return End::Lost(l);
+            }
+        }
+    }
+
+    /// On every (re)connect and after a `seq` gap: sessions, the task ledger and pending
+    /// approvals, then the subscriptions, then whatever is owed to the gateway.
+    async fn backfill(&mut self, conn: &mut Conn) -> Result<(), Lost> {
+        tracing::debug!("backfilling from the gateway");
+        match conn.call("sessions.list", json!({}), CALL_TIMEOUT).await? {
+            Ok(v) => {
+                for row in rows(&v, "sessions") {
+                    if let Some(key) = str_of(&row, &["key", "sessionKey"]) {
+                        self.session(&key, Some(&row)).await;
+                    }
+                }
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "`sessions.list` failed; sessions are mirrored as their events come")
+            }
+        }
+        let mut cursor: Option<String> = None;
+        for _ in 0..MAX_LEDGER_PAGES {
+            let params = cursor.as_ref().map_or(json!({}), |c| json!({"cursor": c}));
+            match conn.call("tasks.list", params, CALL_TIMEOUT).await? {
+                Ok(v) => {
+                    for entry in rows(&v, "tasks") {
+                        self.on_ledger(&entry).await;
+                    }
+                    cursor = v
+                        .get("nextCursor")
+                        .and_then(Value::as_str)
+                        .map(str::to_owned);
+                    if cursor.is_none() {
+                        break;
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "`tasks.list` failed; the task ledger is not mirrored this time");
+                    break;
+                }
+            }
+        }
+        match conn
+            .call("exec.approval.list", json!({}), CALL_TIMEOUT)
+            .await?
+        {
+            Ok(v) => {
+                let listed = rows(&v, "approvals");
+                let ids: HashSet<String> =
+                    listed.iter().filter_map(|a| str_of(a, &["id"])).collect();
+                for a in &listed {
+                    self.on_requested(a).await;
+                }
+                let gone: Vec<String> = self
+                    .approvals
+                    .keys()
+                    .filter(|id| !ids.contains(*id))
+                    .cloned()
+                    .collect();
+                for id in gone {
+                    self.close_gone(&id, "OpenClaw no longer holds it (it timed out or was answered while the adapter was away)").await;
+                }
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "`exec.approval.list` failed; pending approvals are not backfilled")
+            }
+        }
+        if let Err(e) = conn
+            .call("sessions.subscribe", json!({}), CALL_TIMEOUT)
+            .await?
+        {
+            tracing::warn!(error = %e, "`sessions.subscribe` failed");
+        }
+        let live: Vec<String> = self
+            .sessions
+            .iter()
+            .filter(|(_, s)| matches!(s, Slot::Live(_)))
+            .map(|(k, _)| k.clone())
+            .collect();
+        for key in live {
+            if let Err(e) = conn
+                .call(
+                    "sessions.messages.subscribe",
+                    json!({"key": key}),
+                    CALL_TIMEOUT,
+                )
+                .await?
+            {
+                tracing::debug!(error = %e, %key, "`sessions.messages.subscribe` failed");
+            }
+        }
+        self.send_owed(conn).await
+    }
+
+    /// Re-sends answers, steers and aborts the gateway has not taken yet (idempotent by key).
+    async fn send_owed(&mut self, conn: &mut Conn) -> Result<(), Lost> {
+        let answers: Vec<String> = self
+            .approvals
+            .iter()
+            .filter(|(_, a)| {
+                matches!(
+                    a.state,
+                    ApprovalState::Answered {
+                        confirmed: false,
+                        ..
+                    }
+                )
+            })
+            .map(|(id, _)| id.clone())
+            .collect();
+        for id in answers {
+            self.send_resolve(conn, &id).await?;
+        }
+        let keys: Vec<String> = self.sessions.keys().cloned().collect();
+        for key in keys {
+            match self.sessions.get(&key) {
+                Some(Slot::Live(s)) if s.steer.is_some() => self.send_steer(conn, &key).await?,
+                Some(Slot::Cancelled { abort_sent: false }) => self.send_abort(conn, &key).await?,
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+
+    async fn on_frame(&mut self, conn: &mut Conn, frame: Frame) -> Result<(), Lost> {
+        let Frame::Event {
+            event,
+            payload,
+            seq,
+        } = frame
+        else {
+            return Ok(());
+        };
+        let mut gap = false;
+        if let Some(seq) = seq {
+            if let Some(last) = conn.last_seq
+                && seq != last + 1
+            {
+                tracing::warn!(last, seq, "events were missed (seq gap); backfilling");
+                gap = true;
+            }
+            conn.last_seq = Some(seq);
+        }
+        match event.as_str() {
+            "exec.approval.requested" => self.on_requested(&payload).await,
+            "exec.approval.resolved" => self.on_resolved(&payload).await,
+            "session.tool" => self.on_tool(&payload).await,
+            "session.message" => self.on_message(&payload).await,
+            "task" => {
+                let entry = payload.get("task").cloned().unwrap_or(payload);
+                self.on_ledger(&entry).await;
+            }
+            "sessions.changed" => {
+                if let Some(key) = str_of(&payload, &["key", "sessionKey"]) {
+                    self.session(&key, Some(&payload)).await;
+                }
+            }
+            "shutdown" => {
+                tracing::info!(payload = %payload, "the gateway is shutting down; reconnecting after")
+            }
+            "tick" | "connect.challenge" => {}
+            other => tracing::trace!(event = other, "gateway event not mirrored"),
+        }
+        if gap {
+            self.backfill(conn).await?;
+        }
+        Ok(())
+    }
+
+    async fn on_internal(&mut self, conn: Option<&mut Conn>, m: Internal) -> Result<(), Lost> {
+        match m {
+            Internal::DecisionClosed {
+                approval_id,
+                decision,
+            } => self.on_decision(conn, &approval_id, *decision).await?,
+            Internal::GatewayExpired {
+                approval_id,
+                decision_id,
+            } => {
+                if self
+                    .approvals
+                    .get(&approval_id)
+                    .is_some_and(|a| a.decision_id == decision_id)
+                {
+                    self.close_gone(&approval_id, "it timed out in OpenClaw")
+                        .await;
+                }
+            }
+            Internal::ResolveGrace {
+                approval_id,
+                decision_id,
+            } => {
+                let confirmed = self.approvals.get(&approval_id).is_some_and(|a| {
+                    a.decision_id == decision_id
+                        && matches!(
+                            a.state,
+                            ApprovalState::Answered {
+                                confirmed: true,
+                                ..
+                            }
+                        )
+                });
+                if confirmed && let Some(a) = self.close(&approval_id) {
+                    report(
+                        &a,
+                        DeliveryState::Acknowledged,
+                        "`exec.approval.resolve` answered ok (no `exec.approval.resolved` event came)",
+                    )
+                    .await;
+                }
+            }
+            Internal::Steer {
+                key,
+                attempt_id,
+                revision,
+                text,
+            } => {
+                if let Some(Slot::Live(s)) = self.sessions.get_mut(&key)
+                    && s.run.attempt().id == attempt_id
+                {
+                    s.steer = Some((revision, text));
+                    if let Some(conn) = conn {
+                        self.send_steer(conn, &key).await?;
+                    }
+                }
+            }
+            Internal::RunEnded { key, attempt_id } => {
+                self.on_run_ended(conn, &key, &attempt_id).await?
+            }
+        }
+        Ok(())
+    }
+
+    // ---- sessions -------------------------------------------------------------------------
+
+    /// The session's run, attaching it (task found by its key, attempt started) on first
+    /// sight; `None` when it is not mirrored.
+    async fn session(&mut self, key: &str, row: Option<&Value>) -> Option<Arc<Run>> {
+        match self.sessions.get(key) {
+            Some(Slot::Live(s)) => return Some(s.run.clone()),
+            Some(Slot::Detached {
+                retry_at: Some(at), ..
+            }) if *at <= Instant::now() => {}
+            Some(Slot::Detached { reason, .. }) => {
+                tracing::debug!(%key, %reason, "session not mirrored");
+                return None;
+            }
+            Some(Slot::Cancelled { .. }) => return None,
+            None => {}
+        }
+        let title = row
+            .and_then(|r| str_of(r, &["label", "displayName", "derivedTitle", "title"]))
+            .unwrap_or_else(|| format!("OpenClaw session {key}"));
+        let goal = row
+            .and_then(|r| str_of(r, &["agentId"]))
+            .map(|a| format!("OpenClaw agent `{a}`, session `{key}`"))
+            .unwrap_or_default();
+        let spec = SessionSpec {
+            runtime: RUNTIME.into(),
+            key: key.to_owned(),
+            title,
+            goal,
+        };
+        let run = match bridge::attach(&self.client, &spec, WORKER, WAIT_FOR_LEASE).await {
+            Ok(run) => Arc::new(run),
+            Err(e) => {
+                let retry_at = match &e {
+                    waymark_worker::Error::Refused { .. } => None,
+                    _ => Some(Instant::now() + ATTACH_RETRY),
+                };
+                tracing::warn!(%key, error = %e, "cannot mirror this OpenClaw session");
+                self.sessions.insert(
+                    key.to_owned(),
+                    Slot::Detached {
+                        reason: e.to_string(),
+                        retry_at,
+                    },
+                );
+                return None;
+            }
+        };
+        tracing::info!(%key, task = %run.task_id(), attempt = %run.attempt().id, "mirroring an OpenClaw session");
+        let mut session = Session {
+            run: run.clone(),
+            ledger: HashMap::new(),
+            tools: HashMap::new(),
+            steer: None,
+        };
+        match self.client.task(run.task_id()).await {
+            Ok(detail) => {
+                for m in &detail.messages {
+                    if let Some((id, status)) = parse_ledger_note(&m.text) {
+                        session.ledger.insert(id, status);
+                    }
+                }
+                self.adopt_decisions(&run, &detail.decisions);
+            }
+            Err(e) => {
+                tracing::warn!(%key, error = %e, "cannot read the task back; earlier approvals are matched by the gateway's list only")
+            }
+        }
+        self.background
+            .spawn(watch_control(run.clone(), key.to_owned(), self.tx.clone()));
+        self.sessions
+            .insert(key.to_owned(), Slot::Live(Box::new(session)));
+        Some(run)
+    }
+
+    /// Picks up the approvals an earlier adapter process opened on this task, so a restart
+    /// neither duplicates nor forgets them.
+    fn adopt_decisions(&mut self, run: &Arc<Run>, decisions: &[Decision]) {
+        let mut newest: HashMap<String, &Decision> = HashMap::new();
+        for d in decisions {
+            if d.kind != DecisionKind::Approval {
+                continue;
+            }
+            if let Some(id) = d.intent.as_ref().and_then(approval_id_of) {
+                newest.insert(id, d);
+            }
+        }
+        for (id, d) in newest {
+            if self.approvals.contains_key(&id) {
+                continue;
+            }
+            let expires_at_ms = d
+                .intent
+                .as_ref()
+                .and_then(|i| i.get("expiresAtMs"))
+                .and_then(Value::as_i64)
+                .unwrap_or(0);
+            let state = match d.status {
+                DecisionStatus::Pending => ApprovalState::Open,
+                DecisionStatus::Resolved
+                    if d.delivery
+                        .as_ref()
+                        .is_some_and(|x| x.state == DeliveryState::Pending) =>
+                {
+                    ApprovalState::Answered {
+                        decision: gateway_decision(waymark_worker::chosen_option(d)).into(),
+                        sent: true,
+                        confirmed: false,
+                    }
+                }
+                // A void decision is opened again if the gateway still lists the approval.
+                DecisionStatus::Void => continue,
+                _ => {
+                    self.closed.insert(id);
+                    continue;
+                }
+            };
+            tracing::info!(approval = %id, decision = %d.id, ?state, "picked up an approval opened earlier");
+            let open = state == ApprovalState::Open;
+            self.approvals.insert(
+                id.clone(),
+                Approval {
+                    run: run.clone(),
+                    decision_id: d.id.clone(),
+                    expires_at_ms,
+                    state,
+                },
+            );
+            self.spawn_timers(&id, open);
+        }
+    }
+
+    async fn on_run_ended(
+        &mut self,
+        conn: Option<&mut Conn>,
+        key: &str,
+        attempt_id: &str,
+    ) -> Result<(), Lost> {
+        let Some(Slot::Live(s)) = self.sessions.get(key) else {
+            return Ok(());
+        };
+        if s.run.attempt().id != attempt_id {
+            return Ok(());
+        }
+        let task_id = s.run.task_id().to_owned();
+        // Its approvals and tool calls die with the attempt; a new attempt adopts them again.
+        self.approvals.retain(|_, a| a.run.task_id() != task_id);
+        let state = self.client.task(&task_id).await.map(|d| d.task.state);
+        let slot = match state {
+            Ok(TaskState::Cancelled) => {
+                tracing::info!(%key, task = %task_id, "the task was cancelled; aborting the OpenClaw session");
+                Slot::Cancelled { abort_sent: false }
+            }
+            Ok(s) if s.is_terminal() || s == TaskState::Paused => Slot::Detached {
+                reason: format!("the task is {s}"),
+                retry_at: None,
+            },
+            // The lease was lost (the adapter stalled): attach again on the next sign of life.
+            _ => Slot::Detached {
+                reason: "the attempt's lease was lost".into(),
+                retry_at: Some(Instant::now()),
+            },
+        };
+        let abort = matches!(slot, Slot::Cancelled { .. });
+        self.sessions.insert(key.to_owned(), slot);
+        if abort && let Some(conn) = conn {
+            self.send_abort(conn, key).await?;
+        }
+        Ok(())
+    }
+
+    async fn send_steer(&mut self, conn: &mut Conn, key: &str) -> Result<(), Lost> {
+        let Some(Slot::Live(s)) = self.sessions.get(key) else {
+            return Ok(());
+        };
+        let Some((revision, text)) = s.steer.clone() else {
+            return Ok(());
+        };
+        let idempotency_key = format!("waymark:{}:r{revision}", s.run.task_id());
+        let res = conn
+            .call(
+                "sessions.steer",
+                json!({"key": key, "message": text, "idempotencyKey": idempotency_key}),
+                CALL_TIMEOUT,
+            )
+            .await?;
+        match res {
+            Ok(_) => tracing::info!(%key, revision, "steered the OpenClaw session"),
+            Err(e) => {
+                tracing::warn!(%key, revision, error = %e, "the gateway refused `sessions.steer`")
+            }
+        }
+        if let Some(Slot::Live(s)) = self.sessions.get_mut(key)
+            && s.steer.as_ref().is_some_and(|(r, _)| *r == revision)
+        {
+            s.steer = None;
+        }
+        Ok(())
+    }
+
+    async fn send_abort(&mut self, conn: &mut Conn, key: &str) -> Result<(), Lost> {
+        let res = conn
+            .call("sessions.abort", json!({"key": key}), CALL_TIMEOUT)
+            .await?;
+        match res {
+            Ok(_) => tracing::info!(%key, "aborted the OpenClaw session"),
+            Err(e) => tracing::warn!(%key, error = %e, "the gateway refused `sessions.abort`"),
+        }
+        self.sessions
+            .insert(key.to_owned(), Slot::Cancelled { abort_sent: true });
+        Ok(())
+    }
+
+    // ---- approvals ------------------------------------------------------------------------
+
+    /// `exec.approval.requested`, or one row of `exec.approval.list`.
+    async fn on_requested(&mut self, payload: &Value) {
+        let Some(id) = str_of(payload, &["id"]) else {
+            tracing::warn!(%payload, "an exec approval without an id; ignored");
+            return;
+        };
+        if self.approvals.contains_key(&id) || self.closed.contains(&id) {
+            return;
+        }
+        let request = payload.get("request").cloned().unwrap_or(Value::Null);
+        let expires_at_ms = payload
+            .get("expiresAtMs")
+            .and_then(Value::as_i64)
+            .unwrap_or_else(|| now_ms() + 120_000);
+        let remaining = expires_at_ms - now_ms();
+        if remaining <= 0 {
+            tracing::info!(approval = %id, "already timed out in OpenClaw; not opened");
+            return;
+        }
+        let key = str_of(&request, &["sessionKey"])
+            .unwrap_or_else(|| format!("gateway:{}", self.settings.gateway));
+        let Some(run) = self.session(&key, None).await else {
+            tracing::info!(approval = %id, session = %key, "the session is not mirrored; the approval is left to OpenClaw");
+            return;
+        };
+        let intent = json!({
+            "runtime": RUNTIME,
+            "approval": "exec",
+            "id": id,
+            "request": request,
+            "createdAtMs": payload.get("createdAtMs").cloned().unwrap_or(Value::Null),
+            "expiresAtMs": expires_at_ms,
+        });
+        let command = str_of(&request, &["command"])
+            .or_else(|| {
+                str_of(
+                    request.get("systemRunPlan").unwrap_or(&Value::Null),
+                    &["commandText"],
+                )
+            })
+            .unwrap_or_else(|| "a command".into());
+        let mut summary = format!("OpenClaw wants to run `{command}`");
+        if let Some(cwd) = str_of(&request, &["cwd"]) {
+            summary.push_str(&format!(" in `{cwd}`"));
+        }
+        if let Some(agent) = str_of(&request, &["agentId"]) {
+            summary.push_str(&format!(" (agent `{agent}`)"));
+        }
+        let choices = [
+            Choice::new("approve", "Allow once"),
+            Choice {
+                id: "approve_always".into(),
+                label: "Allow always".into(),
+                gives_up: "OpenClaw adds the command to its allowlist and will not ask again"
+                    .into(),
+            },
+            Choice::new("deny", "Deny"),
+        ];
+        let expires_in = Duration::from_millis(remaining as u64) + EXPIRY_GRACE;
+        match bridge::open_approval(
+            &run,
+            intent,
+            &summary,
+            ApprovalDurability::ConnectionBound,
+            &choices,
+            Some(expires_in),
+        )
+        .await
+        {
+            Ok(d) => {
+                tracing::info!(approval = %id, decision = %d.id, "opened an approval for an OpenClaw exec request");
+                self.approvals.insert(
+                    id.clone(),
+                    Approval {
+                        run,
+                        decision_id: d.id,
+                        expires_at_ms,
+                        state: ApprovalState::Open,
+                    },
+                );
+                self.spawn_timers(&id, true);
+            }
+            Err(e) => {
+                tracing::warn!(approval = %id, error = %e, "cannot open the approval; it is left to OpenClaw")
+            }
+        }
+    }
+
+    /// Starts the decision long-poll (when `wait`) and the gateway-expiry timer of an approval.
+    fn spawn_timers(&mut self, id: &str, wait: bool) {
+        let Some(a) = self.approvals.get(id) else {
+            return;
+        };
+        if wait {
+            let (run, decision_id, approval_id, tx) = (
+                a.run.clone(),
+                a.decision_id.clone(),
+                id.to_owned(),
+                self.tx.clone(),
+            );
+            self.background.spawn(async move {
+                match run.await_decision(&decision_id).await {
+                    Ok(decision) => {
+                        let _ = tx.send(Internal::DecisionClosed {
+                            approval_id,
+                            decision: Box::new(decision),
+                        });
+                    }
+                    Err(e) => tracing::debug!(decision = %decision_id, error = %e, "stopped waiting for a decision"),
+                }
+            });
+        }
+        // A little after the gateway's expiry, so its own `resolved` lands first if it comes.
+        let at = Instant::now()
+            + Duration::from_millis((a.expires_at_ms - now_ms()).max(0) as u64)
+            + Duration::from_millis(500);
+        let (decision_id, approval_id, tx) =
+            (a.decision_id.clone(), id.to_owned(), self.tx.clone());
+        self.background.spawn(async move {
+            tokio::time::sleep_until(at).await;
+            let _ = tx.send(Internal::GatewayExpired {
+                approval_id,
+                decision_id,
+            });
+        });
+    }
+
+    async fn on_decision(
+        &mut self,
+        conn: Option<&mut Conn>,
+        id: &str,
+        d: Decision,
+    ) -> Result<(), Lost> {
+        let Some(a) = self
+            .approvals
+            .get_mut(id)
+            .filter(|a| a.decision_id == d.id && a.state == ApprovalState::Open)
+        else {
+            return Ok(());
+        };
+        match d.status {
+            DecisionStatus::Resolved => {
+                let decision = gateway_decision(waymark_worker::chosen_option(&d));
+                tracing::info!(approval = %id, decision, "a person answered; resolving it in OpenClaw");
+                a.state = ApprovalState::Answered {
+                    decision: decision.into(),
+                    sent: false,
+                    confirmed: false,
+                };
+                if let Some(conn) = conn {
+                    self.send_resolve(conn, id).await?;
+                }
+            }
+            DecisionStatus::Void => {
+                // A replan voided it, but OpenClaw still waits: ask again under the new plan.
+                let Some(a) = self.approvals.remove(id) else {
+                    return Ok(());
+                };
+                if a.expires_at_ms > now_ms()
+                    && let Some(intent) = d.intent.clone()
+                {
+                    let payload = json!({
+                        "id": id,
+                        "request": intent.get("request").cloned().unwrap_or(Value::Null),
+                        "createdAtMs": intent.get("createdAtMs").cloned().unwrap_or(Value::Null),
+                        "expiresAtMs": a.expires_at_ms,
+                    });
+                    self.on_requested(&payload).await;
+                }
+            }
+            // Expired by the server's default (the adapter was away past the grace): the
+            // gateway times it out on its own.
+            _ => {
+                self.close(id);
+            }
+        }
+        Ok(())
+    }
+
+    async fn send_resolve(&mut self, conn: &mut Conn, id: &str) -> Result<(), Lost> {
+        loop {
+            let Some(a) = self.approvals.get_mut(id) else {
+                return Ok(());
+            };
+            let ApprovalState::Answered { decision, sent, .. } = &mut a.state else {
+                return Ok(());
+            };
+            *sent = true;
+            let mut params = json!({"id": id, "decision": decision.clone()});
+            if self.resolve_takes_key {
+                params["idempotencyKey"] = json!(format!("waymark:{}", a.decision_id));
+            }
+            let decision_id = a.decision_id.clone();
+            match conn
+                .call("exec.approval.resolve", params, CALL_TIMEOUT)
+                .await?
+            {
+                Ok(_) => {
+                    if let Some(a) = self.approvals.get_mut(id)
+                        && let ApprovalState::Answered { confirmed, .. } = &mut a.state
+                    {
+                        *confirmed = true;
+                    }
+                    // The gateway broadcasts `exec.approval.resolved` before it answers; when
+                    // it is not among the frames already read, give it a moment.
+                    let seen = conn.buffered.iter().any(|f| {
+                        matches!(f, Frame::Event { event, payload, .. }
+                            if event == "exec.approval.resolved"
+                                && payload.get("id").and_then(Value::as_str) == Some(id))
+                    });
+                    if !seen {
+                        let (tx, approval_id) = (self.tx.clone(), id.to_owned());
+                        self.background.spawn(async move {
+                            tokio::time::sleep(RESOLVED_EVENT_GRACE).await;
+                            let _ = tx.send(Internal::ResolveGrace {
+                                approval_id,
+                                decision_id,
+                            });
+                        });
+                    }
+                    return Ok(());
+                }
+                Err(e) if self.resolve_takes_key && refuses_extra_param(&e) => {
+                    tracing::warn!(error = %e, "the gateway takes no `idempotencyKey` on `exec.approval.resolve`; resending without");
+                    self.resolve_takes_key = false;
+                }
+                Err(e) => {
+                    if let Some(a) = self.close(id) {
+                        report(
+                            &a,
+                            DeliveryState::Lost,
+                            &format!("OpenClaw refused the answer: {e}"),
+                        )
+                        .await;
+                    }
+                    return Ok(());
+                }
+            }
+        }
+    }
+
+    async fn on_resolved(&mut self, payload: &Value) {
+        let Some(id) = str_of(payload, &["id"]) else {
+            return;
+        };
+        let Some(a) = self.close(&id) else {
+            return;
+        };
+        let decision = str_of(payload, &["decision"]).unwrap_or_else(|| "?".into());
+        let by = str_of(payload, &["resolvedBy"])
+            .map(|b| format!(" by {b}"))
+            .unwrap_or_default();
+        match &a.state {
+            ApprovalState::Open => {
+                let reason = format!(
+                    "answered in OpenClaw itself ({decision}{by}) before anyone answered here"
+                );
+                match a.run.expire_decision(&a.decision_id, &reason).await {
+                    Ok(_) => tracing::info!(approval = %id, %reason, "expired our approval"),
+                    Err(e) => {
+                        tracing::warn!(approval = %id, error = %e, "cannot expire the approval")
+                    }
+                }
+            }
+            ApprovalState::Answered { decision: ours, .. } if *ours == decision => {
+                report(
+                    &a,
+                    DeliveryState::Acknowledged,
+                    &format!("exec.approval.resolved: {decision}{by}"),
+                )
+                .await;
+            }
+            ApprovalState::Answered { .. } => {
+                report(
+                    &a,
+                    DeliveryState::Lost,
+                    &format!("OpenClaw took another answer first: {decision}{by}"),
+                )
+                .await;
+            }
+        }
+    }
+
+    /// The gateway no longer holds the approval (timed out, or gone from its list).
+    async fn close_gone(&mut self, id: &str, why: &str) {
+        let Some(a) = self.close(id) else {
+            return;
+        };
+        match &a.state {
+            ApprovalState::Open => {
+                if let Err(e) = a.run.expire_decision(&a.decision_id, why).await {
+                    tracing::warn!(approval = %id, error = %e, "cannot expire the approval");
+                } else {
+                    tracing::info!(approval = %id, reason = why, "expired our approval");
+                }
+            }
+            ApprovalState::Answered { .. } => {
+                report(
+                    &a,
+                    DeliveryState::Lost,
+                    &format!("{why}; it never confirmed our answer"),
+                )
+                .await;
+            }
+        }
+    }
+
+    /// Forgets an approval for good.
+    fn close(&mut self, id: &str) -> Option<Approval> {
+        let a = self.approvals.remove(id)?;
+        self.closed.insert(id.to_owned());
+        Some(a)
+    }
+
+    // ---- mirroring --------------------------------------------------------------------------
+
+    /// `session.tool`: a tool call starts or ends; an effect keyed
+    /// `sessionKey:runId:toolCallId`.
+    async fn on_tool(&mut self, p: &Value) {
+        let (Some(key), Some(call)) = (
+            str_of(p, &["sessionKey"]),
+            str_of(p, &["toolCallId", "callId", "id"]),
+        ) else {
+            tracing::debug!(payload = %p, "a tool event without session or call id");
+            return;
+        };
+        let run_id = str_of(p, &["runId"]).unwrap_or_else(|| "-".into());
+        let name = str_of(p, &["name", "tool", "toolName"]).unwrap_or_else(|| "tool".into());
+        let phase = str_of(p, &["phase", "state", "status"]).unwrap_or_else(|| "start".into());
+        let effect_key = format!("{key}:{run_id}:{call}");
+        let Some(run) = self.session(&key, None).await else {
+            return;
+        };
+        let Some(Slot::Live(s)) = self.sessions.get_mut(&key) else {
+            return;
+        };
+        let end = match phase.as_str() {
+            "start" | "started" | "running" | "update" | "progress" => None,
+            "error" | "failed" => Some(Err(
+                str_of(p, &["error", "message"]).unwrap_or_else(|| "the tool failed".into())
+            )),
+            _ => {
+                let failed = p.get("isError").and_then(Value::as_bool).unwrap_or(false);
+                let result = p
+                    .get("result")
+                    .or_else(|| p.get("output"))
+                    .cloned()
+                    .unwrap_or(Value::Null);
+                Some(if failed {
+                    Err(result
+                        .as_str()
+                        .map(str::to_owned)
+                        .unwrap_or_else(|| result.to_string()))
+                } else {
+                    Ok(json!({"result": result}))
+                })
+            }
+        };
+        match end {
+            None => {
+                if s.tools.contains_key(&effect_key) {
+                    return;
+                }
+                let (tx, rx) = oneshot::channel();
+                s.tools.insert(effect_key.clone(), tx);
+                let intent = tool_intent(
+                    &name,
+                    &key,
+                    &run_id,
+                    &call,
+                    p.get("args").or(p.get("input")),
+                );
+                self.background
+                    .spawn(mirror_tool(run, effect_key, name, intent, rx));
+            }
+            Some(end) => {
+                if let Some(tx) = s.tools.remove(&effect_key) {
+                    let _ = tx.send(end);
+                } else {
+                    // The start was missed (or seen by an earlier adapter): record the end.
+                    let (tx, rx) = oneshot::channel();
+                    let _ = tx.send(end);
+                    let intent = tool_intent(&name, &key, &run_id, &call, None);
+                    self.background
+                        .spawn(mirror_tool(run, effect_key, name, intent, rx));
+                }
+            }
+        }
+    }
+
+    /// `session.message` → a message on the session's task.
+    async fn on_message(&mut self, p: &Value) {
+        let Some(key) = str_of(p, &["sessionKey", "key"]) else {
+            return;
+        };
+        let msg = p.get("message").unwrap_or(p);
+        let role = match str_of(msg, &["role"]).as_deref() {
+            Some(r @ ("user" | "assistant" | "system" | "tool")) => r.to_owned(),
+            Some("toolResult") => "tool".to_owned(),
+            _ => "assistant".to_owned(),
+        };
+        let text = message_text(msg);
+        if text.trim().is_empty() {
+            return;
+        }
+        let Some(run) = self.session(&key, None).await else {
+            return;
+        };
+        if let Err(e) = run.messages(vec![NewMessage { role, text }]).await {
+            tracing::warn!(%key, error = %e, "cannot mirror a session message");
+        }
+    }
+
+    /// A task-ledger entry → a status note on its session's task, once per status.
+    async fn on_ledger(&mut self, entry: &Value) {
+        let (Some(id), Some(key)) = (
+            str_of(entry, &["id", "taskId"]),
+            str_of(entry, &["sessionKey", "parentSessionKey"]),
+        ) else {
+            return;
+        };
+        let status = str_of(entry, &["status"]).unwrap_or_else(|| "unknown".into());
+        let Some(run) = self.session(&key, None).await else {
+            return;
+        };
+        let Some(Slot::Live(s)) = self.sessions.get_mut(&key) else {
+            return;
+        };
+        if s.ledger.get(&id) == Some(&status) {
+            return;
+        }
+        let text = ledger_note(&id, &status, entry);
+        match run
+            .messages(vec![NewMessage {
+                role: "system".into(),
+                text,
+            }])
+            .await
+        {
+            Ok(_) => {
+                s.ledger.insert(id, status);
+            }
+            Err(e) => tracing::warn!(%key, error = %e, "cannot note a task-ledger entry"),
+        }
+    }
+
+    /// Hands every session back (the task stays open for the next adapter).
+    async fn stop(&mut self) {
+        self.background.abort_all();
+        for (key, slot) in self.sessions.drain() {
+            let Slot::Live(s) = slot else {
+                continue;
+            };
+            let note = "the OpenClaw adapter stopped; the session goes on in OpenClaw";
+            if let Err(e) = s
+                .run
+                .finish(FinishOutcome::Released, Some(note.into()))
+                .await
+            {
+                tracing::debug!(%key, error = %e, "cannot hand the session back");
+            }
+        }
+    }
+}
+
+/// Reports what the gateway did with an answer (logged when the control plane refuses).
+async fn report(a: &Approval, state: DeliveryState, detail: &str) {
+    let res = match state {
+        DeliveryState::Acknowledged => bridge::acknowledge(&a.run, &a.decision_id, detail).await,
+        _ => bridge::lost(&a.run, &a.decision_id, detail).await,
+    };
+    match res {
+        Ok(()) => {
+            tracing::info!(decision = %a.decision_id, %state, detail, "reported the delivery")
+        }
+        Err(e) => {
+            tracing::warn!(decision = %a.decision_id, error = %e, "cannot report the delivery")
+        }
+    }
+}
+
+/// Follows a session's control state: a replan's instructions become a steer, a cancel (or a
+/// lost lease) ends the mirror.
+async fn watch_control(run: Arc<Run>, key: String, tx: mpsc::UnboundedSender<Internal>) {
+    let mut rx = run.control();
+    let cancel = run.cancelled();
+    let attempt_id = run.attempt().id.clone();
+    let mut last: (i64, Option<String>) = (run.plan_revision(), None);
+    loop {
+        tokio::select! {
+            _ = cancel.cancelled() => {
+                let _ = tx.send(Internal::RunEnded { key, attempt_id });
+                return;
+            }
+            r = rx.changed() => {
+                if r.is_err() {
+                    return;
+                }
+                let s = rx.borrow_and_update().clone();
+                if let Some(text) = s.instructions.filter(|t| !t.trim().is_empty()) {
+                    let now = (s.plan_revision, Some(text.clone()));
+                    if now != last {
+                        last = now;
+                        let _ = tx.send(Internal::Steer {
+                            key: key.clone(),
+                            attempt_id: attempt_id.clone(),
+                            revision: s.plan_revision,
+                            text,
+                        });
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The tool call's end, read once by whichever of the call or the reconciler asks first.
+#[derive(Clone)]
+struct ToolOutcome(Arc<Mutex<Option<oneshot::Receiver<ToolEnd>>>>);
+
+impl ToolOutcome {
+    /// Waits for the end; pends forever if the adapter stops first (the effect then stays
+    /// `in_progress` for the next adapter to finish).
+    async fn wait(&self) -> Option<ToolEnd> {
+        let rx = self.0.lock().await.take()?;
+        match rx.await {
+            Ok(end) => Some(end),
+            Err(_) => std::future::pending().await,
+        }
+    }
+}
+
+impl Reconciler for ToolOutcome {
+    async fn query(&self, _ctx: &waymark_worker::EffectCtx) -> ProviderStatus {
+        match self.wait().await {
+            Some(Ok(receipt)) => ProviderStatus::Confirmed(receipt),
+            Some(Err(reason)) => ProviderStatus::Failed {
+                compensable: false,
+                reason,
+            },
+            None => ProviderStatus::Unknown {
+                reason: "OpenClaw's report of the tool's end was already used".into(),
+            },
+        }
+    }
+}
+
+async fn mirror_tool(
+    run: Arc<Run>,
+    key: String,
+    name: String,
+    intent: Value,
+    rx: oneshot::Receiver<ToolEnd>,
+) {
+    let outcome = ToolOutcome(Arc::new(Mutex::new(Some(rx))));
+    let call = outcome.clone();
+    let res = run
+        .effect(key.clone(), format!("openclaw.{name}"), intent)
+        .run(&outcome, |_ctx| async move {
+            match call.wait().await {
+                Some(Ok(receipt)) => Ok(receipt),
+                Some(Err(reason)) => Err(ProviderError::Failed {
+                    compensable: false,
+                    reason,
+                }),
+                None => Err(ProviderError::Unknown {
+                    reason: "OpenClaw's report of the tool's end was already used".into(),
+                }),
+            }
+        })
+        .await;
+    match res {
+        Ok(done) => tracing::debug!(%key, effect = %done.effect.id, "tool call mirrored"),
+        Err(e) => tracing::info!(%key, error = %e, "tool call mirrored as not confirmed"),
+    }
+}
+
+fn tool_intent(name: &str, key: &str, run_id: &str, call: &str, args: Option<&Value>) -> Value {
+    let mut intent = json!({
+        "runtime": RUNTIME,
+        "tool": name,
+        "sessionKey": key,
+        "runId": run_id,
+        "toolCallId": call,
+    });
+    if let Some(args) = args {
+        intent["args"] = args.clone();
+    }
+    intent
+}
+
+/// The gateway's word for our option.
+fn gateway_decision(option: Option<&str>) -> &'static str {
+    match option {
+        Some("approve") => "allow-once",
+        Some("approve_always") => "allow-always",
+        // `deny`, and anything we did not offer, refuses.
+        _ => "deny",
+    }
+}
+
+/// The approval id an intent of ours carries.
+fn approval_id_of(intent: &Value) -> Option<String> {
+    if intent.get("runtime").and_then(Value::as_str) != Some(RUNTIME)
+        || intent.get("approval").and_then(Value::as_str) != Some("exec")
+    {
+        return None;
+    }
+    str_of(intent, &["id"])
+}
+
+/// Whether a refusal says the params had a field the schema does not allow.
+fn refuses_extra_param(e: &GatewayError) -> bool {
+    let m = e.message.to_ascii_lowercase();
+    m.contains("idempotencykey")
+        || m.contains("additional propert")
+        || m.contains("unexpected property")
+}
+
+/// The note a ledger entry leaves on the task; [`parse_ledger_note`] reads it back.
+fn ledger_note(id: &str, status: &str, entry: &Value) -> String {
+    let kind = str_of(entry, &["kind"])
+        .map(|k| format!(" ({k})"))
+        .unwrap_or_default();
+    let mut text = format!("OpenClaw task `{id}`{kind}: {status}");
+    if let Some(title) = str_of(entry, &["title", "label"]) {
+        text.push_str(&format!(" — {title}"));
+    }
+    if let Some(child) = str_of(entry, &["childSessionKey"]) {
+        text.push_str(&format!("; child session `{child}`"));
+    }
+    if let Some(run) = str_of(entry, &["runId"]) {
+        text.push_str(&format!("; run `{run}`"));
+    }
+    text
+}
+
+fn parse_ledger_note(text: &str) -> Option<(String, String)> {
+    let rest = text.strip_prefix("OpenClaw task `")?;
+    let (id, rest) = rest.split_once('`')?;
+    let rest = match rest.strip_prefix(" (") {
+        Some(r) => r.split_once(')')?.1,
+        None => rest,
+    };
+    let status = rest.strip_prefix(": ")?;
+    let status = status.split([' ', ';']).next().filter(|s| !s.is_empty())?;
+    Some((id.to_owned(), status.to_owned()))
+}
+
+/// A message's text: `text`, or `content` as a string or as parts with `text`.
+fn message_text(msg: &Value) -> String {
+    if let Some(t) = msg.get("text").and_then(Value::as_str) {
+        return t.to_owned();
+    }
+    match msg.get("content") {
+        Some(Value::String(s)) => s.clone(),
+        Some(Value::Array(parts)) => parts
+            .iter()
+            .filter_map(|p| p.get("text").and_then(Value::as_str).or(p.as_str()))
+            .collect::<Vec<_>>()
+            .join("\n"),
+        _ => String::new(),
+    }
+}
+
+/// The rows of a list answer: the answer itself when it is an array, else its `field`.
+fn rows(v: &Value, field: &str) -> Vec<Value> {
+    v.as_array()
+        .or_else(|| v.get(field).and_then(Value::as_array))
+        .cloned()
+        .unwrap_or_default()
+}
+
+/// The first of `fields` that is a non-empty string.
+fn str_of(v: &Value, fields: &[&str]) -> Option<String> {
+    fields
+        .iter()
+        .filter_map(|f| v.get(*f).and_then(Value::as_str))
+        .find(|s| !s.is_empty())
+        .map(str::to_owned)
+}
+
+/// Reconnect pauses: 250 ms doubling to 30 s, each jittered to between half and all of it.
+#[derive(Debug)]
+struct Backoff {
+    next: Duration,
+}
+
+impl Default for Backoff {
+    fn default() -> Self {
+        Backoff {
+            next: Duration::from_millis(250),
+        }
+    }
+}
+
+impl Backoff {
+    fn next(&mut self) -> Duration {
+        use rand::Rng;
+        let base = self.next;
+        self.next = (self.next * 2).min(Duration::from_secs(30));
+        let half = base / 2;
+        half + rand::thread_rng().gen_range(Duration::ZERO..=half)
+    }
+
+    fn reset(&mut self) {
+        *self = Backoff::default();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ledger_notes_read_back_as_id_and_status() {
+        let entry = json!({"id":"task_7","status":"running","kind":"subagent","sessionKey":"agent:main:main","childSessionKey":"agent:main:subagent:x","runId":"run_5"});
+        let note = ledger_note("task_7", "running", &entry);
+        assert_eq!(
+            note,
+            "OpenClaw task `task_7` (subagent): running; child session `agent:main:subagent:x`; run `run_5`"
+        );
+        assert_eq!(
+            parse_ledger_note(&note),
+            Some(("task_7".into(), "running".into()))
+        );
+        assert_eq!(
+            parse_ledger_note("OpenClaw task `t`: timed_out — nightly"),
+            Some(("t".into(), "timed_out".into()))
+        );
+        assert_eq!(parse_ledger_note("hello"), None);
+    }
+
+    #[test]
+    fn our_options_map_to_the_gateway_words() {
+        assert_eq!(gateway_decision(Some("approve")), "allow-once");
+        assert_eq!(gateway_decision(Some("approve_always")), "allow-always");
+        assert_eq!(gateway_decision(Some("deny")), "deny");
+        assert_eq!(gateway_decision(None), "deny");
+    }
+
+    #[test]
+    fn backoff_grows_jittered_and_is_capped() {
+        let mut b = Backoff::default();
+        let first = b.next();
+        assert!(first >= Duration::from_millis(125) && first <= Duration::from_millis(250));
+        for _ in 0..20 {
+            assert!(b.next() <= Duration::from_secs(30));
+        }
+        assert!(b.next() >= Duration::from_secs(15));
+        b.reset();
+        assert!(b.next() <= Duration::from_millis(250));
+    }
+
+    #[test]
+    fn message_text_takes_strings_and_parts() {
+        assert_eq!(message_text(&json!({"text": "hi"})), "hi");
+        assert_eq!(message_text(&json!({"content": "yo"})), "yo");
+        assert_eq!(
+            message_text(
+                &json!({"content": [{"type":"text","text":"a"},{"type":"image"},{"type":"text","text":"b"}]})
+            ),
+            "a\nb"
+        );
+    }
+}

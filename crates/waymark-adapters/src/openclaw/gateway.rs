@@ -1,0 +1,360 @@
+//! One WebSocket connection to the OpenClaw gateway (protocol v4): the three frame kinds, the
+//! signed `connect` handshake, and request/response pairing. Events that arrive while a
+//! request waits for its answer are kept, in order, for the caller.
+
+use std::collections::VecDeque;
+use std::time::Duration;
+
+use futures::{SinkExt, StreamExt};
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+use tokio::net::TcpStream;
+use tokio_tungstenite::tungstenite::Message;
+use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
+
+use super::device::{AuthPayload, DeviceKey};
+
+/// The gateway protocol version spoken.
+pub(crate) const PROTOCOL: u32 = 4;
+/// The role asked for.
+pub(crate) const ROLE: &str = "operator";
+/// The scopes asked for.
+pub(crate) const SCOPES: [&str; 3] = ["operator.read", "operator.write", "operator.approvals"];
+
+/// A gateway frame.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(tag = "type", rename_all = "lowercase")]
+pub(crate) enum Frame {
+    Req {
+        id: String,
+        method: String,
+        #[serde(default, skip_serializing_if = "Value::is_null")]
+        params: Value,
+    },
+    Res {
+        id: String,
+        ok: bool,
+        #[serde(default, skip_serializing_if = "Value::is_null")]
+        payload: Value,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        error: Option<GatewayError>,
+    },
+    Event {
+        event: String,
+        #[serde(default)]
+        payload: Value,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        seq: Option<u64>,
+    },
+}
+
+/// A `res ok:false` error.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default)]
+pub(crate) struct GatewayError {
+    #[serde(default)]
+    pub(crate) code: String,
+    #[serde(default)]
+    pub(crate) message: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) details: Option<Value>,
+}
+
+impl std::fmt::Display for GatewayError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} ({})", self.message, self.code)
+    }
+}
+
+/// The connection is gone (closed, broken, or silent past a deadline).
+#[derive(Debug, Clone)]
+pub(crate) struct Lost(pub(crate) String);
+
+/// How the handshake failed.
+#[derive(Debug)]
+pub(crate) enum HandshakeError {
+    /// The transport failed; try again later.
+    Lost(Lost),
+    /// The gateway answered `connect` with `ok:false`.
+    Refused(GatewayError),
+}
+
+/// Who the adapter says it is in `connect`.
+#[derive(Debug, Clone)]
+pub(crate) struct ClientInfo {
+    pub(crate) id: String,
+    pub(crate) mode: String,
+    pub(crate) display_name: String,
+    pub(crate) version: String,
+    pub(crate) platform: String,
+}
+
+/// What the adapter authenticates with.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Credentials {
+    /// The gateway's shared token.
+    pub(crate) gateway_token: Option<String>,
+    /// The device token an earlier `hello-ok` issued.
+    pub(crate) device_token: Option<String>,
+}
+
+/// An open, authenticated connection.
+pub(crate) struct Conn {
+    ws: WebSocketStream<MaybeTlsStream<TcpStream>>,
+    next_id: u64,
+    /// Events received while a request waited for its answer, oldest first.
+    pub(crate) buffered: VecDeque<Frame>,
+    /// The newest event `seq` seen on this connection.
+    pub(crate) last_seq: Option<u64>,
+}
+
+impl Conn {
+    /// Opens the socket (no handshake yet).
+    pub(crate) async fn open(url: &str, timeout: Duration) -> Result<Conn, Lost> {
+        let (ws, _) = tokio::time::timeout(timeout, tokio_tungstenite::connect_async(url))
+            .await
+            .map_err(|_| Lost(format!("no WebSocket handshake within {timeout:?}")))?
+            .map_err(|e| Lost(e.to_string()))?;
+        Ok(Conn {
+            ws,
+            next_id: 0,
+            buffered: VecDeque::new(),
+            last_seq: None,
+        })
+    }
+
+    /// Waits for `connect.challenge`, then sends the signed `connect`; returns `hello-ok`.
+    pub(crate) async fn handshake(
+        &mut self,
+        key: &DeviceKey,
+        client: &ClientInfo,
+        creds: &Credentials,
+        timeout: Duration,
+    ) -> Result<Value, HandshakeError> {
+        let deadline = tokio::time::Instant::now() + timeout;
+        let nonce = loop {
+            let frame = tokio::time::timeout_at(deadline, self.recv())
+                .await
+                .map_err(|_| {
+                    HandshakeError::Lost(Lost(format!(
+                        "the gateway sent no `connect.challenge` within {timeout:?}"
+                    )))
+                })?
+                .map_err(HandshakeError::Lost)?;
+            if let Frame::Event { event, payload, .. } = frame
+                && event == "connect.challenge"
+            {
+                match payload.get("nonce").and_then(Value::as_str) {
+                    Some(n) if !n.is_empty() => break n.to_owned(),
+                    _ => {
+                        return Err(HandshakeError::Lost(Lost(
+                            "`connect.challenge` carried no nonce".into(),
+                        )));
+                    }
+                }
+            }
+        };
+        let params = connect_params(key, client, creds, &nonce, now_ms());
+        match self
+            .call("connect", params, deadline - tokio::time::Instant::now())
+            .await
+        {
+            Err(lost) => Err(HandshakeError::Lost(lost)),
+            Ok(Err(refused)) => Err(HandshakeError::Refused(refused)),
+            Ok(Ok(hello)) => Ok(hello),
+        }
+    }
+
+    /// Sends a request and waits up to `timeout` for its answer; events meanwhile go to
+    /// [`Conn::buffered`].
+    pub(crate) async fn call(
+        &mut self,
+        method: &str,
+        params: Value,
+        timeout: Duration,
+    ) -> Result<Result<Value, GatewayError>, Lost> {
+        self.next_id += 1;
+        let id = format!("wm-{}", self.next_id);
+        self.send(&Frame::Req {
+            id: id.clone(),
+            method: method.to_owned(),
+            params,
+        })
+        .await?;
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            let frame = tokio::time::timeout_at(deadline, self.recv())
+                .await
+                .map_err(|_| Lost(format!("no answer to `{method}` within {timeout:?}")))??;
+            match frame {
+                Frame::Res {
+                    id: rid,
+                    ok,
+                    payload,
+                    error,
+                } if rid == id => {
+                    return Ok(if ok {
+                        Ok(payload)
+                    } else {
+                        Err(error.unwrap_or_else(|| GatewayError {
+                            code: "UNKNOWN".into(),
+                            message: format!("`{method}` failed without saying why"),
+                            details: None,
+                        }))
+                    });
+                }
+                Frame::Res { id: rid, .. } => {
+                    tracing::debug!(id = %rid, "an answer to a request no longer waited for")
+                }
+                ev @ Frame::Event { .. } => self.buffered.push_back(ev),
+                Frame::Req { method, .. } => {
+                    tracing::debug!(%method, "the gateway sent a request; operators answer none")
+                }
+            }
+        }
+    }
+
+    /// The next frame from the socket (not from [`Conn::buffered`]). Cancel-safe.
+    pub(crate) async fn recv(&mut self) -> Result<Frame, Lost> {
+        loop {
+            let msg = match self.ws.next().await {
+                None => return Err(Lost("the gateway closed the connection".into())),
+                Some(Err(e)) => return Err(Lost(e.to_string())),
+                Some(Ok(m)) => m,
+            };
+            let text = match msg {
+                Message::Text(t) => t.to_string(),
+                Message::Binary(b) => String::from_utf8_lossy(&b).into_owned(),
+                Message::Close(c) => {
+                    return Err(Lost(match c {
+                        Some(c) if !c.reason.is_empty() => {
+                            format!("the gateway closed the connection: {}", c.reason)
+                        }
+                        _ => "the gateway closed the connection".into(),
+                    }));
+                }
+                _ => continue,
+            };
+            match serde_json::from_str::<Frame>(&text) {
+                Ok(f) => return Ok(f),
+                Err(e) => {
+                    tracing::warn!(error = %e, "a gateway frame this adapter cannot read; skipped")
+                }
+            }
+        }
+    }
+
+    async fn send(&mut self, frame: &Frame) -> Result<(), Lost> {
+        let text = serde_json::to_string(frame).map_err(|e| Lost(e.to_string()))?;
+        self.ws
+            .send(Message::text(text))
+            .await
+            .map_err(|e| Lost(e.to_string()))
+    }
+
+    /// Closes politely (best effort).
+    pub(crate) async fn close(mut self) {
+        let _ = tokio::time::timeout(Duration::from_secs(2), self.ws.close(None)).await;
+    }
+}
+
+/// `connect.params`: protocol 4, operator role and scopes, the token, and the device signed
+/// over the gateway's nonce.
+pub(crate) fn connect_params(
+    key: &DeviceKey,
+    client: &ClientInfo,
+    creds: &Credentials,
+    nonce: &str,
+    signed_at_ms: i64,
+) -> Value {
+    let scopes: Vec<String> = SCOPES.iter().map(|s| (*s).to_owned()).collect();
+    let device_id = key.device_id();
+    // The token the signature binds: the one the gateway checks first.
+    let signed_token = creds
+        .gateway_token
+        .as_deref()
+        .or(creds.device_token.as_deref())
+        .unwrap_or("");
+    let signature = key.sign(&AuthPayload {
+        device_id: &device_id,
+        client_id: &client.id,
+        client_mode: &client.mode,
+        role: ROLE,
+        scopes: &scopes,
+        signed_at_ms,
+        token: signed_token,
+        nonce,
+        platform: &client.platform,
+        device_family: "",
+    });
+    let mut auth = serde_json::Map::new();
+    if let Some(t) = &creds.gateway_token {
+        auth.insert("token".into(), json!(t));
+    }
+    if let Some(t) = &creds.device_token {
+        auth.insert("deviceToken".into(), json!(t));
+    }
+    json!({
+        "minProtocol": PROTOCOL,
+        "maxProtocol": PROTOCOL,
+        "client": {
+            "id": client.id,
+            "displayName": client.display_name,
+            "version": client.version,
+            "platform": client.platform,
+            "mode": client.mode,
+        },
+        "role": ROLE,
+        "scopes": scopes,
+        "caps": [],
+        "auth": auth,
+        "device": {
+            "id": device_id,
+            "publicKey": key.public_key(),
+            "signature": signature,
+            "signedAt": signed_at_ms,
+            "nonce": nonce,
+        },
+    })
+}
+
+/// Milliseconds since the epoch.
+pub(crate) fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn frames_read_and_write_in_the_gateway_shapes() {
+        let ev: Frame = serde_json::from_str(
+            r#"{"type":"event","event":"connect.challenge","payload":{"nonce":"n-123","ts":1737264000000}}"#,
+        )
+        .unwrap();
+        assert!(
+            matches!(ev, Frame::Event { ref event, seq: None, .. } if event == "connect.challenge")
+        );
+        let res: Frame = serde_json::from_str(
+            r#"{"type":"res","id":"c1","ok":false,"error":{"code":"NOT_PAIRED","message":"pairing required"}}"#,
+        )
+        .unwrap();
+        let Frame::Res { ok, error, .. } = res else {
+            panic!()
+        };
+        assert!(!ok);
+        assert_eq!(error.unwrap().message, "pairing required");
+        let req = Frame::Req {
+            id: "r9".into(),
+            method: "exec.approval.resolve".into(),
+            params: json!({"id": "ap_1", "decision": "allow-once"}),
+        };
+        assert_eq!(
+            serde_json::to_value(&req).unwrap(),
+            json!({"type":"req","id":"r9","method":"exec.approval.resolve","params":{"id":"ap_1","decision":"allow-once"}})
+        );
+    }
+}

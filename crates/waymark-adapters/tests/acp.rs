@@ -1,0 +1,601 @@
+//! The ACP adapter against the fake ACP agent (`waymark-fake-acp`, scenarios in
+//! `fixtures/acp/`) and a real control plane; approvals are answered the way the companion
+//! answers them, with a paired device's signed commands.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio_util::sync::CancellationToken;
+use waymark_adapters::acp::{self, AcpArgs, AcpError};
+use waymark_proto::{
+    DecisionStatus, DeliveryState, EffectStatus, FinishOutcome, Operation, TaskDetail,
+};
+use waymark_server::{Config, DataDir, Running};
+use waymark_worker::Client;
+
+struct World {
+    dir: tempfile::TempDir,
+    server: Running,
+    client: Client,
+    device: Device,
+}
+
+struct Device {
+    id: String,
+    key: ed25519_dalek::SigningKey,
+}
+
+impl World {
+    async fn start() -> World {
+        let dir = tempfile::tempdir().unwrap();
+        let server = waymark_server::start(
+            &DataDir::new(dir.path().join("server")),
+            "127.0.0.1:0".parse().unwrap(),
+            Config {
+                tick: Duration::from_millis(100),
+                ..Config::default()
+            },
+        )
+        .await
+        .unwrap();
+        let store = server.state.store.clone();
+        let (token, user) = waymark_server::admin::create_worker_token(&*store, "acp", None)
+            .await
+            .unwrap();
+        let (code, _) = waymark_server::steer::create_pairing(
+            &*store,
+            &user.name,
+            &["view".into(), "steer".into(), "approve".into()],
+            600_000,
+        )
+        .await
+        .unwrap();
+        let key = ed25519_dalek::SigningKey::generate(&mut rand::rngs::OsRng);
+        let (status, paired) = http(
+            &server,
+            "POST",
+            "/v1/devices/pair",
+            None,
+            Some(json!({
+                "code": code.to_lowercase(),
+                "name": "alice's phone",
+                "public_key": waymark_proto::signing::public_key_b64(&key.verifying_key()),
+            })),
+        )
+        .await;
+        assert_eq!(status, 201, "{paired}");
+        World {
+            client: Client::new(&server.url(), token).unwrap(),
+            device: Device {
+                id: paired["id"].as_str().unwrap().to_owned(),
+                key,
+            },
+            dir,
+            server,
+        }
+    }
+
+    fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    /// The adapter's arguments for a scenario, recording what the fake agent receives.
+    fn args(&self, scenario: &str, runtime: &str) -> AcpArgs {
+        let fixture = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("fixtures/acp")
+            .join(scenario);
+        AcpArgs {
+            agent_cmd: format!(
+                "'{}' --scenario '{}' --record '{}' --gate '{}'",
+                env!("CARGO_BIN_EXE_waymark-fake-acp"),
+                fixture.display(),
+                self.path("received.jsonl").display(),
+                self.path("gate").display(),
+            ),
+            cwd: Some(self.dir.path().to_owned()),
+            prompt: "clean up the build and run the tests".into(),
+            runtime: runtime.into(),
+            title: None,
+            worker: "acp-test".into(),
+            approval_expires_in: None,
+        }
+    }
+
+    /// Every line the fake agent received, parsed.
+    fn received(&self) -> Vec<Value> {
+        std::fs::read_to_string(self.path("received.jsonl"))
+            .unwrap_or_default()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
+    }
+
+    /// The task of an ACP session, once the adapter has created it.
+    async fn task_of(&self, runtime: &str, session: &str) -> String {
+        wait_for(&format!("the task of session `{session}`"), || async {
+            let (_, snap) = http(
+                &self.server,
+                "GET",
+                "/v1/snapshot",
+                Some(&self.server.admin_token),
+                None,
+            )
+            .await;
+            snap["tasks"].as_array()?.iter().find_map(|t| {
+                // A task summary carries the task's fields flattened.
+                let t = t.get("task").unwrap_or(t);
+                (t["runtime"] == runtime && t["external_key"] == session)
+                    .then(|| t["id"].as_str().unwrap().to_owned())
+            })
+        })
+        .await
+    }
+
+    async fn detail(&self, task: &str) -> TaskDetail {
+        self.client.task(task).await.unwrap()
+    }
+
+    /// A signed device command, submitted as the companion does; returns the HTTP status and
+    /// the command result.
+    async fn submit(&self, task: &str, op: Operation, args: Value) -> (u16, Value) {
+        let revision = self.detail(task).await.task.plan_revision;
+        let now = chrono::Utc::now();
+        let cmd = waymark_proto::SteerCommand {
+            command_id: waymark_proto::ids::command(),
+            task_id: Some(task.to_owned()),
+            expected_plan_revision: Some(revision),
+            operation: op,
+            scope: vec![],
+            args,
+            issued_by: "user:admin".into(),
+            device_id: self.device.id.clone(),
+            issued_at: now,
+            expires_at: now + chrono::Duration::minutes(10),
+        };
+        let envelope = waymark_proto::signing::sign(&cmd, &self.device.key).unwrap();
+        http(
+            &self.server,
+            "POST",
+            "/v1/commands",
+            None,
+            Some(serde_json::to_value(envelope).unwrap()),
+        )
+        .await
+    }
+
+    /// A signed device command that must apply.
+    async fn command(&self, task: &str, op: Operation, args: Value) -> Value {
+        let (status, body) = self.submit(task, op, args).await;
+        assert_eq!(status, 200, "{body}");
+        assert_eq!(body["status"], "applied", "{body}");
+        body
+    }
+
+    /// Answers the task's one pending approval from the paired device.
+    async fn answer(&self, task: &str, op: Operation, option: Option<&str>) -> String {
+        let d = wait_for("a pending approval", || async {
+            self.detail(task)
+                .await
+                .decisions
+                .into_iter()
+                .find(|d| d.status == DecisionStatus::Pending)
+        })
+        .await;
+        let mut args = json!({"decision_id": d.id, "intent_digest": d.intent_digest});
+        if let Some(o) = option {
+            args["option"] = json!(o);
+        }
+        self.command(task, op, args).await;
+        d.id
+    }
+}
+
+/// Polls `probe` until it yields, for at most 20 s.
+async fn wait_for<T, F, Fut>(what: &str, mut probe: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        if let Some(v) = probe().await {
+            return v;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// One HTTP/1.1 exchange with the control plane (this crate has no HTTP client of its own).
+async fn http(
+    server: &Running,
+    method: &str,
+    path: &str,
+    token: Option<&str>,
+    body: Option<Value>,
+) -> (u16, Value) {
+    let mut stream = tokio::net::TcpStream::connect(server.addr).await.unwrap();
+    let body = body.map(|b| b.to_string()).unwrap_or_default();
+    let mut head = format!(
+        "{method} {path} HTTP/1.1\r\nhost: {}\r\nconnection: close\r\ncontent-length: {}\r\n",
+        server.addr,
+        body.len()
+    );
+    if !body.is_empty() {
+        head.push_str("content-type: application/json\r\n");
+    }
+    if let Some(t) = token {
+        head.push_str(&format!("authorization: Bearer {t}\r\n"));
+    }
+    head.push_str("\r\n");
+    stream.write_all(head.as_bytes()).await.unwrap();
+    stream.write_all(body.as_bytes()).await.unwrap();
+    let mut raw = Vec::new();
+    stream.read_to_end(&mut raw).await.unwrap();
+    let text = String::from_utf8(raw).unwrap();
+    let (head, rest) = text.split_once("\r\n\r\n").unwrap();
+    let status: u16 = head.split(' ').nth(1).unwrap().parse().unwrap();
+    let chunked = head
+        .lines()
+        .any(|l| l.eq_ignore_ascii_case("transfer-encoding: chunked"));
+    let body = if chunked {
+        let mut out = String::new();
+        let mut rest = rest;
+        while let Some((size, tail)) = rest.split_once("\r\n") {
+            let n = usize::from_str_radix(size.trim(), 16).unwrap();
+            if n == 0 {
+                break;
+            }
+            out.push_str(&tail[..n]);
+            rest = &tail[n + 2..];
+        }
+        out
+    } else {
+        rest.to_owned()
+    };
+    (
+        status,
+        serde_json::from_str(&body).unwrap_or(Value::String(body)),
+    )
+}
+
+fn start(world: &World, args: AcpArgs) -> tokio::task::JoinHandle<Result<(), AcpError>> {
+    let client = world.client.clone();
+    tokio::spawn(async move { acp::run(args, client, CancellationToken::new()).await })
+}
+
+async fn ended(h: tokio::task::JoinHandle<Result<(), AcpError>>) -> Result<(), AcpError> {
+    tokio::time::timeout(Duration::from_secs(30), h)
+        .await
+        .expect("the adapter ends")
+        .unwrap()
+}
+
+#[tokio::test]
+async fn acp_deny_from_a_device_reaches_the_agent_as_its_deny_option() {
+    let w = World::start().await;
+    let adapter = start(&w, w.args("permission-deny.json", "acp"));
+    let task = w.task_of("acp", "sess-deny").await;
+    let decision = w.answer(&task, Operation::Deny, None).await;
+    ended(adapter).await.unwrap();
+
+    // The agent received exactly the answer ACP defines, with its own option id.
+    let answer = w
+        .received()
+        .into_iter()
+        .find(|m| m["id"] == 5 && m.get("method").is_none())
+        .expect("the agent got an answer to request 5");
+    assert_eq!(
+        answer,
+        json!({"jsonrpc":"2.0","id":5,"result":{"outcome":{"outcome":"selected","optionId":"deny"}}})
+    );
+
+    let detail = w.detail(&task).await;
+    let d = detail.decisions.iter().find(|d| d.id == decision).unwrap();
+    assert_eq!(d.status, DecisionStatus::Resolved);
+    assert_eq!(d.durability.map(|x| x.as_str()), Some("connection_bound"));
+    let ids: Vec<&str> = d.options.iter().map(|o| o.id.as_str()).collect();
+    assert_eq!(ids, ["approve", "approve_always", "deny"]);
+    // Acknowledged by the agent's next word about that tool call.
+    let delivery = d.delivery.as_ref().expect("a delivery state");
+    assert_eq!(delivery.state, DeliveryState::Acknowledged);
+    assert!(
+        delivery.detail.as_deref().unwrap().contains("call-rm"),
+        "{delivery:?}"
+    );
+    // The refused tool call is a failed effect; the turn ended the attempt.
+    let e = detail
+        .effects
+        .iter()
+        .find(|e| e.idempotency_key == "sess-deny:call-rm")
+        .unwrap();
+    assert_eq!(e.status, EffectStatus::Failed);
+    assert_eq!(
+        e.receipt.as_ref().unwrap()["error"],
+        "permission denied by the user"
+    );
+    assert_eq!(detail.attempts[0].outcome, Some(FinishOutcome::Completed));
+    let texts: Vec<&str> = detail.messages.iter().map(|m| m.text.as_str()).collect();
+    assert!(
+        texts.contains(&"I will delete the build directory."),
+        "{texts:?}"
+    );
+    assert!(texts.contains(&"Understood; build/ stays."), "{texts:?}");
+}
+
+#[tokio::test]
+async fn hermes_approve_session_selects_allow_session_and_the_tool_call_becomes_an_effect() {
+    let w = World::start().await;
+    let adapter = start(&w, w.args("hermes-allow-session.json", "hermes"));
+    let task = w.task_of("hermes", "20260901_101500_ab12").await;
+    let decision = w
+        .answer(&task, Operation::Approve, Some("approve_session"))
+        .await;
+    ended(adapter).await.unwrap();
+
+    let answer = w
+        .received()
+        .into_iter()
+        .find(|m| m["id"] == 1 && m.get("method").is_none())
+        .unwrap();
+    assert_eq!(
+        answer,
+        json!({"jsonrpc":"2.0","id":1,"result":{"outcome":{"outcome":"selected","optionId":"allow_session"}}})
+    );
+    let detail = w.detail(&task).await;
+    let d = detail.decisions.iter().find(|d| d.id == decision).unwrap();
+    let ids: Vec<&str> = d.options.iter().map(|o| o.id.as_str()).collect();
+    assert_eq!(
+        ids,
+        [
+            "approve",
+            "approve_session",
+            "approve_always",
+            "deny",
+            "deny_always"
+        ]
+    );
+    assert_eq!(
+        d.outcome.as_ref().unwrap().option.as_deref(),
+        Some("approve_session")
+    );
+    // Hermes never speaks of `perm-check-1` again: the turn's end acknowledges.
+    let delivery = d.delivery.as_ref().unwrap();
+    assert_eq!(delivery.state, DeliveryState::Acknowledged);
+    assert!(delivery.detail.as_deref().unwrap().contains("turn ended"));
+
+    let e = detail
+        .effects
+        .iter()
+        .find(|e| e.idempotency_key == "20260901_101500_ab12:call_1")
+        .unwrap();
+    assert_eq!(e.status, EffectStatus::Confirmed);
+    assert_eq!(e.kind, "tool_call:execute");
+    assert_eq!(e.intent["rawInput"]["command"], "pytest -x");
+    assert_eq!(
+        e.receipt.as_ref().unwrap()["rawOutput"]["output"],
+        "3 passed"
+    );
+    assert_eq!(detail.task.runtime.as_deref(), Some("hermes"));
+    assert_eq!(detail.attempts[0].outcome, Some(FinishOutcome::Completed));
+}
+
+#[tokio::test]
+async fn acp_agent_exit_with_a_pending_approval_expires_it_never_approved() {
+    let w = World::start().await;
+    let adapter = start(&w, w.args("agent-exits.json", "acp"));
+    let task = w.task_of("acp", "sess-exit").await;
+    let decision = wait_for("the approval", || async {
+        w.detail(&task)
+            .await
+            .decisions
+            .into_iter()
+            .find(|d| d.status == DecisionStatus::Pending)
+    })
+    .await;
+    std::fs::write(w.path("gate"), b"open").unwrap();
+    let err = ended(adapter).await.unwrap_err();
+    assert!(matches!(err, AcpError::AgentExited(_)), "{err}");
+
+    let detail = w.detail(&task).await;
+    let d = detail
+        .decisions
+        .iter()
+        .find(|d| d.id == decision.id)
+        .unwrap();
+    assert_eq!(d.status, DecisionStatus::Expired);
+    let outcome = d.outcome.as_ref().unwrap();
+    assert_eq!(outcome.option, None, "no option applies: {outcome:?}");
+    assert_eq!(outcome.by, "runtime");
+    assert!(
+        outcome
+            .text
+            .as_deref()
+            .unwrap()
+            .contains("ACP approvals do not survive it")
+    );
+    assert!(d.delivery.is_none());
+    // A person who answers now is refused: the approval is closed.
+    let (status, res) = w
+        .submit(
+            &task,
+            Operation::Approve,
+            json!({"decision_id": d.id, "intent_digest": d.intent_digest}),
+        )
+        .await;
+    assert_ne!(status, 200, "{res}");
+    assert_eq!(res["status"], "rejected", "{res}");
+    assert_eq!(detail.attempts[0].outcome, Some(FinishOutcome::Failed));
+}
+
+#[tokio::test]
+async fn acp_replan_cancels_the_turn_and_prompts_again_with_the_instructions() {
+    let w = World::start().await;
+    let adapter = start(&w, w.args("replan.json", "acp"));
+    let task = w.task_of("acp", "sess-replan").await;
+    wait_for("the first turn under way", || async {
+        w.detail(&task)
+            .await
+            .messages
+            .iter()
+            .any(|m| m.text == "Starting on the parser.")
+            .then_some(())
+    })
+    .await;
+    let revision = w.detail(&task).await.task.plan_revision;
+    let instructions = "fix the lexer first; leave the parser alone";
+    w.command(
+        &task,
+        Operation::Replan,
+        json!({"instructions": instructions}),
+    )
+    .await;
+    ended(adapter).await.unwrap();
+
+    let received = w.received();
+    let methods: Vec<&str> = received
+        .iter()
+        .filter_map(|m| m["method"].as_str())
+        .collect();
+    assert_eq!(
+        methods,
+        [
+            "initialize",
+            "session/new",
+            "session/prompt",
+            "session/cancel",
+            "session/prompt"
+        ]
+    );
+    let cancel = received
+        .iter()
+        .find(|m| m["method"] == "session/cancel")
+        .unwrap();
+    assert_eq!(cancel["params"], json!({"sessionId": "sess-replan"}));
+    assert!(cancel.get("id").is_none(), "a notification: {cancel}");
+    let second = received
+        .iter()
+        .filter(|m| m["method"] == "session/prompt")
+        .nth(1)
+        .unwrap();
+    assert_eq!(
+        second["params"]["prompt"],
+        json!([{"type": "text", "text": instructions}])
+    );
+
+    let detail = w.detail(&task).await;
+    assert_eq!(detail.task.plan_revision, revision + 1);
+    assert_eq!(detail.attempts.len(), 1);
+    assert_eq!(detail.attempts[0].outcome, Some(FinishOutcome::Completed));
+    let texts: Vec<&str> = detail.messages.iter().map(|m| m.text.as_str()).collect();
+    assert!(texts.contains(&instructions), "{texts:?}");
+    assert!(
+        texts.contains(&"Fixing the lexer first, as asked."),
+        "{texts:?}"
+    );
+    let reasons: Vec<&str> = detail
+        .checkpoints
+        .iter()
+        .map(|c| c.body.reason.as_str())
+        .collect();
+    assert_eq!(reasons, ["replan", "turn_ended"]);
+}
+
+#[tokio::test]
+async fn acp_tool_calls_become_effects_with_receipts_and_the_turn_end_finishes_the_attempt() {
+    let w = World::start().await;
+    let adapter = start(&w, w.args("tools.json", "acp"));
+    let task = w.task_of("acp", "sess-tools").await;
+    ended(adapter).await.unwrap();
+
+    let detail = w.detail(&task).await;
+    let read = detail
+        .effects
+        .iter()
+        .find(|e| e.idempotency_key == "sess-tools:call-read")
+        .unwrap();
+    assert_eq!(read.status, EffectStatus::Confirmed);
+    assert_eq!(read.kind, "tool_call:read");
+    assert_eq!(read.intent["locations"][0]["path"], "/repo/config.toml");
+    let receipt = read.receipt.as_ref().unwrap();
+    assert_eq!(receipt["content"][0]["content"]["text"], "port = 8080");
+    assert_eq!(receipt["rawOutput"]["bytes"], 12);
+    let fetch = detail
+        .effects
+        .iter()
+        .find(|e| e.idempotency_key == "sess-tools:call-fetch")
+        .unwrap();
+    assert_eq!(fetch.status, EffectStatus::Failed);
+    assert_eq!(
+        fetch.receipt.as_ref().unwrap()["error"],
+        "dns error: example.invalid"
+    );
+
+    let last = detail.checkpoints.last().unwrap();
+    assert_eq!(last.body.reason, "turn_ended");
+    let mut statuses: Vec<EffectStatus> = last.body.effects.iter().map(|r| r.status).collect();
+    statuses.sort_by_key(|s| s.as_str());
+    assert_eq!(statuses, [EffectStatus::Confirmed, EffectStatus::Failed]);
+    assert_eq!(detail.attempts[0].outcome, Some(FinishOutcome::Completed));
+    assert_eq!(detail.task.state.as_str(), "completed");
+    let texts: Vec<(&str, &str)> = detail
+        .messages
+        .iter()
+        .map(|m| (m.role.as_str(), m.text.as_str()))
+        .collect();
+    assert_eq!(texts[0], ("user", "clean up the build and run the tests"));
+    assert!(texts.contains(&(
+        "assistant",
+        "plan:\n- [in_progress] read the config\n- [pending] fetch the schema"
+    )));
+    assert!(texts.contains(&(
+        "assistant",
+        "The port is 8080; the schema could not be fetched."
+    )));
+}
+
+#[tokio::test]
+async fn acp_cancel_sends_session_cancel_and_answers_the_open_request_cancelled() {
+    let w = World::start().await;
+    let adapter = start(&w, w.args("cancel.json", "acp"));
+    let task = w.task_of("acp", "sess-cancel").await;
+    let decision = wait_for("the approval", || async {
+        w.detail(&task)
+            .await
+            .decisions
+            .into_iter()
+            .find(|d| d.status == DecisionStatus::Pending)
+    })
+    .await;
+    w.command(&task, Operation::Cancel, json!({})).await;
+    ended(adapter).await.unwrap();
+
+    let received = w.received();
+    let cancel = received
+        .iter()
+        .position(|m| m["method"] == "session/cancel")
+        .expect("session/cancel sent");
+    let answer = received
+        .iter()
+        .position(|m| m["id"] == 3 && m.get("method").is_none())
+        .expect("request 3 answered");
+    assert!(cancel < answer, "ACP: cancel first, then the open requests");
+    assert_eq!(
+        received[answer],
+        json!({"jsonrpc":"2.0","id":3,"result":{"outcome":{"outcome":"cancelled"}}})
+    );
+    let detail = w.detail(&task).await;
+    assert_eq!(detail.task.state.as_str(), "cancelled");
+    let d = detail
+        .decisions
+        .iter()
+        .find(|d| d.id == decision.id)
+        .unwrap();
+    assert_eq!(d.status, DecisionStatus::Void);
+    assert!(d.delivery.is_none(), "never reported approved: {d:?}");
+}

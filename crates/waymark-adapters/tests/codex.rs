@@ -1,0 +1,728 @@
+//! The Codex adapter against a real control plane (in-process, on a real port) and a fake
+//! `codex app-server` over real stdio (`waymark-fake-codex`, scenarios in
+//! `fixtures/codex/`). People answer from a paired device with signed commands, as the
+//! companion does; what the Codex side received is read back from the fake's record.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+use waymark_adapters::codex::{self, CONNECTION_CLOSED, CodexArgs, CodexError};
+use waymark_proto::{
+    Decision, DecisionKind, DecisionStatus, DeliveryState, EffectStatus, Operation, SteerCommand,
+    TaskDetail, TaskState,
+};
+use waymark_server::{Config, DataDir, Running};
+use waymark_worker::Client;
+
+const FAKE: &str = env!("CARGO_BIN_EXE_waymark-fake-codex");
+
+fn fixture(name: &str) -> String {
+    format!("{}/fixtures/codex/{name}.jsonl", env!("CARGO_MANIFEST_DIR"))
+}
+
+/// Polls `probe` until it answers (bounded: a test that waits longer has failed).
+async fn eventually<T, F, Fut>(what: &str, mut probe: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Some(v) = probe().await {
+            return v;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// A control plane with alice, her worker token and her paired phone.
+struct World {
+    dir: tempfile::TempDir,
+    server: Running,
+    client: Client,
+    device_id: String,
+    device_key: ed25519_dalek::SigningKey,
+}
+
+impl World {
+    async fn start() -> World {
+        let dir = tempfile::tempdir().unwrap();
+        let server = waymark_server::start(
+            &DataDir::new(dir.path().join("server")),
+            "127.0.0.1:0".parse().unwrap(),
+            Config {
+                tick: Duration::from_millis(100),
+                ..Config::default()
+            },
+        )
+        .await
+        .unwrap();
+        let store = server.state.store.clone();
+        waymark_server::admin::add_user(&*store, "alice")
+            .await
+            .unwrap();
+        let (token, _) =
+            waymark_server::admin::create_worker_token(&*store, "codex-adapter", Some("alice"))
+                .await
+                .unwrap();
+        let scopes = ["view", "steer", "approve"].map(String::from);
+        let (code, _) = waymark_server::steer::create_pairing(&*store, "alice", &scopes, 600_000)
+            .await
+            .unwrap();
+        let device_key = ed25519_dalek::SigningKey::generate(&mut rand::rngs::OsRng);
+        let (status, paired) = http(
+            server.addr,
+            "POST",
+            "/v1/devices/pair",
+            None,
+            Some(
+                &json!({"code": code.to_lowercase(), "name": "alice's phone",
+                "public_key": waymark_proto::signing::public_key_b64(&device_key.verifying_key())}),
+            ),
+        )
+        .await;
+        assert_eq!(status, 201, "{paired}");
+        World {
+            client: Client::new(&server.url(), token).unwrap(),
+            device_id: paired["id"].as_str().unwrap().to_owned(),
+            device_key,
+            server,
+            dir,
+        }
+    }
+
+    /// A fake app-server whose record and signals live in their own directory.
+    fn fake(&self, name: &str) -> Fake {
+        let dir = self.dir.path().join(name);
+        std::fs::create_dir_all(&dir).unwrap();
+        Fake { dir }
+    }
+
+    fn args(&self, fake: &Fake, scenarios: &[&str]) -> CodexArgs {
+        let mut cmd = format!("'{FAKE}' --record '{}'", fake.record().display());
+        for s in scenarios {
+            cmd.push_str(&format!(" --scenario '{}'", fixture(s)));
+        }
+        CodexArgs {
+            app_server_cmd: cmd,
+            cwd: Some(self.dir.path().to_path_buf()),
+            ..CodexArgs::new()
+        }
+    }
+
+    fn start_adapter(&self, args: CodexArgs) -> Adapter {
+        let shutdown = CancellationToken::new();
+        let handle = tokio::spawn(codex::run(args, self.client.clone(), shutdown.clone()));
+        Adapter { handle, shutdown }
+    }
+
+    /// The task the adapter made for a Codex thread, once it exists.
+    async fn task_of(&self, thread: &str) -> String {
+        eventually(&format!("a task for thread {thread}"), || async move {
+            self.tasks_of(thread).await.into_iter().next()
+        })
+        .await
+    }
+
+    /// Every task whose runtime key is the thread's id.
+    async fn tasks_of(&self, thread: &str) -> Vec<String> {
+        let admin = self.server.admin_token.clone();
+        let (status, snap) =
+            http(self.server.addr, "GET", "/v1/snapshot", Some(&admin), None).await;
+        assert_eq!(status, 200, "{snap}");
+        snap["tasks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|t| t["runtime"] == "codex" && t["external_key"] == thread)
+            .map(|t| t["id"].as_str().unwrap().to_owned())
+            .collect()
+    }
+
+    async fn detail(&self, task: &str) -> TaskDetail {
+        self.client.task(task).await.unwrap()
+    }
+
+    /// The task's only approval, once `pred` holds for it.
+    async fn approval(&self, task: &str, pred: impl Fn(&Decision) -> bool) -> Decision {
+        let pred = &pred;
+        eventually("the approval", || async move {
+            self.detail(task)
+                .await
+                .decisions
+                .into_iter()
+                .find(|d| d.kind == DecisionKind::Approval && pred(d))
+        })
+        .await
+    }
+
+    /// A signed command from alice's phone, as the companion sends it; must apply.
+    async fn command(&self, task: &str, operation: Operation, args: Value) {
+        let revision = self.detail(task).await.task.plan_revision;
+        let now = chrono::Utc::now();
+        let cmd = SteerCommand {
+            command_id: waymark_proto::ids::command(),
+            task_id: Some(task.to_owned()),
+            expected_plan_revision: Some(revision),
+            operation,
+            scope: vec![],
+            args,
+            issued_by: "user:alice".into(),
+            device_id: self.device_id.clone(),
+            issued_at: now,
+            expires_at: now + chrono::Duration::minutes(10),
+        };
+        let envelope =
+            serde_json::to_value(waymark_proto::signing::sign(&cmd, &self.device_key).unwrap())
+                .unwrap();
+        let (status, res) = http(
+            self.server.addr,
+            "POST",
+            "/v1/commands",
+            None,
+            Some(&envelope),
+        )
+        .await;
+        assert_eq!(status, 200, "{res}");
+        assert_eq!(res["status"], "applied", "{res}");
+    }
+
+    /// Answers an approval from the phone: `approve`/`deny`, with the runtime's own option.
+    async fn answer(&self, d: &Decision, operation: Operation, option: Option<&str>) {
+        let mut args = json!({"decision_id": d.id, "intent_digest": d.intent_digest});
+        if let Some(o) = option {
+            args["option"] = o.into();
+        }
+        self.command(&d.task_id, operation, args).await;
+    }
+}
+
+struct Adapter {
+    handle: JoinHandle<Result<(), CodexError>>,
+    shutdown: CancellationToken,
+}
+
+impl Adapter {
+    /// Waits for the adapter to end on its own.
+    async fn ended(self) -> Result<(), CodexError> {
+        tokio::time::timeout(Duration::from_secs(30), self.handle)
+            .await
+            .expect("the adapter did not end")
+            .unwrap()
+    }
+
+    /// Stops it as Ctrl-C would.
+    async fn stop(self) -> Result<(), CodexError> {
+        self.shutdown.cancel();
+        self.ended().await
+    }
+}
+
+/// The fake app-server's record and signal files.
+struct Fake {
+    dir: PathBuf,
+}
+
+impl Fake {
+    fn record(&self) -> PathBuf {
+        self.dir.join("record.jsonl")
+    }
+
+    /// Every line it received so far, as `{"run", "line", "message"}`.
+    fn received(&self) -> Vec<Value> {
+        std::fs::read_to_string(self.record())
+            .unwrap_or_default()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
+    }
+
+    /// The first received message `pred` accepts, once it arrives.
+    async fn wait_for(&self, what: &str, pred: impl Fn(&Value) -> bool) -> Value {
+        let pred = &pred;
+        eventually(what, || async move {
+            self.received().into_iter().find(|e| pred(&e["message"]))
+        })
+        .await
+    }
+
+    /// Every received message with this method, in order.
+    fn calls(&self, method: &str) -> Vec<Value> {
+        self.received()
+            .into_iter()
+            .filter(|e| e["message"]["method"] == method)
+            .collect()
+    }
+
+    /// Lets a `wait_file` step go on.
+    fn signal(&self, name: &str) {
+        std::fs::write(self.dir.join(name), b"").unwrap();
+    }
+}
+
+/// The answer (not a request) the fake received for its request `id`.
+fn is_answer_to(id: i64) -> impl Fn(&Value) -> bool {
+    move |m| m.get("method").is_none() && m["id"] == id
+}
+
+/// One HTTP/1.1 exchange with the control plane (this crate has no HTTP client dependency).
+async fn http(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    token: Option<&str>,
+    body: Option<&Value>,
+) -> (u16, Value) {
+    let body = body.map(|b| b.to_string()).unwrap_or_default();
+    let mut head = format!(
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Length: {}\r\n",
+        body.len()
+    );
+    if !body.is_empty() {
+        head.push_str("Content-Type: application/json\r\n");
+    }
+    if let Some(t) = token {
+        head.push_str(&format!("Authorization: Bearer {t}\r\n"));
+    }
+    head.push_str("\r\n");
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    s.write_all(head.as_bytes()).await.unwrap();
+    s.write_all(body.as_bytes()).await.unwrap();
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw).await.unwrap();
+    let split = raw
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .expect("an HTTP response head");
+    let head = String::from_utf8_lossy(&raw[..split]).to_lowercase();
+    let status: u16 = head.split_whitespace().nth(1).unwrap().parse().unwrap();
+    let mut payload = raw[split + 4..].to_vec();
+    if head.contains("transfer-encoding: chunked") {
+        let mut out = Vec::new();
+        let mut rest = &payload[..];
+        loop {
+            let eol = rest.windows(2).position(|w| w == b"\r\n").unwrap();
+            let size = usize::from_str_radix(std::str::from_utf8(&rest[..eol]).unwrap().trim(), 16)
+                .unwrap();
+            if size == 0 {
+                break;
+            }
+            out.extend_from_slice(&rest[eol + 2..eol + 2 + size]);
+            rest = &rest[eol + 2 + size + 2..];
+        }
+        payload = out;
+    }
+    let value = serde_json::from_slice(&payload)
+        .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&payload).into_owned()));
+    (status, value)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn codex_approval_from_a_phone_reaches_codex_as_accept_for_session_and_counts_once_resolved()
+{
+    let w = &World::start().await;
+    let fake = w.fake("approve");
+    let adapter = w.start_adapter(CodexArgs {
+        prompt: Some("install the dependencies and fix the cart total".into()),
+        ..w.args(&fake, &["approve"])
+    });
+    let task = w.task_of("thr_approve").await;
+    let pending = w
+        .approval(&task, |d| d.status == DecisionStatus::Pending)
+        .await;
+    let offered: Vec<&str> = pending.options.iter().map(|o| o.id.as_str()).collect();
+    assert_eq!(
+        offered,
+        ["approve", "approve_session", "deny", "deny_cancel"]
+    );
+    assert!(pending.options.iter().all(|o| !o.gives_up.is_empty()));
+    assert_eq!(
+        pending.question,
+        "Codex wants to run `npm install` in /repo — needs network"
+    );
+    assert_eq!(
+        pending.intent.as_ref().unwrap()["params"]["itemId"],
+        "call_1"
+    );
+
+    w.answer(&pending, Operation::Approve, Some("approve_session"))
+        .await;
+    let answer = fake
+        .wait_for("the answer to request 61", is_answer_to(61))
+        .await;
+    assert_eq!(
+        answer["message"],
+        json!({"id": 61, "result": {"decision": "acceptForSession"}})
+    );
+    assert!(!answer["line"].as_str().unwrap().contains("jsonrpc"));
+
+    // Answered here, but Codex has not said it took the answer: not counted yet.
+    let answered = w
+        .approval(&task, |d| d.status == DecisionStatus::Resolved)
+        .await;
+    assert_eq!(
+        answered.outcome.as_ref().unwrap().option.as_deref(),
+        Some("approve_session")
+    );
+    assert_eq!(
+        answered.delivery.as_ref().unwrap().state,
+        DeliveryState::Pending
+    );
+
+    fake.signal("release-resolved");
+    let delivered = w
+        .approval(&task, |d| {
+            d.delivery
+                .as_ref()
+                .is_some_and(|x| x.state != DeliveryState::Pending)
+        })
+        .await;
+    let delivery = delivered.delivery.unwrap();
+    assert_eq!(delivery.state, DeliveryState::Acknowledged);
+    assert_eq!(delivery.detail.as_deref(), Some("serverRequest/resolved"));
+
+    // The turn's end ends a prompted run, completed.
+    adapter.ended().await.unwrap();
+    let d = w.detail(&task).await;
+    assert_eq!(d.task.state, TaskState::Completed);
+    assert_eq!(d.task.external_key.as_deref(), Some("thr_approve"));
+    let turn_start = &fake.calls("turn/start")[0]["message"]["params"];
+    assert_eq!(
+        *turn_start,
+        json!({"threadId": "thr_approve", "input": [{"type": "text", "text": "install the dependencies and fix the cart total"}]})
+    );
+
+    // Items became effects under `threadId:turnId:itemId`, closed with Codex's receipt.
+    let effect = |key: &str| {
+        d.effects
+            .iter()
+            .find(|e| e.idempotency_key == key)
+            .unwrap_or_else(|| panic!("no effect {key} in {:#?}", d.effects))
+    };
+    let cmd = effect("thr_approve:turn_a1:call_1");
+    assert_eq!(cmd.kind, "codex.commandExecution");
+    assert_eq!(cmd.status, EffectStatus::Confirmed);
+    assert_eq!(
+        cmd.intent,
+        json!({"command": "npm install", "cwd": "/repo"})
+    );
+    let receipt = cmd.receipt.as_ref().unwrap();
+    assert_eq!(receipt["exitCode"], 0);
+    assert_eq!(receipt["status"], "completed");
+    let patch = effect("thr_approve:turn_a1:patch_1");
+    assert_eq!(patch.status, EffectStatus::Confirmed);
+    assert_eq!(
+        patch.receipt.as_ref().unwrap()["paths"],
+        json!(["src/cart.js"])
+    );
+
+    // The turn's checkpoint carries the effects and the turn's diff as an artifact.
+    let cp = d.checkpoints.last().unwrap();
+    assert_eq!(cp.body.reason, "turn_completed");
+    assert_eq!(cp.body.effects.len(), 2);
+    let diff = d
+        .artifacts
+        .iter()
+        .find(|a| a.name == "turn-turn_a1.diff")
+        .unwrap();
+    assert_eq!(diff.media_type, "text/x-diff");
+    assert_eq!(cp.body.completed_steps[0].step, "turn_a1");
+    assert_eq!(
+        cp.body.completed_steps[0].artifact_digests,
+        std::slice::from_ref(&diff.sha256)
+    );
+
+    // Messages, plan and usage.
+    let texts: Vec<&str> = d.messages.iter().map(|m| m.text.as_str()).collect();
+    assert!(
+        texts.contains(&"Installed the dependencies and fixed the cart total."),
+        "{texts:?}"
+    );
+    assert!(
+        texts.iter().any(|t| t
+            .starts_with("Plan updated: install, then fix the total\n[x] install dependencies")),
+        "{texts:?}"
+    );
+    assert_eq!(d.task.usage.tokens, 1500);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn codex_denial_from_a_phone_reaches_codex_as_decline() {
+    let w = &World::start().await;
+    let fake = w.fake("deny");
+    let adapter = w.start_adapter(CodexArgs {
+        prompt: Some("clean the build".into()),
+        ..w.args(&fake, &["deny"])
+    });
+    let task = w.task_of("thr_deny").await;
+    let pending = w
+        .approval(&task, |d| d.status == DecisionStatus::Pending)
+        .await;
+    // Codex offered only accept and decline.
+    let offered: Vec<&str> = pending.options.iter().map(|o| o.id.as_str()).collect();
+    assert_eq!(offered, ["approve", "deny"]);
+
+    w.answer(&pending, Operation::Deny, None).await;
+    let answer = fake
+        .wait_for("the answer to request 71", is_answer_to(71))
+        .await;
+    assert_eq!(
+        answer["message"],
+        json!({"id": 71, "result": {"decision": "decline"}})
+    );
+    adapter.ended().await.unwrap();
+
+    let d = w.detail(&task).await;
+    let decision = d.decisions.iter().find(|x| x.id == pending.id).unwrap();
+    assert_eq!(decision.status, DecisionStatus::Resolved);
+    assert_eq!(
+        decision.outcome.as_ref().unwrap().option.as_deref(),
+        Some("deny")
+    );
+    assert_eq!(
+        decision.delivery.as_ref().unwrap().state,
+        DeliveryState::Acknowledged
+    );
+    let effect = d
+        .effects
+        .iter()
+        .find(|e| e.idempotency_key == "thr_deny:turn_d1:call_7")
+        .unwrap();
+    assert_eq!(effect.status, EffectStatus::Failed);
+    assert!(
+        effect.receipt.as_ref().unwrap()["error"]
+            .as_str()
+            .unwrap()
+            .starts_with("declined"),
+        "{:?}",
+        effect.receipt
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn codex_connection_loss_expires_the_pending_approval_and_resumes_the_thread() {
+    let w = &World::start().await;
+    let fake = w.fake("lost");
+    let adapter = w.start_adapter(CodexArgs {
+        prompt: Some("raise the retry count".into()),
+        ..w.args(&fake, &["lost-1", "lost-2"])
+    });
+    let task = w.task_of("thr_lost").await;
+    let pending = w
+        .approval(&task, |d| d.status == DecisionStatus::Pending)
+        .await;
+    assert_eq!(
+        pending.question,
+        "Codex wants to change 1 file: config.toml"
+    );
+    // The app-server exits before anyone answers.
+    fake.signal("approval-seen");
+
+    // It is restarted, the thread resumed, and the retried turn completes.
+    adapter.ended().await.unwrap();
+    let resumed = fake.calls("thread/resume");
+    assert_eq!(resumed.len(), 1, "{resumed:?}");
+    assert_eq!(resumed[0]["run"], 1);
+    assert_eq!(
+        resumed[0]["message"]["params"],
+        json!({"threadId": "thr_lost"})
+    );
+    assert_eq!(fake.calls("initialize").len(), 2);
+    assert!(
+        fake.received()
+            .iter()
+            .all(|e| e["message"]["id"] != 62 || e["message"].get("method").is_some()),
+        "request 62 died with its app-server; nothing may answer it"
+    );
+
+    let d = w.detail(&task).await;
+    let decision = d.decisions.iter().find(|x| x.id == pending.id).unwrap();
+    assert_eq!(decision.status, DecisionStatus::Expired);
+    let outcome = decision.outcome.as_ref().unwrap();
+    assert_eq!(
+        outcome.option, None,
+        "expired with no option: never approved"
+    );
+    assert_eq!(outcome.text.as_deref(), Some(CONNECTION_CLOSED));
+    assert!(decision.delivery.is_none());
+    // The file change was under way when the connection closed: nobody can say what happened.
+    let effect = d
+        .effects
+        .iter()
+        .find(|e| e.idempotency_key == "thr_lost:turn_l1:patch_9")
+        .unwrap();
+    assert_eq!(effect.status, EffectStatus::Unknown);
+    assert_eq!(d.task.state, TaskState::Completed);
+    assert_eq!(
+        d.attempts.len(),
+        1,
+        "the same attempt follows the resumed thread"
+    );
+    assert!(
+        d.messages
+            .iter()
+            .any(|m| m.text == "the Codex app-server restarted; the thread was resumed")
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn codex_replan_steers_the_active_turn_and_cancel_interrupts_it() {
+    let w = &World::start().await;
+    let fake = w.fake("steer");
+    let adapter = w.start_adapter(CodexArgs {
+        prompt: Some("make the checkout tests pass".into()),
+        ..w.args(&fake, &["steer"])
+    });
+    let task = w.task_of("thr_steer").await;
+    // The turn has started once Codex was asked for it.
+    fake.wait_for("turn/start", |m| m["method"] == "turn/start")
+        .await;
+
+    w.command(
+        &task,
+        Operation::Replan,
+        json!({"instructions": "fix the failing test first, leave the refactor"}),
+    )
+    .await;
+    let steer = fake
+        .wait_for("turn/steer", |m| m["method"] == "turn/steer")
+        .await;
+    assert_eq!(
+        steer["message"]["params"],
+        json!({"threadId": "thr_steer", "expectedTurnId": "turn_s1",
+               "input": [{"type": "text", "text": "fix the failing test first, leave the refactor"}]})
+    );
+
+    // Codex refuses the second steer: the refusal is told on the thread, not swallowed.
+    w.command(
+        &task,
+        Operation::Replan,
+        json!({"instructions": "also update the changelog"}),
+    )
+    .await;
+    let task_id = task.as_str();
+    let refusal = eventually("the refused steer on the thread", || async move {
+        w.detail(task_id)
+            .await
+            .messages
+            .into_iter()
+            .find(|m| m.text.contains("the active turn is not steerable"))
+    })
+    .await;
+    assert_eq!(refusal.role, "system");
+    assert!(refusal.text.contains("turn_s1"), "{}", refusal.text);
+    let steers = fake.calls("turn/steer");
+    assert_eq!(steers.len(), 2);
+    assert_eq!(steers[1]["message"]["params"]["expectedTurnId"], "turn_s1");
+
+    w.command(&task, Operation::Cancel, json!({})).await;
+    let interrupt = fake
+        .wait_for("turn/interrupt", |m| m["method"] == "turn/interrupt")
+        .await;
+    assert_eq!(
+        interrupt["message"]["params"],
+        json!({"threadId": "thr_steer", "turnId": "turn_s1"})
+    );
+    adapter.ended().await.unwrap();
+    assert_eq!(w.detail(&task).await.task.state, TaskState::Cancelled);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn codex_approval_resolved_in_codex_itself_expires_here() {
+    let w = &World::start().await;
+    let fake = w.fake("elsewhere");
+    let adapter = w.start_adapter(CodexArgs {
+        prompt: Some("push the fix".into()),
+        ..w.args(&fake, &["elsewhere"])
+    });
+    let task = w.task_of("thr_else").await;
+    let pending = w
+        .approval(&task, |d| d.status == DecisionStatus::Pending)
+        .await;
+    // No availableDecisions: every Codex decision is offered.
+    assert_eq!(pending.options.len(), 4);
+    fake.signal("approval-seen");
+
+    let expired = w
+        .approval(&task, |d| d.status != DecisionStatus::Pending)
+        .await;
+    assert_eq!(expired.status, DecisionStatus::Expired);
+    let outcome = expired.outcome.unwrap();
+    assert_eq!(outcome.option, None);
+    assert!(
+        outcome.text.unwrap().contains("serverRequest/resolved"),
+        "the reason says Codex resolved it"
+    );
+    adapter.ended().await.unwrap();
+    assert!(
+        !fake
+            .received()
+            .iter()
+            .any(|e| is_answer_to(91)(&e["message"])),
+        "nothing may answer a request Codex already resolved"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn codex_reattaching_a_thread_finds_its_task() {
+    let w = &World::start().await;
+    let first = w.fake("attach-1");
+    let adapter = w.start_adapter(CodexArgs {
+        threads: vec!["thr_attach".into()],
+        ..w.args(&first, &["attach"])
+    });
+    let task = w.task_of("thr_attach").await;
+    let key = "thr_attach:turn_t1:call_3";
+    let task_id = task.as_str();
+    eventually("the command's effect", || async move {
+        w.detail(task_id)
+            .await
+            .effects
+            .into_iter()
+            .find(|e| e.idempotency_key == key && e.status == EffectStatus::Confirmed)
+    })
+    .await;
+    adapter.stop().await.unwrap();
+    let d = w.detail(&task).await;
+    assert_eq!(d.task.title, "Codex: fix the flaky checkout test");
+    assert_eq!(d.task.state, TaskState::Queued, "released, not finished");
+    assert_eq!(
+        first.calls("thread/resume")[0]["message"]["params"],
+        json!({"threadId": "thr_attach"})
+    );
+
+    // Attaching the same thread again continues the same task with a new attempt.
+    let second = w.fake("attach-2");
+    let adapter = w.start_adapter(CodexArgs {
+        threads: vec!["thr_attach".into()],
+        ..w.args(&second, &["attach"])
+    });
+    second
+        .wait_for("thread/resume", |m| m["method"] == "thread/resume")
+        .await;
+    let d = eventually("the second attempt", || async move {
+        Some(w.detail(task_id).await).filter(|d| d.attempts.len() == 2)
+    })
+    .await;
+    assert_eq!(d.attempts[1].fence, 2);
+    adapter.stop().await.unwrap();
+    assert_eq!(w.tasks_of("thr_attach").await, std::slice::from_ref(&task));
+    let d = w.detail(&task).await;
+    assert_eq!(
+        d.effects
+            .iter()
+            .filter(|e| e.idempotency_key == key)
+            .count(),
+        1,
+        "the item seen again is the same effect"
+    );
+}

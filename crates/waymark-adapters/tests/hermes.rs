@@ -1,0 +1,372 @@
+//! The Hermes mirror against a real SQLite `state.db` built from `fixtures/hermes/*.sql` and a
+//! real control plane: sessions, messages, tool-call effects and lineage arrive, the database
+//! is never written, and a second pass adds only what is new.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime};
+
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio_util::sync::CancellationToken;
+use waymark_adapters::hermes::{self, MirrorArgs};
+use waymark_proto::{EffectStatus, FinishOutcome, TaskDetail};
+use waymark_server::{Config, DataDir, Running};
+use waymark_worker::Client;
+
+const ROOT: &str = "20260901_090000_cd34";
+const CHILD: &str = "20260901_101500_ab12";
+const BRANCH: &str = "20260901_111111_ef56";
+
+struct World {
+    dir: tempfile::TempDir,
+    server: Running,
+    client: Client,
+}
+
+impl World {
+    async fn start() -> World {
+        let dir = tempfile::tempdir().unwrap();
+        let server = waymark_server::start(
+            &DataDir::new(dir.path().join("server")),
+            "127.0.0.1:0".parse().unwrap(),
+            Config {
+                tick: Duration::from_millis(100),
+                ..Config::default()
+            },
+        )
+        .await
+        .unwrap();
+        let (token, _) =
+            waymark_server::admin::create_worker_token(&*server.state.store, "hermes", None)
+                .await
+                .unwrap();
+        let w = World {
+            client: Client::new(&server.url(), token).unwrap(),
+            server,
+            dir,
+        };
+        w.hermes_writes(&["schema.sql", "rows.sql"]).await;
+        w
+    }
+
+    fn state_db(&self) -> PathBuf {
+        self.dir.path().join("hermes/state.db")
+    }
+
+    /// Hermes writing its store (WAL, as Hermes opens it); the pool closes at the end.
+    async fn hermes_writes(&self, fixtures: &[&str]) {
+        std::fs::create_dir_all(self.state_db().parent().unwrap()).unwrap();
+        let pool = SqlitePoolOptions::new()
+            .max_connections(1)
+            .connect_with(
+                SqliteConnectOptions::new()
+                    .filename(self.state_db())
+                    .create_if_missing(true)
+                    .journal_mode(SqliteJournalMode::Wal),
+            )
+            .await
+            .unwrap();
+        for f in fixtures {
+            let sql = std::fs::read_to_string(
+                Path::new(env!("CARGO_MANIFEST_DIR"))
+                    .join("fixtures/hermes")
+                    .join(f),
+            )
+            .unwrap();
+            sqlx::raw_sql(&sql).execute(&pool).await.unwrap();
+        }
+        pool.close().await;
+    }
+
+    async fn mirror_once(&self) {
+        let args = MirrorArgs {
+            state_db: self.state_db(),
+            once: true,
+            follow: false,
+            interval_ms: 2000,
+            state_file: Some(self.dir.path().join("mirror-state.json")),
+            worker: "hermes-mirror-test".into(),
+        };
+        tokio::time::timeout(
+            Duration::from_secs(60),
+            hermes::mirror(args, self.client.clone(), CancellationToken::new()),
+        )
+        .await
+        .expect("one pass ends")
+        .unwrap();
+    }
+
+    /// The task of a Hermes session.
+    async fn task(&self, session: &str) -> TaskDetail {
+        self.find(session)
+            .await
+            .unwrap_or_else(|| panic!("no task for Hermes session {session}"))
+    }
+
+    /// The task of a Hermes session, if the mirror has made it.
+    async fn find(&self, session: &str) -> Option<TaskDetail> {
+        let (status, snap) = http(&self.server, "/v1/snapshot").await;
+        assert_eq!(status, 200, "{snap}");
+        // A task summary carries the task's fields flattened.
+        let id = snap["tasks"]
+            .as_array()?
+            .iter()
+            .map(|t| t.get("task").unwrap_or(t))
+            .find(|t| t["runtime"] == "hermes" && t["external_key"] == session)?["id"]
+            .as_str()?
+            .to_owned();
+        Some(self.client.task(&id).await.unwrap())
+    }
+
+    /// The database file's bytes (digest) and modification time.
+    fn fingerprint(&self) -> (String, SystemTime) {
+        let bytes = std::fs::read(self.state_db()).unwrap();
+        let mtime = std::fs::metadata(self.state_db())
+            .unwrap()
+            .modified()
+            .unwrap();
+        (hex::encode(Sha256::digest(&bytes)), mtime)
+    }
+}
+
+/// One GET with the admin token (this crate has no HTTP client of its own).
+async fn http(server: &Running, path: &str) -> (u16, Value) {
+    let mut stream = tokio::net::TcpStream::connect(server.addr).await.unwrap();
+    let head = format!(
+        "GET {path} HTTP/1.1\r\nhost: {}\r\nconnection: close\r\nauthorization: Bearer {}\r\n\r\n",
+        server.addr, server.admin_token
+    );
+    stream.write_all(head.as_bytes()).await.unwrap();
+    let mut raw = Vec::new();
+    stream.read_to_end(&mut raw).await.unwrap();
+    let text = String::from_utf8(raw).unwrap();
+    let (head, body) = text.split_once("\r\n\r\n").unwrap();
+    let status: u16 = head.split(' ').nth(1).unwrap().parse().unwrap();
+    let body = if head
+        .lines()
+        .any(|l| l.eq_ignore_ascii_case("transfer-encoding: chunked"))
+    {
+        let mut out = String::new();
+        let mut rest = body;
+        while let Some((size, tail)) = rest.split_once("\r\n") {
+            let n = usize::from_str_radix(size.trim(), 16).unwrap();
+            if n == 0 {
+                break;
+            }
+            out.push_str(&tail[..n]);
+            rest = &tail[n + 2..];
+        }
+        out
+    } else {
+        body.to_owned()
+    };
+    (
+        status,
+        serde_json::from_str(&body).unwrap_or(Value::String(body)),
+    )
+}
+
+fn texts(d: &TaskDetail) -> Vec<(&str, &str)> {
+    d.messages
+        .iter()
+        .map(|m| (m.role.as_str(), m.text.as_str()))
+        .collect()
+}
+
+#[tokio::test]
+async fn hermes_mirror_reads_sessions_messages_effects_and_lineage_without_writing() {
+    let w = World::start().await;
+    let before = w.fingerprint();
+    w.mirror_once().await;
+    assert_eq!(w.fingerprint(), before, "the state database was written");
+    // SQLite may leave the usual WAL side file of a reader; nothing is written into it.
+    let wal = w.state_db().with_extension("db-wal");
+    assert_eq!(std::fs::metadata(&wal).map_or(0, |m| m.len()), 0);
+
+    // The root: its messages, its tool call paired with the tool row, its end by compression.
+    let root = w.task(ROOT).await;
+    assert_eq!(root.task.title, "fix parser");
+    assert_eq!(
+        texts(&root),
+        [
+            ("user", "the parser chokes on nested lists"),
+            (
+                "assistant",
+                r#"[tool call call_1] terminal {"command":"pytest"}"#
+            ),
+            ("tool", "[tool result call_1 terminal] 1 failed, 2 passed"),
+            ("assistant", "Found it: the recursion drops the inner list."),
+        ]
+    );
+    let e = &root.effects[0];
+    assert_eq!(root.effects.len(), 1);
+    assert_eq!(e.idempotency_key, format!("{ROOT}:call_1"));
+    assert_eq!(e.kind, "tool:terminal");
+    assert_eq!(e.intent["arguments"]["command"], "pytest");
+    assert_eq!(e.status, EffectStatus::Confirmed);
+    assert_eq!(e.receipt.as_ref().unwrap()["output"], "1 failed, 2 passed");
+    assert_eq!(root.attempts.len(), 1);
+    assert_eq!(root.attempts[0].outcome, Some(FinishOutcome::Completed));
+    let cp = root.checkpoints.last().unwrap();
+    assert_eq!(cp.body.reason, "compaction");
+    assert!(cp.body.summary.as_deref().unwrap().contains(CHILD));
+
+    // The compression child: lineage first, the hidden row left out, the answered call an
+    // effect, the running one (call_3) not yet; still open, so the attempt is released.
+    let child = w.task(CHILD).await;
+    let t = texts(&child);
+    assert_eq!(
+        t[0],
+        (
+            "system",
+            "continues Hermes session `20260901_090000_cd34` after compression"
+        )
+    );
+    assert!(
+        !t.iter().any(|(_, x)| x.contains("CONTEXT SUMMARY")),
+        "{t:?}"
+    );
+    assert_eq!(t.len(), 5, "{t:?}");
+    let keys: Vec<&str> = child
+        .effects
+        .iter()
+        .map(|e| e.idempotency_key.as_str())
+        .collect();
+    assert_eq!(keys, [format!("{CHILD}:call_2").as_str()]);
+    assert_eq!(
+        child.effects[0].receipt.as_ref().unwrap()["output"],
+        "3 passed"
+    );
+    assert_eq!(child.attempts[0].outcome, Some(FinishOutcome::Released));
+
+    // The branch: a branch note, and the call it never answered left unknown.
+    let branch = w.task(BRANCH).await;
+    assert_eq!(
+        texts(&branch)[0],
+        (
+            "system",
+            "branched from Hermes session `20260901_101500_ab12`"
+        )
+    );
+    let e = &branch.effects[0];
+    assert_eq!(e.idempotency_key, format!("{BRANCH}:call_9"));
+    assert_eq!(e.status, EffectStatus::Unknown);
+    assert_eq!(branch.attempts[0].outcome, Some(FinishOutcome::Completed));
+    assert!(
+        branch.attempts[0].state.as_str() != "active",
+        "{:?}",
+        branch.attempts[0]
+    );
+}
+
+#[tokio::test]
+async fn hermes_mirror_second_once_adds_only_new_messages() {
+    let w = World::start().await;
+    w.mirror_once().await;
+    let root_before = w.task(ROOT).await;
+    let child_before = w.task(CHILD).await;
+
+    // Hermes goes on: call_3 answered, one more message, the session closed by its agent.
+    w.hermes_writes(&["rows-later.sql"]).await;
+    let written = w.fingerprint();
+    w.mirror_once().await;
+    assert_eq!(w.fingerprint(), written, "the state database was written");
+
+    let child = w.task(CHILD).await;
+    let before = texts(&child_before);
+    let after = texts(&child);
+    assert_eq!(&after[..before.len()], &before[..], "history unchanged");
+    assert_eq!(
+        &after[before.len()..],
+        [
+            ("tool", "[tool result call_3 write_file] wrote 12 lines"),
+            ("assistant", "Fixed; the changelog says how."),
+        ]
+    );
+    let mut seen = std::collections::HashSet::new();
+    assert!(
+        after.iter().all(|m| seen.insert(*m)),
+        "a duplicate: {after:?}"
+    );
+    let call_3 = child
+        .effects
+        .iter()
+        .find(|e| e.idempotency_key == format!("{CHILD}:call_3"))
+        .unwrap();
+    assert_eq!(call_3.status, EffectStatus::Confirmed);
+    assert_eq!(call_3.intent["arguments"]["path"], "CHANGELOG.md");
+    assert_eq!(child.effects.len(), 2);
+    assert_eq!(child.attempts.len(), 2);
+    assert_eq!(child.attempts[1].outcome, Some(FinishOutcome::Released));
+
+    // Nothing new in the root: no new attempt, no new message.
+    let root = w.task(ROOT).await;
+    assert_eq!(root.messages.len(), root_before.messages.len());
+    assert_eq!(root.attempts.len(), 1);
+
+    // A third pass with nothing new changes nothing.
+    w.mirror_once().await;
+    let again = w.task(CHILD).await;
+    assert_eq!(again.messages.len(), child.messages.len());
+    assert_eq!(again.attempts.len(), 2);
+}
+
+/// Polls `probe` until it yields, for at most 20 s.
+async fn wait_for<T, F, Fut>(what: &str, mut probe: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        if let Some(v) = probe().await {
+            return v;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test]
+async fn hermes_mirror_follow_keeps_one_attempt_per_open_session_and_picks_up_new_rows() {
+    let w = World::start().await;
+    let shutdown = CancellationToken::new();
+    let args = MirrorArgs {
+        state_db: w.state_db(),
+        once: false,
+        follow: true,
+        interval_ms: 100,
+        state_file: Some(w.dir.path().join("mirror-state.json")),
+        worker: "hermes-mirror-test".into(),
+    };
+    let mirror = tokio::spawn(hermes::mirror(args, w.client.clone(), shutdown.clone()));
+    let open = wait_for("the open session mirrored", || async {
+        w.find(CHILD).await.filter(|d| d.messages.len() == 5)
+    })
+    .await;
+    assert_eq!(open.attempts.len(), 1);
+    assert_eq!(open.attempts[0].state.as_str(), "active", "kept open");
+
+    // Hermes writes while the mirror follows.
+    w.hermes_writes(&["rows-later.sql"]).await;
+    let ended = wait_for("the session's end mirrored", || async {
+        let d = w.task(CHILD).await;
+        d.attempts[0].outcome.is_some().then_some(d)
+    })
+    .await;
+    assert_eq!(ended.attempts.len(), 1, "one attempt across the passes");
+    assert_eq!(ended.attempts[0].outcome, Some(FinishOutcome::Released));
+    assert_eq!(ended.messages.len(), 7);
+
+    shutdown.cancel();
+    tokio::time::timeout(Duration::from_secs(10), mirror)
+        .await
+        .expect("the mirror stops")
+        .unwrap()
+        .unwrap();
+}

@@ -1,0 +1,755 @@
+//! The OpenClaw adapter against a real control plane (in-process) and the fake gateway
+//! (`waymark-fake-openclaw`, a separate process on a real WebSocket), answered the way the
+//! companion answers: a paired device's signed command over HTTP.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use base64::Engine;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use ed25519_dalek::{Signature, VerifyingKey};
+use futures::{SinkExt, StreamExt};
+use serde_json::{Value, json};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio_tungstenite::tungstenite::Message;
+use tokio_util::sync::CancellationToken;
+use waymark_adapters::openclaw::{self, AuthPayload, DeviceKey, OpenClawArgs, OpenClawError};
+use waymark_proto::{CreateTask, Operation, TaskDetail};
+use waymark_server::{Config, DataDir, Running};
+use waymark_worker::Client;
+
+const GATEWAY_TOKEN: &str = "gw-secret";
+
+// ---- the control plane and a paired phone ----------------------------------------------------
+
+struct World {
+    dir: tempfile::TempDir,
+    server: Running,
+    client: Client,
+}
+
+impl World {
+    async fn start() -> World {
+        let dir = tempfile::tempdir().unwrap();
+        let server = waymark_server::start(
+            &DataDir::new(dir.path().join("server")),
+            "127.0.0.1:0".parse().unwrap(),
+            Config {
+                tick: Duration::from_millis(100),
+                ..Config::default()
+            },
+        )
+        .await
+        .unwrap();
+        let store = server.state.store.clone();
+        waymark_server::admin::add_user(&*store, "alice")
+            .await
+            .unwrap();
+        let (token, _) =
+            waymark_server::admin::create_worker_token(&*store, "alice-openclaw", Some("alice"))
+                .await
+                .unwrap();
+        World {
+            client: Client::new(&server.url(), token).unwrap(),
+            server,
+            dir,
+        }
+    }
+
+    async fn phone(&self) -> Phone {
+        let scopes: Vec<String> = ["view", "steer", "approve"].map(String::from).to_vec();
+        let (code, _) = waymark_server::steer::create_pairing(
+            &*self.server.state.store,
+            "alice",
+            &scopes,
+            600_000,
+        )
+        .await
+        .unwrap();
+        let key = ed25519_dalek::SigningKey::generate(&mut rand::rngs::OsRng);
+        let (status, v) = http(
+            self.server.addr,
+            "/v1/devices/pair",
+            &json!({"code": code.to_lowercase(), "name": "alice's phone",
+                    "public_key": waymark_proto::signing::public_key_b64(&key.verifying_key())}),
+        )
+        .await;
+        assert_eq!(status, 201, "{v}");
+        Phone {
+            id: v["id"].as_str().unwrap().to_owned(),
+            key,
+            addr: self.server.addr,
+        }
+    }
+
+    /// The task of an OpenClaw session (found by its key, as the adapter finds it).
+    async fn session_task(&self, key: &str) -> String {
+        self.client
+            .create_task(&CreateTask {
+                title: key.into(),
+                goal: String::new(),
+                runtime: Some("openclaw".into()),
+                budget: Default::default(),
+                plan: Vec::new(),
+                materials: Default::default(),
+                external_key: Some(key.into()),
+            })
+            .await
+            .unwrap()
+            .id
+    }
+
+    async fn detail(&self, task: &str) -> TaskDetail {
+        self.client.task(task).await.unwrap()
+    }
+
+    /// The decisions opened for one OpenClaw approval id.
+    async fn approvals_for(&self, task: &str, approval: &str) -> Vec<waymark_proto::Decision> {
+        self.detail(task)
+            .await
+            .decisions
+            .into_iter()
+            .filter(|d| d.intent.as_ref().is_some_and(|i| i["id"] == approval))
+            .collect()
+    }
+
+    fn key_path(&self) -> PathBuf {
+        self.dir.path().join("openclaw/device.json")
+    }
+}
+
+struct Phone {
+    id: String,
+    key: ed25519_dalek::SigningKey,
+    addr: SocketAddr,
+}
+
+impl Phone {
+    /// Sends a signed command; returns the server's answer.
+    async fn command(&self, task: &str, revision: i64, op: Operation, args: Value) -> Value {
+        let now = chrono::Utc::now();
+        let cmd = waymark_proto::SteerCommand {
+            command_id: waymark_proto::ids::command(),
+            task_id: Some(task.to_owned()),
+            expected_plan_revision: Some(revision),
+            operation: op,
+            scope: vec![],
+            args,
+            issued_by: "user:alice".into(),
+            device_id: self.id.clone(),
+            issued_at: now,
+            expires_at: now + chrono::Duration::minutes(10),
+        };
+        let envelope =
+            serde_json::to_value(waymark_proto::signing::sign(&cmd, &self.key).unwrap()).unwrap();
+        let (status, v) = http(self.addr, "/v1/commands", &envelope).await;
+        assert_eq!(status, 200, "{v}");
+        assert_eq!(v["status"], "applied", "{v}");
+        v
+    }
+
+    async fn approve(
+        &self,
+        w: &World,
+        task: &str,
+        decision: &waymark_proto::Decision,
+        option: &str,
+    ) {
+        let revision = w.detail(task).await.task.plan_revision;
+        self.command(
+            task,
+            revision,
+            Operation::Approve,
+            json!({"decision_id": decision.id, "intent_digest": decision.intent_digest, "option": option}),
+        )
+        .await;
+    }
+
+    async fn deny(&self, w: &World, task: &str, decision: &waymark_proto::Decision) {
+        let revision = w.detail(task).await.task.plan_revision;
+        self.command(
+            task,
+            revision,
+            Operation::Deny,
+            json!({"decision_id": decision.id, "intent_digest": decision.intent_digest}),
+        )
+        .await;
+    }
+}
+
+/// A POST with a JSON body over plain HTTP/1.1 (the crate has no HTTP client of its own).
+async fn http(addr: SocketAddr, path: &str, body: &Value) -> (u16, Value) {
+    let body = body.to_string();
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let head = format!(
+        "POST {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    );
+    s.write_all(head.as_bytes()).await.unwrap();
+    s.write_all(body.as_bytes()).await.unwrap();
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw).await.unwrap();
+    let text = String::from_utf8_lossy(&raw).into_owned();
+    let (head, rest) = text.split_once("\r\n\r\n").unwrap();
+    let status: u16 = head.split(' ').nth(1).unwrap().parse().unwrap();
+    let body = if head
+        .to_ascii_lowercase()
+        .contains("transfer-encoding: chunked")
+    {
+        let mut out = String::new();
+        let mut rest = rest;
+        while let Some((size, tail)) = rest.split_once("\r\n") {
+            let n = usize::from_str_radix(size.trim(), 16).unwrap_or(0);
+            if n == 0 {
+                break;
+            }
+            out.push_str(&tail[..n]);
+            rest = &tail[n + 2..];
+        }
+        out
+    } else {
+        rest.to_owned()
+    };
+    (
+        status,
+        serde_json::from_str(&body).unwrap_or(Value::String(body)),
+    )
+}
+
+// ---- the fake gateway and the adapter --------------------------------------------------------
+
+struct Gateway {
+    _child: tokio::process::Child,
+    port: u16,
+    record: PathBuf,
+}
+
+impl Gateway {
+    async fn start(w: &World, fixture: &str, paired: &[String]) -> Gateway {
+        let record = w.dir.path().join(format!("{fixture}.frames"));
+        let fixture =
+            Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("fixtures/openclaw/{fixture}.json"));
+        let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_waymark-fake-openclaw"));
+        cmd.arg("--fixture")
+            .arg(&fixture)
+            .arg("--record")
+            .arg(&record);
+        for k in paired {
+            cmd.arg("--paired-key").arg(k);
+        }
+        let mut child = cmd
+            .stdout(std::process::Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .await
+            .unwrap();
+        Gateway {
+            _child: child,
+            port: line.trim().parse().unwrap(),
+            record,
+        }
+    }
+
+    fn url(&self) -> String {
+        format!("ws://127.0.0.1:{}", self.port)
+    }
+
+    /// Every frame the gateway received, in order.
+    fn frames(&self) -> Vec<Value> {
+        std::fs::read_to_string(&self.record)
+            .unwrap_or_default()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
+    }
+
+    fn requests(&self, method: &str) -> Vec<Value> {
+        self.frames()
+            .into_iter()
+            .filter(|f| f["method"] == method)
+            .collect()
+    }
+
+    /// Waits until the gateway has received `n` requests of `method`.
+    async fn wait_for(&self, method: &str, n: usize) -> Vec<Value> {
+        eventually(&format!("{n} × `{method}` at the gateway"), || async {
+            let r = self.requests(method);
+            (r.len() >= n).then_some(r)
+        })
+        .await
+    }
+}
+
+struct Adapter {
+    shutdown: CancellationToken,
+    handle: tokio::task::JoinHandle<Result<(), OpenClawError>>,
+}
+
+impl Adapter {
+    fn start(w: &World, gw: &Gateway) -> Adapter {
+        let shutdown = CancellationToken::new();
+        let args = OpenClawArgs {
+            gateway: gw.url(),
+            gateway_token: Some(GATEWAY_TOKEN.into()),
+            device_key: Some(w.key_path()),
+            client_id: "gateway-client".into(),
+            client_mode: "backend".into(),
+        };
+        let handle = tokio::spawn(openclaw::run(args, w.client.clone(), shutdown.clone()));
+        Adapter { shutdown, handle }
+    }
+
+    async fn stop(self) {
+        self.shutdown.cancel();
+        let res = tokio::time::timeout(Duration::from_secs(20), self.handle)
+            .await
+            .expect("the adapter stops")
+            .unwrap();
+        assert!(res.is_ok(), "{res:?}");
+    }
+}
+
+/// Polls `check` until it yields, for up to 30 s.
+async fn eventually<T, F, Fut>(what: &str, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Some(v) = check().await {
+            return v;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// The one pending decision for `approval`, once the adapter has opened it.
+async fn pending_decision(w: &World, task: &str, approval: &str) -> waymark_proto::Decision {
+    eventually(&format!("a decision for `{approval}`"), || async {
+        w.approvals_for(task, approval).await.into_iter().next()
+    })
+    .await
+}
+
+fn paired_key(w: &World) -> String {
+    DeviceKey::load_or_create(&w.key_path())
+        .unwrap()
+        .public_key()
+}
+
+// ---- tests -----------------------------------------------------------------------------------
+
+#[tokio::test]
+async fn the_handshake_is_signed_over_the_nonce_and_an_unpaired_key_is_refused() {
+    let w = World::start().await;
+    let someone_else = {
+        let other = DeviceKey::load_or_create(&w.dir.path().join("other.json")).unwrap();
+        other.public_key()
+    };
+    let gw = Gateway::start(&w, "handshake", &[someone_else]).await;
+    let err = tokio::time::timeout(Duration::from_secs(20), Adapter::start(&w, &gw).handle)
+        .await
+        .expect("a refused connect ends the adapter")
+        .unwrap()
+        .unwrap_err();
+    let key = DeviceKey::load_or_create(&w.key_path()).unwrap();
+    let text = err.to_string();
+    // The signature and nonce were checked before pairing: a pairing refusal means they held.
+    assert!(
+        matches!(&err, OpenClawError::Refused { code, .. } if code == "PAIRING_REQUIRED"),
+        "{text}"
+    );
+    assert!(text.contains("pairing required"), "{text}");
+    assert!(text.contains(&key.device_id()), "{text}");
+    assert!(
+        text.contains(&format!(
+            "openclaw devices approve req-{}",
+            &key.device_id()[..8]
+        )),
+        "{text}"
+    );
+
+    // What went out: protocol 4, operator scopes, the token, the device signed over the nonce.
+    let connects = gw.requests("connect");
+    assert_eq!(connects.len(), 1, "a refusal is not retried");
+    let p = &connects[0]["params"];
+    assert_eq!(p["minProtocol"], 4);
+    assert_eq!(p["maxProtocol"], 4);
+    assert_eq!(p["role"], "operator");
+    assert_eq!(
+        p["scopes"],
+        json!(["operator.read", "operator.write", "operator.approvals"])
+    );
+    assert_eq!(p["auth"], json!({"token": GATEWAY_TOKEN}));
+    assert_eq!(p["device"]["id"], key.device_id());
+    assert_eq!(p["device"]["publicKey"], key.public_key());
+    let scopes: Vec<String> = serde_json::from_value(p["scopes"].clone()).unwrap();
+    let signed = AuthPayload {
+        device_id: &key.device_id(),
+        client_id: p["client"]["id"].as_str().unwrap(),
+        client_mode: p["client"]["mode"].as_str().unwrap(),
+        role: "operator",
+        scopes: &scopes,
+        signed_at_ms: p["device"]["signedAt"].as_i64().unwrap(),
+        token: GATEWAY_TOKEN,
+        nonce: p["device"]["nonce"].as_str().unwrap(),
+        platform: p["client"]["platform"].as_str().unwrap(),
+        device_family: "",
+    };
+    let pk: [u8; 32] = URL_SAFE_NO_PAD
+        .decode(key.public_key())
+        .unwrap()
+        .try_into()
+        .unwrap();
+    let sig = Signature::from_slice(
+        &URL_SAFE_NO_PAD
+            .decode(p["device"]["signature"].as_str().unwrap())
+            .unwrap(),
+    )
+    .unwrap();
+    VerifyingKey::from_bytes(&pk)
+        .unwrap()
+        .verify_strict(&signed.to_bytes(), &sig)
+        .expect("the signature covers the v3 payload with the gateway's nonce");
+
+    // The gateway checks signatures: one over another nonce is refused.
+    let mut ws = tokio_tungstenite::connect_async(gw.url()).await.unwrap().0;
+    let challenge: Value = match ws.next().await.unwrap().unwrap() {
+        Message::Text(t) => serde_json::from_str(&t).unwrap(),
+        m => panic!("{m:?}"),
+    };
+    let nonce = challenge["payload"]["nonce"].as_str().unwrap();
+    let mut forged = connects[0].clone();
+    forged["params"]["device"]["nonce"] = json!(nonce);
+    forged["params"]["device"]["signedAt"] = json!(chrono::Utc::now().timestamp_millis());
+    let forged_sig = key.sign(&AuthPayload {
+        nonce: "n-stale",
+        signed_at_ms: forged["params"]["device"]["signedAt"].as_i64().unwrap(),
+        ..signed
+    });
+    forged["params"]["device"]["signature"] = json!(forged_sig);
+    ws.send(Message::text(forged.to_string())).await.unwrap();
+    let res: Value = match ws.next().await.unwrap().unwrap() {
+        Message::Text(t) => serde_json::from_str(&t).unwrap(),
+        m => panic!("{m:?}"),
+    };
+    assert_eq!(res["ok"], false, "{res}");
+    assert_eq!(
+        res["error"]["code"], "DEVICE_AUTH_SIGNATURE_INVALID",
+        "{res}"
+    );
+}
+
+#[tokio::test]
+async fn an_approval_answered_on_a_phone_is_resolved_in_openclaw_and_acknowledged() {
+    let w = World::start().await;
+    let gw = Gateway::start(&w, "approval", &[paired_key(&w)]).await;
+    let adapter = Adapter::start(&w, &gw);
+    let phone = w.phone().await;
+    let task = w.session_task("agent:main:main").await;
+    let d = pending_decision(&w, &task, "ap_1").await;
+    assert_eq!(d.status, waymark_proto::DecisionStatus::Pending);
+    assert_eq!(
+        d.durability,
+        Some(waymark_proto::ApprovalDurability::ConnectionBound)
+    );
+    assert_eq!(
+        d.options.iter().map(|o| o.id.as_str()).collect::<Vec<_>>(),
+        ["approve", "approve_always", "deny"]
+    );
+    assert_eq!(
+        d.question,
+        "OpenClaw wants to run `rm -rf build` in `/repo` (agent `main`)"
+    );
+    let intent = d.intent.clone().unwrap();
+    assert_eq!(intent["request"]["command"], "rm -rf build");
+    // Our expiry follows the gateway's (plus grace), not the server's one-hour default.
+    let gateway_expiry = intent["expiresAtMs"].as_i64().unwrap();
+    let ours = d.expires_at.timestamp_millis();
+    assert!(
+        ours > gateway_expiry && ours <= gateway_expiry + 31_000,
+        "{ours} vs {gateway_expiry}"
+    );
+
+    phone.approve(&w, &task, &d, "approve").await;
+    let resolves = gw.wait_for("exec.approval.resolve", 1).await;
+    let mut sent = resolves[0].clone();
+    assert!(sent["id"].as_str().is_some_and(|id| !id.is_empty()));
+    sent["id"] = json!("<any>");
+    assert_eq!(
+        sent,
+        json!({"type": "req", "id": "<any>", "method": "exec.approval.resolve",
+               "params": {"id": "ap_1", "decision": "allow-once", "idempotencyKey": format!("waymark:{}", d.id)}})
+    );
+    let done = eventually("the delivery acknowledged", || async {
+        let d = w.approvals_for(&task, "ap_1").await.remove(0);
+        d.delivery
+            .clone()
+            .filter(|x| x.state == waymark_proto::DeliveryState::Acknowledged)
+            .map(|_| d)
+    })
+    .await;
+    assert_eq!(done.status, waymark_proto::DecisionStatus::Resolved);
+    assert_eq!(waymark_worker::chosen_option(&done), Some("approve"));
+    let detail = done.delivery.unwrap().detail.unwrap();
+    assert!(
+        detail.starts_with("exec.approval.resolved: allow-once"),
+        "{detail}"
+    );
+    assert_eq!(
+        gw.requests("exec.approval.resolve").len(),
+        1,
+        "answered once"
+    );
+    adapter.stop().await;
+}
+
+#[tokio::test]
+async fn tools_messages_and_the_task_ledger_are_mirrored_and_a_seq_gap_backfills() {
+    let w = World::start().await;
+    let gw = Gateway::start(&w, "mirror", &[]).await;
+    let adapter = Adapter::start(&w, &gw);
+    let task = w.session_task("agent:main:main").await;
+    let detail = eventually("the session mirrored", || async {
+        let d = w.detail(&task).await;
+        let all_green = d.messages.iter().any(|m| m.text == "All green.");
+        let settled = d.effects.len() == 2 && d.effects.iter().all(|e| e.status.is_terminal());
+        (all_green && settled).then_some(d)
+    })
+    .await;
+    let by_key = |k: &str| {
+        detail
+            .effects
+            .iter()
+            .find(|e| e.idempotency_key == k)
+            .unwrap()
+    };
+    let ok = by_key("agent:main:main:run_5:call_1");
+    assert_eq!(ok.status, waymark_proto::EffectStatus::Confirmed);
+    assert_eq!(ok.kind, "openclaw.exec");
+    assert_eq!(ok.intent["args"], json!({"command": "npm test"}));
+    assert_eq!(ok.receipt, Some(json!({"result": "3 passed"})));
+    let failed = by_key("agent:main:main:run_5:call_2");
+    assert_eq!(failed.status, waymark_proto::EffectStatus::Failed);
+    assert_eq!(failed.receipt, Some(json!({"error": "remote rejected"})));
+
+    let texts: Vec<(&str, &str)> = detail
+        .messages
+        .iter()
+        .map(|m| (m.role.as_str(), m.text.as_str()))
+        .collect();
+    assert!(
+        texts.contains(&("assistant", "Running the tests.")),
+        "{texts:?}"
+    );
+    let ledger: Vec<&str> = texts
+        .iter()
+        .filter(|(_, t)| t.starts_with("OpenClaw task"))
+        .map(|(_, t)| *t)
+        .collect();
+    assert_eq!(
+        ledger,
+        [
+            "OpenClaw task `task_7` (subagent): running; child session `agent:main:subagent:x`; run `run_5`",
+            "OpenClaw task `task_7` (subagent): completed; child session `agent:main:subagent:x`; run `run_5`",
+        ],
+        "one note per status, none repeated by the backfill after the gap"
+    );
+    // The child session is a task of its own.
+    let child = w.session_task("agent:main:subagent:x").await;
+    assert_ne!(child, task);
+    assert_eq!(w.detail(&child).await.task.title, "run the suite");
+    // The last event skipped three seqs: the adapter backfilled on the same connection.
+    gw.wait_for("sessions.list", 2).await;
+    assert_eq!(gw.requests("connect").len(), 1);
+    adapter.stop().await;
+}
+
+#[tokio::test]
+async fn a_dropped_connection_backfills_without_duplicates_and_resends_the_answer() {
+    let w = World::start().await;
+    let gw = Gateway::start(&w, "reconnect", &[paired_key(&w)]).await;
+    let adapter = Adapter::start(&w, &gw);
+    let phone = w.phone().await;
+    let task = w.session_task("agent:main:main").await;
+    // The first connection drops right after its backfill; the second backfills again.
+    gw.wait_for("sessions.subscribe", 2).await;
+    let ap1 = w.approvals_for(&task, "ap_1").await;
+    let ap2 = w.approvals_for(&task, "ap_2").await;
+    assert_eq!(
+        ap1.len(),
+        1,
+        "ap_1 (listed on both connections) opened once"
+    );
+    assert_eq!(ap2.len(), 1, "ap_2 (requested, then listed) opened once");
+    assert_eq!(
+        ap1[0].status,
+        waymark_proto::DecisionStatus::Pending,
+        "a dropped connection expires nothing"
+    );
+    assert_eq!(ap2[0].status, waymark_proto::DecisionStatus::Pending);
+
+    // Reconnects use the device token the gateway issued, kept beside the key.
+    let key = DeviceKey::load_or_create(&w.key_path()).unwrap();
+    let tokens: Value = serde_json::from_slice(&std::fs::read(key.token_path()).unwrap()).unwrap();
+    let issued = tokens["tokens"][gw.url()]["deviceToken"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let connects = gw.requests("connect");
+    assert_eq!(
+        connects[0]["params"]["auth"],
+        json!({"token": GATEWAY_TOKEN})
+    );
+    assert_eq!(
+        connects[1]["params"]["auth"],
+        json!({"token": GATEWAY_TOKEN, "deviceToken": issued})
+    );
+
+    // The second connection drops on the answer before resolving it; the third gets it again.
+    phone.approve(&w, &task, &ap1[0], "approve_always").await;
+    let resolves = gw.wait_for("exec.approval.resolve", 2).await;
+    for r in &resolves {
+        assert_eq!(
+            r["params"],
+            json!({"id": "ap_1", "decision": "allow-always", "idempotencyKey": format!("waymark:{}", ap1[0].id)})
+        );
+    }
+    let acked = eventually("the resent answer acknowledged", || async {
+        let d = w.approvals_for(&task, "ap_1").await.remove(0);
+        d.delivery
+            .clone()
+            .filter(|x| x.state == waymark_proto::DeliveryState::Acknowledged)
+    })
+    .await;
+    assert_eq!(
+        acked.detail.as_deref(),
+        Some("exec.approval.resolved: allow-always by waymark-adapter")
+    );
+    assert_eq!(gw.requests("connect").len(), 3);
+    assert_eq!(
+        w.approvals_for(&task, "ap_1").await.len(),
+        1,
+        "still one decision for ap_1"
+    );
+    assert_eq!(
+        w.approvals_for(&task, "ap_2").await[0].status,
+        waymark_proto::DecisionStatus::Pending
+    );
+    adapter.stop().await;
+}
+
+#[tokio::test]
+async fn a_replan_steers_the_session_and_a_cancel_aborts_it() {
+    let w = World::start().await;
+    let gw = Gateway::start(&w, "steer", &[paired_key(&w)]).await;
+    let adapter = Adapter::start(&w, &gw);
+    let phone = w.phone().await;
+    gw.wait_for("sessions.subscribe", 1).await;
+    let task = w.session_task("agent:main:main").await;
+    let revision = w.detail(&task).await.task.plan_revision;
+    phone
+        .command(
+            &task,
+            revision,
+            Operation::Replan,
+            json!({"instructions": "keep the public API; only split the lexer"}),
+        )
+        .await;
+    let steers = gw.wait_for("sessions.steer", 1).await;
+    assert_eq!(
+        steers[0]["params"],
+        json!({"key": "agent:main:main", "message": "keep the public API; only split the lexer",
+               "idempotencyKey": format!("waymark:{task}:r{}", revision + 1)})
+    );
+    phone
+        .command(&task, revision + 1, Operation::Cancel, json!({}))
+        .await;
+    let aborts = gw.wait_for("sessions.abort", 1).await;
+    assert_eq!(aborts[0]["params"], json!({"key": "agent:main:main"}));
+    assert_eq!(gw.requests("sessions.steer").len(), 1, "steered once");
+    adapter.stop().await;
+}
+
+#[tokio::test]
+async fn approvals_closed_in_openclaw_expire_ours_never_approve_them() {
+    let w = World::start().await;
+    let gw = Gateway::start(&w, "elsewhere", &[]).await;
+    let adapter = Adapter::start(&w, &gw);
+    let task = w.session_task("agent:main:main").await;
+    let closed = |approval: &'static str| {
+        let (w, task) = (&w, &task);
+        async move {
+            eventually(&format!("`{approval}` expired"), || async move {
+                w.approvals_for(task, approval)
+                    .await
+                    .into_iter()
+                    .find(|d| d.status == waymark_proto::DecisionStatus::Expired)
+            })
+            .await
+        }
+    };
+    // Answered in OpenClaw's own UI first.
+    let ap3 = closed("ap_3").await;
+    let out = ap3.outcome.unwrap();
+    assert_eq!(out.option, None, "no option applies");
+    assert_eq!(out.by, "runtime");
+    assert_eq!(
+        out.text.as_deref(),
+        Some(
+            "answered in OpenClaw itself (deny by openclaw-control-ui) before anyone answered here"
+        )
+    );
+    // Timed out in the gateway (1.5 s).
+    let ap4 = closed("ap_4").await;
+    let out = ap4.outcome.unwrap();
+    assert_eq!(out.option, None);
+    assert_eq!(out.text.as_deref(), Some("it timed out in OpenClaw"));
+    assert!(
+        gw.requests("exec.approval.resolve").is_empty(),
+        "nothing answered for anyone"
+    );
+    adapter.stop().await;
+}
+
+#[tokio::test]
+async fn a_gateway_that_takes_no_idempotency_key_gets_the_resolve_without_it() {
+    let w = World::start().await;
+    let gw = Gateway::start(&w, "strict", &[]).await;
+    let adapter = Adapter::start(&w, &gw);
+    let phone = w.phone().await;
+    let task = w.session_task("agent:main:main").await;
+    let d = pending_decision(&w, &task, "ap_1").await;
+    phone.deny(&w, &task, &d).await;
+    let resolves = gw.wait_for("exec.approval.resolve", 2).await;
+    assert_eq!(
+        resolves[0]["params"],
+        json!({"id": "ap_1", "decision": "deny", "idempotencyKey": format!("waymark:{}", d.id)})
+    );
+    assert_eq!(
+        resolves[1]["params"],
+        json!({"id": "ap_1", "decision": "deny"})
+    );
+    let delivery = eventually("the delivery acknowledged", || async {
+        let d = w.approvals_for(&task, "ap_1").await.remove(0);
+        d.delivery
+            .clone()
+            .filter(|x| x.state == waymark_proto::DeliveryState::Acknowledged)
+    })
+    .await;
+    assert_eq!(
+        delivery.detail.as_deref(),
+        Some("exec.approval.resolved: deny by waymark-adapter")
+    );
+    adapter.stop().await;
+}
