@@ -11,7 +11,7 @@ use std::sync::{Arc, LazyLock, Mutex};
 use std::time::Duration;
 
 use axum::Json as Out;
-use axum::extract::{Path, Query, State};
+use axum::extract::{Path, State};
 use regex::Regex;
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -21,7 +21,7 @@ use waymark_store::DecisionRow;
 
 use crate::auth::{Caller, WorkerCaller};
 use crate::error::{ApiError, ApiResult};
-use crate::extract::Json;
+use crate::extract::{Json, Query};
 use crate::worker::{self, invalid};
 use crate::{AppState, now_ms};
 
