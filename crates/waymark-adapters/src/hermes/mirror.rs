@@ -178,9 +178,13 @@ impl Mirror {
             }
             match self.session(s, &sessions).await {
                 Ok(()) => {}
+                // Unreachable, or the attempt's lease ran out meanwhile: the next pass tries
+                // again (a new attempt), from what the state file says was mirrored.
+                Err(HermesError::ControlPlane(e)) if passing(&e) => {
+                    return Err(HermesError::ControlPlane(e));
+                }
                 Err(HermesError::ControlPlane(e)) => {
                     tracing::warn!(session = %s.id, error = %e, "the control plane refused this session; it is no longer mirrored");
-                    self.runs.remove(&s.id);
                     self.refused.insert(s.id.clone());
                 }
                 Err(e) => return Err(e),
@@ -247,15 +251,17 @@ impl Mirror {
             }
         };
         if !new.is_empty() {
+            // Effects first: repeating one is harmless, so a failure here leaves nothing to
+            // duplicate on the next pass.
             let calls = self.db.tool_calls(&s.id).await?;
-            let texts: Vec<NewMessage> = new.iter().filter_map(message_of).collect();
-            for batch in texts.chunks(BATCH) {
-                run.messages(batch.to_vec()).await?;
-            }
             for m in new.iter().filter(|m| m.role == "tool") {
                 if let Some(call_id) = &m.tool_call_id {
                     record_effect(&run, &s.id, call_id, calls.get(call_id), Some(m)).await?;
                 }
+            }
+            let texts: Vec<NewMessage> = new.iter().filter_map(message_of).collect();
+            for batch in texts.chunks(BATCH) {
+                run.messages(batch.to_vec()).await?;
             }
             mark.last_message_id = new.last().map_or(last, |m| m.id);
             self.state.put(&s.id, mark.clone())?;
@@ -302,6 +308,17 @@ impl Mirror {
             .await?;
         }
         Ok(())
+    }
+}
+
+/// A control-plane failure that a later pass may not meet: the server was away, or the
+/// attempt's lease ran out between passes.
+fn passing(e: &waymark_worker::Error) -> bool {
+    use waymark_worker::Error;
+    match e {
+        Error::Unreachable { .. } | Error::Transport(_) | Error::LeaseLost { .. } => true,
+        Error::Refused { problem } => problem.code == waymark_proto::ErrorCode::Unavailable,
+        _ => false,
     }
 }
 
