@@ -2,83 +2,33 @@
 //! `fixtures/acp/`) and a real control plane; approvals are answered the way the companion
 //! answers them, with a paired device's signed commands.
 
+mod support;
+
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use support::{ControlPlane, Phone, eventually};
 use tokio_util::sync::CancellationToken;
 use waymark_adapters::acp::{self, AcpArgs, AcpError};
 use waymark_proto::{
     DecisionStatus, DeliveryState, EffectStatus, FinishOutcome, Operation, TaskDetail,
 };
-use waymark_server::{Config, DataDir, Running};
-use waymark_worker::Client;
 
 struct World {
-    dir: tempfile::TempDir,
-    server: Running,
-    client: Client,
-    device: Device,
-}
-
-struct Device {
-    id: String,
-    key: ed25519_dalek::SigningKey,
+    cp: ControlPlane,
+    phone: Phone,
 }
 
 impl World {
     async fn start() -> World {
-        let dir = tempfile::tempdir().unwrap();
-        let server = waymark_server::start(
-            &DataDir::new(dir.path().join("server")),
-            "127.0.0.1:0".parse().unwrap(),
-            Config {
-                tick: Duration::from_millis(100),
-                ..Config::default()
-            },
-        )
-        .await
-        .unwrap();
-        let store = server.state.store.clone();
-        let (token, user) = waymark_server::admin::create_worker_token(&*store, "acp", None)
-            .await
-            .unwrap();
-        let (code, _) = waymark_server::steer::create_pairing(
-            &*store,
-            &user.name,
-            &["view".into(), "steer".into(), "approve".into()],
-            600_000,
-        )
-        .await
-        .unwrap();
-        let key = ed25519_dalek::SigningKey::generate(&mut rand::rngs::OsRng);
-        let (status, paired) = http(
-            &server,
-            "POST",
-            "/v1/devices/pair",
-            None,
-            Some(json!({
-                "code": code.to_lowercase(),
-                "name": "alice's phone",
-                "public_key": waymark_proto::signing::public_key_b64(&key.verifying_key()),
-            })),
-        )
-        .await;
-        assert_eq!(status, 201, "{paired}");
-        World {
-            client: Client::new(&server.url(), token).unwrap(),
-            device: Device {
-                id: paired["id"].as_str().unwrap().to_owned(),
-                key,
-            },
-            dir,
-            server,
-        }
+        let cp = ControlPlane::start("acp").await;
+        let phone = cp.phone().await;
+        World { cp, phone }
     }
 
     fn path(&self, name: &str) -> PathBuf {
-        self.dir.path().join(name)
+        self.cp.dir.path().join(name)
     }
 
     /// The adapter's arguments for a scenario, recording what the fake agent receives.
@@ -94,7 +44,7 @@ impl World {
                 self.path("received.jsonl").display(),
                 self.path("gate").display(),
             ),
-            cwd: Some(self.dir.path().to_owned()),
+            cwd: Some(self.cp.dir.path().to_owned()),
             prompt: "clean up the build and run the tests".into(),
             runtime: runtime.into(),
             title: None,
@@ -114,68 +64,29 @@ impl World {
 
     /// The task of an ACP session, once the adapter has created it.
     async fn task_of(&self, runtime: &str, session: &str) -> String {
-        wait_for(&format!("the task of session `{session}`"), || async {
-            let (_, snap) = http(
-                &self.server,
-                "GET",
-                "/v1/snapshot",
-                Some(&self.server.admin_token),
-                None,
-            )
-            .await;
-            snap["tasks"].as_array()?.iter().find_map(|t| {
-                // A task summary carries the task's fields flattened.
-                let t = t.get("task").unwrap_or(t);
-                (t["runtime"] == runtime && t["external_key"] == session)
-                    .then(|| t["id"].as_str().unwrap().to_owned())
-            })
-        })
-        .await
+        self.cp.task_of(runtime, session).await
     }
 
     async fn detail(&self, task: &str) -> TaskDetail {
-        self.client.task(task).await.unwrap()
+        self.cp.detail(task).await
     }
 
     /// A signed device command, submitted as the companion does; returns the HTTP status and
     /// the command result.
     async fn submit(&self, task: &str, op: Operation, args: Value) -> (u16, Value) {
         let revision = self.detail(task).await.task.plan_revision;
-        let now = chrono::Utc::now();
-        let cmd = waymark_proto::SteerCommand {
-            command_id: waymark_proto::ids::command(),
-            task_id: Some(task.to_owned()),
-            expected_plan_revision: Some(revision),
-            operation: op,
-            scope: vec![],
-            args,
-            issued_by: "user:admin".into(),
-            device_id: self.device.id.clone(),
-            issued_at: now,
-            expires_at: now + chrono::Duration::minutes(10),
-        };
-        let envelope = waymark_proto::signing::sign(&cmd, &self.device.key).unwrap();
-        http(
-            &self.server,
-            "POST",
-            "/v1/commands",
-            None,
-            Some(serde_json::to_value(envelope).unwrap()),
-        )
-        .await
+        self.phone.submit(task, revision, op, args).await
     }
 
     /// A signed device command that must apply.
     async fn command(&self, task: &str, op: Operation, args: Value) -> Value {
-        let (status, body) = self.submit(task, op, args).await;
-        assert_eq!(status, 200, "{body}");
-        assert_eq!(body["status"], "applied", "{body}");
-        body
+        let revision = self.detail(task).await.task.plan_revision;
+        self.phone.command(task, revision, op, args).await
     }
 
     /// Answers the task's one pending approval from the paired device.
     async fn answer(&self, task: &str, op: Operation, option: Option<&str>) -> String {
-        let d = wait_for("a pending approval", || async {
+        let d = eventually("a pending approval", || async {
             self.detail(task)
                 .await
                 .decisions
@@ -192,80 +103,8 @@ impl World {
     }
 }
 
-/// Polls `probe` until it yields, for at most 20 s.
-async fn wait_for<T, F, Fut>(what: &str, mut probe: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Option<T>>,
-{
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-    loop {
-        if let Some(v) = probe().await {
-            return v;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "timed out waiting for {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
-/// One HTTP/1.1 exchange with the control plane (this crate has no HTTP client of its own).
-async fn http(
-    server: &Running,
-    method: &str,
-    path: &str,
-    token: Option<&str>,
-    body: Option<Value>,
-) -> (u16, Value) {
-    let mut stream = tokio::net::TcpStream::connect(server.addr).await.unwrap();
-    let body = body.map(|b| b.to_string()).unwrap_or_default();
-    let mut head = format!(
-        "{method} {path} HTTP/1.1\r\nhost: {}\r\nconnection: close\r\ncontent-length: {}\r\n",
-        server.addr,
-        body.len()
-    );
-    if !body.is_empty() {
-        head.push_str("content-type: application/json\r\n");
-    }
-    if let Some(t) = token {
-        head.push_str(&format!("authorization: Bearer {t}\r\n"));
-    }
-    head.push_str("\r\n");
-    stream.write_all(head.as_bytes()).await.unwrap();
-    stream.write_all(body.as_bytes()).await.unwrap();
-    let mut raw = Vec::new();
-    stream.read_to_end(&mut raw).await.unwrap();
-    let text = String::from_utf8(raw).unwrap();
-    let (head, rest) = text.split_once("\r\n\r\n").unwrap();
-    let status: u16 = head.split(' ').nth(1).unwrap().parse().unwrap();
-    let chunked = head
-        .lines()
-        .any(|l| l.eq_ignore_ascii_case("transfer-encoding: chunked"));
-    let body = if chunked {
-        let mut out = String::new();
-        let mut rest = rest;
-        while let Some((size, tail)) = rest.split_once("\r\n") {
-            let n = usize::from_str_radix(size.trim(), 16).unwrap();
-            if n == 0 {
-                break;
-            }
-            out.push_str(&tail[..n]);
-            rest = &tail[n + 2..];
-        }
-        out
-    } else {
-        rest.to_owned()
-    };
-    (
-        status,
-        serde_json::from_str(&body).unwrap_or(Value::String(body)),
-    )
-}
-
 fn start(world: &World, args: AcpArgs) -> tokio::task::JoinHandle<Result<(), AcpError>> {
-    let client = world.client.clone();
+    let client = world.cp.client.clone();
     tokio::spawn(async move { acp::run(args, client, CancellationToken::new()).await })
 }
 
@@ -390,7 +229,7 @@ async fn acp_agent_exit_with_a_pending_approval_expires_it_never_approved() {
     let w = World::start().await;
     let adapter = start(&w, w.args("agent-exits.json", "acp"));
     let task = w.task_of("acp", "sess-exit").await;
-    let decision = wait_for("the approval", || async {
+    let decision = eventually("the approval", || async {
         w.detail(&task)
             .await
             .decisions
@@ -438,7 +277,7 @@ async fn acp_replan_cancels_the_turn_and_prompts_again_with_the_instructions() {
     let w = World::start().await;
     let adapter = start(&w, w.args("replan.json", "acp"));
     let task = w.task_of("acp", "sess-replan").await;
-    wait_for("the first turn under way", || async {
+    eventually("the first turn under way", || async {
         w.detail(&task)
             .await
             .messages
@@ -564,7 +403,7 @@ async fn acp_cancel_sends_session_cancel_and_answers_the_open_request_cancelled(
     let w = World::start().await;
     let adapter = start(&w, w.args("cancel.json", "acp"));
     let task = w.task_of("acp", "sess-cancel").await;
-    let decision = wait_for("the approval", || async {
+    let decision = eventually("the approval", || async {
         w.detail(&task)
             .await
             .decisions

@@ -3,21 +3,20 @@
 //! `fixtures/codex/`). People answer from a paired device with signed commands, as the
 //! companion does; what the Codex side received is read back from the fake's record.
 
-use std::net::SocketAddr;
+mod support;
+
 use std::path::PathBuf;
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use support::{ControlPlane, Phone, eventually};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use waymark_adapters::codex::{self, CONNECTION_CLOSED, CodexArgs, CodexError};
 use waymark_proto::{
-    Decision, DecisionKind, DecisionStatus, DeliveryState, EffectStatus, Operation, SteerCommand,
-    TaskDetail, TaskState,
+    Decision, DecisionKind, DecisionStatus, DeliveryState, EffectStatus, Operation, TaskDetail,
+    TaskState,
 };
-use waymark_server::{Config, DataDir, Running};
-use waymark_worker::Client;
 
 const FAKE: &str = env!("CARGO_BIN_EXE_waymark-fake-codex");
 
@@ -25,84 +24,20 @@ fn fixture(name: &str) -> String {
     format!("{}/fixtures/codex/{name}.jsonl", env!("CARGO_MANIFEST_DIR"))
 }
 
-/// Polls `probe` until it answers (bounded: a test that waits longer has failed).
-async fn eventually<T, F, Fut>(what: &str, mut probe: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Option<T>>,
-{
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    loop {
-        if let Some(v) = probe().await {
-            return v;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "timed out waiting for {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
-/// A control plane with alice, her worker token and her paired phone.
 struct World {
-    dir: tempfile::TempDir,
-    server: Running,
-    client: Client,
-    device_id: String,
-    device_key: ed25519_dalek::SigningKey,
+    cp: ControlPlane,
+    phone: Phone,
 }
 
 impl World {
     async fn start() -> World {
-        let dir = tempfile::tempdir().unwrap();
-        let server = waymark_server::start(
-            &DataDir::new(dir.path().join("server")),
-            "127.0.0.1:0".parse().unwrap(),
-            Config {
-                tick: Duration::from_millis(100),
-                ..Config::default()
-            },
-        )
-        .await
-        .unwrap();
-        let store = server.state.store.clone();
-        waymark_server::admin::add_user(&*store, "alice")
-            .await
-            .unwrap();
-        let (token, _) =
-            waymark_server::admin::create_worker_token(&*store, "codex-adapter", Some("alice"))
-                .await
-                .unwrap();
-        let scopes = ["view", "steer", "approve"].map(String::from);
-        let (code, _) = waymark_server::steer::create_pairing(&*store, "alice", &scopes, 600_000)
-            .await
-            .unwrap();
-        let device_key = ed25519_dalek::SigningKey::generate(&mut rand::rngs::OsRng);
-        let (status, paired) = http(
-            server.addr,
-            "POST",
-            "/v1/devices/pair",
-            None,
-            Some(
-                &json!({"code": code.to_lowercase(), "name": "alice's phone",
-                "public_key": waymark_proto::signing::public_key_b64(&device_key.verifying_key())}),
-            ),
-        )
-        .await;
-        assert_eq!(status, 201, "{paired}");
-        World {
-            client: Client::new(&server.url(), token).unwrap(),
-            device_id: paired["id"].as_str().unwrap().to_owned(),
-            device_key,
-            server,
-            dir,
-        }
+        let cp = ControlPlane::start("codex-adapter").await;
+        let phone = cp.phone().await;
+        World { cp, phone }
     }
 
-    /// A fake app-server whose record and signals live in their own directory.
     fn fake(&self, name: &str) -> Fake {
-        let dir = self.dir.path().join(name);
+        let dir = self.cp.dir.path().join(name);
         std::fs::create_dir_all(&dir).unwrap();
         Fake { dir }
     }
@@ -114,14 +49,14 @@ impl World {
         }
         CodexArgs {
             app_server_cmd: cmd,
-            cwd: Some(self.dir.path().to_path_buf()),
+            cwd: Some(self.cp.dir.path().to_path_buf()),
             ..CodexArgs::new()
         }
     }
 
     fn start_adapter(&self, args: CodexArgs) -> Adapter {
         let shutdown = CancellationToken::new();
-        let handle = tokio::spawn(codex::run(args, self.client.clone(), shutdown.clone()));
+        let handle = tokio::spawn(codex::run(args, self.cp.client.clone(), shutdown.clone()));
         Adapter { handle, shutdown }
     }
 
@@ -135,24 +70,13 @@ impl World {
 
     /// Every task whose runtime key is the thread's id.
     async fn tasks_of(&self, thread: &str) -> Vec<String> {
-        let admin = self.server.admin_token.clone();
-        let (status, snap) =
-            http(self.server.addr, "GET", "/v1/snapshot", Some(&admin), None).await;
-        assert_eq!(status, 200, "{snap}");
-        snap["tasks"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .filter(|t| t["runtime"] == "codex" && t["external_key"] == thread)
-            .map(|t| t["id"].as_str().unwrap().to_owned())
-            .collect()
+        self.cp.tasks_of("codex", thread).await
     }
 
     async fn detail(&self, task: &str) -> TaskDetail {
-        self.client.task(task).await.unwrap()
+        self.cp.detail(task).await
     }
 
-    /// The task's only approval, once `pred` holds for it.
     async fn approval(&self, task: &str, pred: impl Fn(&Decision) -> bool) -> Decision {
         let pred = &pred;
         eventually("the approval", || async move {
@@ -168,35 +92,9 @@ impl World {
     /// A signed command from alice's phone, as the companion sends it; must apply.
     async fn command(&self, task: &str, operation: Operation, args: Value) {
         let revision = self.detail(task).await.task.plan_revision;
-        let now = chrono::Utc::now();
-        let cmd = SteerCommand {
-            command_id: waymark_proto::ids::command(),
-            task_id: Some(task.to_owned()),
-            expected_plan_revision: Some(revision),
-            operation,
-            scope: vec![],
-            args,
-            issued_by: "user:alice".into(),
-            device_id: self.device_id.clone(),
-            issued_at: now,
-            expires_at: now + chrono::Duration::minutes(10),
-        };
-        let envelope =
-            serde_json::to_value(waymark_proto::signing::sign(&cmd, &self.device_key).unwrap())
-                .unwrap();
-        let (status, res) = http(
-            self.server.addr,
-            "POST",
-            "/v1/commands",
-            None,
-            Some(&envelope),
-        )
-        .await;
-        assert_eq!(status, 200, "{res}");
-        assert_eq!(res["status"], "applied", "{res}");
+        self.phone.command(task, revision, operation, args).await;
     }
 
-    /// Answers an approval from the phone: `approve`/`deny`, with the runtime's own option.
     async fn answer(&self, d: &Decision, operation: Operation, option: Option<&str>) {
         let mut args = json!({"decision_id": d.id, "intent_digest": d.intent_digest});
         if let Some(o) = option {
@@ -275,57 +173,6 @@ fn is_answer_to(id: i64) -> impl Fn(&Value) -> bool {
 }
 
 /// One HTTP/1.1 exchange with the control plane (this crate has no HTTP client dependency).
-async fn http(
-    addr: SocketAddr,
-    method: &str,
-    path: &str,
-    token: Option<&str>,
-    body: Option<&Value>,
-) -> (u16, Value) {
-    let body = body.map(|b| b.to_string()).unwrap_or_default();
-    let mut head = format!(
-        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Length: {}\r\n",
-        body.len()
-    );
-    if !body.is_empty() {
-        head.push_str("Content-Type: application/json\r\n");
-    }
-    if let Some(t) = token {
-        head.push_str(&format!("Authorization: Bearer {t}\r\n"));
-    }
-    head.push_str("\r\n");
-    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
-    s.write_all(head.as_bytes()).await.unwrap();
-    s.write_all(body.as_bytes()).await.unwrap();
-    let mut raw = Vec::new();
-    s.read_to_end(&mut raw).await.unwrap();
-    let split = raw
-        .windows(4)
-        .position(|w| w == b"\r\n\r\n")
-        .expect("an HTTP response head");
-    let head = String::from_utf8_lossy(&raw[..split]).to_lowercase();
-    let status: u16 = head.split_whitespace().nth(1).unwrap().parse().unwrap();
-    let mut payload = raw[split + 4..].to_vec();
-    if head.contains("transfer-encoding: chunked") {
-        let mut out = Vec::new();
-        let mut rest = &payload[..];
-        loop {
-            let eol = rest.windows(2).position(|w| w == b"\r\n").unwrap();
-            let size = usize::from_str_radix(std::str::from_utf8(&rest[..eol]).unwrap().trim(), 16)
-                .unwrap();
-            if size == 0 {
-                break;
-            }
-            out.extend_from_slice(&rest[eol + 2..eol + 2 + size]);
-            rest = &rest[eol + 2 + size + 2..];
-        }
-        payload = out;
-    }
-    let value = serde_json::from_slice(&payload)
-        .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&payload).into_owned()));
-    (status, value)
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn codex_approval_from_a_phone_reaches_codex_as_accept_for_session_and_counts_once_resolved()
 {

@@ -2,57 +2,37 @@
 //! real control plane: sessions, messages, tool-call effects and lineage arrive, the database
 //! is never written, and a second pass adds only what is new.
 
+mod support;
+
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
-use serde_json::Value;
 use sha2::{Digest, Sha256};
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use support::{ControlPlane, eventually};
 use tokio_util::sync::CancellationToken;
 use waymark_adapters::hermes::{self, MirrorArgs};
 use waymark_proto::{EffectStatus, FinishOutcome, TaskDetail};
-use waymark_server::{Config, DataDir, Running};
-use waymark_worker::Client;
 
 const ROOT: &str = "20260901_090000_cd34";
 const CHILD: &str = "20260901_101500_ab12";
 const BRANCH: &str = "20260901_111111_ef56";
 
 struct World {
-    dir: tempfile::TempDir,
-    server: Running,
-    client: Client,
+    cp: ControlPlane,
 }
 
 impl World {
     async fn start() -> World {
-        let dir = tempfile::tempdir().unwrap();
-        let server = waymark_server::start(
-            &DataDir::new(dir.path().join("server")),
-            "127.0.0.1:0".parse().unwrap(),
-            Config {
-                tick: Duration::from_millis(100),
-                ..Config::default()
-            },
-        )
-        .await
-        .unwrap();
-        let (token, _) =
-            waymark_server::admin::create_worker_token(&*server.state.store, "hermes", None)
-                .await
-                .unwrap();
         let w = World {
-            client: Client::new(&server.url(), token).unwrap(),
-            server,
-            dir,
+            cp: ControlPlane::start("hermes").await,
         };
         w.hermes_writes(&["schema.sql", "rows.sql"]).await;
         w
     }
 
     fn state_db(&self) -> PathBuf {
-        self.dir.path().join("hermes/state.db")
+        self.cp.dir.path().join("hermes/state.db")
     }
 
     /// Hermes writing its store (WAL, as Hermes opens it); the pool closes at the end.
@@ -86,12 +66,12 @@ impl World {
             once: true,
             follow: false,
             interval_ms: 2000,
-            state_file: Some(self.dir.path().join("mirror-state.json")),
+            state_file: Some(self.cp.dir.path().join("mirror-state.json")),
             worker: "hermes-mirror-test".into(),
         };
         tokio::time::timeout(
             Duration::from_secs(60),
-            hermes::mirror(args, self.client.clone(), CancellationToken::new()),
+            hermes::mirror(args, self.cp.client.clone(), CancellationToken::new()),
         )
         .await
         .expect("one pass ends")
@@ -107,17 +87,13 @@ impl World {
 
     /// The task of a Hermes session, if the mirror has made it.
     async fn find(&self, session: &str) -> Option<TaskDetail> {
-        let (status, snap) = http(&self.server, "/v1/snapshot").await;
-        assert_eq!(status, 200, "{snap}");
-        // A task summary carries the task's fields flattened.
-        let id = snap["tasks"]
-            .as_array()?
-            .iter()
-            .map(|t| t.get("task").unwrap_or(t))
-            .find(|t| t["runtime"] == "hermes" && t["external_key"] == session)?["id"]
-            .as_str()?
-            .to_owned();
-        Some(self.client.task(&id).await.unwrap())
+        let id = self
+            .cp
+            .tasks_of("hermes", session)
+            .await
+            .into_iter()
+            .next()?;
+        Some(self.cp.detail(&id).await)
     }
 
     /// The database file's bytes (digest) and modification time.
@@ -129,43 +105,6 @@ impl World {
             .unwrap();
         (hex::encode(Sha256::digest(&bytes)), mtime)
     }
-}
-
-/// One GET with the admin token (this crate has no HTTP client of its own).
-async fn http(server: &Running, path: &str) -> (u16, Value) {
-    let mut stream = tokio::net::TcpStream::connect(server.addr).await.unwrap();
-    let head = format!(
-        "GET {path} HTTP/1.1\r\nhost: {}\r\nconnection: close\r\nauthorization: Bearer {}\r\n\r\n",
-        server.addr, server.admin_token
-    );
-    stream.write_all(head.as_bytes()).await.unwrap();
-    let mut raw = Vec::new();
-    stream.read_to_end(&mut raw).await.unwrap();
-    let text = String::from_utf8(raw).unwrap();
-    let (head, body) = text.split_once("\r\n\r\n").unwrap();
-    let status: u16 = head.split(' ').nth(1).unwrap().parse().unwrap();
-    let body = if head
-        .lines()
-        .any(|l| l.eq_ignore_ascii_case("transfer-encoding: chunked"))
-    {
-        let mut out = String::new();
-        let mut rest = body;
-        while let Some((size, tail)) = rest.split_once("\r\n") {
-            let n = usize::from_str_radix(size.trim(), 16).unwrap();
-            if n == 0 {
-                break;
-            }
-            out.push_str(&tail[..n]);
-            rest = &tail[n + 2..];
-        }
-        out
-    } else {
-        body.to_owned()
-    };
-    (
-        status,
-        serde_json::from_str(&body).unwrap_or(Value::String(body)),
-    )
 }
 
 fn texts(d: &TaskDetail) -> Vec<(&str, &str)> {
@@ -313,25 +252,6 @@ async fn hermes_mirror_second_once_adds_only_new_messages() {
     assert_eq!(again.attempts.len(), 2);
 }
 
-/// Polls `probe` until it yields, for at most 20 s.
-async fn wait_for<T, F, Fut>(what: &str, mut probe: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Option<T>>,
-{
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-    loop {
-        if let Some(v) = probe().await {
-            return v;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "timed out waiting for {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
 #[tokio::test]
 async fn hermes_mirror_follow_keeps_one_attempt_per_open_session_and_picks_up_new_rows() {
     let w = World::start().await;
@@ -341,11 +261,11 @@ async fn hermes_mirror_follow_keeps_one_attempt_per_open_session_and_picks_up_ne
         once: false,
         follow: true,
         interval_ms: 100,
-        state_file: Some(w.dir.path().join("mirror-state.json")),
+        state_file: Some(w.cp.dir.path().join("mirror-state.json")),
         worker: "hermes-mirror-test".into(),
     };
-    let mirror = tokio::spawn(hermes::mirror(args, w.client.clone(), shutdown.clone()));
-    let open = wait_for("the open session mirrored", || async {
+    let mirror = tokio::spawn(hermes::mirror(args, w.cp.client.clone(), shutdown.clone()));
+    let open = eventually("the open session mirrored", || async {
         w.find(CHILD).await.filter(|d| d.messages.len() == 5)
     })
     .await;
@@ -354,7 +274,7 @@ async fn hermes_mirror_follow_keeps_one_attempt_per_open_session_and_picks_up_ne
 
     // Hermes writes while the mirror follows.
     w.hermes_writes(&["rows-later.sql"]).await;
-    let ended = wait_for("the session's end mirrored", || async {
+    let ended = eventually("the session's end mirrored", || async {
         let d = w.task(CHILD).await;
         d.attempts[0].outcome.is_some().then_some(d)
     })

@@ -2,7 +2,8 @@
 //! (`waymark-fake-openclaw`, a separate process on a real WebSocket), answered the way the
 //! companion answers: a paired device's signed command over HTTP.
 
-use std::net::SocketAddr;
+mod support;
+
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -11,81 +12,36 @@ use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use ed25519_dalek::{Signature, VerifyingKey};
 use futures::{SinkExt, StreamExt};
 use serde_json::{Value, json};
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use support::{ControlPlane, Phone, eventually};
+use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio_tungstenite::tungstenite::Message;
 use tokio_util::sync::CancellationToken;
 use waymark_adapters::openclaw::{self, AuthPayload, DeviceKey, OpenClawArgs, OpenClawError};
-use waymark_proto::{CreateTask, Operation, TaskDetail};
-use waymark_server::{Config, DataDir, Running};
-use waymark_worker::Client;
+use waymark_proto::{CreateTask, Decision, Operation, TaskDetail};
 
 const GATEWAY_TOKEN: &str = "gw-secret";
 
 // ---- the control plane and a paired phone ----------------------------------------------------
 
 struct World {
-    dir: tempfile::TempDir,
-    server: Running,
-    client: Client,
+    cp: ControlPlane,
 }
 
 impl World {
     async fn start() -> World {
-        let dir = tempfile::tempdir().unwrap();
-        let server = waymark_server::start(
-            &DataDir::new(dir.path().join("server")),
-            "127.0.0.1:0".parse().unwrap(),
-            Config {
-                tick: Duration::from_millis(100),
-                ..Config::default()
-            },
-        )
-        .await
-        .unwrap();
-        let store = server.state.store.clone();
-        waymark_server::admin::add_user(&*store, "alice")
-            .await
-            .unwrap();
-        let (token, _) =
-            waymark_server::admin::create_worker_token(&*store, "alice-openclaw", Some("alice"))
-                .await
-                .unwrap();
         World {
-            client: Client::new(&server.url(), token).unwrap(),
-            server,
-            dir,
+            cp: ControlPlane::start("alice-openclaw").await,
         }
     }
 
     async fn phone(&self) -> Phone {
-        let scopes: Vec<String> = ["view", "steer", "approve"].map(String::from).to_vec();
-        let (code, _) = waymark_server::steer::create_pairing(
-            &*self.server.state.store,
-            "alice",
-            &scopes,
-            600_000,
-        )
-        .await
-        .unwrap();
-        let key = ed25519_dalek::SigningKey::generate(&mut rand::rngs::OsRng);
-        let (status, v) = http(
-            self.server.addr,
-            "/v1/devices/pair",
-            &json!({"code": code.to_lowercase(), "name": "alice's phone",
-                    "public_key": waymark_proto::signing::public_key_b64(&key.verifying_key())}),
-        )
-        .await;
-        assert_eq!(status, 201, "{v}");
-        Phone {
-            id: v["id"].as_str().unwrap().to_owned(),
-            key,
-            addr: self.server.addr,
-        }
+        self.cp.phone().await
     }
 
     /// The task of an OpenClaw session (found by its key, as the adapter finds it).
     async fn session_task(&self, key: &str) -> String {
-        self.client
+        self.cp
+            .client
             .create_task(&CreateTask {
                 title: key.into(),
                 goal: String::new(),
@@ -101,7 +57,7 @@ impl World {
     }
 
     async fn detail(&self, task: &str) -> TaskDetail {
-        self.client.task(task).await.unwrap()
+        self.cp.detail(task).await
     }
 
     /// The decisions opened for one OpenClaw approval id.
@@ -115,47 +71,18 @@ impl World {
     }
 
     fn key_path(&self) -> PathBuf {
-        self.dir.path().join("openclaw/device.json")
+        self.cp.dir.path().join("openclaw/device.json")
     }
 }
 
-struct Phone {
-    id: String,
-    key: ed25519_dalek::SigningKey,
-    addr: SocketAddr,
+/// Answers as the phone gives them, at the task's current plan revision.
+trait Answers {
+    async fn approve(&self, w: &World, task: &str, decision: &Decision, option: &str);
+    async fn deny(&self, w: &World, task: &str, decision: &Decision);
 }
 
-impl Phone {
-    /// Sends a signed command; returns the server's answer.
-    async fn command(&self, task: &str, revision: i64, op: Operation, args: Value) -> Value {
-        let now = chrono::Utc::now();
-        let cmd = waymark_proto::SteerCommand {
-            command_id: waymark_proto::ids::command(),
-            task_id: Some(task.to_owned()),
-            expected_plan_revision: Some(revision),
-            operation: op,
-            scope: vec![],
-            args,
-            issued_by: "user:alice".into(),
-            device_id: self.id.clone(),
-            issued_at: now,
-            expires_at: now + chrono::Duration::minutes(10),
-        };
-        let envelope =
-            serde_json::to_value(waymark_proto::signing::sign(&cmd, &self.key).unwrap()).unwrap();
-        let (status, v) = http(self.addr, "/v1/commands", &envelope).await;
-        assert_eq!(status, 200, "{v}");
-        assert_eq!(v["status"], "applied", "{v}");
-        v
-    }
-
-    async fn approve(
-        &self,
-        w: &World,
-        task: &str,
-        decision: &waymark_proto::Decision,
-        option: &str,
-    ) {
+impl Answers for Phone {
+    async fn approve(&self, w: &World, task: &str, decision: &Decision, option: &str) {
         let revision = w.detail(task).await.task.plan_revision;
         self.command(
             task,
@@ -166,7 +93,7 @@ impl Phone {
         .await;
     }
 
-    async fn deny(&self, w: &World, task: &str, decision: &waymark_proto::Decision) {
+    async fn deny(&self, w: &World, task: &str, decision: &Decision) {
         let revision = w.detail(task).await.task.plan_revision;
         self.command(
             task,
@@ -176,45 +103,6 @@ impl Phone {
         )
         .await;
     }
-}
-
-/// A POST with a JSON body over plain HTTP/1.1 (the crate has no HTTP client of its own).
-async fn http(addr: SocketAddr, path: &str, body: &Value) -> (u16, Value) {
-    let body = body.to_string();
-    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
-    let head = format!(
-        "POST {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-        body.len()
-    );
-    s.write_all(head.as_bytes()).await.unwrap();
-    s.write_all(body.as_bytes()).await.unwrap();
-    let mut raw = Vec::new();
-    s.read_to_end(&mut raw).await.unwrap();
-    let text = String::from_utf8_lossy(&raw).into_owned();
-    let (head, rest) = text.split_once("\r\n\r\n").unwrap();
-    let status: u16 = head.split(' ').nth(1).unwrap().parse().unwrap();
-    let body = if head
-        .to_ascii_lowercase()
-        .contains("transfer-encoding: chunked")
-    {
-        let mut out = String::new();
-        let mut rest = rest;
-        while let Some((size, tail)) = rest.split_once("\r\n") {
-            let n = usize::from_str_radix(size.trim(), 16).unwrap_or(0);
-            if n == 0 {
-                break;
-            }
-            out.push_str(&tail[..n]);
-            rest = &tail[n + 2..];
-        }
-        out
-    } else {
-        rest.to_owned()
-    };
-    (
-        status,
-        serde_json::from_str(&body).unwrap_or(Value::String(body)),
-    )
 }
 
 // ---- the fake gateway and the adapter --------------------------------------------------------
@@ -227,7 +115,7 @@ struct Gateway {
 
 impl Gateway {
     async fn start(w: &World, fixture: &str, paired: &[String]) -> Gateway {
-        let record = w.dir.path().join(format!("{fixture}.frames"));
+        let record = w.cp.dir.path().join(format!("{fixture}.frames"));
         let fixture =
             Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("fixtures/openclaw/{fixture}.json"));
         let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_waymark-fake-openclaw"));
@@ -236,7 +124,8 @@ impl Gateway {
             .arg("--record")
             .arg(&record);
         for k in paired {
-            cmd.arg("--paired-key").arg(k);
+            // `=`: a base64url key may start with `-`, which would read as a flag.
+            cmd.arg(format!("--paired-key={k}"));
         }
         let mut child = cmd
             .stdout(std::process::Stdio::piped())
@@ -300,7 +189,7 @@ impl Adapter {
             client_id: "gateway-client".into(),
             client_mode: "backend".into(),
         };
-        let handle = tokio::spawn(openclaw::run(args, w.client.clone(), shutdown.clone()));
+        let handle = tokio::spawn(openclaw::run(args, w.cp.client.clone(), shutdown.clone()));
         Adapter { shutdown, handle }
     }
 
@@ -311,25 +200,6 @@ impl Adapter {
             .expect("the adapter stops")
             .unwrap();
         assert!(res.is_ok(), "{res:?}");
-    }
-}
-
-/// Polls `check` until it yields, for up to 30 s.
-async fn eventually<T, F, Fut>(what: &str, mut check: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Option<T>>,
-{
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    loop {
-        if let Some(v) = check().await {
-            return v;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "timed out waiting for {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
 
@@ -353,7 +223,7 @@ fn paired_key(w: &World) -> String {
 async fn the_handshake_is_signed_over_the_nonce_and_an_unpaired_key_is_refused() {
     let w = World::start().await;
     let someone_else = {
-        let other = DeviceKey::load_or_create(&w.dir.path().join("other.json")).unwrap();
+        let other = DeviceKey::load_or_create(&w.cp.dir.path().join("other.json")).unwrap();
         other.public_key()
     };
     let gw = Gateway::start(&w, "handshake", &[someone_else]).await;

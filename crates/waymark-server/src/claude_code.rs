@@ -438,16 +438,14 @@ async fn checkpoint(
     s: &Session,
     input: &HookInput,
 ) -> ApiResult<()> {
-    let sequence = {
+    let (sequence, plan_revision) = {
         let mut tx = st.store.read().await?;
-        tx.last_checkpoint(&s.task_id)
+        let last = tx
+            .last_checkpoint(&s.task_id)
             .await?
-            .map_or(0, |c| c.sequence)
-            + 1
-    };
-    let plan_revision = {
-        let mut tx = st.store.read().await?;
-        tx.task(&s.task_id).await?.map_or(1, |t| t.plan_revision)
+            .map_or(0, |c| c.sequence);
+        let revision = tx.task(&s.task_id).await?.map_or(1, |t| t.plan_revision);
+        (last + 1, revision)
     };
     let reason = format!(
         "{} ({})",

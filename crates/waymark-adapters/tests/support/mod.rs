@@ -1,0 +1,210 @@
+//! What every adapter test needs: a real control plane on a temp dir with a worker token, a
+//! phone paired to it that answers with signed commands (as the companion does), HTTP to it,
+//! and polling with a deadline. Each test binary uses part of it.
+#![allow(dead_code, unreachable_pub)]
+
+use std::time::Duration;
+
+use serde_json::Value;
+use waymark_proto::{Operation, SteerCommand, TaskDetail};
+use waymark_server::{Config, DataDir, Running};
+use waymark_worker::Client;
+
+/// The user every test works as.
+pub const USER: &str = "alice";
+
+/// Polls `probe` until it yields, for at most 30 s.
+pub async fn eventually<T, F, Fut>(what: &str, mut probe: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Some(v) = probe().await {
+            return v;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// One request; the body is JSON when it parses, else the text as a JSON string.
+pub async fn http(
+    method: reqwest::Method,
+    url: &str,
+    token: Option<&str>,
+    body: Option<&Value>,
+) -> (u16, Value) {
+    let mut req = reqwest::Client::new().request(method, url);
+    if let Some(t) = token {
+        req = req.bearer_auth(t);
+    }
+    if let Some(b) = body {
+        req = req.json(b);
+    }
+    let res = req.send().await.unwrap();
+    let status = res.status().as_u16();
+    let text = res.text().await.unwrap();
+    (
+        status,
+        serde_json::from_str(&text).unwrap_or(Value::String(text)),
+    )
+}
+
+/// A control plane of our own, with a worker token for [`USER`].
+pub struct ControlPlane {
+    pub dir: tempfile::TempDir,
+    pub server: Running,
+    pub client: Client,
+}
+
+impl ControlPlane {
+    /// Starts the server (a fast background tick) and makes `worker`'s token.
+    pub async fn start(worker: &str) -> ControlPlane {
+        let dir = tempfile::tempdir().unwrap();
+        let server = waymark_server::start(
+            &DataDir::new(dir.path().join("server")),
+            "127.0.0.1:0".parse().unwrap(),
+            Config {
+                tick: Duration::from_millis(100),
+                ..Config::default()
+            },
+        )
+        .await
+        .unwrap();
+        let store = server.state.store.clone();
+        waymark_server::admin::add_user(&*store, USER)
+            .await
+            .unwrap();
+        let (token, _) = waymark_server::admin::create_worker_token(&*store, worker, Some(USER))
+            .await
+            .unwrap();
+        ControlPlane {
+            client: Client::new(&server.url(), token).unwrap(),
+            server,
+            dir,
+        }
+    }
+
+    /// Pairs a phone for [`USER`] that may view, steer and approve.
+    pub async fn phone(&self) -> Phone {
+        let scopes = ["view", "steer", "approve"].map(String::from);
+        let (code, _) = waymark_server::steer::create_pairing(
+            &*self.server.state.store,
+            USER,
+            &scopes,
+            600_000,
+        )
+        .await
+        .unwrap();
+        let key = ed25519_dalek::SigningKey::generate(&mut rand::rngs::OsRng);
+        let (status, paired) = http(
+            reqwest::Method::POST,
+            &format!("{}/v1/devices/pair", self.server.url()),
+            None,
+            Some(&serde_json::json!({
+                "code": code.to_lowercase(),
+                "name": "alice's phone",
+                "public_key": waymark_proto::signing::public_key_b64(&key.verifying_key()),
+            })),
+        )
+        .await;
+        assert_eq!(status, 201, "{paired}");
+        Phone {
+            id: paired["id"].as_str().unwrap().to_owned(),
+            key,
+            url: self.server.url(),
+        }
+    }
+
+    /// A read with the admin token.
+    pub async fn admin_get(&self, path: &str) -> (u16, Value) {
+        http(
+            reqwest::Method::GET,
+            &format!("{}{path}", self.server.url()),
+            Some(&self.server.admin_token),
+            None,
+        )
+        .await
+    }
+
+    /// The tasks an adapter made for a runtime's own id.
+    pub async fn tasks_of(&self, runtime: &str, key: &str) -> Vec<String> {
+        let (status, snap) = self.admin_get("/v1/snapshot").await;
+        assert_eq!(status, 200, "{snap}");
+        snap["tasks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            // A task summary carries the task's fields flattened.
+            .map(|t| t.get("task").unwrap_or(t))
+            .filter(|t| t["runtime"] == runtime && t["external_key"] == key)
+            .map(|t| t["id"].as_str().unwrap().to_owned())
+            .collect()
+    }
+
+    /// The task an adapter made for a runtime's own id, once it has.
+    pub async fn task_of(&self, runtime: &str, key: &str) -> String {
+        eventually(&format!("the {runtime} task of `{key}`"), || async {
+            self.tasks_of(runtime, key).await.into_iter().next()
+        })
+        .await
+    }
+
+    pub async fn detail(&self, task: &str) -> TaskDetail {
+        self.client.task(task).await.unwrap()
+    }
+}
+
+/// A paired device with its private key.
+pub struct Phone {
+    pub id: String,
+    pub key: ed25519_dalek::SigningKey,
+    url: String,
+}
+
+impl Phone {
+    /// Signs and submits a command; returns the HTTP status and the command result.
+    pub async fn submit(
+        &self,
+        task: &str,
+        revision: i64,
+        op: Operation,
+        args: Value,
+    ) -> (u16, Value) {
+        let now = chrono::Utc::now();
+        let cmd = SteerCommand {
+            command_id: waymark_proto::ids::command(),
+            task_id: Some(task.to_owned()),
+            expected_plan_revision: Some(revision),
+            operation: op,
+            scope: vec![],
+            args,
+            issued_by: format!("user:{USER}"),
+            device_id: self.id.clone(),
+            issued_at: now,
+            expires_at: now + chrono::Duration::minutes(10),
+        };
+        let envelope =
+            serde_json::to_value(waymark_proto::signing::sign(&cmd, &self.key).unwrap()).unwrap();
+        http(
+            reqwest::Method::POST,
+            &format!("{}/v1/commands", self.url),
+            None,
+            Some(&envelope),
+        )
+        .await
+    }
+
+    /// A command that must apply.
+    pub async fn command(&self, task: &str, revision: i64, op: Operation, args: Value) -> Value {
+        let (status, body) = self.submit(task, revision, op, args).await;
+        assert_eq!(status, 200, "{body}");
+        assert_eq!(body["status"], "applied", "{body}");
+        body
+    }
+}
