@@ -162,6 +162,13 @@ const COMMAND_LIFETIME: chrono::Duration = chrono::Duration::hours(24);
 /// Cached blobs are capped at this many bytes (least recently used go first).
 pub const BLOB_CACHE_BYTES: i64 = 256 << 20;
 
+/// Most events applied to the mirror in one transaction while catching up (a live stream
+/// applies what it has after 30 ms without a new event).
+const APPLY_BATCH: usize = 2048;
+
+/// A batch being applied to the mirror while the stream is read on; it hands the batch back.
+type Writing = tokio::task::JoinHandle<Result<Vec<Event>, Error>>;
+
 /// The companion: mirror, sync, outbox.
 pub struct Companion {
     home: PathBuf,
@@ -456,8 +463,21 @@ impl Companion {
                 self.resnapshot(&api, &token).await?
             }
         };
+        // Where the log stands now: once the stream has passed it, a short pause means caught
+        // up (otherwise, e.g. when the newest events are another user's, the longer one does).
+        let head = match follow {
+            Some(_) => None,
+            None => api
+                .get::<Health>(&token, "/healthz")
+                .await
+                .ok()
+                .map(|h| h.cursor),
+        };
         loop {
-            match self.stream(&api, &token, cursor, follow, &mut report).await {
+            match self
+                .stream(&api, &token, cursor, head, follow, &mut report)
+                .await
+            {
                 Err(Error::CursorExpired) => {
                     report.snapshot = true;
                     cursor = self.resnapshot(&api, &token).await?;
@@ -491,6 +511,7 @@ impl Companion {
         api: &Api,
         token: &str,
         after: i64,
+        head: Option<i64>,
         follow: OnBatch<'_>,
         report: &mut SyncReport,
     ) -> Result<(), Error> {
@@ -506,34 +527,71 @@ impl Companion {
             Duration::from_millis(400)
         };
         let mut batch: Vec<Event> = Vec::new();
+        // The previous batch, written to the mirror while the next one is read.
+        let mut writing: Option<Writing> = None;
+        let mut seen = after;
         loop {
-            let wait = if batch.is_empty() {
-                idle
-            } else {
+            let pending = !batch.is_empty() || writing.is_some();
+            let wait = if pending || head.is_some_and(|h| seen >= h) {
                 Duration::from_millis(30)
+            } else {
+                idle
             };
             match tokio::time::timeout(wait, events.next()).await {
                 Ok(Some(Ok(ev))) => {
+                    seen = seen.max(ev.cursor);
                     batch.push(ev);
-                    if batch.len() < 256 {
+                    if batch.len() < APPLY_BATCH {
                         continue;
                     }
+                    // A full batch while catching up: write it while the stream is read on,
+                    // one batch in flight at a time so they apply in order.
+                    self.written(&mut writing, follow, report).await?;
+                    let batch = std::mem::take(&mut batch);
+                    let mirror = self.mirror.clone();
+                    writing = Some(tokio::spawn(async move {
+                        mirror.apply(&batch).await.map(|()| batch)
+                    }));
                 }
                 Ok(Some(Err(e))) => {
+                    self.written(&mut writing, follow, report).await?;
                     self.flush(&mut batch, follow, report).await?;
                     return Err(e);
                 }
                 Ok(None) => {
+                    self.written(&mut writing, follow, report).await?;
                     self.flush(&mut batch, follow, report).await?;
                     return Err(Error::Unreachable(
                         "the server closed the event stream".into(),
                     ));
                 }
-                Err(_) if batch.is_empty() => return Ok(()),
-                Err(_) => {}
+                // The stream paused: apply what came, and after a whole quiet wait, stop.
+                Err(_) => {
+                    self.written(&mut writing, follow, report).await?;
+                    self.flush(&mut batch, follow, report).await?;
+                    if !pending {
+                        return Ok(());
+                    }
+                }
             }
-            self.flush(&mut batch, follow, report).await?;
         }
+    }
+
+    /// Waits for the batch being written, then reports it.
+    async fn written(
+        &self,
+        writing: &mut Option<Writing>,
+        follow: OnBatch<'_>,
+        report: &mut SyncReport,
+    ) -> Result<(), Error> {
+        let Some(w) = writing.take() else {
+            return Ok(());
+        };
+        let batch = w
+            .await
+            .map_err(|e| Error::Mirror(format!("writing to the mirror stopped: {e}")))??;
+        self.applied(&batch, follow, report);
+        Ok(())
     }
 
     async fn flush(
@@ -546,14 +604,18 @@ impl Companion {
             return Ok(());
         }
         self.mirror.apply(batch).await?;
+        self.applied(batch, follow, report);
+        batch.clear();
+        Ok(())
+    }
+
+    fn applied(&self, batch: &[Event], follow: OnBatch<'_>, report: &mut SyncReport) {
         report.events += batch.len();
         let last = batch.last().map(|e| e.at.timestamp_millis());
         self.set_health(|h| h.last_event_at = last);
         if let Some(f) = follow {
             f(batch);
         }
-        batch.clear();
-        Ok(())
     }
 
     async fn prefetch(&self, api: &Api, token: &str) -> Result<usize, Error> {

@@ -251,30 +251,19 @@ impl Mirror {
                 .await
                 .map_err(db)?;
         }
+        let mut rows = Rows::default();
         for d in threads {
-            upsert_task(&mut tx, &d.task).await?;
-            for a in &d.attempts {
-                upsert_attempt(&mut tx, a).await?;
-            }
-            for c in &d.checkpoints {
-                insert_checkpoint(&mut tx, c).await?;
-            }
-            for e in &d.effects {
-                upsert_effect(&mut tx, e).await?;
-            }
-            for x in &d.decisions {
-                upsert_decision(&mut tx, x).await?;
-            }
-            for a in &d.artifacts {
-                upsert_artifact(&mut tx, a).await?;
-            }
-            for r in &d.test_receipts {
-                upsert_receipt(&mut tx, r).await?;
-            }
-            for m in &d.messages {
-                insert_message(&mut tx, m, &d.task.id).await?;
-            }
+            rows.tasks.push(d.task.clone());
+            rows.attempts.extend(d.attempts.iter().cloned());
+            rows.checkpoints.extend(d.checkpoints.iter().cloned());
+            rows.effects.extend(d.effects.iter().cloned());
+            rows.decisions.extend(d.decisions.iter().cloned());
+            rows.artifacts.extend(d.artifacts.iter().cloned());
+            rows.receipts.extend(d.test_receipts.iter().cloned());
+            rows.messages
+                .extend(d.messages.iter().map(|m| (m.clone(), d.task.id.clone())));
         }
+        rows.write(&mut tx).await?;
         for id in pins {
             sqlx::query("UPDATE tasks SET pinned = 1 WHERE id = ?")
                 .bind(id)
@@ -287,28 +276,30 @@ impl Mirror {
     }
 
     /// Applies a batch of events in one transaction and advances the cursor to the last.
-    /// Applying an event twice changes nothing.
+    /// Applying an event twice changes nothing. Rows are written per table, many to a
+    /// statement, in event order (so the newest version of an object wins); the cursor only
+    /// moves forward.
     pub async fn apply(&self, events: &[Event]) -> Result<(), Error> {
         let Some(last) = events.last() else {
             return Ok(());
         };
-        let mut tx = self.write_tx().await?;
+        let mut rows = Rows::default();
         for ev in events {
-            apply_one(&mut tx, ev).await?;
+            rows.add(ev)?;
         }
-        let current: Option<String> =
-            sqlx::query_scalar("SELECT value FROM meta WHERE key = 'cursor'")
-                .fetch_optional(&mut *tx)
-                .await
-                .map_err(db)?;
-        let current = current.and_then(|c| c.parse::<i64>().ok()).unwrap_or(0);
-        set_meta_tx(&mut tx, "cursor", &current.max(last.cursor).to_string()).await?;
-        set_meta_tx(
-            &mut tx,
-            "last_event_at",
-            &last.at.timestamp_millis().to_string(),
+        let mut tx = self.write_tx().await?;
+        rows.write(&mut tx).await?;
+        sqlx::query(
+            "INSERT INTO meta (key, value) VALUES ('cursor', ?1), ('last_event_at', ?2)
+             ON CONFLICT(key) DO UPDATE SET value = CASE
+               WHEN key = 'cursor' AND CAST(value AS INTEGER) >= CAST(excluded.value AS INTEGER) THEN value
+               ELSE excluded.value END",
         )
-        .await?;
+        .bind(last.cursor.to_string())
+        .bind(last.at.timestamp_millis().to_string())
+        .execute(&mut *tx)
+        .await
+        .map_err(db)?;
         tx.commit().await.map_err(db)
     }
 
@@ -693,161 +684,288 @@ async fn set_meta_tx(tx: &mut Tx<'_>, key: &str, value: &str) -> Result<(), Erro
         .map(drop)
 }
 
-async fn upsert_attempt(tx: &mut Tx<'_>, a: &Attempt) -> Result<(), Error> {
-    sqlx::query("INSERT INTO attempts (id, task_id, fence, data) VALUES (?, ?, ?, ?) ON CONFLICT(id) DO UPDATE SET data = excluded.data")
-        .bind(&a.id)
-        .bind(&a.task_id)
-        .bind(a.fence)
-        .bind(text(a))
-        .execute(&mut **tx)
-        .await
-        .map_err(db)
-        .map(drop)
-}
+/// Rows per statement (at most 6 columns each, far below SQLite's limit on parameters).
+const CHUNK: usize = 256;
 
-async fn upsert_task(tx: &mut Tx<'_>, t: &Task) -> Result<(), Error> {
-    sqlx::query(
-        "INSERT INTO tasks (id, data, state, plan_revision, updated_at) VALUES (?, ?, ?, ?, ?)
-         ON CONFLICT(id) DO UPDATE SET data = excluded.data, state = excluded.state,
-           plan_revision = excluded.plan_revision, updated_at = excluded.updated_at",
-    )
-    .bind(&t.id)
-    .bind(text(t))
-    .bind(t.state.as_str())
-    .bind(t.plan_revision)
-    .bind(t.updated_at.timestamp_millis())
-    .execute(&mut **tx)
-    .await
-    .map_err(db)
-    .map(drop)
-}
-
-async fn insert_checkpoint(tx: &mut Tx<'_>, c: &Checkpoint) -> Result<(), Error> {
-    sqlx::query(
-        "INSERT INTO checkpoints (task_id, sequence, data) VALUES (?, ?, ?) ON CONFLICT DO NOTHING",
-    )
-    .bind(&c.task_id)
-    .bind(c.sequence)
-    .bind(text(c))
-    .execute(&mut **tx)
-    .await
-    .map_err(db)
-    .map(drop)
-}
-
-async fn upsert_effect(tx: &mut Tx<'_>, e: &Effect) -> Result<(), Error> {
-    sqlx::query("INSERT INTO effects (id, task_id, status, data) VALUES (?, ?, ?, ?) ON CONFLICT(id) DO UPDATE SET status = excluded.status, data = excluded.data")
-        .bind(&e.id)
-        .bind(&e.task_id)
-        .bind(e.status.as_str())
-        .bind(text(e))
-        .execute(&mut **tx)
-        .await
-        .map_err(db)
-        .map(drop)
-}
-
-async fn upsert_decision(tx: &mut Tx<'_>, d: &Decision) -> Result<(), Error> {
-    sqlx::query(
-        "INSERT INTO decisions (id, task_id, status, kind, expires_at, data) VALUES (?, ?, ?, ?, ?, ?)
-         ON CONFLICT(id) DO UPDATE SET status = excluded.status, data = excluded.data",
-    )
-    .bind(&d.id)
-    .bind(&d.task_id)
-    .bind(d.status.as_str())
-    .bind(d.kind.as_str())
-    .bind(d.expires_at.timestamp_millis())
-    .bind(text(d))
-    .execute(&mut **tx)
-    .await
-    .map_err(db)
-    .map(drop)
-}
-
-async fn upsert_artifact(tx: &mut Tx<'_>, a: &Artifact) -> Result<(), Error> {
-    sqlx::query("INSERT INTO artifacts (id, task_id, sha256, size, data) VALUES (?, ?, ?, ?, ?) ON CONFLICT(id) DO NOTHING")
-        .bind(&a.id)
-        .bind(&a.task_id)
-        .bind(&a.sha256)
-        .bind(a.size)
-        .bind(text(a))
-        .execute(&mut **tx)
-        .await
-        .map_err(db)
-        .map(drop)
-}
-
-async fn upsert_receipt(tx: &mut Tx<'_>, r: &TestReceipt) -> Result<(), Error> {
-    sqlx::query(
-        "INSERT INTO receipts (id, task_id, data) VALUES (?, ?, ?) ON CONFLICT(id) DO NOTHING",
-    )
-    .bind(&r.id)
-    .bind(&r.task_id)
-    .bind(text(r))
-    .execute(&mut **tx)
-    .await
-    .map_err(db)
-    .map(drop)
-}
-
-async fn insert_message(tx: &mut Tx<'_>, m: &Message, task_id: &str) -> Result<(), Error> {
-    sqlx::query("INSERT INTO messages (session_id, seq, task_id, data) VALUES (?, ?, ?, ?) ON CONFLICT DO NOTHING")
-        .bind(&m.session_id)
-        .bind(m.seq)
-        .bind(task_id)
-        .bind(text(m))
-        .execute(&mut **tx)
-        .await
-        .map_err(db)
-        .map(drop)
+/// One batch's rows, per table, in the order the events came.
+#[derive(Default)]
+struct Rows {
+    tasks: Vec<Task>,
+    attempts: Vec<Attempt>,
+    checkpoints: Vec<Checkpoint>,
+    effects: Vec<Effect>,
+    decisions: Vec<Decision>,
+    artifacts: Vec<Artifact>,
+    receipts: Vec<TestReceipt>,
+    /// With their task's id.
+    messages: Vec<(Message, String)>,
+    acks: Vec<CommandAck>,
 }
 
 fn data<T: DeserializeOwned>(ev: &Event) -> Result<T, Error> {
-    serde_json::from_value(ev.data.clone())
+    T::deserialize(&ev.data)
         .map_err(|e| Error::Mirror(format!("event {} ({}): {e}", ev.cursor, ev.kind.as_str())))
 }
 
-async fn apply_one(tx: &mut Tx<'_>, ev: &Event) -> Result<(), Error> {
-    match ev.kind {
-        EventKind::TaskCreated | EventKind::TaskUpdated => upsert_task(tx, &data(ev)?).await,
-        EventKind::AttemptStarted | EventKind::AttemptEnded | EventKind::AttemptUpdated => {
-            upsert_attempt(tx, &data(ev)?).await
-        }
-        EventKind::CheckpointAppended => insert_checkpoint(tx, &data(ev)?).await,
-        EventKind::EffectDeclared | EventKind::EffectUpdated => upsert_effect(tx, &data(ev)?).await,
-        EventKind::DecisionRequested | EventKind::DecisionClosed | EventKind::DecisionUpdated => {
-            upsert_decision(tx, &data(ev)?).await
-        }
-        EventKind::ArtifactAdded => upsert_artifact(tx, &data(ev)?).await,
-        EventKind::TestReceiptAdded => upsert_receipt(tx, &data(ev)?).await,
-        EventKind::MessagesAppended => {
-            #[derive(Deserialize)]
-            struct Batch {
-                messages: Vec<Message>,
+/// `INSERT INTO <head> VALUES (…), (…)… <tail>`, `CHUNK` rows at a time.
+async fn insert_many<T>(
+    tx: &mut Tx<'_>,
+    head: &str,
+    tail: &str,
+    rows: &[T],
+    bind: impl Fn(&mut sqlx::query_builder::Separated<'_, '_, sqlx::Sqlite, &'static str>, &T),
+) -> Result<(), Error> {
+    for chunk in rows.chunks(CHUNK) {
+        let mut q = sqlx::QueryBuilder::<sqlx::Sqlite>::new(head);
+        q.push_values(chunk, |mut b, row| bind(&mut b, row));
+        q.push(tail);
+        q.build().execute(&mut **tx).await.map_err(db)?;
+    }
+    Ok(())
+}
+
+impl Rows {
+    /// Takes in one event's object.
+    fn add(&mut self, ev: &Event) -> Result<(), Error> {
+        match ev.kind {
+            EventKind::TaskCreated | EventKind::TaskUpdated => self.tasks.push(data(ev)?),
+            EventKind::AttemptStarted | EventKind::AttemptEnded | EventKind::AttemptUpdated => {
+                self.attempts.push(data(ev)?)
             }
-            let b: Batch = data(ev)?;
-            for m in &b.messages {
-                insert_message(tx, m, &ev.task_id).await?;
+            EventKind::CheckpointAppended => self.checkpoints.push(data(ev)?),
+            EventKind::EffectDeclared | EventKind::EffectUpdated => self.effects.push(data(ev)?),
+            EventKind::DecisionRequested
+            | EventKind::DecisionClosed
+            | EventKind::DecisionUpdated => self.decisions.push(data(ev)?),
+            EventKind::ArtifactAdded => self.artifacts.push(data(ev)?),
+            EventKind::TestReceiptAdded => self.receipts.push(data(ev)?),
+            EventKind::MessagesAppended => {
+                #[derive(Deserialize)]
+                struct Batch {
+                    messages: Vec<Message>,
+                }
+                let b: Batch = data(ev)?;
+                self.messages
+                    .extend(b.messages.into_iter().map(|m| (m, ev.task_id.clone())));
             }
-            Ok(())
+            EventKind::CommandApplied | EventKind::FollowupFired => {}
+            EventKind::CommandAcknowledged => self.acks.push(data(ev)?),
         }
-        EventKind::CommandApplied | EventKind::FollowupFired => Ok(()),
-        EventKind::CommandAcknowledged => {
-            let ack: CommandAck = data(ev)?;
+        Ok(())
+    }
+
+    /// Writes every row: objects that change are upserted (the last version wins), the
+    /// append-only ones inserted once.
+    async fn write(&self, tx: &mut Tx<'_>) -> Result<(), Error> {
+        insert_many(
+            tx,
+            "INSERT INTO tasks (id, data, state, plan_revision, updated_at) ",
+            " ON CONFLICT(id) DO UPDATE SET data = excluded.data, state = excluded.state,
+               plan_revision = excluded.plan_revision, updated_at = excluded.updated_at",
+            &self.tasks,
+            |b, t| {
+                b.push_bind(t.id.clone())
+                    .push_bind(text(t))
+                    .push_bind(t.state.as_str())
+                    .push_bind(t.plan_revision)
+                    .push_bind(t.updated_at.timestamp_millis());
+            },
+        )
+        .await?;
+        insert_many(
+            tx,
+            "INSERT INTO attempts (id, task_id, fence, data) ",
+            " ON CONFLICT(id) DO UPDATE SET data = excluded.data",
+            &self.attempts,
+            |b, a| {
+                b.push_bind(a.id.clone())
+                    .push_bind(a.task_id.clone())
+                    .push_bind(a.fence)
+                    .push_bind(text(a));
+            },
+        )
+        .await?;
+        insert_many(
+            tx,
+            "INSERT INTO checkpoints (task_id, sequence, data) ",
+            " ON CONFLICT DO NOTHING",
+            &self.checkpoints,
+            |b, c| {
+                b.push_bind(c.task_id.clone())
+                    .push_bind(c.sequence)
+                    .push_bind(text(c));
+            },
+        )
+        .await?;
+        insert_many(
+            tx,
+            "INSERT INTO effects (id, task_id, status, data) ",
+            " ON CONFLICT(id) DO UPDATE SET status = excluded.status, data = excluded.data",
+            &self.effects,
+            |b, e| {
+                b.push_bind(e.id.clone())
+                    .push_bind(e.task_id.clone())
+                    .push_bind(e.status.as_str())
+                    .push_bind(text(e));
+            },
+        )
+        .await?;
+        insert_many(
+            tx,
+            "INSERT INTO decisions (id, task_id, status, kind, expires_at, data) ",
+            " ON CONFLICT(id) DO UPDATE SET status = excluded.status, data = excluded.data",
+            &self.decisions,
+            |b, d| {
+                b.push_bind(d.id.clone())
+                    .push_bind(d.task_id.clone())
+                    .push_bind(d.status.as_str())
+                    .push_bind(d.kind.as_str())
+                    .push_bind(d.expires_at.timestamp_millis())
+                    .push_bind(text(d));
+            },
+        )
+        .await?;
+        insert_many(
+            tx,
+            "INSERT INTO artifacts (id, task_id, sha256, size, data) ",
+            " ON CONFLICT(id) DO NOTHING",
+            &self.artifacts,
+            |b, a| {
+                b.push_bind(a.id.clone())
+                    .push_bind(a.task_id.clone())
+                    .push_bind(a.sha256.clone())
+                    .push_bind(a.size)
+                    .push_bind(text(a));
+            },
+        )
+        .await?;
+        insert_many(
+            tx,
+            "INSERT INTO receipts (id, task_id, data) ",
+            " ON CONFLICT(id) DO NOTHING",
+            &self.receipts,
+            |b, r| {
+                b.push_bind(r.id.clone())
+                    .push_bind(r.task_id.clone())
+                    .push_bind(text(r));
+            },
+        )
+        .await?;
+        insert_many(
+            tx,
+            "INSERT INTO messages (session_id, seq, task_id, data) ",
+            " ON CONFLICT DO NOTHING",
+            &self.messages,
+            |b, (m, task_id)| {
+                b.push_bind(m.session_id.clone())
+                    .push_bind(m.seq)
+                    .push_bind(task_id.clone())
+                    .push_bind(text(m));
+            },
+        )
+        .await?;
+        for ack in &self.acks {
             sqlx::query("UPDATE outbox SET status = 'acknowledged', acknowledged_at = ? WHERE command_id = ? AND status IN ('queued', 'delivered')")
                 .bind(ack.at.timestamp_millis())
                 .bind(&ack.command_id)
                 .execute(&mut **tx)
                 .await
-                .map_err(db)
-                .map(drop)
+                .map_err(db)?;
         }
+        Ok(())
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use chrono::{TimeZone, Utc};
+
+    fn task(revision: i64, title: &str) -> Task {
+        Task {
+            id: "task_1".into(),
+            owner: "alice".into(),
+            title: title.into(),
+            goal: "goal".into(),
+            runtime: None,
+            external_key: None,
+            state: TaskState::Running,
+            plan: vec![],
+            plan_revision: revision,
+            budget: Budget::default(),
+            usage: Usage::default(),
+            materials: Materials::default(),
+            session_id: "ses_1".into(),
+            fence: 1,
+            outcome_summary: None,
+            created_at: Utc.timestamp_millis_opt(0).unwrap(),
+            updated_at: Utc.timestamp_millis_opt(revision).unwrap(),
+            parent_id: None,
+        }
+    }
+
+    fn checkpoint(sequence: i64) -> Checkpoint {
+        Checkpoint {
+            task_id: "task_1".into(),
+            sequence,
+            attempt_id: "att_1".into(),
+            fence: 1,
+            body: CheckpointBody::default(),
+            prev_digest: None,
+            digest: format!("d{sequence}"),
+            created_at: Utc.timestamp_millis_opt(sequence).unwrap(),
+        }
+    }
+
+    fn event<T: Serialize>(cursor: i64, kind: EventKind, data: &T) -> Event {
+        Event {
+            cursor,
+            task_id: "task_1".into(),
+            kind,
+            at: Utc.timestamp_millis_opt(cursor).unwrap(),
+            data: serde_json::to_value(data).unwrap(),
+        }
+    }
+
+    /// A batch with the same task changed several times, many checkpoints (more than one
+    /// statement's worth) and a repeated one: the newest task wins, every checkpoint is there
+    /// once, applying the batch again changes nothing, and an older batch does not move the
+    /// cursor back.
+    #[tokio::test]
+    async fn a_batch_applies_in_order_once_and_the_cursor_only_moves_forward() {
+        let dir = tempfile::tempdir().unwrap();
+        let m = Mirror::open(&dir.path().join("mirror.db")).await.unwrap();
+        let mut events = vec![event(1, EventKind::TaskCreated, &task(1, "first"))];
+        let n = (CHUNK as i64) * 2 + 10;
+        for seq in 1..=n {
+            events.push(event(
+                1 + seq,
+                EventKind::CheckpointAppended,
+                &checkpoint(seq),
+            ));
+        }
+        events.push(event(n + 2, EventKind::TaskUpdated, &task(2, "second")));
+        events.push(event(n + 3, EventKind::CheckpointAppended, &checkpoint(3)));
+        events.push(event(n + 4, EventKind::TaskUpdated, &task(3, "third")));
+        m.apply(&events).await.unwrap();
+        m.apply(&events).await.unwrap();
+        m.apply(&events[1..5]).await.unwrap();
+
+        let t = m.task("task_1").await.unwrap().unwrap();
+        assert_eq!((t.title.as_str(), t.plan_revision), ("third", 3));
+        let cps: Vec<Checkpoint> = m
+            .list(
+                "SELECT data FROM checkpoints WHERE task_id = ? ORDER BY sequence",
+                "task_1",
+            )
+            .await
+            .unwrap();
+        assert_eq!(
+            cps.iter().map(|c| c.sequence).collect::<Vec<_>>(),
+            (1..=n).collect::<Vec<_>>()
+        );
+        assert_eq!(m.cursor().await.unwrap(), Some(n + 4));
+    }
 
     /// Found by the `mirror_events` fuzz target: `replace_all` (and `apply` of a batch whose
     /// first event writes nothing) read before writing in a deferred transaction, so another

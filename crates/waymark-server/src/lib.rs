@@ -22,6 +22,7 @@ mod recovery;
 mod redact;
 mod schedule;
 pub mod steer;
+mod tail;
 pub mod tls;
 mod worker;
 
@@ -128,6 +129,8 @@ pub struct AppState {
     pub(crate) limiter: Arc<governor::DefaultKeyedRateLimiter<String>>,
     /// Open SSE streams, per credential and in all.
     pub(crate) streams: Arc<limits::Streams>,
+    /// The newest events, read once per commit and shared by every event stream.
+    pub(crate) tail: Arc<tail::Tail>,
 }
 
 fn config_rate(c: &Config) -> u32 {
@@ -152,6 +155,7 @@ impl AppState {
             stopping: Arc::new(watch::channel(false).0),
             limiter: Arc::new(governor::RateLimiter::keyed(quota)),
             streams: Arc::new(streams),
+            tail: Arc::new(tail::Tail::new()),
         }
     }
 

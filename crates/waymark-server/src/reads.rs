@@ -360,43 +360,61 @@ fn event_stream(
     async_stream::stream! {
         let _slot = slot;
         let _gauge = st.metrics.sse_subscriber();
-        let mut watch = st.cursor_watch();
+        // Woken when the shared tail moved (it reads each commit once for every stream).
+        let mut watch = st.tail.subscribe(&st.store, st.stopping.subscribe());
         let mut stopping = st.stopping.subscribe();
         let mut last = after;
         loop {
             watch.borrow_and_update();
-            let page = async {
-                let mut tx = st.store.read().await?;
-                let pruned = tx.pruned_through().await?;
-                let rows = tx.events_after(last, PAGE, owner.as_deref()).await?;
-                Ok::<_, waymark_store::StoreError>((pruned, rows))
-            }.await;
-            let (pruned, rows) = match page {
-                Ok(p) => p,
-                Err(e) => {
-                    tracing::warn!(error = %e, "event stream read failed; ending the stream");
+            // Near the head: from the shared tail, already encoded.
+            if let Some(slice) = st.tail.after(last, owner.as_deref()) {
+                if last < slice.pruned {
+                    let p = cursor_expired(last, slice.pruned).problem;
+                    yield Ok(SseEvent::default().event("cursor_expired").data(serde_json::to_string(&p).unwrap_or_default()));
                     break;
                 }
-            };
-            if last < pruned {
-                // The reader fell behind retention: say so, and let it re-snapshot.
-                let p = cursor_expired(last, pruned).problem;
-                yield Ok(SseEvent::default().event("cursor_expired").data(serde_json::to_string(&p).unwrap_or_default()));
-                break;
-            }
-            let full = rows.len() as i64 == PAGE;
-            for row in rows {
-                last = row.cursor;
-                match convert::event(&row) {
-                    Ok(ev) => {
-                        let data = serde_json::to_string(&ev).unwrap_or_default();
-                        yield Ok(SseEvent::default().id(ev.cursor.to_string()).event(ev.kind.as_str()).data(data));
-                    }
-                    Err(e) => tracing::error!(cursor = row.cursor, error = %e, "skipping an undecodable event"),
+                for ev in slice.events {
+                    yield Ok(SseEvent::default().id(ev.cursor.to_string()).event(ev.kind).data(&ev.data));
                 }
-            }
-            if full {
-                continue;
+                last = slice.through;
+            } else {
+                // Behind the tail: a page from the database.
+                let page = async {
+                    let mut tx = st.store.read().await?;
+                    let pruned = tx.pruned_through().await?;
+                    let rows = tx.events_after(last, PAGE, owner.as_deref()).await?;
+                    Ok::<_, waymark_store::StoreError>((pruned, rows))
+                }.await;
+                let (pruned, rows) = match page {
+                    Ok(p) => p,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "event stream read failed; ending the stream");
+                        break;
+                    }
+                };
+                if last < pruned {
+                    // The reader fell behind retention: say so, and let it re-snapshot.
+                    let p = cursor_expired(last, pruned).problem;
+                    yield Ok(SseEvent::default().event("cursor_expired").data(serde_json::to_string(&p).unwrap_or_default()));
+                    break;
+                }
+                let full = rows.len() as i64 == PAGE;
+                for mut row in rows {
+                    last = row.cursor;
+                    // The row is ours: its data moves into the event instead of being copied.
+                    let data = std::mem::take(&mut row.data);
+                    match convert::event(&row) {
+                        Ok(mut ev) => {
+                            ev.data = data;
+                            let data = serde_json::to_string(&ev).unwrap_or_default();
+                            yield Ok(SseEvent::default().id(ev.cursor.to_string()).event(ev.kind.as_str()).data(data));
+                        }
+                        Err(e) => tracing::error!(cursor = row.cursor, error = %e, "skipping an undecodable event"),
+                    }
+                }
+                if full {
+                    continue;
+                }
             }
             tokio::select! {
                 r = watch.changed() => if r.is_err() { break },

@@ -1,10 +1,14 @@
 //! The SQLite store: the embedded default of the control plane. One file in WAL mode with
 //! `synchronous=FULL` (an acknowledged write survives power loss), one writer connection
 //! (`BEGIN IMMEDIATE`, so writers queue instead of failing) and a pool of read-only readers
-//! that see consistent snapshots while writes go on.
+//! that see consistent snapshots while writes go on. Concurrent write transactions are
+//! committed in groups (savepoints in one transaction, one fsync): see [`group`].
+
+mod group;
 
 use std::path::Path;
 use std::str::FromStr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -12,7 +16,7 @@ use serde_json::Value;
 use sqlx::sqlite::{
     SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteRow, SqliteSynchronous,
 };
-use sqlx::{Row, Sqlite, SqlitePool, Transaction};
+use sqlx::{Row, Sqlite, SqliteConnection, SqlitePool, Transaction};
 use tokio::sync::watch;
 use waymark_store::*;
 
@@ -20,9 +24,8 @@ static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../../migrations/serv
 
 /// A control-plane store in one SQLite file.
 pub struct SqliteStore {
-    writer: SqlitePool,
+    writer: Arc<group::Writer>,
     readers: SqlitePool,
-    cursor_tx: watch::Sender<i64>,
 }
 
 impl SqliteStore {
@@ -38,14 +41,20 @@ impl SqliteStore {
             .synchronous(SqliteSynchronous::Full)
             .busy_timeout(Duration::from_secs(10))
             .foreign_keys(true);
-        let writer = SqlitePoolOptions::new()
+        // Migrated through a pool (sqlx's migrator on a bare connection makes `open`'s future
+        // not `Send`), whose one connection then becomes the group-commit writer.
+        let pool = SqlitePoolOptions::new()
             .max_connections(1)
-            .min_connections(1)
-            .acquire_timeout(Duration::from_secs(30))
             .connect_with(base.clone().create_if_missing(true))
             .await
             .map_err(|e| open_err(e.to_string()))?;
-        migrate(&writer).await?;
+        migrate(&pool).await?;
+        let writer = pool
+            .acquire()
+            .await
+            .map_err(|e| open_err(e.to_string()))?
+            .detach();
+        pool.close().await;
         let readers = SqlitePoolOptions::new()
             .max_connections(8)
             .acquire_timeout(Duration::from_secs(30))
@@ -58,9 +67,8 @@ impl SqliteStore {
             .map_err(backend)?;
         let (cursor_tx, _) = watch::channel(max);
         Ok(SqliteStore {
-            writer,
+            writer: group::Writer::new(writer, cursor_tx),
             readers,
-            cursor_tx,
         })
     }
 
@@ -84,29 +92,22 @@ async fn migrate(pool: &SqlitePool) -> Result<()> {
 #[async_trait]
 impl Store for SqliteStore {
     async fn write(&self) -> Result<Box<dyn StoreTx>> {
-        let tx = self
-            .writer
-            .begin_with("BEGIN IMMEDIATE")
-            .await
-            .map_err(backend)?;
         Ok(Box::new(SqliteTx {
-            tx,
+            tx: Tx::Write(self.writer.begin().await?),
             appended: None,
-            notify: Some(self.cursor_tx.clone()),
         }))
     }
 
     async fn read(&self) -> Result<Box<dyn StoreTx>> {
         let tx = self.readers.begin().await.map_err(backend)?;
         Ok(Box::new(SqliteTx {
-            tx,
+            tx: Tx::Read(tx),
             appended: None,
-            notify: None,
         }))
     }
 
     fn cursor_watch(&self) -> watch::Receiver<i64> {
-        self.cursor_tx.subscribe()
+        self.writer.cursor_watch()
     }
 
     fn backend(&self) -> &'static str {
@@ -115,9 +116,16 @@ impl Store for SqliteStore {
 }
 
 struct SqliteTx {
-    tx: Transaction<'static, Sqlite>,
+    tx: Tx,
+    /// The newest event cursor this transaction appended.
     appended: Option<i64>,
-    notify: Option<watch::Sender<i64>>,
+}
+
+enum Tx {
+    /// A snapshot on a reader connection.
+    Read(Transaction<'static, Sqlite>),
+    /// A savepoint on the writer connection, committed in a group.
+    Write(group::Member),
 }
 
 fn backend(e: sqlx::Error) -> StoreError {
@@ -456,12 +464,19 @@ fn push_channel_row(r: &SqliteRow) -> Result<PushChannelRow> {
 type Q<'q> = sqlx::query::Query<'q, Sqlite, sqlx::sqlite::SqliteArguments<'q>>;
 
 impl SqliteTx {
+    fn db(&mut self) -> &mut SqliteConnection {
+        match &mut self.tx {
+            Tx::Read(tx) => tx,
+            Tx::Write(member) => member.db(),
+        }
+    }
+
     async fn one<'q, T>(
         &mut self,
         q: Q<'q>,
         map: fn(&SqliteRow) -> Result<T>,
     ) -> Result<Option<T>> {
-        q.fetch_optional(&mut *self.tx)
+        q.fetch_optional(self.db())
             .await
             .map_err(backend)?
             .as_ref()
@@ -470,7 +485,7 @@ impl SqliteTx {
     }
 
     async fn all<'q, T>(&mut self, q: Q<'q>, map: fn(&SqliteRow) -> Result<T>) -> Result<Vec<T>> {
-        q.fetch_all(&mut *self.tx)
+        q.fetch_all(self.db())
             .await
             .map_err(backend)?
             .iter()
@@ -479,32 +494,19 @@ impl SqliteTx {
     }
 
     async fn exec<'q>(&mut self, q: Q<'q>) -> Result<u64> {
-        Ok(q.execute(&mut *self.tx)
-            .await
-            .map_err(backend)?
-            .rows_affected())
+        Ok(q.execute(self.db()).await.map_err(backend)?.rows_affected())
     }
 }
 
 #[async_trait]
 impl StoreTx for SqliteTx {
     async fn commit(self: Box<Self>) -> Result<()> {
-        let SqliteTx {
-            tx,
-            appended,
-            notify,
-        } = *self;
-        tx.commit().await.map_err(backend)?;
-        if let (Some(cursor), Some(notify)) = (appended, notify) {
-            notify.send_if_modified(|c| {
-                let newer = cursor > *c;
-                if newer {
-                    *c = cursor;
-                }
-                newer
-            });
+        let SqliteTx { tx, appended } = *self;
+        match tx {
+            Tx::Read(tx) => tx.commit().await.map_err(backend),
+            // Returns once the group's COMMIT made it durable; the cursor watch moved then.
+            Tx::Write(member) => member.commit(appended).await,
         }
-        Ok(())
     }
 
     async fn insert_user(&mut self, u: &UserRow) -> Result<()> {
@@ -967,7 +969,7 @@ impl StoreTx for SqliteTx {
             "SELECT COUNT(*) FROM decisions WHERE task_id = ? AND status = 'pending'",
         )
         .bind(task_id)
-        .fetch_one(&mut *self.tx)
+        .fetch_one(self.db())
         .await
         .map_err(backend)
     }
@@ -988,7 +990,7 @@ impl StoreTx for SqliteTx {
     async fn blob(&mut self, sha256: &str) -> Result<Option<Vec<u8>>> {
         sqlx::query_scalar("SELECT data FROM blobs WHERE sha256 = ?")
             .bind(sha256)
-            .fetch_optional(&mut *self.tx)
+            .fetch_optional(self.db())
             .await
             .map_err(backend)
     }
@@ -1029,7 +1031,7 @@ impl StoreTx for SqliteTx {
         .bind(sha256)
         .bind(owner_id)
         .bind(owner_id)
-        .fetch_one(&mut *self.tx)
+        .fetch_one(self.db())
         .await
         .map_err(backend)?;
         Ok(n > 0)
@@ -1080,7 +1082,7 @@ impl StoreTx for SqliteTx {
         .bind(&m.role)
         .bind(&m.text)
         .bind(m.created_at)
-        .fetch_one(&mut *self.tx)
+        .fetch_one(self.db())
         .await
         .map_err(backend)?;
         Ok(seq)
@@ -1105,7 +1107,7 @@ impl StoreTx for SqliteTx {
         .bind(&e.kind)
         .bind(json_text(&e.data))
         .bind(e.at)
-        .fetch_one(&mut *self.tx)
+        .fetch_one(self.db())
         .await
         .map_err(backend)?;
         self.appended = Some(cursor);
@@ -1149,14 +1151,14 @@ impl StoreTx for SqliteTx {
             "SELECT MAX(COALESCE((SELECT MAX(cursor) FROM events), 0),
                         (SELECT pruned_through FROM event_retention WHERE id = 1))",
         )
-        .fetch_one(&mut *self.tx)
+        .fetch_one(self.db())
         .await
         .map_err(backend)
     }
 
     async fn pruned_through(&mut self) -> Result<i64> {
         sqlx::query_scalar("SELECT pruned_through FROM event_retention WHERE id = 1")
-            .fetch_one(&mut *self.tx)
+            .fetch_one(self.db())
             .await
             .map_err(backend)
     }
@@ -1509,7 +1511,7 @@ impl StoreTx for SqliteTx {
     async fn server_secret(&mut self, name: &str) -> Result<Option<String>> {
         sqlx::query_scalar("SELECT value FROM server_secrets WHERE name = ?")
             .bind(name)
-            .fetch_optional(&mut *self.tx)
+            .fetch_optional(self.db())
             .await
             .map_err(backend)
     }
@@ -1604,6 +1606,42 @@ mod tests {
             .await
             .unwrap();
         waymark_store::story::run_store_story(&store).await;
+    }
+
+    #[tokio::test]
+    async fn concurrent_writers_share_commits() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Arc::new(
+            SqliteStore::open(&dir.path().join("waymark.db"))
+                .await
+                .unwrap(),
+        );
+        let writers = 64;
+        let handles: Vec<_> = (0..writers)
+            .map(|i| {
+                let store = store.clone();
+                tokio::spawn(async move {
+                    let mut tx = store.write().await?;
+                    tx.insert_user(&UserRow {
+                        id: format!("u{i}"),
+                        name: format!("user {i}"),
+                        created_at: 0,
+                    })
+                    .await?;
+                    tx.commit().await
+                })
+            })
+            .collect();
+        for h in handles {
+            h.await.unwrap().unwrap();
+        }
+        let commits = store.writer.commits().await;
+        assert!(
+            commits < writers,
+            "{writers} writers queued at once should share COMMITs, made {commits}"
+        );
+        let users = store.read().await.unwrap().list_users().await.unwrap();
+        assert_eq!(users.len() as u64, writers);
     }
 
     #[tokio::test]

@@ -1,0 +1,266 @@
+//! Group commit: concurrent write transactions share one SQLite transaction and one fsync,
+//! and still behave one by one — each commits or rolls back alone, nothing is acknowledged or
+//! announced before the `COMMIT`, and what was acknowledged is there after a reopen.
+
+use std::collections::BTreeSet;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::json;
+use waymark_store::{NewEvent, Store, StoreError, UserRow};
+use waymark_store_sqlite::SqliteStore;
+
+fn user(name: &str) -> UserRow {
+    UserRow {
+        id: format!("u-{name}"),
+        name: name.to_owned(),
+        created_at: 1,
+    }
+}
+
+fn event(name: &str) -> NewEvent {
+    NewEvent {
+        task_id: format!("t-{name}"),
+        owner_id: format!("u-{name}"),
+        kind: "task_created".into(),
+        data: json!({"name": name}),
+        at: 1,
+    }
+}
+
+/// One write transaction: a user and an event, committed. Returns the event's cursor.
+async fn write_one(store: &SqliteStore, name: &str) -> Result<i64, StoreError> {
+    let mut tx = store.write().await?;
+    tx.insert_user(&user(name)).await?;
+    let cursor = tx.append_event(&event(name)).await?;
+    tx.commit().await?;
+    Ok(cursor)
+}
+
+async fn open(path: &Path) -> Arc<SqliteStore> {
+    Arc::new(SqliteStore::open(path).await.unwrap())
+}
+
+async fn user_names(store: &SqliteStore) -> BTreeSet<String> {
+    let mut tx = store.read().await.unwrap();
+    tx.list_users()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|u| u.name)
+        .collect()
+}
+
+async fn event_names(store: &SqliteStore) -> Vec<(i64, String)> {
+    let mut tx = store.read().await.unwrap();
+    tx.events_after(0, 100_000, None)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|e| (e.cursor, e.data["name"].as_str().unwrap().to_owned()))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_concurrent_writers_all_commit_with_distinct_growing_cursors() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(&dir.path().join("waymark.db")).await;
+    let writers = 200;
+    let handles: Vec<_> = (0..writers)
+        .map(|i| {
+            let store = store.clone();
+            tokio::spawn(async move { write_one(&store, &format!("w{i}")).await })
+        })
+        .collect();
+    let mut cursors = BTreeSet::new();
+    for h in handles {
+        cursors.insert(h.await.unwrap().unwrap());
+    }
+    assert_eq!(cursors.len(), writers, "every writer got its own cursor");
+    assert_eq!(user_names(&store).await.len(), writers);
+    let events = event_names(&store).await;
+    assert_eq!(
+        events.iter().map(|(c, _)| *c).collect::<BTreeSet<_>>(),
+        cursors
+    );
+    assert_eq!(
+        *store.cursor_watch().borrow(),
+        *cursors.last().unwrap(),
+        "the watch reached the newest cursor"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failing_transaction_among_concurrent_ones_takes_only_its_own_changes_away() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(&dir.path().join("waymark.db")).await;
+    write_one(&store, "taken").await.unwrap();
+    let handles: Vec<_> = (0..120)
+        .map(|i| {
+            let store = store.clone();
+            tokio::spawn(async move {
+                let name = format!("w{i}");
+                let mut tx = store.write().await?;
+                tx.insert_user(&user(&name)).await?;
+                tx.append_event(&event(&name)).await?;
+                match i % 4 {
+                    // Refused by a unique constraint, then dropped: none of it stays.
+                    0 => {
+                        let e = tx.insert_user(&user("taken")).await.unwrap_err();
+                        assert!(matches!(e, StoreError::Conflict(_)), "{e}");
+                        Ok(false)
+                    }
+                    // Dropped without commit after writing.
+                    1 => {
+                        drop(tx);
+                        Ok(false)
+                    }
+                    // A refused statement does not spoil the rest of its transaction.
+                    2 => {
+                        let e = tx.insert_user(&user("taken")).await.unwrap_err();
+                        assert!(matches!(e, StoreError::Conflict(_)), "{e}");
+                        tx.commit().await?;
+                        Ok(true)
+                    }
+                    _ => {
+                        tx.commit().await?;
+                        Ok::<_, StoreError>(true)
+                    }
+                }
+            })
+        })
+        .collect();
+    let mut kept = BTreeSet::from(["taken".to_owned()]);
+    for (i, h) in handles.into_iter().enumerate() {
+        if h.await.unwrap().unwrap() {
+            kept.insert(format!("w{i}"));
+        }
+    }
+    assert_eq!(user_names(&store).await, kept);
+    let events: BTreeSet<String> = event_names(&store)
+        .await
+        .into_iter()
+        .map(|(_, n)| n)
+        .collect();
+    assert_eq!(events, kept, "events vanish with their transactions");
+    // The writer is free and consistent afterwards.
+    write_one(&store, "after").await.unwrap();
+    assert!(user_names(&store).await.contains("after"));
+}
+
+#[tokio::test]
+async fn an_uncommitted_write_is_neither_visible_nor_announced() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(&dir.path().join("waymark.db")).await;
+    let mut watch = store.cursor_watch();
+    let mut tx = store.write().await.unwrap();
+    tx.insert_user(&user("pending")).await.unwrap();
+    let cursor = tx.append_event(&event("pending")).await.unwrap();
+    assert!(
+        tokio::time::timeout(Duration::from_millis(50), watch.changed())
+            .await
+            .is_err(),
+        "announced before the commit"
+    );
+    assert!(user_names(&store).await.is_empty());
+    tx.commit().await.unwrap();
+    assert_eq!(*watch.borrow_and_update(), cursor);
+    assert!(user_names(&store).await.contains("pending"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_announced_cursor_is_already_readable() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(&dir.path().join("waymark.db")).await;
+    let watcher = {
+        let store = store.clone();
+        let mut watch = store.cursor_watch();
+        tokio::spawn(async move {
+            let mut seen = 0;
+            while *watch.borrow_and_update() < 300 {
+                let announced = *watch.borrow_and_update();
+                let readable = store.read().await.unwrap().max_cursor().await.unwrap();
+                assert!(
+                    readable >= announced,
+                    "cursor {announced} announced before it was committed (readable: {readable})"
+                );
+                seen += 1;
+                if watch.changed().await.is_err() {
+                    break;
+                }
+            }
+            seen
+        })
+    };
+    let handles: Vec<_> = (0..300)
+        .map(|i| {
+            let store = store.clone();
+            tokio::spawn(async move {
+                let cursor = write_one(&store, &format!("w{i}")).await.unwrap();
+                // Acknowledged: announced and readable.
+                assert!(*store.cursor_watch().borrow() >= cursor);
+                let readable = store.read().await.unwrap().max_cursor().await.unwrap();
+                assert!(readable >= cursor);
+            })
+        })
+        .collect();
+    for h in handles {
+        h.await.unwrap();
+    }
+    let seen = tokio::time::timeout(Duration::from_secs(10), watcher)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(seen > 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn what_was_acknowledged_is_there_after_the_store_goes_away_mid_write() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("waymark.db");
+    let store = open(&path).await;
+    let (acked_tx, mut acked_rx) = tokio::sync::mpsc::unbounded_channel();
+    let handles: Vec<_> = (0..64)
+        .map(|w| {
+            let (store, acked) = (store.clone(), acked_tx.clone());
+            tokio::spawn(async move {
+                for i in 0.. {
+                    let name = format!("w{w}-{i}");
+                    if write_one(&store, &name).await.is_ok() {
+                        let _ = acked.send(name);
+                    }
+                }
+            })
+        })
+        .collect();
+    drop(acked_tx);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Pull the plug: writers stop wherever they are, their transactions dropped mid-way.
+    for h in &handles {
+        h.abort();
+    }
+    for h in handles {
+        let _ = h.await;
+    }
+    drop(store);
+    let mut acked = BTreeSet::new();
+    while let Some(name) = acked_rx.recv().await {
+        acked.insert(name);
+    }
+    assert!(!acked.is_empty());
+
+    let store = open(&path).await;
+    let users = user_names(&store).await;
+    let missing: Vec<_> = acked.difference(&users).collect();
+    assert!(missing.is_empty(), "acknowledged but lost: {missing:?}");
+    // Every transaction is whole: a user exactly when its event.
+    let events: BTreeSet<String> = event_names(&store)
+        .await
+        .into_iter()
+        .map(|(_, n)| n)
+        .collect();
+    assert_eq!(users, events, "a transaction was torn");
+    // The reopened store writes on.
+    write_one(&store, "after").await.unwrap();
+}
