@@ -22,6 +22,7 @@ pub mod state;
 pub mod sync;
 pub mod tray;
 pub mod views;
+mod webview;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -253,6 +254,9 @@ pub fn run() {
             let companion = tauri::async_runtime::block_on(Companion::open(&home))?;
             let shared: AppState = Arc::new(Shared::new(companion));
             app.manage(shared.clone());
+            if let Some(window) = app.get_webview_window("main") {
+                webview::tune(&window);
+            }
             if let Err(e) = tray::build(&handle) {
                 tracing::warn!(error = %e, "no tray icon");
             }

@@ -185,6 +185,46 @@ async fn checkpoints(quick: bool, out: &mut Vec<Figure>) -> Result<()> {
         let secs = start.elapsed().as_secs_f64();
         let rate = (workers * per) as f64 / secs;
 
+        // What HTTP alone allows on this machine: the same clients and request count, each a
+        // `GET /healthz` (no credential; one read of the log head, no write). An append can
+        // only be slower.
+        settle_disk().await;
+        let start = Instant::now();
+        let mut round_trips = Vec::new();
+        let results = futures::future::join_all((0..workers).map(|_| {
+            let s = s.clone();
+            async move {
+                let mut l = Vec::with_capacity(per);
+                for _ in 0..per {
+                    let t = Instant::now();
+                    s.http
+                        .get(format!("{}/healthz", s.run.url()))
+                        .send()
+                        .await?
+                        .error_for_status()?
+                        .bytes()
+                        .await?;
+                    l.push(t.elapsed().as_secs_f64() * 1000.0);
+                }
+                Ok::<_, anyhow::Error>(l)
+            }
+        }))
+        .await;
+        for r in results {
+            round_trips.extend(r?);
+        }
+        let ceiling = (workers * per) as f64 / start.elapsed().as_secs_f64();
+        out.push(Figure {
+            bench: "checkpoints".into(),
+            measure: format!("HTTP ceiling: GET /healthz/s, {workers} client(s)"),
+            value: ceiling,
+            unit: "/s".into(),
+            baseline: None,
+            ratio: Some(rate / ceiling),
+            target: "reported (ratio: appends/s over it)".into(),
+            met: None,
+        });
+
         // Baseline: the same rows, inserted raw in batches of `workers` per durable commit.
         let dir = tempfile::tempdir()?;
         let mut c = raw_sqlite(&dir.path().join("raw.db")).await?;
@@ -235,7 +275,19 @@ async fn checkpoints(quick: bool, out: &mut Vec<Figure>) -> Result<()> {
                 one.push(t.elapsed().as_secs_f64() * 1000.0);
             }
             one.sort_by(f64::total_cmp);
+            round_trips.sort_by(f64::total_cmp);
             let (p50, raw50) = (percentile(&lat, 0.5), percentile(&one, 0.5));
+            let http50 = percentile(&round_trips, 0.5);
+            out.push(Figure {
+                bench: "checkpoints".into(),
+                measure: "HTTP round trip p50 (GET /healthz)".into(),
+                value: http50,
+                unit: "ms".into(),
+                baseline: Some(raw50),
+                ratio: Some(http50 / raw50),
+                target: "reported (against one raw durable commit)".into(),
+                met: None,
+            });
             out.push(Figure {
                 bench: "checkpoints".into(),
                 measure: "single-writer latency p50".into(),

@@ -37,6 +37,11 @@ pub enum AdminError {
         "unsupported database URL `{0}`: use `postgres://…`, or SQLite in `--data-dir` by leaving it out"
     )]
     DatabaseUrl(String),
+    /// A PostgreSQL URL given to a build without the `postgres` feature (the app).
+    #[error(
+        "this build has no PostgreSQL support (the app embeds its control plane on SQLite): run `waymark serve --database-url …` for a shared database"
+    )]
+    NoPostgres,
     /// A name that cannot be used.
     #[error("invalid name `{0}`: use 1–64 letters, digits, `-`, `_` or `.`")]
     InvalidName(String),
@@ -143,7 +148,8 @@ impl DataDir {
     ) -> Result<Arc<dyn Store>, AdminError> {
         match database_url {
             None => Ok(Arc::new(self.open().await?)),
-            Some(url) if url.starts_with("postgres://") || url.starts_with("postgresql://") => {
+            #[cfg(feature = "postgres")]
+            Some(url) if is_postgres(url) => {
                 let fail = |e: std::io::Error| AdminError::DataDir {
                     path: self.root.clone(),
                     reason: e.to_string(),
@@ -153,6 +159,8 @@ impl DataDir {
                     waymark_store_postgres::PgStore::connect(url).await?,
                 ))
             }
+            #[cfg(not(feature = "postgres"))]
+            Some(url) if is_postgres(url) => Err(AdminError::NoPostgres),
             Some(other) => Err(AdminError::DatabaseUrl(redact(other))),
         }
     }
@@ -304,4 +312,8 @@ fn redact(url: &str) -> String {
         }
         _ => url.to_owned(),
     }
+}
+
+fn is_postgres(url: &str) -> bool {
+    url.starts_with("postgres://") || url.starts_with("postgresql://")
 }
