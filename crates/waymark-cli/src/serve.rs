@@ -68,16 +68,17 @@ pub(crate) fn admin_failure(e: AdminError) -> Failure {
         AdminError::UnknownUser(_) => "unknown_user",
         AdminError::UserExists(_) => "user_exists",
         AdminError::InvalidName(_) => "invalid_name",
-        AdminError::DatabaseUrl(_) => "unsupported_database",
+        AdminError::DatabaseUrl(_) | AdminError::NoPostgres => "unsupported_database",
         AdminError::InvalidScope(_) => "invalid_scope",
         AdminError::UnknownDevice(_) => "unknown_device",
         AdminError::Store(waymark_store::StoreError::NewerSchema { .. }) => "newer_schema",
         AdminError::Store(_) => "storage",
     };
     let exit = match &e {
-        AdminError::InvalidName(_) | AdminError::InvalidScope(_) | AdminError::DatabaseUrl(_) => {
-            Exit::Usage
-        }
+        AdminError::InvalidName(_)
+        | AdminError::InvalidScope(_)
+        | AdminError::DatabaseUrl(_)
+        | AdminError::NoPostgres => Exit::Usage,
         _ => Exit::Refused,
     };
     Failure::new(exit, code, e.to_string())
