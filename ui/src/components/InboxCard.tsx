@@ -2,12 +2,13 @@
 // bound to, the evidence (diff, receipts), when it expires and what happens then, and the
 // actions. A risky approval needs a second, explicit confirmation; budget options each say
 // what they give up.
-import { useState } from "react";
+import { useEffect, useState } from "react";
 import type { DecideOp, InboxItemView, OutboxView } from "../bindings";
 import { useI18n } from "../i18n";
 import { short, until } from "../format";
 import { ArtifactBody, type LoadText } from "./Artifact";
 import { Receipts } from "./Receipts";
+import type { RowProps } from "../windowed";
 
 export type Decide = (decisionId: string, op: DecideOp, option: string | null, text: string | null) => Promise<OutboxView>;
 
@@ -36,6 +37,8 @@ export function InboxCard({
   confirmFirst,
   openThread,
   now = Date.now(),
+  place,
+  onEngaged,
 }: {
   item: InboxItemView;
   decide: Decide;
@@ -44,6 +47,11 @@ export function InboxCard({
   confirmFirst?: string | null;
   openThread?: (taskId: string) => void;
   now?: number;
+  /** Its place in a windowed feed (position, measuring ref, aria-posinset/setsize). */
+  place?: RowProps;
+  /** Told whether the card holds something a person would lose if it were unmounted (an open
+   * diff, a confirmation, a typed answer, a send in flight), so a windowed feed keeps it. */
+  onEngaged?: (decisionId: string, engaged: boolean) => void;
 }) {
   const { t } = useI18n();
   const d = item.decision;
@@ -53,6 +61,12 @@ export function InboxCard({
   const [busy, setBusy] = useState(false);
   const [result, setResult] = useState<OutboxView | null>(null);
   const [error, setError] = useState<string | null>(null);
+  const engaged = showDiff != null || confirming != null || answer !== "" || busy;
+  useEffect(() => {
+    if (!onEngaged) return;
+    onEngaged(d.id, engaged);
+    return () => onEngaged(d.id, false);
+  }, [onEngaged, d.id, engaged]);
 
   const send = async (op: DecideOp, option: string | null = null, text: string | null = null) => {
     setBusy(true);
@@ -71,7 +85,13 @@ export function InboxCard({
   const defaultLabel = d.default_option ? (d.options.find((o) => o.id === d.default_option)?.label ?? d.default_option) : null;
 
   return (
-    <article className={`card decision kind-${d.kind}${focus ? " focused" : ""}`} data-testid={`decision-${d.id}`} aria-labelledby={`q-${d.id}`} tabIndex={-1}>
+    <article
+      {...place}
+      className={`card decision kind-${d.kind}${focus ? " focused" : ""}`}
+      data-testid={`decision-${d.id}`}
+      aria-labelledby={`q-${d.id}`}
+      tabIndex={place ? 0 : -1}
+    >
       <header className="card-head">
         <span className={`pill kind`}>{t(`inbox.kind.${d.kind}` as "inbox.kind.approval")}</span>
         {d.risky && <span className="pill bad">{t("inbox.risky")}</span>}

@@ -2,14 +2,16 @@
 import type { ThreadRowView } from "../bindings";
 import { useI18n } from "../i18n";
 import { ago } from "../format";
+import type { RowProps } from "../windowed";
 import { Budget, Stages, StateBadge } from "./Badges";
 
-export function ThreadRow({ row, open, now = Date.now() }: { row: ThreadRowView; open: (id: string) => void; now?: number }) {
+/** `place`: its place in a windowed list (position, measuring ref, aria-posinset/setsize). */
+export function ThreadRow({ row, open, now = Date.now(), place }: { row: ThreadRowView; open: (id: string) => void; now?: number; place?: RowProps }) {
   const { t } = useI18n();
   const task = row.task;
   const cp = row.last_checkpoint;
   return (
-    <li className={`thread-row${row.pending_decisions > 0 || row.unknown_effects > 0 ? " attention" : ""}`}>
+    <li {...place} className={`thread-row${row.pending_decisions > 0 || row.unknown_effects > 0 ? " attention" : ""}`}>
       <button type="button" className="thread-open" onClick={() => open(task.id)} data-testid={`thread-${task.id}`}>
         <div className="row wrap">
           <StateBadge state={task.state} />

@@ -1,9 +1,22 @@
-// Inbox: pending decisions, soonest expiry first.
-import { useEffect, useState } from "react";
+// Inbox: pending decisions, soonest expiry first. The cards are a windowed feed
+// (../windowed.ts): only the cards in view and an overscan are rendered, each measured as it
+// renders (cards differ in height, and grow when a diff is opened), so 10,000 pending decisions
+// cost what a screenful does. ARIA feed: each card says its place and the total, and
+// Page Down / Page Up move between cards. A card with an open diff, a confirmation, a typed
+// answer or a send in flight stays rendered when scrolled away, and so does the focused one.
+import { useCallback, useEffect, useRef, useState } from "react";
 import type { DecideOp, OutboxView } from "../bindings";
 import { commands, loadText, useMirror } from "../data";
 import { useI18n } from "../i18n";
 import { InboxCard } from "../components/InboxCard";
+import { useWindowed } from "../windowed";
+
+/** A card's height before it is measured (px): an approval with its intent, two receipts (one
+ * with a failure) and the actions measure ≈ 555 px at desktop width (WebKitGTK; ≈ 770 px at
+ * phone width). */
+export const CARD_ESTIMATE = 560;
+
+const estimate = () => CARD_ESTIMATE;
 
 export function InboxScreen({ focus, confirm, go }: { focus?: string; confirm?: string | null; go: (r: string) => void }) {
   const { t } = useI18n();
@@ -11,15 +24,35 @@ export function InboxScreen({ focus, confirm, go }: { focus?: string; confirm?: 
   // An answered decision leaves the inbox as soon as the mirror hears of it; what was sent
   // stays visible here so the person sees their answer went out (or was queued).
   const [sent, setSent] = useState<{ question: string; op: DecideOp; entry: OutboxView }[]>([]);
-  const decide = async (id: string, op: DecideOp, option: string | null, text: string | null) => {
-    const question = data?.find((i) => i.decision.id === id)?.decision.question ?? id;
-    const entry = await commands.decide(id, op, option, text);
-    setSent((s) => [{ question, op, entry }, ...s].slice(0, 5));
-    return entry;
-  };
+  const decide = useCallback(
+    async (id: string, op: DecideOp, option: string | null, text: string | null) => {
+      const question = data?.find((i) => i.decision.id === id)?.decision.question ?? id;
+      const entry = await commands.decide(id, op, option, text);
+      setSent((s) => [{ question, op, entry }, ...s].slice(0, 5));
+      return entry;
+    },
+    [data],
+  );
+  const [engaged, setEngaged] = useState<readonly string[]>([]);
+  const onEngaged = useCallback((id: string, on: boolean) => {
+    setEngaged((ids) => (ids.includes(id) === on ? ids : on ? [...ids, id] : ids.filter((x) => x !== id)));
+  }, []);
+  const getKey = useCallback((i: number) => data![i].decision.id, [data]);
+  const feed = useWindowed({ count: data?.length ?? 0, getKey, estimateSize: estimate, overscan: 2, keep: engaged, keys: "feed" });
+  const openThread = useCallback((task: string) => go(`/threads/${task}`), [go]);
+
+  // A deep link to a decision (a notification, the tray) scrolls to its card and focuses it,
+  // once: the mirror re-reading later does not pull the person back.
+  const focused = useRef(false);
+  const { focusIndex } = feed;
   useEffect(() => {
-    if (focus && data) document.querySelector<HTMLElement>(`[data-testid="decision-${focus}"]`)?.focus();
-  }, [focus, data]);
+    if (focused.current || !focus || !data) return;
+    const i = data.findIndex((item) => item.decision.id === focus);
+    if (i < 0) return;
+    focused.current = true;
+    focusIndex(i, "start");
+  }, [focus, data, focusIndex]);
+
   return (
     <section aria-labelledby="inbox-title">
       <h2 id="inbox-title">{t("inbox.title")}</h2>
@@ -31,18 +64,24 @@ export function InboxScreen({ focus, confirm, go }: { focus?: string; confirm?: 
         </p>
       ))}
       {data && data.length === 0 && <p className="muted empty">{t("inbox.empty")}</p>}
-      <div className="cards">
-        {data?.map((item) => (
-          <InboxCard
-            key={item.decision.id}
-            item={item}
-            decide={decide}
-            load={loadText}
-            focus={focus === item.decision.id}
-            confirmFirst={focus === item.decision.id ? confirm : null}
-            openThread={(task) => go(`/threads/${task}`)}
-          />
-        ))}
+      <div className="cards" role="feed" aria-labelledby="inbox-title" aria-busy={data == null} {...feed.listProps} onKeyDown={feed.onKeyDown}>
+        {data &&
+          feed.rows.map((r) => {
+            const item = data[r.index];
+            return (
+              <InboxCard
+                key={r.key as string}
+                item={item}
+                decide={decide}
+                load={loadText}
+                focus={focus === item.decision.id}
+                confirmFirst={focus === item.decision.id ? confirm : null}
+                openThread={openThread}
+                place={feed.rowProps(r)}
+                onEngaged={onEngaged}
+              />
+            );
+          })}
       </div>
     </section>
   );
