@@ -7,7 +7,6 @@ mod api;
 pub mod keystore;
 pub mod mirror;
 pub mod notify;
-mod pin;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -200,7 +199,7 @@ pub fn parse_pairing_link(link: &str) -> Result<PairingLink, Error> {
 
 /// A pin is a fingerprint, and means something only for an `https://` server.
 fn check_pin(server: &str, pin: &str) -> Result<String, Error> {
-    let pin = pin::parse_pin(pin)?;
+    let pin = waymark_tls_pin::parse_pin(pin).map_err(|e| Error::Invalid(e.to_string()))?;
     if !server.starts_with("https://") {
         return Err(Error::Invalid(format!(
             "the link pins a TLS certificate but its server `{server}` is not `https://` — ask for a new link"
