@@ -7,6 +7,7 @@ mod api;
 pub mod keystore;
 pub mod mirror;
 pub mod notify;
+pub mod touched;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -21,6 +22,7 @@ use waymark_proto::*;
 pub use api::decode_events;
 pub use keystore::{Backend, Keystore};
 pub use mirror::{InboxItem, Mirror, OutboxEntry, Stage, ThreadDetail, ThreadRow};
+pub use touched::{Look, Touched};
 
 use crate::api::Api;
 
