@@ -140,6 +140,7 @@ pub async fn run_demo(
     });
     let cfg = DemoConfig {
         server: url,
+        server_fp: None,
         token,
         admin_token: None,
         deploy_url,

@@ -3,41 +3,32 @@
 //! mirror, re-counts the tray, and runs the notification policy over the threads it touched;
 //! when the stream (re)opens after a snapshot, every thread is looked at once, so decisions
 //! that arrived while the app was closed are not missed. Notifications are shown once per
-//! key (`Mirror::first_notification`), also across restarts.
+//! key (`Mirror::first_notification`), also across restarts. The threads to look at coalesce
+//! in a bounded `Touched` set (past its bound: every thread), so sync never waits for the
+//! consumer and nothing queues without end.
 
-use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
 use tauri::AppHandle;
 use tauri_specta::Event as _;
-use tokio::sync::{mpsc, watch};
-use waymark_companion::Error;
+use tokio::sync::watch;
+use waymark_companion::{Error, Look, Touched};
 
 use crate::events::{MirrorChanged, StatusChanged};
 use crate::state::Shared;
 
-/// What the consumer should look at.
-enum Touch {
-    /// These tasks changed.
-    Tasks(Vec<String>),
-    /// The mirror was re-snapshotted or the link changed: look at everything.
-    All,
-}
-
 /// Starts the sync loop, the link watcher and the notification consumer.
 pub fn spawn(app: AppHandle, shared: Arc<Shared>) {
-    let (tx, rx) = mpsc::unbounded_channel::<Touch>();
-    tauri::async_runtime::spawn(consume(app.clone(), shared.clone(), rx));
-    tauri::async_runtime::spawn(watch_link(app.clone(), shared.clone(), tx.clone()));
+    let touched = Arc::new(Touched::default());
+    tauri::async_runtime::spawn(consume(app.clone(), shared.clone(), touched.clone()));
+    tauri::async_runtime::spawn(watch_link(app.clone(), shared.clone(), touched.clone()));
     tauri::async_runtime::spawn(async move {
         loop {
             let (_stop_tx, stop_rx) = watch::channel(false);
-            let sender = tx.clone();
+            let marks = touched.clone();
             let on_batch = move |events: &[waymark_proto::Event]| {
-                let _ = sender.send(Touch::Tasks(
-                    events.iter().map(|e| e.task_id.clone()).collect(),
-                ));
+                marks.tasks(events.iter().map(|e| e.task_id.as_str()));
             };
             let run = shared.companion.follow(stop_rx, &on_batch);
             let outcome = tokio::select! {
@@ -62,13 +53,13 @@ pub fn spawn(app: AppHandle, shared: Arc<Shared>) {
                     shared.set_fatal(None);
                 }
             }
-            let _ = tx.send(Touch::All);
+            touched.all();
         }
     });
 }
 
 /// Tells the UI when the link changes, and asks for a full look when the stream opens.
-async fn watch_link(app: AppHandle, shared: Arc<Shared>, tx: mpsc::UnboundedSender<Touch>) {
+async fn watch_link(app: AppHandle, shared: Arc<Shared>, touched: Arc<Touched>) {
     let mut rx = shared.companion.health();
     let mut was_connected = false;
     loop {
@@ -77,7 +68,7 @@ async fn watch_link(app: AppHandle, shared: Arc<Shared>, tx: mpsc::UnboundedSend
             shared.mark_live();
         }
         if connected && !was_connected {
-            let _ = tx.send(Touch::All);
+            touched.all();
         }
         was_connected = connected;
         let _ = StatusChanged {}.emit(&app);
@@ -87,51 +78,48 @@ async fn watch_link(app: AppHandle, shared: Arc<Shared>, tx: mpsc::UnboundedSend
     }
 }
 
-async fn consume(app: AppHandle, shared: Arc<Shared>, mut rx: mpsc::UnboundedReceiver<Touch>) {
-    while let Some(first) = rx.recv().await {
-        // Coalesce what arrived meanwhile.
-        let mut all = false;
-        let mut tasks = BTreeSet::new();
-        let mut take = |t: Touch| match t {
-            Touch::All => all = true,
-            Touch::Tasks(ids) => tasks.extend(ids),
+async fn consume(app: AppHandle, shared: Arc<Shared>, touched: Arc<Touched>) {
+    loop {
+        // Everything marked since the last pass, coalesced.
+        let (threads, quiet_finished) = match touched.next().await {
+            Look::All => (None, true),
+            // More threads changed than are tracked one by one: each may have news.
+            Look::Overflowed => (None, false),
+            Look::Tasks(ids) => (Some(ids), false),
         };
-        take(first);
-        while let Ok(more) = rx.try_recv() {
-            take(more);
-        }
         let _ = MirrorChanged {}.emit(&app);
         let _ = StatusChanged {}.emit(&app);
-        if let Err(e) = look(&app, &shared, all, tasks).await {
+        if let Err(e) = look(&app, &shared, threads, quiet_finished).await {
             tracing::warn!(error = %e, "notification pass failed");
         }
     }
 }
 
-/// Runs the notification policy over the touched threads and updates the tray.
+/// Runs the notification policy over the touched threads (`None`: every thread) and updates
+/// the tray. With `quiet_finished`, finished tasks' notifications are marked seen silently.
 async fn look(
     app: &AppHandle,
     shared: &Arc<Shared>,
-    all: bool,
-    tasks: BTreeSet<String>,
+    threads: Option<Vec<String>>,
+    quiet_finished: bool,
 ) -> Result<(), Error> {
     let mirror = shared.companion.mirror();
-    let ids: Vec<String> = if all {
-        mirror
+    let ids: Vec<String> = match threads {
+        Some(ids) => ids,
+        None => mirror
             .threads()
             .await?
             .into_iter()
             .map(|t| t.task.id)
-            .collect()
-    } else {
-        tasks.into_iter().collect()
+            .collect(),
     };
     for id in ids {
         // The shared content model (with the diff stat of cached diffs), each shown once.
         for n in shared.companion.notifications(&id, true).await? {
-            // On a full look, finished tasks from before are marked seen silently: a person
-            // pairing a device wants the open decisions, not a backlog of old endings.
-            let quiet = all && n.decision_id.is_none();
+            // On a full look after a snapshot or a reconnect, finished tasks from before are
+            // marked seen silently: a person pairing a device wants the open decisions, not a
+            // backlog of old endings.
+            let quiet = quiet_finished && n.decision_id.is_none();
             if !quiet && !shared.muted() {
                 crate::notifications::show(app.clone(), shared.clone(), n);
             }

@@ -4,8 +4,26 @@
 
 use std::time::Duration;
 
+use tokio::task::JoinSet;
 use waymark_proto::{ApprovalDurability, CreateTask, Decision, DecisionOption, DeliveryState};
 use waymark_worker::{ApprovalOptions, AttemptOptions, Client, Run};
+
+/// Drops the finished tasks of a set of fire-and-forget background tasks. A `JoinSet` keeps a
+/// finished task until it is joined, so a long-lived adapter that only spawns would hold one
+/// entry per approval, timer and tool call it ever started; its loop reaps on every turn, and
+/// the set holds only what still runs. Returns how many were reaped.
+pub(crate) fn reap(set: &mut JoinSet<()>) -> usize {
+    let mut n = 0;
+    while let Some(done) = set.try_join_next() {
+        if let Err(e) = done
+            && e.is_panic()
+        {
+            tracing::error!(error = %e, "a background task panicked");
+        }
+        n += 1;
+    }
+    n
+}
 
 /// A runtime session as the adapter first sees it.
 #[derive(Debug, Clone)]
@@ -118,4 +136,29 @@ pub async fn lost(run: &Run, decision_id: &str, detail: &str) -> waymark_worker:
     run.report_delivery(decision_id, DeliveryState::Lost, Some(detail.into()))
         .await
         .map(drop)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn reaping_keeps_only_the_tasks_still_running() {
+        let mut set = JoinSet::new();
+        let (release, wait) = tokio::sync::oneshot::channel::<()>();
+        set.spawn(async move {
+            let _ = wait.await;
+        });
+        for _ in 0..1000 {
+            set.spawn(async {});
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        assert_eq!(set.len(), 1001, "finished tasks stay until joined");
+        assert_eq!(reap(&mut set), 1000);
+        assert_eq!(set.len(), 1, "the running one is kept");
+        release.send(()).unwrap();
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        assert_eq!(reap(&mut set), 1);
+        assert!(set.is_empty());
+    }
 }

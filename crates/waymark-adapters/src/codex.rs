@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 use tokio::process::Child;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::{JoinHandle, JoinSet};
 use tokio_util::sync::CancellationToken;
 use waymark_proto::{CheckpointBody, CompletedStep, EffectRef, FinishOutcome, NewMessage};
@@ -36,6 +36,11 @@ const ADAPTER_STOPPED: &str = "the Waymark Codex adapter stopped; Codex will ask
 
 /// How long teardown waits for approvals and effects to settle.
 const SETTLE: Duration = Duration::from_secs(10);
+
+/// Control changes queued for the adapter's loop at most. A thread's watcher waits while the
+/// queue is full (its run's control state is a watch, so the changes that arrive meanwhile
+/// collapse into the newest, which is sent when there is room): backpressure, nothing lost.
+const EVENTS_QUEUED: usize = 64;
 
 /// `waymark adapters codex`: follow Codex threads through `codex app-server`.
 #[derive(Debug, Clone, clap::Args)]
@@ -143,7 +148,7 @@ pub async fn run(
     if args.prompt.is_none() && args.threads.is_empty() {
         return Err(CodexError::NothingToDo);
     }
-    let (events, events_rx) = mpsc::unbounded_channel();
+    let (events, events_rx) = mpsc::channel(EVENTS_QUEUED);
     let mut adapter = Adapter {
         cwd: args.cwd.clone().or_else(|| std::env::current_dir().ok()),
         args,
@@ -224,8 +229,8 @@ struct Adapter {
     client: Client,
     shutdown: CancellationToken,
     threads: HashMap<String, Thread>,
-    events: mpsc::UnboundedSender<Event>,
-    events_rx: mpsc::UnboundedReceiver<Event>,
+    events: mpsc::Sender<Event>,
+    events_rx: mpsc::Receiver<Event>,
     /// The thread `--prompt` started; its turn's end ends the adapter.
     prompted: Option<String>,
     /// How each thread's attempt finishes, when not released.
@@ -428,6 +433,7 @@ impl Adapter {
     /// Reads the connection and the threads' control until one of them ends it.
     async fn serve(&mut self, conn: &mut Conn) -> End {
         loop {
+            bridge::reap(&mut conn.tasks);
             if let Some(end) = self.end.take() {
                 return end;
             }
@@ -1044,9 +1050,18 @@ async fn say(run: &Run, role: &str, text: String) {
 }
 
 /// Forwards a run's control changes, and its end, to the adapter's loop.
-async fn watch_run(run: Arc<Run>, thread: String, events: mpsc::UnboundedSender<Event>) {
-    let mut control = run.control();
-    let stopped = run.cancelled();
+async fn watch_run(run: Arc<Run>, thread: String, events: mpsc::Sender<Event>) {
+    forward_control(run.control(), run.cancelled(), thread, events).await;
+}
+
+/// The newest control state on every change, then `Stopped` when `stopped` fires. While the
+/// loop's queue is full this waits; changes meanwhile collapse into the newest state.
+async fn forward_control(
+    mut control: watch::Receiver<ControlState>,
+    stopped: CancellationToken,
+    thread: String,
+    events: mpsc::Sender<Event>,
+) {
     loop {
         tokio::select! {
             changed = control.changed() => {
@@ -1054,17 +1069,109 @@ async fn watch_run(run: Arc<Run>, thread: String, events: mpsc::UnboundedSender<
                     return;
                 }
                 let state = control.borrow_and_update().clone();
-                if events.send(Event::Control { thread: thread.clone(), state }).is_err() {
+                if events.send(Event::Control { thread: thread.clone(), state }).await.is_err() {
                     return;
                 }
             }
             _ = stopped.cancelled() => {
                 // Let a cancel's control change arrive first, so it reads as a cancel.
                 let state = control.borrow_and_update().clone();
-                let _ = events.send(Event::Control { thread: thread.clone(), state });
-                let _ = events.send(Event::Stopped { thread });
+                let _ = events.send(Event::Control { thread: thread.clone(), state }).await;
+                let _ = events.send(Event::Stopped { thread }).await;
                 return;
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn revision(ev: &Event) -> Option<i64> {
+        match ev {
+            Event::Control { state, .. } => Some(state.plan_revision),
+            Event::Stopped { .. } => None,
+        }
+    }
+
+    /// The watcher's queue is bounded: with nobody reading, it fills to its bound and the
+    /// watcher waits (no growth); the changes made meanwhile collapse into the newest, which
+    /// arrives once the loop reads again, and the end is never dropped.
+    #[tokio::test]
+    async fn a_full_queue_holds_the_watcher_back_and_the_newest_state_still_arrives() {
+        let (control_tx, control_rx) = watch::channel(ControlState::default());
+        let stopped = CancellationToken::new();
+        let (tx, mut rx) = mpsc::channel(2);
+        let forwarder = tokio::spawn(forward_control(
+            control_rx,
+            stopped.clone(),
+            "thr_1".into(),
+            tx.clone(),
+        ));
+        for rev in 1..=200 {
+            control_tx.send_modify(|s| {
+                s.plan_revision = rev;
+                s.instructions = Some(format!("instructions {rev}"));
+            });
+            tokio::task::yield_now().await;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert_eq!(rx.len(), 2, "the queue holds its bound and no more");
+        assert!(!forwarder.is_finished(), "the watcher waits for room");
+
+        let mut seen = Vec::new();
+        let newest = loop {
+            let ev = tokio::time::timeout(Duration::from_secs(5), rx.recv())
+                .await
+                .expect("the newest state arrives")
+                .expect("the channel is open");
+            let rev = revision(&ev).expect("a control change");
+            seen.push(rev);
+            if rev == 200 {
+                break ev;
+            }
+        };
+        assert!(seen.len() < 200, "changes collapsed: {seen:?}");
+        assert!(seen.windows(2).all(|w| w[0] < w[1]), "in order: {seen:?}");
+        let Event::Control { state, thread } = newest else {
+            unreachable!()
+        };
+        assert_eq!(thread, "thr_1");
+        assert_eq!(state.instructions.as_deref(), Some("instructions 200"));
+
+        // A cancel on a full queue: the watcher waits, then delivers the cancel and the end.
+        tx.send(Event::Stopped {
+            thread: "filler".into(),
+        })
+        .await
+        .unwrap();
+        tx.send(Event::Stopped {
+            thread: "filler".into(),
+        })
+        .await
+        .unwrap();
+        control_tx.send_modify(|s| s.cancelled = true);
+        stopped.cancel();
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert_eq!(rx.len(), 2);
+        let mut rest = Vec::new();
+        loop {
+            let ev = tokio::time::timeout(Duration::from_secs(5), rx.recv())
+                .await
+                .expect("the end arrives")
+                .unwrap();
+            let end = matches!(&ev, Event::Stopped { thread } if thread == "thr_1");
+            rest.push(ev);
+            if end {
+                break;
+            }
+        }
+        let n = rest.len();
+        assert!(
+            matches!(&rest[n - 2], Event::Control { state, .. } if state.cancelled),
+            "the cancel reads as a cancel before the end: {rest:?}"
+        );
+        forwarder.await.unwrap();
     }
 }

@@ -573,3 +573,115 @@ async fn codex_reattaching_a_thread_finds_its_task() {
         "the item seen again is the same effect"
     );
 }
+
+/// The fake app-server itself, driven over its stdio: its inbox is bounded, so a client that
+/// writes faster than the scenario moves is held back by the pipe (and loses nothing); the
+/// messages it keeps for later steps are bounded too, and past the bound it fails saying the
+/// scenario does not match.
+mod fake_bounds {
+    use std::path::Path;
+    use std::process::Stdio;
+    use std::time::Duration;
+
+    use tokio::io::AsyncWriteExt;
+
+    fn start(dir: &Path, steps: &[&str]) -> tokio::process::Child {
+        let scenario = dir.join("scenario.jsonl");
+        std::fs::write(&scenario, steps.join("\n")).unwrap();
+        tokio::process::Command::new(super::FAKE)
+            .arg("--record")
+            .arg(dir.join("record.jsonl"))
+            .arg("--scenario")
+            .arg(&scenario)
+            .arg("--step-timeout")
+            .arg("30")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap()
+    }
+
+    fn line(i: usize) -> String {
+        format!(
+            "{{\"method\":\"noise\",\"params\":{{\"i\":{i},\"pad\":\"{}\"}}}}\n",
+            "x".repeat(400)
+        )
+    }
+
+    fn recorded(dir: &Path) -> usize {
+        std::fs::read_to_string(dir.join("record.jsonl"))
+            .unwrap_or_default()
+            .lines()
+            .count()
+    }
+
+    #[tokio::test]
+    async fn a_client_faster_than_the_scenario_is_held_back_and_loses_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut fake = start(
+            dir.path(),
+            &[r#"{"wait_file": "go"}"#, r#"{"expect": "last"}"#],
+        );
+        let mut stdin = fake.stdin.take().unwrap();
+        // 900 lines of ~450 bytes: more than the pipe and the inbox hold together.
+        let writer = tokio::spawn(async move {
+            for i in 0..900 {
+                stdin.write_all(line(i).as_bytes()).await.unwrap();
+            }
+            stdin.write_all(b"{\"method\":\"last\"}\n").await.unwrap();
+            stdin
+        });
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        assert!(!writer.is_finished(), "the writer was not held back");
+        let read_so_far = recorded(dir.path());
+        assert!(
+            read_so_far < 901,
+            "the fake read ahead of its steps: {read_so_far}"
+        );
+
+        std::fs::write(dir.path().join("go"), "").unwrap();
+        let stdin = tokio::time::timeout(Duration::from_secs(20), writer)
+            .await
+            .expect("the writer goes on once the scenario moves")
+            .unwrap();
+        drop(stdin);
+        let out = tokio::time::timeout(Duration::from_secs(20), fake.wait_with_output())
+            .await
+            .expect("the fake ends when its stdin closes")
+            .unwrap();
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert_eq!(recorded(dir.path()), 901, "every line was recorded");
+    }
+
+    #[tokio::test]
+    async fn past_its_bound_of_kept_messages_the_fake_fails_saying_why() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut fake = start(dir.path(), &[r#"{"expect": "never-sent"}"#]);
+        let mut stdin = fake.stdin.take().unwrap();
+        let writer = tokio::spawn(async move {
+            for i in 0..1100 {
+                if stdin.write_all(line(i).as_bytes()).await.is_err() {
+                    return;
+                }
+            }
+        });
+        let out = tokio::time::timeout(Duration::from_secs(20), fake.wait_with_output())
+            .await
+            .expect("the fake fails at once, not at the step timeout")
+            .unwrap();
+        writer.abort();
+        assert_eq!(out.status.code(), Some(3));
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains("more than 1024 messages arrived that no step wanted"),
+            "{err}"
+        );
+    }
+}

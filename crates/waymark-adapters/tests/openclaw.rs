@@ -445,6 +445,33 @@ async fn tools_messages_and_the_task_ledger_are_mirrored_and_a_seq_gap_backfills
     adapter.stop().await;
 }
 
+/// More events than the adapter keeps arrive while it waits for an answer (its buffer is
+/// bounded; the socket must be read to find the answer): the rest are dropped, not held, and
+/// the adapter backfills on the same connection once it has handled the kept ones, so the
+/// approval among the dropped events is still mirrored.
+#[tokio::test]
+async fn events_past_the_buffer_while_a_request_waits_are_dropped_and_backfilled() {
+    let w = World::start().await;
+    let gw = Gateway::start(&w, "overflow", &[]).await;
+    let adapter = Adapter::start(&w, &gw);
+    let task = w.session_task("agent:main:main").await;
+    let d = pending_decision(&w, &task, "ap_9").await;
+    assert_eq!(d.status, waymark_proto::DecisionStatus::Pending);
+    assert_eq!(
+        d.intent.as_ref().unwrap()["request"]["command"],
+        "make deploy"
+    );
+    // Found by a second backfill on the one connection, not by reconnecting.
+    gw.wait_for("exec.approval.list", 2).await;
+    assert_eq!(gw.requests("connect").len(), 1);
+    assert_eq!(
+        w.approvals_for(&task, "ap_9").await.len(),
+        1,
+        "mirrored once"
+    );
+    adapter.stop().await;
+}
+
 #[tokio::test]
 async fn a_dropped_connection_backfills_without_duplicates_and_resends_the_answer() {
     let w = World::start().await;

@@ -57,6 +57,10 @@ struct Conn {
     /// The control plane's URL.
     #[arg(long, env = "WAYMARK_SERVER", default_value = "http://127.0.0.1:8787")]
     server: String,
+    /// Trust only the server certificate with this fingerprint (`sha256:…`, the `TLS:` line
+    /// `waymark serve` prints), e.g. a self-signed one.
+    #[arg(long, env = waymark_worker::SERVER_FP_ENV)]
+    server_fp: Option<String>,
     /// A worker token (`waymark admin worker-token …`).
     #[arg(long, env = "WAYMARK_TOKEN", hide_env_values = true)]
     token: String,
@@ -64,18 +68,23 @@ struct Conn {
 
 impl Conn {
     async fn client(&self) -> Result<waymark_worker::Client, Failure> {
-        let client =
-            waymark_worker::Client::new(&self.server, self.token.clone()).map_err(|e| {
-                Failure::new(
-                    Exit::Usage,
-                    "bad_server",
-                    format!("--server `{}`: {e}", self.server),
-                )
-            })?;
-        client
-            .health()
-            .await
-            .map_err(|e| Failure::new(Exit::Unreachable, "unreachable", e.to_string()))?;
+        let mut builder = waymark_worker::Client::builder(&self.server, self.token.clone());
+        if let Some(fp) = &self.server_fp {
+            builder = builder.pin(fp.clone());
+        }
+        let client = builder.build().map_err(|e| {
+            Failure::new(
+                Exit::Usage,
+                "bad_server",
+                format!("--server `{}`: {e}", self.server),
+            )
+        })?;
+        client.health().await.map_err(|e| match e {
+            waymark_worker::Error::CertificateMismatch { .. } => {
+                Failure::new(Exit::Refused, "certificate_mismatch", e.to_string())
+            }
+            _ => Failure::new(Exit::Unreachable, "unreachable", e.to_string()),
+        })?;
         Ok(client)
     }
 }
@@ -171,6 +180,9 @@ struct HookArgs {
     /// The worker token.
     #[arg(long, env = "WAYMARK_TOKEN", hide_env_values = true)]
     token: String,
+    /// Trust only the server certificate with this fingerprint (`sha256:…`).
+    #[arg(long, env = waymark_worker::SERVER_FP_ENV)]
+    server_fp: Option<String>,
     /// The query the http hook would carry (`gate=…&defer=true&timeout=…`).
     #[arg(long, default_value = "")]
     query: String,
@@ -479,8 +491,13 @@ async fn hook(a: HookArgs) -> CliResult {
         if a.query.is_empty() { "" } else { "?" },
         a.query
     );
-    let client = reqwest::Client::builder()
-        .timeout(Duration::from_secs(timeout + 5))
+    let mut client = reqwest::Client::builder().timeout(Duration::from_secs(timeout + 5));
+    if let Some(fp) = &a.server_fp {
+        let tls = waymark_tls_pin::client_config(fp)
+            .map_err(|e| Failure::new(Exit::Usage, "bad_pin", format!("--server-fp: {e}")))?;
+        client = client.use_preconfigured_tls(tls);
+    }
+    let client = client
         .build()
         .map_err(|e| Failure::new(Exit::Unreachable, "client", e.to_string()))?;
     let res = client
@@ -502,10 +519,16 @@ async fn hook(a: HookArgs) -> CliResult {
             Ok(())
         }
         Err(e) => {
-            eprintln!(
-                "waymark: cannot reach the control plane at {}: {e}; Claude Code goes on without it",
-                a.server
-            );
+            match waymark_tls_pin::find_mismatch(&e) {
+                Some(m) => eprintln!(
+                    "waymark: the control plane at {} presented the certificate {}, not the pinned {}; nothing was sent and Claude Code goes on without it",
+                    a.server, m.presented, m.pinned
+                ),
+                None => eprintln!(
+                    "waymark: cannot reach the control plane at {}: {e}; Claude Code goes on without it",
+                    a.server
+                ),
+            }
             Ok(())
         }
     }

@@ -242,38 +242,46 @@ pub(crate) async fn run(cmd: ClientCommand, json: bool) -> CliResult {
                 let _ = tx.send(true);
             });
             // Events print as they come; the notifications they deserve (the same content
-            // model as the app's) print once each, after the batch is in the mirror.
+            // model as the app's) print once each, after the batch is in the mirror. The
+            // threads to look at coalesce (bounded; past the bound: every thread), so a slow
+            // terminal never holds sync back and never queues without end.
             let c = std::sync::Arc::new(c);
-            let (touched_tx, mut touched) = tokio::sync::mpsc::unbounded_channel::<String>();
+            let touched = std::sync::Arc::new(waymark_companion::Touched::default());
             let printer = {
                 let c = c.clone();
+                let touched = touched.clone();
                 tokio::spawn(async move {
-                    while let Some(task) = touched.recv().await {
-                        for n in c.notifications(&task, true).await.unwrap_or_default() {
-                            if json {
-                                println!("{}", serde_json::json!({"notification": n}));
-                            } else {
-                                println!("▶ {}\n  {}", n.title, n.body.replace('\n', "\n  "));
+                    loop {
+                        let tasks = match touched.next().await {
+                            waymark_companion::Look::Tasks(ids) => ids,
+                            waymark_companion::Look::All | waymark_companion::Look::Overflowed => c
+                                .mirror()
+                                .threads()
+                                .await
+                                .map(|rows| rows.into_iter().map(|r| r.task.id).collect())
+                                .unwrap_or_default(),
+                        };
+                        for task in tasks {
+                            for n in c.notifications(&task, true).await.unwrap_or_default() {
+                                if json {
+                                    println!("{}", serde_json::json!({"notification": n}));
+                                } else {
+                                    println!("▶ {}\n  {}", n.title, n.body.replace('\n', "\n  "));
+                                }
                             }
                         }
                     }
                 })
             };
             let print = move |batch: &[waymark_proto::Event]| {
-                let mut tasks: Vec<&str> = Vec::new();
                 for ev in batch {
                     if json {
                         println!("{}", serde_json::to_string(ev).unwrap_or_default());
                     } else {
                         println!("{:>8}  {:<20} {}", ev.cursor, ev.kind.as_str(), ev.task_id);
                     }
-                    if !tasks.contains(&ev.task_id.as_str()) {
-                        tasks.push(&ev.task_id);
-                    }
                 }
-                for t in tasks {
-                    let _ = touched_tx.send(t.to_owned());
-                }
+                touched.tasks(batch.iter().map(|ev| ev.task_id.as_str()));
             };
             let r = c.follow(rx, &print).await.map_err(failure);
             printer.abort();

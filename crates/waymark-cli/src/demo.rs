@@ -30,6 +30,10 @@ pub(crate) struct DemoArgs {
     /// Control plane URL; without it an embedded one starts in a temporary data dir.
     #[arg(long, env = "WAYMARK_SERVER")]
     server: Option<String>,
+    /// Trust only the `--server` certificate with this fingerprint (`sha256:…`, the `TLS:` line
+    /// `waymark serve` prints), e.g. a self-signed one.
+    #[arg(long, env = waymark_worker::SERVER_FP_ENV)]
+    server_fp: Option<String>,
     /// Worker token for `--server` (from `waymark admin worker-token`).
     #[arg(long, env = "WAYMARK_TOKEN")]
     token: Option<String>,
@@ -266,6 +270,11 @@ pub(crate) async fn run(args: DemoArgs, json: bool) -> CliResult {
     });
     let cfg = DemoConfig {
         server: server.clone(),
+        server_fp: if embedded.is_some() {
+            None
+        } else {
+            args.server_fp.clone()
+        },
         token,
         admin_token,
         deploy_url,

@@ -47,6 +47,11 @@ pub(crate) struct ServeArgs {
     /// Open event and control streams allowed in all.
     #[arg(long, default_value_t = Config::default().max_streams)]
     max_streams: usize,
+    /// Open client connections allowed at once; beyond, a new one is refused at once (plain
+    /// HTTP: `503` with `Retry-After`; HTTPS: closed before the handshake) while open ones are
+    /// served. Keep it above `--max-streams` and below the open-file limit (`ulimit -n`).
+    #[arg(long, default_value_t = Config::default().max_connections)]
+    max_connections: usize,
 }
 
 pub(crate) fn serve_failure(e: ServeError) -> Failure {
@@ -105,6 +110,7 @@ pub(crate) async fn run(args: ServeArgs, json: bool) -> CliResult {
         body_timeout: args.body_timeout.max(std::time::Duration::from_millis(100)),
         max_streams_per_credential: args.max_streams_per_credential.max(1),
         max_streams: args.max_streams.max(1),
+        max_connections: args.max_connections.max(1),
         ..Config::default()
     };
     let running = waymark_server::start_with_store(&dir, store, args.listen, config)

@@ -367,3 +367,83 @@ fn a_tls_server_pairing_link_pins_its_certificate_and_waymark_pair_keeps_the_pin
     let out = client(&home, &["sync", "--json"]);
     assert!(out.status.success(), "{}", stderr(&out));
 }
+
+/// `waymark sync --follow` prints each event as it comes and, after its batch is in the
+/// mirror, the notification it deserves, once per decision (the threads to look at are
+/// coalesced, never queued without end).
+#[test]
+fn sync_follow_prints_events_and_one_notification_per_decision() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("srv");
+    let home = dir.path().join("home");
+    admin(&data, &["user", "add", "alice"]);
+    let token = admin(
+        &data,
+        &["worker-token", "--name", "agent", "--user", "alice"],
+    )["token"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let s = serve(&data);
+    let link = admin(&data, &["pair", "--user", "alice"])["link"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(client(&home, &["pair", &link]).status.success());
+
+    let mut follow = waymark()
+        .env("WAYMARK_HOME", &home)
+        .env("WAYMARK_KEYSTORE", "file-insecure")
+        .args(["sync", "--follow", "--json"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stdout = follow.stdout.take().unwrap();
+    let (lines_tx, lines) = std::sync::mpsc::channel::<Value>();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines() {
+            let Ok(line) = line else { return };
+            if let Ok(v) = serde_json::from_str(&line)
+                && lines_tx.send(v).is_err()
+            {
+                return;
+            }
+        }
+    });
+    // Let the stream open before the agents start.
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    let waiting: Vec<(String, String)> = (0..3)
+        .map(|_| agent_waits_for_approval(&s.1, &token))
+        .collect();
+
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let mut notified: Vec<String> = Vec::new();
+    let mut events = 0;
+    while notified.len() < waiting.len() {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        let Ok(v) = lines.recv_timeout(left) else {
+            panic!(
+                "{} notification(s) after {events} event(s): {notified:?}",
+                notified.len()
+            )
+        };
+        if let Some(n) = v.get("notification") {
+            notified.push(n["decision_id"].as_str().unwrap_or_default().to_owned());
+        } else if v.get("cursor").is_some() {
+            events += 1;
+        }
+    }
+    // No repeats arrive afterwards.
+    while let Ok(v) = lines.recv_timeout(std::time::Duration::from_millis(700)) {
+        if let Some(n) = v.get("notification") {
+            notified.push(n["decision_id"].as_str().unwrap_or_default().to_owned());
+        }
+    }
+    let _ = follow.kill();
+    let _ = follow.wait();
+    let mut want: Vec<String> = waiting.into_iter().map(|(_, d)| d).collect();
+    want.sort();
+    notified.sort();
+    assert_eq!(notified, want, "one notification per decision");
+    assert!(events >= 9, "every event printed: {events}");
+}

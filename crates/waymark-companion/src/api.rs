@@ -19,7 +19,7 @@ pub(crate) struct Api {
 /// A transport failure, with its causes (reqwest's own message leaves them out); a pinned
 /// server that presented another certificate is [`Error::CertificateMismatch`].
 fn unreachable(base: &str, e: reqwest::Error) -> Error {
-    if let Some(m) = crate::pin::find_mismatch(&e) {
+    if let Some(m) = waymark_tls_pin::find_mismatch(&e) {
         return Error::CertificateMismatch {
             pinned: m.pinned.clone(),
             presented: m.presented.clone(),
@@ -34,7 +34,7 @@ fn unreachable(base: &str, e: reqwest::Error) -> Error {
         }
         cause = c.source();
     }
-    if crate::pin::is_unknown_issuer(&e) {
+    if waymark_tls_pin::is_unknown_issuer(&e) {
         why.push_str(
             " — no public CA vouches for this server's certificate; pair with a link from `waymark admin pair` that carries its fingerprint (`fp=`)",
         );
@@ -48,7 +48,11 @@ impl Api {
     pub(crate) fn new(base: &str, pin: Option<&str>) -> Result<Self, Error> {
         let mut builder = reqwest::Client::builder().connect_timeout(Duration::from_secs(5));
         if let Some(pin) = pin {
-            builder = builder.use_preconfigured_tls(crate::pin::pinned_config(pin)?);
+            let tls = waymark_tls_pin::client_config(pin).map_err(|e| match e {
+                waymark_tls_pin::PinError::NotAFingerprint(_) => Error::Invalid(e.to_string()),
+                waymark_tls_pin::PinError::Tls(_) => Error::Protocol(e.to_string()),
+            })?;
+            builder = builder.use_preconfigured_tls(tls);
         }
         let http = builder
             .build()

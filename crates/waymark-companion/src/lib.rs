@@ -7,7 +7,7 @@ mod api;
 pub mod keystore;
 pub mod mirror;
 pub mod notify;
-mod pin;
+pub mod touched;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -22,6 +22,7 @@ use waymark_proto::*;
 pub use api::decode_events;
 pub use keystore::{Backend, Keystore};
 pub use mirror::{InboxItem, Mirror, OutboxEntry, Stage, ThreadDetail, ThreadRow};
+pub use touched::{Look, Touched};
 
 use crate::api::Api;
 
@@ -207,7 +208,7 @@ pub fn parse_pairing_link(link: &str) -> Result<PairingLink, Error> {
 
 /// A pin is a fingerprint, and means something only for an `https://` server.
 fn check_pin(server: &str, pin: &str) -> Result<String, Error> {
-    let pin = pin::parse_pin(pin)?;
+    let pin = waymark_tls_pin::parse_pin(pin).map_err(|e| Error::Invalid(e.to_string()))?;
     if !server.starts_with("https://") {
         return Err(Error::Invalid(format!(
             "the link pins a TLS certificate but its server `{server}` is not `https://` — ask for a new link"

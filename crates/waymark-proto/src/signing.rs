@@ -41,17 +41,7 @@ pub enum SigningError {
 /// Whether every integer in `v` is one a double carries exactly, so that the canonical bytes
 /// (RFC 8785 reads numbers as doubles) say which value was signed.
 fn exact_numbers(v: &Value) -> bool {
-    let max = crate::MAX_SAFE_INTEGER.unsigned_abs();
-    match v {
-        Value::Number(n) => match (n.as_i64(), n.as_u64()) {
-            (Some(i), _) => i.unsigned_abs() <= max,
-            (None, Some(u)) => u <= max,
-            (None, None) => true,
-        },
-        Value::Array(a) => a.iter().all(exact_numbers),
-        Value::Object(m) => m.values().all(exact_numbers),
-        _ => true,
-    }
+    crate::digest::check_exact(v).is_ok()
 }
 
 /// base64url without padding.

@@ -855,7 +855,7 @@ async fn settle_deliveries(
     }
     let event = input.hook_event_name.as_str();
     let post = matches!(event, "PostToolUse" | "PostToolUseFailure");
-    let this_call = json_digest(&tool_intent(input));
+    let this_call = json_digest(&tool_intent(input)).ok();
     let this_effect = match effect_key(input) {
         Some(k) => {
             let mut tx = st.store.read().await?;

@@ -85,6 +85,10 @@ pub struct Config {
     pub max_streams_per_credential: usize,
     /// …and in all.
     pub max_streams: usize,
+    /// Open client connections at most; beyond, new ones are refused (`503` over plain HTTP,
+    /// closed over TLS) while the open ones are served. Keep it above `max_streams` (each
+    /// stream holds a connection) and below the process's open-file limit.
+    pub max_connections: usize,
 }
 
 impl Default for Config {
@@ -110,6 +114,7 @@ impl Default for Config {
             body_timeout: Duration::from_secs(120),
             max_streams_per_credential: 32,
             max_streams: 1024,
+            max_connections: 4096,
         }
     }
 }
@@ -373,6 +378,14 @@ pub async fn start_with_store(
         reason: e.to_string(),
     })?;
     let header_timeout = config.header_timeout;
+    let max_connections = config.max_connections.max(1);
+    if max_connections <= config.max_streams {
+        tracing::warn!(
+            max_connections,
+            max_streams = config.max_streams,
+            "the connection cap is not above the stream cap: open streams alone can take every connection"
+        );
+    }
     let state = AppState::new(store, config);
     background::spawn(state.clone());
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();
@@ -384,6 +397,8 @@ pub async fn start_with_store(
         router: app(state.clone()),
         tls,
         header_timeout,
+        max_connections,
+        metrics: state.metrics.clone(),
     };
     let stopping = state.stopping.clone();
     let task = tokio::spawn(listen::serve(listener, serving, async move {

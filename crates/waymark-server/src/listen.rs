@@ -1,7 +1,14 @@
 //! The accept loop: HTTP/1.1 over TCP, or over TLS, with a deadline for the TLS handshake and
-//! the request head (slow clients are disconnected), and graceful shutdown — stop accepting,
-//! let open requests finish. A plain-HTTP request to a TLS port gets a plain `400` saying to
-//! use `https://`.
+//! the request head (slow clients are disconnected), a cap on open connections, and graceful
+//! shutdown — stop accepting, let open requests finish. A plain-HTTP request to a TLS port gets
+//! a plain `400` saying to use `https://`.
+//!
+//! At the cap (`serve --max-connections`) a new connection is refused at once while the open
+//! ones are served on: over plain HTTP with `503 unavailable`, `Retry-After: 1` and a problem
+//! document (a few refusals are written at a time, beyond that the connection is just closed);
+//! over TLS it is closed without a handshake — answering would take the handshake the cap is
+//! there to save — so the client sees a connection error, which clients retry with backoff.
+//! A connection's slot is freed when it ends.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -13,9 +20,18 @@ use hyper_util::server::graceful::{GracefulShutdown, Watcher};
 use hyper_util::service::TowerToHyperService;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_rustls::TlsAcceptor;
 use tokio_rustls::rustls::ServerConfig;
 use waymark_proto::{ErrorCode, Problem};
+
+use crate::Metrics;
+
+/// Refusals (`503`) written at the same time at most; a connection beyond them is closed.
+const REFUSING_AT_ONCE: usize = 32;
+
+/// How long writing one refusal may take in all.
+const REFUSAL_DEADLINE: Duration = Duration::from_secs(3);
 
 /// What every connection shares.
 #[derive(Clone)]
@@ -25,6 +41,9 @@ pub(crate) struct Serving {
     /// Deadline for the TLS handshake, and for each request head (which is also how long an
     /// idle keep-alive connection stays open).
     pub(crate) header_timeout: Duration,
+    /// Open connections at most (a TLS connection counts from before its handshake).
+    pub(crate) max_connections: usize,
+    pub(crate) metrics: Arc<Metrics>,
 }
 
 /// Serves until `shutdown` resolves, then waits for open connections to finish.
@@ -35,6 +54,9 @@ pub(crate) async fn serve(
 ) -> std::io::Result<()> {
     let graceful = GracefulShutdown::new();
     let acceptor = serving.tls.clone().map(TlsAcceptor::from);
+    let slots = Arc::new(Semaphore::new(serving.max_connections));
+    let refusing = Arc::new(Semaphore::new(REFUSING_AT_ONCE));
+    let mut at_cap = false;
     let mut shutdown = std::pin::pin!(shutdown);
     loop {
         let stream = tokio::select! {
@@ -47,11 +69,28 @@ pub(crate) async fn serve(
             },
             _ = &mut shutdown => break,
         };
+        let Ok(slot) = slots.clone().try_acquire_owned() else {
+            if !at_cap {
+                tracing::warn!(
+                    max = serving.max_connections,
+                    "at the connection cap: refusing new connections until one closes (`serve --max-connections`)"
+                );
+                at_cap = true;
+            }
+            serving.metrics.connection_refused();
+            refuse(stream, &serving, &refusing);
+            continue;
+        };
+        if at_cap {
+            tracing::info!("below the connection cap again; accepting connections");
+            at_cap = false;
+        }
         let _ = stream.set_nodelay(true);
         let serving = serving.clone();
         let acceptor = acceptor.clone();
         let watcher = graceful.watcher();
         tokio::spawn(async move {
+            let _open = Open::new(slot, &serving.metrics);
             match acceptor {
                 None => connection(stream, &serving, watcher).await,
                 Some(acceptor) => {
@@ -69,6 +108,58 @@ pub(crate) async fn serve(
     drop(listener);
     graceful.shutdown().await;
     Ok(())
+}
+
+/// An open connection: holds its slot and counts in the gauge until it ends.
+struct Open {
+    _slot: OwnedSemaphorePermit,
+    metrics: Arc<Metrics>,
+}
+
+impl Open {
+    fn new(slot: OwnedSemaphorePermit, metrics: &Arc<Metrics>) -> Self {
+        metrics.connection_opened();
+        Open {
+            _slot: slot,
+            metrics: metrics.clone(),
+        }
+    }
+}
+
+impl Drop for Open {
+    fn drop(&mut self) {
+        self.metrics.connection_closed();
+    }
+}
+
+/// A connection beyond the cap: a `503` over plain HTTP (while few are being written),
+/// otherwise closed at once.
+fn refuse(stream: TcpStream, serving: &Serving, refusing: &Arc<Semaphore>) {
+    if serving.tls.is_some() {
+        return;
+    }
+    let Ok(permit) = refusing.clone().try_acquire_owned() else {
+        return;
+    };
+    let problem = Problem::new(
+        ErrorCode::Unavailable,
+        format!(
+            "the server has {} open connections, its limit; retry shortly (or raise `serve --max-connections`)",
+            serving.max_connections
+        ),
+    )
+    .with("limit", serving.max_connections)
+    .with("retry_after_ms", 1000);
+    tokio::spawn(async move {
+        let _permit = permit;
+        let answer = answer_and_close(
+            stream,
+            "503 Service Unavailable",
+            &[("retry-after", "1")],
+            &problem,
+        );
+        let _ = tokio::time::timeout(REFUSAL_DEADLINE, answer).await;
+    });
 }
 
 /// Serves HTTP/1.1 on one connection until it closes, or until shutdown asks it to.
@@ -110,18 +201,33 @@ async fn handshake(
     }
 }
 
-async fn refuse_plain_http(mut stream: TcpStream) {
-    let mut buf = [0u8; 8192];
-    let _ = stream.read(&mut buf).await;
+async fn refuse_plain_http(stream: TcpStream) {
     let problem = Problem::new(
         ErrorCode::BadRequest,
         "this server speaks HTTPS only: use an `https://` URL",
     );
-    let body = serde_json::to_string(&problem).unwrap_or_default();
-    let head = format!(
-        "HTTP/1.1 400 Bad Request\r\ncontent-type: application/problem+json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+    answer_and_close(stream, "400 Bad Request", &[], &problem).await;
+}
+
+/// Reads the request's first bytes, answers with `problem` and closes the connection.
+async fn answer_and_close(
+    mut stream: TcpStream,
+    status: &str,
+    headers: &[(&str, &str)],
+    problem: &Problem,
+) {
+    let mut buf = [0u8; 8192];
+    // What has arrived of the request; a silent client is answered all the same.
+    let _ = tokio::time::timeout(Duration::from_millis(500), stream.read(&mut buf)).await;
+    let body = serde_json::to_string(problem).unwrap_or_default();
+    let mut head = format!(
+        "HTTP/1.1 {status}\r\ncontent-type: application/problem+json\r\ncontent-length: {}\r\nconnection: close\r\n",
         body.len()
     );
+    for (name, value) in headers {
+        head.push_str(&format!("{name}: {value}\r\n"));
+    }
+    head.push_str("\r\n");
     if stream.write_all(head.as_bytes()).await.is_err()
         || stream.write_all(body.as_bytes()).await.is_err()
     {

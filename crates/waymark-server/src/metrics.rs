@@ -39,6 +39,8 @@ pub struct Metrics {
     /// Checkpoints appended.
     pub checkpoints: Counter,
     sse: Gauge,
+    connections: Gauge,
+    connections_refused: Counter,
 }
 
 impl Default for Metrics {
@@ -52,6 +54,8 @@ impl Default for Metrics {
         let tasks_created = Counter::default();
         let checkpoints = Counter::default();
         let sse = Gauge::default();
+        let connections = Gauge::default();
+        let connections_refused = Counter::default();
         registry.register("http_requests", "HTTP requests answered", requests.clone());
         registry.register(
             "http_request_seconds",
@@ -70,6 +74,16 @@ impl Default for Metrics {
             checkpoints.clone(),
         );
         registry.register("sse_subscribers", "Open event streams", sse.clone());
+        registry.register(
+            "connections_open",
+            "Open client connections (counted against `serve --max-connections`)",
+            connections.clone(),
+        );
+        registry.register(
+            "connections_refused",
+            "Connections refused at the connection cap",
+            connections_refused.clone(),
+        );
         Metrics {
             registry,
             requests,
@@ -78,6 +92,8 @@ impl Default for Metrics {
             tasks_created,
             checkpoints,
             sse,
+            connections,
+            connections_refused,
         }
     }
 }
@@ -96,6 +112,18 @@ impl Metrics {
         self.refusals
             .get_or_create(&CodeLabels { code: code.into() })
             .inc();
+    }
+
+    pub(crate) fn connection_opened(&self) {
+        self.connections.inc();
+    }
+
+    pub(crate) fn connection_closed(&self) {
+        self.connections.dec();
+    }
+
+    pub(crate) fn connection_refused(&self) {
+        self.connections_refused.inc();
     }
 
     pub(crate) fn sse_subscriber(&self) -> SubscriberGuard {

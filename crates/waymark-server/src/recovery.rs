@@ -584,7 +584,8 @@ async fn compensation_task(tx: &mut Tx, parent: &TaskRow, e: &EffectRow) -> ApiR
             },
         ]),
         default_option: Some("deny".into()),
-        intent_digest: digest::json_digest(&intent),
+        // An intent the server built from stored values; one it cannot digest exactly has none.
+        intent_digest: digest::json_digest(&intent).ok(),
         intent: Some(intent),
         effect_id: None,
         plan_revision: 1,

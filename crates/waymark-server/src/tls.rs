@@ -71,9 +71,10 @@ pub enum TlsError {
     },
 }
 
-/// `sha256:<hex>` of a certificate's DER bytes: what pairing links pin.
+/// `sha256:<hex>` of a certificate's DER bytes: what pairing links pin (and clients compare,
+/// through the same function).
 pub fn fingerprint(cert_der: &[u8]) -> String {
-    format!("sha256:{}", waymark_proto::digest::sha256_hex(cert_der))
+    waymark_tls_pin::fingerprint(cert_der)
 }
 
 fn read(what: &'static str, path: &Path) -> Result<Vec<u8>, TlsError> {

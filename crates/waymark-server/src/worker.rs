@@ -8,7 +8,7 @@ use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
-use waymark_proto::digest::{checkpoint_digest, json_digest, sha256_hex};
+use waymark_proto::digest::{DigestError, check_exact, checkpoint_digest, json_digest, sha256_hex};
 use waymark_proto::*;
 use waymark_store::*;
 
@@ -219,6 +219,23 @@ async fn optional_fence(
 
 pub(crate) fn invalid(detail: impl Into<String>) -> ApiError {
     ApiError::new(ErrorCode::ValidationFailed, detail)
+}
+
+/// A 422 for a request field that has no exact canonical form: it names the field and, for an
+/// integer beyond ±(2^53 − 1), where in it the integer is (`pointer`, into the request body).
+fn not_exact(field: &str, e: DigestError) -> ApiError {
+    match e {
+        DigestError::NotPlainJson => invalid(format!("`{field}` is not plain JSON")),
+        DigestError::InexactNumber { pointer, value } => invalid(format!(
+            "`{field}` holds the integer {value} (at `/{field}{pointer}`), beyond ±(2^53 − 1): digests are taken over canonical JSON, which cannot carry it exactly — send it as a string"
+        ))
+        .with("pointer", format!("/{field}{pointer}")),
+    }
+}
+
+/// The digest of a request field, or a 422 saying why it has none.
+fn field_digest(field: &str, value: &Value) -> ApiResult<String> {
+    json_digest(value).map_err(|e| not_exact(field, e))
 }
 
 fn check_text(field: &str, value: &str, max: usize, required: bool) -> ApiResult<()> {
@@ -565,6 +582,8 @@ pub(crate) async fn append_checkpoint(
     if !(1..=MAX_SAFE_INTEGER).contains(&req.sequence) {
         return Err(invalid("`sequence` must be at least 1"));
     }
+    // The chain link must say exactly what it covers.
+    check_exact(&to_value(&req.body)).map_err(|e| not_exact("body", e))?;
     audited(&st, &caller, "checkpoint.append", async {
         let mut tx = st.store.write().await?;
         let task = task_for(&mut tx, &caller, &task_id).await?;
@@ -635,8 +654,8 @@ pub(crate) async fn declare_effect(
         let declaration = json!({
             "kind": req.kind, "step": req.step, "resource_id": req.resource_id, "intent": req.intent,
         });
-        let body_digest = json_digest(&declaration).ok_or_else(|| invalid("`intent` is not plain JSON"))?;
-        let intent_digest = json_digest(&req.intent).ok_or_else(|| invalid("`intent` is not plain JSON"))?;
+        let intent_digest = field_digest("intent", &req.intent)?;
+        let body_digest = json_digest(&declaration).map_err(|e| not_exact("intent", e))?;
         if let Some(existing) = tx.effect_by_key(&task.id, &req.idempotency_key).await? {
             if existing.body_digest != body_digest {
                 return Err(ApiError::new(
@@ -882,7 +901,7 @@ pub(crate) async fn request_approval(
     Json(req): Json<RequestApproval>,
 ) -> ApiResult<Created<Decision>> {
     check_text("summary", &req.summary, 2000, true)?;
-    let digest = json_digest(&req.intent).ok_or_else(|| invalid("`intent` is not plain JSON"))?;
+    let digest = field_digest("intent", &req.intent)?;
     if let Some(given) = &req.intent_digest
         && *given != digest
     {

@@ -41,31 +41,105 @@ impl Payload {
     }
 }
 
+/// The environment variable that pins the control plane's TLS certificate by its fingerprint
+/// (`sha256:<hex>`, as `waymark serve` prints it), read by [`ClientBuilder::pin_from_env`] and
+/// by the `waymark` commands that run workers (`--server-fp`).
+pub const SERVER_FP_ENV: &str = "WAYMARK_SERVER_FP";
+
 /// A client of one control plane with one worker token. Cheap to clone.
 #[derive(Debug, Clone)]
 pub struct Client {
     http: reqwest::Client,
     base: Url,
     token: String,
+    pin: Option<String>,
+}
+
+/// Builds a [`Client`]: where, with which token, and whom to trust.
+#[derive(Debug, Clone)]
+pub struct ClientBuilder {
+    base_url: String,
+    token: String,
+    pin: Option<String>,
+}
+
+impl ClientBuilder {
+    /// Trusts exactly the server certificate with this fingerprint (`sha256:<hex>`, the `TLS:`
+    /// line of `waymark serve`, the `fp=` of a pairing link) instead of the public CAs: a
+    /// self-signed certificate is accepted, any other certificate is refused before a byte is
+    /// sent ([`Error::CertificateMismatch`]). The handshake signatures are still verified.
+    pub fn pin(mut self, fingerprint: impl Into<String>) -> Self {
+        self.pin = Some(fingerprint.into());
+        self
+    }
+
+    /// [`ClientBuilder::pin`] with the fingerprint in [`SERVER_FP_ENV`] (`WAYMARK_SERVER_FP`),
+    /// when it is set and not empty; otherwise nothing changes.
+    pub fn pin_from_env(self) -> Self {
+        self.pin_from(std::env::var(SERVER_FP_ENV).ok())
+    }
+
+    fn pin_from(self, value: Option<String>) -> Self {
+        match value {
+            Some(fp) if !fp.trim().is_empty() => self.pin(fp),
+            _ => self,
+        }
+    }
+
+    /// The client; a pin must be a fingerprint, and pins only an `https://` server.
+    pub fn build(self) -> Result<Client> {
+        let base = Url::parse(&self.base_url).map_err(|e| Error::Unreachable {
+            url: self.base_url.clone(),
+            reason: format!("not a URL ({e}); give one like `http://127.0.0.1:7700`"),
+        })?;
+        let mut http = reqwest::Client::builder().connect_timeout(Duration::from_secs(5));
+        let pin = match &self.pin {
+            None => None,
+            Some(pin) => {
+                let pin = waymark_tls_pin::parse_pin(pin).map_err(|e| {
+                    Error::Config(format!("`{SERVER_FP_ENV}` / `--server-fp`: {e}"))
+                })?;
+                if base.scheme() != "https" {
+                    return Err(Error::Config(format!(
+                        "a certificate pin ({SERVER_FP_ENV}) needs an `https://` server, not `{base}`: give the server's `https://` URL or drop the pin"
+                    )));
+                }
+                let tls = waymark_tls_pin::client_config(&pin)
+                    .map_err(|e| Error::Config(e.to_string()))?;
+                http = http.use_preconfigured_tls(tls);
+                Some(pin)
+            }
+        };
+        let http = http.build().map_err(|e| Error::Transport(e.to_string()))?;
+        Ok(Client {
+            http,
+            base,
+            token: self.token,
+            pin,
+        })
+    }
 }
 
 impl Client {
     /// A client of the control plane at `base_url` (e.g. `http://127.0.0.1:7700`), acting with
-    /// a worker token from `waymark admin worker-token`.
+    /// a worker token from `waymark admin worker-token`, trusting the public CAs for
+    /// `https://`. [`Client::builder`] pins a certificate instead.
     pub fn new(base_url: &str, worker_token: impl Into<String>) -> Result<Self> {
-        let base = Url::parse(base_url).map_err(|e| Error::Unreachable {
-            url: base_url.to_owned(),
-            reason: format!("not a URL ({e}); give one like `http://127.0.0.1:7700`"),
-        })?;
-        let http = reqwest::Client::builder()
-            .connect_timeout(Duration::from_secs(5))
-            .build()
-            .map_err(|e| Error::Transport(e.to_string()))?;
-        Ok(Client {
-            http,
-            base,
+        Self::builder(base_url, worker_token).build()
+    }
+
+    /// A [`ClientBuilder`] for the control plane at `base_url` with a worker token.
+    pub fn builder(base_url: &str, worker_token: impl Into<String>) -> ClientBuilder {
+        ClientBuilder {
+            base_url: base_url.to_owned(),
             token: worker_token.into(),
-        })
+            pin: None,
+        }
+    }
+
+    /// The pinned certificate fingerprint (`sha256:<hex>`), if any.
+    pub fn pin(&self) -> Option<&str> {
+        self.pin.as_deref()
     }
 
     /// The control plane's base URL.
@@ -215,10 +289,22 @@ impl Client {
     }
 
     fn transport(&self, e: reqwest::Error) -> Error {
+        if let Some(m) = waymark_tls_pin::find_mismatch(&e) {
+            return Error::CertificateMismatch {
+                pinned: m.pinned.clone(),
+                presented: m.presented.clone(),
+            };
+        }
         if e.is_connect() {
+            let mut reason = root_cause(&e);
+            if waymark_tls_pin::is_unknown_issuer(&e) {
+                reason.push_str(&format!(
+                    " — no public CA vouches for this server's certificate; pin it with `{SERVER_FP_ENV}=sha256:…` (the `TLS:` line `waymark serve` prints)"
+                ));
+            }
             Error::Unreachable {
                 url: self.base.to_string(),
-                reason: root_cause(&e),
+                reason,
             }
         } else {
             Error::Transport(root_cause(&e))
@@ -271,4 +357,25 @@ pub(crate) fn root_cause(e: &(dyn std::error::Error + 'static)) -> String {
         cur = next;
     }
     text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_environment_pins_only_when_it_names_a_fingerprint() {
+        let fp = format!("sha256:{}", "ab".repeat(32));
+        let b = || Client::builder("https://127.0.0.1:1", "wmk_w_x");
+        assert_eq!(b().pin_from(None).pin, None);
+        assert_eq!(b().pin_from(Some("  ".into())).pin, None);
+        assert_eq!(b().pin_from(Some(fp.clone())).pin, Some(fp.clone()));
+        // A malformed one is not dropped silently: building says what is wrong.
+        let e = b().pin_from(Some("sha256:zz".into())).build().unwrap_err();
+        assert!(e.to_string().contains(SERVER_FP_ENV), "{e}");
+        // Without the variable set, nothing is pinned.
+        if std::env::var_os(SERVER_FP_ENV).is_none() {
+            assert_eq!(b().pin_from_env().build().unwrap().pin(), None);
+        }
+    }
 }

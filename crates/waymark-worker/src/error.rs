@@ -73,6 +73,20 @@ pub enum Error {
     /// The connection broke or the reply was not what API v1 answers.
     #[error("talking to the control plane failed: {0}")]
     Transport(String),
+    /// The server presented a TLS certificate other than the pinned one; nothing was sent.
+    #[error(
+        "the control plane's certificate does not match the pinned one ({pinned}); it presented {presented} — nothing was sent. If its certificate was replaced on purpose, pin the new fingerprint (the `TLS:` line `waymark serve` prints) with `{env}` or `--server-fp`",
+        env = crate::client::SERVER_FP_ENV
+    )]
+    CertificateMismatch {
+        /// The pin (`sha256:<hex>`).
+        pinned: String,
+        /// The fingerprint of the certificate the server presented.
+        presented: String,
+    },
+    /// The client's configuration cannot be used (a malformed pin, a pin for a plain-HTTP URL).
+    #[error("{0}")]
+    Config(String),
     /// The server could not be reached at all.
     #[error(
         "cannot reach the control plane at {url}: {reason} — is `waymark serve` running there?"

@@ -15,7 +15,7 @@ mod error;
 mod retry;
 mod run;
 
-pub use client::Client;
+pub use client::{Client, ClientBuilder, SERVER_FP_ENV};
 pub use effect::{
     EffectCall, EffectCtx, EffectDone, ProviderError, ProviderStatus, Reconciler, Resolution,
 };

@@ -733,7 +733,9 @@ impl Run {
             fence: Some(self.fence()),
             step: options.step,
             effect_id: options.effect_id,
-            intent_digest: json_digest(&intent),
+            // An intent without an exact digest (an integer beyond ±(2^53 − 1)) is sent
+            // without one: the server refuses it with a 422 that says where the integer is.
+            intent_digest: json_digest(&intent).ok(),
             intent,
             summary: summary.to_owned(),
             expires_in_seconds: options.expires_in.map(|d| d.as_secs().max(1)),

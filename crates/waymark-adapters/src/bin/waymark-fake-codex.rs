@@ -13,7 +13,10 @@
 //! * `{"note": TEXT}` — nothing.
 //!
 //! After the last step it reads until its stdin closes. Messages that arrive before a step
-//! wants them are kept for later steps. Each start takes the next `--scenario` (the count is
+//! wants them are kept for later steps, up to [`MAX_KEPT`]: past that the scenario does not
+//! match what the client sends, and the fake fails saying so (exit 3). Lines are read only as
+//! fast as the steps take them (a bounded inbox), so a client that writes faster than the
+//! scenario moves is held back by the pipe, as a real app-server holds it back. Each start takes the next `--scenario` (the count is
 //! kept in `RECORD.runs`; the last scenario repeats), and every received line is appended to
 //! the record as `{"run": N, "line": RAW, "message": PARSED}`.
 
@@ -26,6 +29,12 @@ use clap::Parser;
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::sync::mpsc;
+
+/// Client messages waiting between the stdin reader and the steps.
+const INBOX: usize = 256;
+
+/// Messages kept for later steps, at most.
+const MAX_KEPT: usize = 1024;
 
 #[derive(Parser)]
 #[command(about = "Plays `codex app-server` from a scenario file, for tests")]
@@ -87,7 +96,7 @@ async fn play(args: &Args) -> Result<i32, String> {
         .append(true)
         .open(&args.record)
         .map_err(|e| format!("{}: {e}", args.record.display()))?;
-    let (tx, inbox) = mpsc::unbounded_channel();
+    let (tx, inbox) = mpsc::channel(INBOX);
     tokio::spawn(async move {
         let mut lines = BufReader::new(tokio::io::stdin()).lines();
         while let Ok(Some(line)) = lines.next_line().await {
@@ -102,7 +111,7 @@ async fn play(args: &Args) -> Result<i32, String> {
             {
                 break;
             }
-            if tx.send(message).is_err() {
+            if tx.send(message).await.is_err() {
                 break;
             }
         }
@@ -133,7 +142,7 @@ async fn play(args: &Args) -> Result<i32, String> {
 }
 
 struct Player {
-    inbox: mpsc::UnboundedReceiver<Value>,
+    inbox: mpsc::Receiver<Value>,
     backlog: VecDeque<Value>,
     out: tokio::io::Stdout,
     dir: PathBuf,
@@ -199,6 +208,11 @@ impl Player {
                 Err(_) => return Err("timed out".into()),
                 Ok(None) => return Err("the client closed the connection".into()),
                 Ok(Some(m)) if want(&m) => return Ok(m),
+                Ok(Some(_)) if self.backlog.len() >= MAX_KEPT => {
+                    return Err(format!(
+                        "more than {MAX_KEPT} messages arrived that no step wanted; the scenario does not match what the client sends"
+                    ));
+                }
                 Ok(Some(m)) => self.backlog.push_back(m),
             }
         }

@@ -4,7 +4,8 @@
 //! payload), serves `sessions.list`, `tasks.list` and `exec.approval.list` from a fixture
 //! file, plays the fixture's scripted events, answers resolves, steers and aborts, and writes
 //! every frame it receives, one per line, to `--record`. A fixture can drop a connection
-//! after N frames or on a given method.
+//! after N frames or on a given method, and play events after a method's answer (`on`) or
+//! before it (`before`, as a gateway's broadcasts can overtake an answer).
 
 use std::collections::HashMap;
 use std::io::Write;
@@ -178,6 +179,7 @@ async fn serve(gw: Shared, stream: TcpStream) -> Result<(), String> {
     let mut frames = 0u64;
     let mut hello = false;
     let mut fired = std::collections::HashSet::new();
+    let mut fired_before = std::collections::HashSet::new();
     let mut client_name = String::from("operator");
     while let Some(msg) = conn.ws.next().await {
         let msg = msg.map_err(|e| e.to_string())?;
@@ -224,6 +226,11 @@ async fn serve(gw: Shared, stream: TcpStream) -> Result<(), String> {
                 }
             }
         } else {
+            if let Some(events) = script["before"].get(&method).and_then(Value::as_array)
+                && fired_before.insert(method.clone())
+            {
+                play(&gw, &mut conn, events).await?;
+            }
             handle(&gw, &mut conn, &id, &method, &params, &client_name).await?;
             if let Some(events) = script["on"].get(&method).and_then(Value::as_array)
                 && fired.insert(method.clone())
@@ -429,8 +436,9 @@ async fn handle(
     }
 }
 
-/// Plays scripted steps (once per connection and method): `{"event", "payload", "seqSkip"?}`
-/// or `{"delayMs"}`. Played approvals and ledger entries change what the lists answer.
+/// Plays scripted steps (once per connection and method): `{"event", "payload", "seqSkip"?,
+/// "repeat"?}` (`repeat`: sent that many times) or `{"delayMs"}`. Played approvals and ledger
+/// entries change what the lists answer.
 async fn play(gw: &Shared, conn: &mut Conn, steps: &[Value]) -> Result<(), String> {
     for step in steps {
         if let Some(ms) = step.get("delayMs").and_then(Value::as_u64) {
@@ -460,7 +468,10 @@ async fn play(gw: &Shared, conn: &mut Conn, steps: &[Value]) -> Result<(), Strin
             }
         }
         let skip = step.get("seqSkip").and_then(Value::as_u64).unwrap_or(0);
-        conn.event(&event, payload, skip).await?;
+        conn.event(&event, payload.clone(), skip).await?;
+        for _ in 1..step.get("repeat").and_then(Value::as_u64).unwrap_or(1) {
+            conn.event(&event, payload.clone(), 0).await?;
+        }
     }
     Ok(())
 }

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use tokio::sync::{Mutex, mpsc, oneshot};
+use tokio::sync::{Mutex, mpsc, oneshot, watch};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -16,7 +16,7 @@ use waymark_proto::{
     ApprovalDurability, Decision, DecisionKind, DecisionStatus, DeliveryState, FinishOutcome,
     NewMessage, TaskState,
 };
-use waymark_worker::{Client, ProviderError, ProviderStatus, Reconciler, Run};
+use waymark_worker::{Client, ControlState, ProviderError, ProviderStatus, Reconciler, Run};
 
 use super::OpenClawError;
 use super::device::{DeviceKey, StoredToken};
@@ -45,6 +45,10 @@ const RESOLVED_EVENT_GRACE: Duration = Duration::from_secs(2);
 const ATTACH_RETRY: Duration = Duration::from_secs(10);
 /// Pages of `tasks.list` read per backfill at most.
 const MAX_LEDGER_PAGES: usize = 50;
+/// Reports from background tasks queued for the loop at most. A background task waits while
+/// the queue is full (backpressure: the loop is busy with the gateway), so nothing is dropped
+/// and the queue does not grow; a control watcher meanwhile collapses replans into the newest.
+const INTERNAL_QUEUED: usize = 256;
 
 /// What the adapter was started with, resolved.
 #[derive(Debug, Clone)]
@@ -141,10 +145,12 @@ pub(super) struct Adapter {
     client: Client,
     sessions: HashMap<String, Slot>,
     approvals: HashMap<String, Approval>,
-    /// Approval ids whose decision is closed for good: never opened again.
-    closed: HashSet<String>,
-    tx: mpsc::UnboundedSender<Internal>,
-    rx: mpsc::UnboundedReceiver<Internal>,
+    /// Approval ids whose decision is closed for good: never opened again. Each is kept until
+    /// the gateway's own expiry of the approval has passed (after which it is not opened
+    /// anyway), so the set holds only approvals the gateway might still list.
+    closed: HashMap<String, i64>,
+    tx: mpsc::Sender<Internal>,
+    rx: mpsc::Receiver<Internal>,
     background: JoinSet<()>,
     /// Whether `exec.approval.resolve` takes our `idempotencyKey` (a gateway whose schema
     /// refuses unknown params makes us drop it).
@@ -153,14 +159,14 @@ pub(super) struct Adapter {
 
 impl Adapter {
     pub(super) fn new(settings: Settings, key: DeviceKey, client: Client) -> Adapter {
-        let (tx, rx) = mpsc::unbounded_channel();
+        let (tx, rx) = mpsc::channel(INTERNAL_QUEUED);
         Adapter {
             settings,
             key,
             client,
             sessions: HashMap::new(),
             approvals: HashMap::new(),
-            closed: HashSet::new(),
+            closed: HashMap::new(),
             tx,
             rx,
             background: JoinSet::new(),
@@ -284,6 +290,7 @@ impl Adapter {
     async fn idle(&mut self, pause: Duration, shutdown: &CancellationToken) -> bool {
         let until = Instant::now() + pause;
         loop {
+            self.tidy();
             tokio::select! {
                 _ = shutdown.cancelled() => return true,
                 _ = tokio::time::sleep_until(until) => return false,
@@ -300,8 +307,18 @@ impl Adapter {
             return End::Lost(l);
         }
         loop {
+            self.tidy();
             if let Some(f) = conn.buffered.pop_front() {
                 if let Err(l) = self.on_frame(conn, f).await {
+                    return End::Lost(l);
+                }
+                continue;
+            }
+            if std::mem::take(&mut conn.overflowed) {
+                // Events were dropped: what they said is read back, and the `seq` they took
+                // is not a gap to backfill for again.
+                conn.last_seq = None;
+                if let Err(l) = self.backfill(conn).await {
                     return End::Lost(l);
                 }
                 continue;
@@ -662,7 +679,7 @@ impl Adapter {
                 // A void decision is opened again if the gateway still lists the approval.
                 DecisionStatus::Void => continue,
                 _ => {
-                    self.closed.insert(id);
+                    self.closed.insert(id, closed_until(expires_at_ms));
                     continue;
                 }
             };
@@ -770,7 +787,7 @@ impl Adapter {
             tracing::warn!(%payload, "an exec approval without an id; ignored");
             return;
         };
-        if self.approvals.contains_key(&id) || self.closed.contains(&id) {
+        if self.approvals.contains_key(&id) || self.closed.contains_key(&id) {
             return;
         }
         let request = payload.get("request").cloned().unwrap_or(Value::Null);
@@ -867,10 +884,12 @@ impl Adapter {
             self.background.spawn(async move {
                 match run.await_decision(&decision_id).await {
                     Ok(decision) => {
-                        let _ = tx.send(Internal::DecisionClosed {
-                            approval_id,
-                            decision: Box::new(decision),
-                        });
+                        let _ = tx
+                            .send(Internal::DecisionClosed {
+                                approval_id,
+                                decision: Box::new(decision),
+                            })
+                            .await;
                     }
                     Err(e) => tracing::debug!(decision = %decision_id, error = %e, "stopped waiting for a decision"),
                 }
@@ -884,10 +903,12 @@ impl Adapter {
             (a.decision_id.clone(), id.to_owned(), self.tx.clone());
         self.background.spawn(async move {
             tokio::time::sleep_until(at).await;
-            let _ = tx.send(Internal::GatewayExpired {
-                approval_id,
-                decision_id,
-            });
+            let _ = tx
+                .send(Internal::GatewayExpired {
+                    approval_id,
+                    decision_id,
+                })
+                .await;
         });
     }
 
@@ -978,10 +999,12 @@ impl Adapter {
                         let (tx, approval_id) = (self.tx.clone(), id.to_owned());
                         self.background.spawn(async move {
                             tokio::time::sleep(RESOLVED_EVENT_GRACE).await;
-                            let _ = tx.send(Internal::ResolveGrace {
-                                approval_id,
-                                decision_id,
-                            });
+                            let _ = tx
+                                .send(Internal::ResolveGrace {
+                                    approval_id,
+                                    decision_id,
+                                })
+                                .await;
                         });
                     }
                     return Ok(());
@@ -1074,8 +1097,16 @@ impl Adapter {
     /// Forgets an approval for good.
     fn close(&mut self, id: &str) -> Option<Approval> {
         let a = self.approvals.remove(id)?;
-        self.closed.insert(id.to_owned());
+        self.closed
+            .insert(id.to_owned(), closed_until(a.expires_at_ms));
         Some(a)
+    }
+
+    /// Drops finished background tasks and closed approvals the gateway no longer holds.
+    fn tidy(&mut self) {
+        bridge::reap(&mut self.background);
+        let now = now_ms();
+        self.closed.retain(|_, until| *until > now);
     }
 
     // ---- mirroring --------------------------------------------------------------------------
@@ -1229,6 +1260,16 @@ impl Adapter {
     }
 }
 
+/// How long a closed approval's id is remembered: past the gateway's expiry (plus grace) it is
+/// not opened again anyway; an unknown expiry is remembered for a day.
+fn closed_until(expires_at_ms: i64) -> i64 {
+    if expires_at_ms > 0 {
+        expires_at_ms + EXPIRY_GRACE.as_millis() as i64
+    } else {
+        now_ms() + 24 * 3600 * 1000
+    }
+}
+
 /// Reports what the gateway did with an answer (logged when the control plane refuses).
 async fn report(a: &Approval, state: DeliveryState, detail: &str) {
     let res = match state {
@@ -1247,15 +1288,34 @@ async fn report(a: &Approval, state: DeliveryState, detail: &str) {
 
 /// Follows a session's control state: a replan's instructions become a steer, a cancel (or a
 /// lost lease) ends the mirror.
-async fn watch_control(run: Arc<Run>, key: String, tx: mpsc::UnboundedSender<Internal>) {
-    let mut rx = run.control();
-    let cancel = run.cancelled();
+async fn watch_control(run: Arc<Run>, key: String, tx: mpsc::Sender<Internal>) {
     let attempt_id = run.attempt().id.clone();
-    let mut last: (i64, Option<String>) = (run.plan_revision(), None);
+    forward_control(
+        run.control(),
+        run.cancelled(),
+        run.plan_revision(),
+        key,
+        attempt_id,
+        tx,
+    )
+    .await;
+}
+
+/// A `Steer` for each replan with new instructions, then `RunEnded` when `cancel` fires. While
+/// the loop's queue is full this waits, and replans made meanwhile collapse into the newest.
+async fn forward_control(
+    mut rx: watch::Receiver<ControlState>,
+    cancel: CancellationToken,
+    revision: i64,
+    key: String,
+    attempt_id: String,
+    tx: mpsc::Sender<Internal>,
+) {
+    let mut last: (i64, Option<String>) = (revision, None);
     loop {
         tokio::select! {
             _ = cancel.cancelled() => {
-                let _ = tx.send(Internal::RunEnded { key, attempt_id });
+                let _ = tx.send(Internal::RunEnded { key, attempt_id }).await;
                 return;
             }
             r = rx.changed() => {
@@ -1267,12 +1327,15 @@ async fn watch_control(run: Arc<Run>, key: String, tx: mpsc::UnboundedSender<Int
                     let now = (s.plan_revision, Some(text.clone()));
                     if now != last {
                         last = now;
-                        let _ = tx.send(Internal::Steer {
+                        let steer = Internal::Steer {
                             key: key.clone(),
                             attempt_id: attempt_id.clone(),
                             revision: s.plan_revision,
                             text,
-                        });
+                        };
+                        if tx.send(steer).await.is_err() {
+                            return;
+                        }
                     }
                 }
             }
@@ -1477,6 +1540,124 @@ impl Backoff {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// What a long-lived adapter keeps does not grow with what it has seen: finished
+    /// background tasks are dropped, and a closed approval is forgotten once the gateway's
+    /// expiry (plus grace) has passed, after which it would not be opened again anyway.
+    #[tokio::test]
+    async fn tidying_keeps_only_running_tasks_and_approvals_the_gateway_may_still_list() {
+        let dir = tempfile::tempdir().unwrap();
+        let settings = Settings {
+            gateway: "ws://127.0.0.1:1".into(),
+            gateway_token: None,
+            client: ClientInfo {
+                id: "gateway-client".into(),
+                mode: "backend".into(),
+                display_name: "test".into(),
+                version: "0".into(),
+                platform: "linux".into(),
+            },
+        };
+        let key = DeviceKey::load_or_create(&dir.path().join("device.json")).unwrap();
+        let client = Client::new("http://127.0.0.1:1", "wmk_w_x").unwrap();
+        let mut a = Adapter::new(settings, key, client);
+        for _ in 0..500 {
+            a.background.spawn(async {});
+        }
+        let (release, wait) = oneshot::channel::<()>();
+        a.background.spawn(async move {
+            let _ = wait.await;
+        });
+        let now = now_ms();
+        a.closed.insert("gone".into(), closed_until(now - 60_000));
+        a.closed
+            .insert("still listed".into(), closed_until(now + 60_000));
+        a.closed.insert("unknown expiry".into(), closed_until(0));
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        a.tidy();
+        assert_eq!(a.background.len(), 1, "only the running task is kept");
+        let mut kept: Vec<&str> = a.closed.keys().map(String::as_str).collect();
+        kept.sort();
+        assert_eq!(kept, ["still listed", "unknown expiry"]);
+        release.send(()).unwrap();
+    }
+
+    /// The loop's queue is bounded: a watcher whose reports find it full waits (the queue
+    /// does not grow), replans made meanwhile collapse into the newest, and the end of the run
+    /// is delivered after the queue drains.
+    #[tokio::test]
+    async fn a_full_queue_holds_the_watcher_back_and_nothing_is_lost() {
+        let (control_tx, control_rx) = watch::channel(ControlState {
+            plan_revision: 1,
+            ..ControlState::default()
+        });
+        let cancel = CancellationToken::new();
+        let (tx, mut rx) = mpsc::channel(3);
+        let watcher = tokio::spawn(forward_control(
+            control_rx,
+            cancel.clone(),
+            1,
+            "agent:main:main".into(),
+            "att_1".into(),
+            tx,
+        ));
+        for rev in 2..=300 {
+            control_tx.send_modify(|s| {
+                s.plan_revision = rev;
+                s.instructions = Some(format!("step {rev}"));
+            });
+            tokio::task::yield_now().await;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert_eq!(rx.len(), 3, "the queue holds its bound and no more");
+        assert!(!watcher.is_finished(), "the watcher waits for room");
+
+        // The newest replan arrives once the loop reads again.
+        let mut steers = Vec::new();
+        while steers.last() != Some(&300) {
+            match tokio::time::timeout(Duration::from_secs(5), rx.recv())
+                .await
+                .expect("the newest replan arrives")
+                .expect("the channel is open")
+            {
+                Internal::Steer { revision, text, .. } => {
+                    assert_eq!(text, format!("step {revision}"));
+                    steers.push(revision);
+                }
+                other => panic!("unexpected {other:?}"),
+            }
+        }
+        assert!(steers.len() < 299, "replans collapsed: {steers:?}");
+        assert!(steers.windows(2).all(|w| w[0] < w[1]), "{steers:?}");
+
+        // A later replan, then the end: both arrive, in order.
+        control_tx.send_modify(|s| {
+            s.plan_revision = 301;
+            s.instructions = Some("step 301".into());
+        });
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        cancel.cancel();
+        let mut tail = Vec::new();
+        loop {
+            let m = tokio::time::timeout(Duration::from_secs(5), rx.recv())
+                .await
+                .expect("the end arrives")
+                .expect("the channel is open");
+            if let Internal::RunEnded { key, attempt_id } = &m {
+                assert_eq!(
+                    (key.as_str(), attempt_id.as_str()),
+                    ("agent:main:main", "att_1")
+                );
+                break;
+            }
+            tail.push(m);
+        }
+        assert!(
+            matches!(tail.as_slice(), [Internal::Steer { revision: 301, .. }]),
+            "{tail:?}"
+        );
+        watcher.await.unwrap();
+    }
 
     #[test]
     fn ledger_notes_read_back_as_id_and_status() {

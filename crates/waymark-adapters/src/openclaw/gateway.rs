@@ -97,12 +97,21 @@ pub(crate) struct Credentials {
     pub(crate) device_token: Option<String>,
 }
 
+/// Events kept while a request waits for its answer, at most. The socket must be read to find
+/// the answer, so a gateway that sends more meanwhile cannot be held back: the rest are
+/// dropped, [`Conn::overflowed`] is set, and the adapter backfills once it has handled the
+/// kept ones — the same recovery as after a `seq` gap.
+pub(crate) const MAX_BUFFERED: usize = 1024;
+
 /// An open, authenticated connection.
 pub(crate) struct Conn {
     ws: WebSocketStream<MaybeTlsStream<TcpStream>>,
     next_id: u64,
-    /// Events received while a request waited for its answer, oldest first.
+    /// Events received while a request waited for its answer, oldest first; at most
+    /// [`MAX_BUFFERED`].
     pub(crate) buffered: VecDeque<Frame>,
+    /// Events were dropped because [`Conn::buffered`] was full: backfill.
+    pub(crate) overflowed: bool,
     /// The newest event `seq` seen on this connection.
     pub(crate) last_seq: Option<u64>,
 }
@@ -118,6 +127,7 @@ impl Conn {
             ws,
             next_id: 0,
             buffered: VecDeque::new(),
+            overflowed: false,
             last_seq: None,
         })
     }
@@ -205,7 +215,20 @@ impl Conn {
                 Frame::Res { id: rid, .. } => {
                     tracing::debug!(id = %rid, "an answer to a request no longer waited for")
                 }
-                ev @ Frame::Event { .. } => self.buffered.push_back(ev),
+                ev @ Frame::Event { .. } if self.buffered.len() < MAX_BUFFERED => {
+                    self.buffered.push_back(ev)
+                }
+                Frame::Event { event, .. } => {
+                    if !self.overflowed {
+                        tracing::warn!(
+                            max = MAX_BUFFERED,
+                            %event,
+                            %method,
+                            "more gateway events arrived while waiting for an answer than are kept; dropping the rest and backfilling after"
+                        );
+                    }
+                    self.overflowed = true;
+                }
                 Frame::Req { method, .. } => {
                     tracing::debug!(%method, "the gateway sent a request; operators answer none")
                 }

@@ -197,3 +197,134 @@ async fn streams_are_capped_per_credential_and_in_all_and_a_closed_stream_frees_
     );
     drop((a2, b1));
 }
+
+/// Sends `GET path` on an open connection and reads one whole response (the connection stays
+/// open: HTTP/1.1 keep-alive).
+async fn exchange(stream: &mut TcpStream, path: &str) -> String {
+    stream
+        .write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes())
+        .await
+        .unwrap();
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    let read = async {
+        loop {
+            let text = String::from_utf8_lossy(&got).into_owned();
+            if let Some(end) = text.find("\r\n\r\n") {
+                let len = text[..end]
+                    .lines()
+                    .find_map(|l| {
+                        l.to_ascii_lowercase()
+                            .strip_prefix("content-length:")
+                            .map(|v| v.trim().parse::<usize>().unwrap())
+                    })
+                    .unwrap_or(0);
+                if got.len() >= end + 4 + len {
+                    return text;
+                }
+            }
+            match stream.read(&mut buf).await {
+                Ok(0) | Err(_) => return String::from_utf8_lossy(&got).into_owned(),
+                Ok(n) => got.extend_from_slice(&buf[..n]),
+            }
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(10), read)
+        .await
+        .expect("no response within 10 s")
+}
+
+/// The number after `name ` in a Prometheus text exposition.
+fn metric(text: &str, name: &str) -> f64 {
+    text.lines()
+        .find_map(|l| l.strip_prefix(&format!("{name} ")))
+        .unwrap_or_else(|| panic!("no `{name}` in\n{text}"))
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+#[tokio::test]
+async fn past_the_connection_cap_a_new_connection_gets_503_while_open_ones_are_served() {
+    let h = Harness::start_with(Config {
+        max_connections: 3,
+        ..test_config()
+    })
+    .await;
+    // Three connections, each kept open after a request.
+    let mut open = Vec::new();
+    for _ in 0..3 {
+        let mut c = TcpStream::connect(h.server.addr).await.unwrap();
+        let said = exchange(&mut c, "/healthz").await;
+        assert!(said.starts_with("HTTP/1.1 200"), "{said}");
+        open.push(c);
+    }
+
+    // The fourth, and a fifth, are refused at once with a problem and `Retry-After`.
+    for _ in 0..2 {
+        let t = Instant::now();
+        let mut c = TcpStream::connect(h.server.addr).await.unwrap();
+        let said = exchange(&mut c, "/healthz").await;
+        assert!(t.elapsed() < Duration::from_secs(2), "{:?}", t.elapsed());
+        assert!(said.starts_with("HTTP/1.1 503"), "{said}");
+        let lower = said.to_ascii_lowercase();
+        assert!(lower.contains("\r\nretry-after: 1\r\n"), "{said}");
+        assert!(
+            lower.contains("\r\ncontent-type: application/problem+json\r\n"),
+            "{said}"
+        );
+        let body: Value = serde_json::from_str(&said[said.find("\r\n\r\n").unwrap() + 4..])
+            .unwrap_or_else(|e| panic!("{e}: {said}"));
+        assert_eq!(body["code"], "unavailable", "{body}");
+        assert_eq!(body["status"], 503, "{body}");
+        assert_eq!(body["context"]["limit"], 3, "{body}");
+        assert!(
+            body["detail"]
+                .as_str()
+                .unwrap()
+                .contains("--max-connections"),
+            "{body}"
+        );
+        // …and closed.
+        let mut rest = [0u8; 64];
+        let n = tokio::time::timeout(Duration::from_secs(5), c.read(&mut rest))
+            .await
+            .expect("the refused connection stayed open")
+            .unwrap_or(0);
+        assert_eq!(n, 0);
+    }
+    // A real client is told the same.
+    let res = reqwest::get(h.url("/healthz")).await.unwrap();
+    assert_eq!(res.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(res.headers()["retry-after"], "1");
+
+    // The open connections are still served.
+    for c in &mut open {
+        let said = exchange(c, "/metrics").await;
+        assert!(said.starts_with("HTTP/1.1 200"), "{said}");
+    }
+    let said = exchange(&mut open[0], "/metrics").await;
+    assert_eq!(metric(&said, "waymark_connections_open"), 3.0, "{said}");
+    assert!(
+        metric(&said, "waymark_connections_refused_total") >= 3.0,
+        "{said}"
+    );
+
+    // Closing one frees its slot.
+    drop(open.remove(0));
+    let mut served = None;
+    for _ in 0..100 {
+        let mut c = TcpStream::connect(h.server.addr).await.unwrap();
+        let said = exchange(&mut c, "/healthz").await;
+        if said.starts_with("HTTP/1.1 200") {
+            served = Some(c);
+            break;
+        }
+        assert!(said.starts_with("HTTP/1.1 503"), "{said}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(
+        served.is_some(),
+        "the closed connection's slot was never freed"
+    );
+}

@@ -123,3 +123,75 @@ async fn a_key_that_is_not_the_certificates_stops_the_start_naming_both_files() 
         "{msg}"
     );
 }
+
+/// Over TLS a connection past the cap is closed before the handshake (answering would take the
+/// handshake the cap saves); the open connection is served on, and its end frees the slot.
+#[tokio::test]
+async fn past_the_connection_cap_a_tls_connection_is_closed_and_the_open_one_served() {
+    let dir = tempfile::tempdir().unwrap();
+    let made =
+        rcgen::generate_simple_self_signed(vec!["localhost".into(), "127.0.0.1".into()]).unwrap();
+    let cert = dir.path().join("cert.pem");
+    let key = dir.path().join("key.pem");
+    std::fs::write(&cert, made.cert.pem()).unwrap();
+    std::fs::write(&key, made.signing_key.serialize_pem()).unwrap();
+    let running = waymark_server::start(
+        &DataDir::new(dir.path().join("data")),
+        "127.0.0.1:0".parse().unwrap(),
+        Config {
+            tls: Some(TlsFiles { cert, key }),
+            max_connections: 1,
+            ..test_config()
+        },
+    )
+    .await
+    .unwrap();
+    let trusting = || {
+        reqwest::Client::builder()
+            .add_root_certificate(
+                reqwest::Certificate::from_pem(made.cert.pem().as_bytes()).unwrap(),
+            )
+            .build()
+            .unwrap()
+    };
+    let url = format!("{}/healthz", running.url());
+    // One client holds the only connection (kept alive in its pool).
+    let holder = trusting();
+    assert_eq!(
+        holder.get(&url).send().await.unwrap().status(),
+        StatusCode::OK
+    );
+
+    // Another is closed at once, without a byte.
+    let mut raw = tokio::net::TcpStream::connect(running.addr).await.unwrap();
+    let t = Instant::now();
+    let mut buf = [0u8; 16];
+    let n = tokio::time::timeout(Duration::from_secs(5), raw.read(&mut buf))
+        .await
+        .expect("the connection past the cap stayed open")
+        .unwrap_or(0);
+    assert_eq!(n, 0);
+    assert!(t.elapsed() < Duration::from_secs(2), "{:?}", t.elapsed());
+    let e = trusting().get(&url).send().await.unwrap_err();
+    assert!(e.is_connect() || e.is_request(), "{e:?}");
+
+    // The open connection is served on.
+    assert_eq!(
+        holder.get(&url).send().await.unwrap().status(),
+        StatusCode::OK
+    );
+
+    // Once it closes, a new client is served.
+    drop(holder);
+    let mut served = false;
+    for _ in 0..100 {
+        if let Ok(res) = trusting().get(&url).send().await {
+            assert_eq!(res.status(), StatusCode::OK);
+            served = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(served, "the closed connection's slot was never freed");
+    running.shutdown().await.unwrap();
+}

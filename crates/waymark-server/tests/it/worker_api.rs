@@ -554,3 +554,78 @@ async fn secrets_in_messages_and_checkpoints_are_redacted_before_storage_visibly
         "the chain covers what was stored"
     );
 }
+
+/// RFC 8785 writes 2^53 + 1 as 2^53: a digest over either would bind both, so an approval of
+/// one amount would read as an approval of the other and two effect bodies that differ would
+/// share an idempotency key. Such integers are refused where a digest is taken, saying where,
+/// and nothing is written.
+#[tokio::test]
+async fn an_integer_beyond_2_53_is_refused_where_a_digest_would_round_it() {
+    let h = Harness::start().await;
+    let task = h.create_task(&h.alice).await;
+    let (att, fence) = h.attempt(&h.alice, &task, 60).await;
+    let max = waymark_proto::MAX_SAFE_INTEGER;
+
+    let (s, v) = h
+        .post(
+            &h.alice,
+            &format!("/v1/tasks/{task}/approvals"),
+            json!({"attempt_id": att, "fence": fence, "summary": "pay?",
+                   "intent": {"action": "pay", "args": {"cents": max + 2}}}),
+        )
+        .await;
+    assert_problem(s, &v, 422, "validation_failed");
+    assert_eq!(v["context"]["pointer"], "/intent/args/cents", "{v}");
+    let detail = v["detail"].as_str().unwrap();
+    assert!(detail.contains(&(max + 2).to_string()), "{detail}");
+    assert!(detail.contains("as a string"), "{detail}");
+
+    let (s, v) = h
+        .post(
+            &h.alice,
+            &format!("/v1/tasks/{task}/effects"),
+            json!({"attempt_id": att, "fence": fence, "idempotency_key": "pay-1", "kind": "pay",
+                   "intent": {"amounts": [1, -(max + 1)]}}),
+        )
+        .await;
+    assert_problem(s, &v, 422, "validation_failed");
+    assert_eq!(v["context"]["pointer"], "/intent/amounts/1", "{v}");
+
+    let (s, v) = h
+        .post(
+            &h.alice,
+            &format!("/v1/tasks/{task}/checkpoints"),
+            json!({"attempt_id": att, "fence": fence, "sequence": 1,
+                   "body": {"reason": "step_completed", "plan_revision": 1,
+                            "budget_remaining": {"max_tokens": 1u64 << 60}}}),
+        )
+        .await;
+    assert_problem(s, &v, 422, "validation_failed");
+    assert_eq!(
+        v["context"]["pointer"], "/body/budget_remaining/max_tokens",
+        "{v}"
+    );
+
+    let d = h.detail(&task).await;
+    assert_eq!(d["decisions"], json!([]), "{d}");
+    assert_eq!(d["effects"], json!([]), "{d}");
+    assert_eq!(d["checkpoints"], json!([]), "{d}");
+    assert_eq!(d["task"]["state"], "running");
+
+    // The largest exact integer is bound exactly: its digest is the one a client computes.
+    let intent = json!({"action": "pay", "args": {"cents": max}});
+    let (s, appr) = h
+        .post(
+            &h.alice,
+            &format!("/v1/tasks/{task}/approvals"),
+            json!({"attempt_id": att, "fence": fence, "summary": "pay?", "intent": intent}),
+        )
+        .await;
+    assert_eq!(s, StatusCode::CREATED, "{appr}");
+    assert_eq!(
+        appr["intent_digest"],
+        waymark_proto::digest::json_digest(&intent)
+            .unwrap()
+            .as_str()
+    );
+}

@@ -80,6 +80,9 @@ pub const CRASH_EXIT_CODE: i32 = 70;
 pub struct DemoConfig {
     /// Control plane URL.
     pub server: String,
+    /// The fingerprint (`sha256:<hex>`) of the control plane's certificate, to trust it alone
+    /// (see [`crate::ClientBuilder::pin`]).
+    pub server_fp: Option<String>,
     /// Worker token.
     pub token: String,
     /// Admin token, to resolve the approval itself (`approve`).
@@ -98,6 +101,17 @@ pub struct DemoConfig {
     pub lease: Duration,
     /// The worker's name.
     pub worker: String,
+}
+
+impl DemoConfig {
+    /// A client of the control plane with `token`, pinned when `server_fp` says.
+    fn client(&self, token: &str) -> Result<Client, Error> {
+        let mut b = Client::builder(&self.server, token.to_owned());
+        if let Some(fp) = &self.server_fp {
+            b = b.pin(fp.clone());
+        }
+        b.build()
+    }
 }
 
 /// One line of progress.
@@ -289,7 +303,7 @@ pub async fn run_with(
     plan: BudgetPlan,
     report: Reporter,
 ) -> Result<DemoSummary, DemoError> {
-    let client = Client::new(&cfg.server, cfg.token.clone())?;
+    let client = cfg.client(&cfg.token)?;
     client.health().await?;
     let deploy = DeployClient::new(&cfg.deploy_url)?;
     let demo = Demo {
@@ -1037,7 +1051,7 @@ impl Demo {
 
     /// Answers decision `id` with `option` through the admin route.
     async fn resolve_as_admin(&self, admin: &str, id: &str, option: &str) -> Result<(), DemoError> {
-        let admin = Client::new(&self.cfg.server, admin.to_owned())?;
+        let admin = self.cfg.client(admin)?;
         let _: Decision = admin
             .call(
                 reqwest::Method::POST,

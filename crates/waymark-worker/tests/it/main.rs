@@ -10,3 +10,4 @@ mod control;
 mod demo_run;
 mod effects;
 mod run;
+mod tls;

@@ -69,6 +69,7 @@ impl World {
     pub fn demo_config(&self, approve: Option<AutoApprove>) -> DemoConfig {
         DemoConfig {
             server: self.server.url(),
+            server_fp: None,
             token: self.token.clone(),
             admin_token: Some(self.admin.clone()),
             deploy_url: self.deploy_url.clone(),

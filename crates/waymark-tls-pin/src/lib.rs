@@ -1,8 +1,12 @@
-//! Certificate pinning: a server paired with a link carrying `fp=sha256:<hex>` is trusted by
-//! the SHA-256 of its leaf certificate alone (a self-signed LAN certificate needs no CA), and
-//! any other certificate is refused. The handshake signatures are still verified, so only the
-//! holder of the pinned certificate's private key can complete a handshake. Without a pin the
-//! client verifies the chain and the name against the public CAs (WebPKI).
+//! Certificate pinning: a server is trusted by the SHA-256 of its leaf certificate alone
+//! (`sha256:<hex>`, the `fp=` of a pairing link; a self-signed LAN certificate needs no CA),
+//! and any other certificate is refused before a byte of a request is sent. The handshake
+//! signatures are still verified, so only the holder of the pinned certificate's private key
+//! can complete a handshake.
+//!
+//! One verifier for every client of the control plane: the companion (pinned by its pairing
+//! link) and the worker SDK (pinned by configuration) both build their TLS config here, and
+//! the server computes the fingerprint it advertises with [`fingerprint`].
 
 use std::sync::Arc;
 
@@ -10,37 +14,47 @@ use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, Server
 use rustls::crypto::CryptoProvider;
 use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
 use rustls::{CertificateError, DigitallySignedStruct, SignatureScheme};
+use sha2::{Digest, Sha256};
 
-use crate::Error;
+/// Why a pin cannot be used.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PinError {
+    /// Not `sha256:` and 64 hex digits.
+    #[error("`{0}` is not a certificate fingerprint: expected `sha256:` and 64 hex digits")]
+    NotAFingerprint(String),
+    /// rustls refused the configuration.
+    #[error("cannot set up TLS: {0}")]
+    Tls(String),
+}
 
 /// Checks a pin's spelling and normalises it: `sha256:` and 64 hex digits, lower case.
-pub(crate) fn parse_pin(pin: &str) -> Result<String, Error> {
+pub fn parse_pin(pin: &str) -> Result<String, PinError> {
     let hex = pin.trim().strip_prefix("sha256:").unwrap_or("");
     if hex.len() != 64 || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
-        return Err(Error::Invalid(format!(
-            "`{pin}` is not a certificate fingerprint: expected `sha256:` and 64 hex digits"
-        )));
+        return Err(PinError::NotAFingerprint(pin.to_owned()));
     }
     Ok(format!("sha256:{}", hex.to_ascii_lowercase()))
 }
 
-/// `sha256:<hex>` of a certificate's DER bytes.
-pub(crate) fn fingerprint(der: &[u8]) -> String {
-    format!("sha256:{}", waymark_proto::digest::sha256_hex(der))
+/// `sha256:<hex>` of a certificate's DER bytes: what pins name.
+pub fn fingerprint(der: &[u8]) -> String {
+    format!("sha256:{}", hex::encode(Sha256::digest(der)))
 }
 
 /// The certificate a pinned server presented instead of the pinned one.
-#[derive(Debug)]
-pub(crate) struct Mismatch {
-    pub(crate) pinned: String,
-    pub(crate) presented: String,
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Mismatch {
+    /// The pin (`sha256:<hex>`).
+    pub pinned: String,
+    /// The fingerprint of the certificate presented.
+    pub presented: String,
 }
 
 impl std::fmt::Display for Mismatch {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "the server's certificate does not match the one paired ({}); it presented {}",
+            "the server's certificate does not match the one pinned ({}); it presented {}",
             self.pinned, self.presented
         )
     }
@@ -71,8 +85,9 @@ fn find_cause<'a, T>(
     None
 }
 
-/// Finds a [`Mismatch`] anywhere in an error's causes.
-pub(crate) fn find_mismatch<'a>(e: &'a (dyn std::error::Error + 'static)) -> Option<&'a Mismatch> {
+/// Finds a [`Mismatch`] anywhere in an error's causes (an HTTP client's connect error wraps
+/// it several layers down).
+pub fn find_mismatch<'a>(e: &'a (dyn std::error::Error + 'static)) -> Option<&'a Mismatch> {
     find_cause(e, &|err| {
         if let Some(m) = err.downcast_ref::<Mismatch>() {
             return Some(m);
@@ -86,8 +101,9 @@ pub(crate) fn find_mismatch<'a>(e: &'a (dyn std::error::Error + 'static)) -> Opt
     })
 }
 
-/// Whether the causes include a certificate that no public CA vouches for.
-pub(crate) fn is_unknown_issuer(e: &(dyn std::error::Error + 'static)) -> bool {
+/// Whether the causes include a certificate that no public CA vouches for (a self-signed
+/// server reached without a pin).
+pub fn is_unknown_issuer(e: &(dyn std::error::Error + 'static)) -> bool {
     find_cause(e, &|err| {
         matches!(
             err.downcast_ref::<rustls::Error>(),
@@ -163,17 +179,16 @@ impl ServerCertVerifier for PinVerifier {
     }
 }
 
-/// A TLS client config that trusts exactly the certificate with fingerprint `pin`.
-pub(crate) fn pinned_config(pin: &str) -> Result<rustls::ClientConfig, Error> {
+/// A TLS client config that trusts exactly the certificate with fingerprint `pin` (any
+/// spelling [`parse_pin`] takes), for `reqwest::ClientBuilder::use_preconfigured_tls`.
+pub fn client_config(pin: &str) -> Result<rustls::ClientConfig, PinError> {
+    let pin = parse_pin(pin)?;
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let config = rustls::ClientConfig::builder_with_provider(provider.clone())
         .with_safe_default_protocol_versions()
-        .map_err(|e| Error::Protocol(format!("cannot set up TLS: {e}")))?
+        .map_err(|e| PinError::Tls(e.to_string()))?
         .dangerous()
-        .with_custom_certificate_verifier(Arc::new(PinVerifier {
-            pin: pin.to_owned(),
-            provider,
-        }))
+        .with_custom_certificate_verifier(Arc::new(PinVerifier { pin, provider }))
         .with_no_client_auth();
     Ok(config)
 }
@@ -196,8 +211,46 @@ mod tests {
             &format!("sha256:{}", &hex[1..]),
             &format!("sha256:{}zz", &hex[2..]),
         ] {
-            assert!(matches!(parse_pin(bad), Err(Error::Invalid(_))), "{bad}");
+            assert_eq!(
+                parse_pin(bad),
+                Err(PinError::NotAFingerprint(bad.to_owned())),
+                "{bad}"
+            );
+            assert!(client_config(bad).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn a_fingerprint_is_the_sha256_of_the_der_bytes() {
+        assert_eq!(
+            fingerprint(b""),
+            "sha256:e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
+        );
+        assert_eq!(parse_pin(&fingerprint(b"x")).unwrap(), fingerprint(b"x"));
+    }
+
+    /// The verifier itself: the pinned certificate passes, any other is refused with a
+    /// [`Mismatch`] naming both.
+    #[test]
+    fn only_the_pinned_certificate_verifies() {
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let a = CertificateDer::from(b"certificate a".to_vec());
+        let b = CertificateDer::from(b"certificate b".to_vec());
+        let v = PinVerifier {
+            pin: fingerprint(a.as_ref()),
+            provider,
+        };
+        let name = ServerName::try_from("localhost").unwrap();
+        assert!(
+            v.verify_server_cert(&a, &[], &name, &[], UnixTime::now())
+                .is_ok()
+        );
+        let e = v
+            .verify_server_cert(&b, &[], &name, &[], UnixTime::now())
+            .unwrap_err();
+        let m = find_mismatch(&e).expect("a mismatch");
+        assert_eq!(m.pinned, fingerprint(a.as_ref()));
+        assert_eq!(m.presented, fingerprint(b.as_ref()));
     }
 
     #[test]
