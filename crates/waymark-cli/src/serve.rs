@@ -4,7 +4,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use clap::Args;
-use waymark_server::{AdminError, Config, DataDir, ServeError, TlsFiles};
+use waymark_server::{AdminError, Config, DataDir, Redaction, ServeError, TlsFiles};
 
 use crate::output::{CliResult, Exit, Failure, emit};
 
@@ -23,8 +23,16 @@ pub(crate) struct ServeArgs {
     #[arg(long, default_value_t = Config::default().event_retention)]
     event_retention: i64,
     /// Keep secrets found in messages and checkpoints instead of redacting them.
-    #[arg(long)]
+    #[arg(long, conflicts_with_all = ["redact", "no_redact_kind"])]
     no_redact: bool,
+    /// Also redact what this regular expression matches, shown as `[REDACTED:KIND]`
+    /// (repeatable), e.g. `--redact 'ticket=TICKET-[0-9]+'`.
+    #[arg(long, value_name = "KIND=REGEX", value_parser = kind_and_pattern)]
+    redact: Vec<(String, String)>,
+    /// Stop redacting one built-in kind (repeatable): private-key, aws-access-key,
+    /// github-token, slack-token, api-key, waymark-token, bearer-token, secret.
+    #[arg(long, value_name = "KIND")]
+    no_redact_kind: Vec<String>,
     /// Requests per second allowed to each worker token and device (bursts of twice that).
     #[arg(long, default_value_t = Config::default().rate_per_second)]
     rate_limit: u32,
@@ -52,6 +60,15 @@ pub(crate) struct ServeArgs {
     /// served. Keep it above `--max-streams` and below the open-file limit (`ulimit -n`).
     #[arg(long, default_value_t = Config::default().max_connections)]
     max_connections: usize,
+}
+
+fn kind_and_pattern(s: &str) -> Result<(String, String), String> {
+    match s.split_once('=') {
+        Some((kind, pattern)) if !kind.is_empty() && !pattern.is_empty() => {
+            Ok((kind.to_owned(), pattern.to_owned()))
+        }
+        _ => Err("expected KIND=REGEX, e.g. 'ticket=TICKET-[0-9]+'".to_owned()),
+    }
 }
 
 pub(crate) fn serve_failure(e: ServeError) -> Failure {
@@ -90,6 +107,13 @@ pub(crate) fn admin_failure(e: AdminError) -> Failure {
 }
 
 pub(crate) async fn run(args: ServeArgs, json: bool) -> CliResult {
+    // Settings first: a bad one creates nothing.
+    let redaction = if args.no_redact {
+        Redaction::off()
+    } else {
+        Redaction::new(&args.no_redact_kind, &args.redact)
+            .map_err(|e| Failure::new(Exit::Usage, "invalid_redaction", e.to_string()))?
+    };
     let dir = DataDir::new(args.data_dir.unwrap_or_else(crate::default_data_dir));
     let store = dir
         .open_store(args.database_url.as_deref())
@@ -97,7 +121,7 @@ pub(crate) async fn run(args: ServeArgs, json: bool) -> CliResult {
         .map_err(admin_failure)?;
     let config = Config {
         event_retention: args.event_retention.max(1),
-        redact_secrets: !args.no_redact,
+        redaction,
         rate_per_second: args.rate_limit.max(1),
         rate_burst: args.rate_limit.max(1).saturating_mul(2),
         tls: match (args.tls_cert, args.tls_key) {

@@ -279,3 +279,48 @@ fn serve_with_a_certificate_it_cannot_use_names_the_file_and_exits_2() {
     assert_eq!(out.status.code(), Some(2));
     assert!(stderr_of(&out).contains("--tls-key"), "{}", stderr_of(&out));
 }
+
+#[test]
+fn serve_refuses_redaction_settings_it_cannot_use_and_creates_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    for (args, says) in [
+        (
+            vec!["--redact", "ticket=TICKET-("],
+            "not a valid regular expression",
+        ),
+        (vec!["--redact", "Ticket=T-1"], "not a usable kind"),
+        (vec!["--redact", "ticket=x*"], "matches the empty string"),
+        (
+            vec!["--no-redact-kind", "passwords"],
+            "no built-in secret kind `passwords`",
+        ),
+    ] {
+        let out = waymark()
+            .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
+            .arg(&data)
+            .args(&args)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {}", stderr_of(&out));
+        assert!(
+            stderr_of(&out).contains(says),
+            "{args:?}: {}",
+            stderr_of(&out)
+        );
+        assert!(!data.exists(), "{args:?} created the data dir");
+    }
+    // Malformed flag values and contradictions are clap's usage errors.
+    for args in [
+        vec!["--redact", "no-equals-sign"],
+        vec!["--no-redact", "--redact", "t=T-1"],
+    ] {
+        let out = waymark()
+            .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
+            .arg(&data)
+            .args(&args)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {}", stderr_of(&out));
+    }
+}

@@ -19,7 +19,7 @@ mod openapi;
 mod push;
 mod reads;
 mod recovery;
-mod redact;
+pub mod redact;
 mod schedule;
 pub mod steer;
 mod tail;
@@ -39,6 +39,7 @@ use waymark_store::Store;
 pub use admin::{AdminError, DataDir};
 pub use metrics::Metrics;
 pub use openapi::openapi_json;
+pub use redact::{Redaction, RedactionError};
 pub use tls::{TlsError, TlsFiles};
 
 /// Limits and timings of a control plane.
@@ -68,8 +69,8 @@ pub struct Config {
     pub max_wait: Duration,
     /// First retry delay of a failed push (doubling, at most 15 minutes).
     pub push_retry_base: Duration,
-    /// Redact common secret patterns from messages and checkpoints before they are stored.
-    pub redact_secrets: bool,
+    /// Secret patterns redacted from messages and checkpoints before they are stored.
+    pub redaction: Redaction,
     /// Requests per second each worker token, device session or signing device may make…
     pub rate_per_second: u32,
     /// …with bursts up to this many.
@@ -106,7 +107,7 @@ impl Default for Config {
             decision_expiry_max: Duration::from_secs(30 * 24 * 3600),
             max_wait: Duration::from_secs(60),
             push_retry_base: Duration::from_secs(2),
-            redact_secrets: true,
+            redaction: Redaction::default(),
             rate_per_second: 1000,
             rate_burst: 2000,
             tls: None,

@@ -606,9 +606,7 @@ pub(crate) async fn append_checkpoint(
             return Err(sequence_conflict());
         }
         let mut body = to_value(&req.body);
-        if st.config.redact_secrets {
-            crate::redact::json(&mut body);
-        }
+        st.config.redaction.json(&mut body);
         let prev = last.map(|c| c.digest);
         let row = CheckpointRow {
             task_id: task.id.clone(),
@@ -1438,11 +1436,7 @@ pub(crate) async fn append_messages(
                 task_id: task.id.clone(),
                 seq: 0,
                 role: m.role.clone(),
-                text: if st.config.redact_secrets {
-                    crate::redact::text(&m.text).0
-                } else {
-                    m.text.clone()
-                },
+                text: st.config.redaction.text(&m.text).0,
                 created_at: now,
             };
             row.seq = tx.insert_message(&row).await?;

@@ -2,8 +2,9 @@ use std::time::Duration;
 
 use reqwest::{Method, StatusCode};
 use serde_json::json;
+use waymark_server::Config;
 
-use crate::support::{Harness, assert_problem};
+use crate::support::{Harness, assert_problem, test_config};
 
 #[tokio::test]
 async fn a_live_lease_is_exclusive_and_an_expired_one_is_taken_over_with_a_higher_fence() {
@@ -552,6 +553,44 @@ async fn secrets_in_messages_and_checkpoints_are_redacted_before_storage_visibly
     assert_eq!(
         d["chain"]["intact"], true,
         "the chain covers what was stored"
+    );
+}
+
+#[tokio::test]
+async fn an_operators_own_pattern_is_redacted_and_a_kind_turned_off_is_kept() {
+    let redaction = waymark_server::Redaction::new(
+        &["secret".to_owned()],
+        &[("ticket".to_owned(), r"TICKET-[0-9]{3,}".to_owned())],
+    )
+    .unwrap();
+    let h = Harness::start_with(Config {
+        redaction,
+        ..test_config()
+    })
+    .await;
+    let task = h.create_task(&h.alice).await;
+    let (att, fence) = h.attempt(&h.alice, &task, 60).await;
+    let (s, v) = h
+        .post(&h.alice, &format!("/v1/tasks/{task}/messages"),
+              json!({"messages": [{"role": "tool", "text": "closing TICKET-4821 with AKIAABCDEFGHIJKLMNOP"}]}))
+        .await;
+    assert_eq!(s, StatusCode::CREATED, "{v}");
+    let (s, v) = h
+        .post(&h.alice, &format!("/v1/tasks/{task}/checkpoints"),
+              json!({"attempt_id": att, "fence": fence, "sequence": 1,
+                     "body": {"reason": "step_completed", "summary": "TICKET-4821: the form's password=placeholder stays"}}))
+        .await;
+    assert_eq!(s, StatusCode::CREATED, "{v}");
+    let d = h.detail(&task).await;
+    let message = d["messages"][0]["text"].as_str().unwrap();
+    assert_eq!(
+        message,
+        "closing [REDACTED:ticket] with [REDACTED:aws-access-key]"
+    );
+    let summary = d["checkpoints"][0]["body"]["summary"].as_str().unwrap();
+    assert_eq!(
+        summary,
+        "[REDACTED:ticket]: the form's password=placeholder stays"
     );
 }
 
