@@ -379,6 +379,16 @@ pub(crate) async fn create_task(
     let mut tx = st.store.write().await?;
     if let Err(e) = tx.insert_task(&row).await {
         // Another request created the same runtime key in the meantime: that task is the one.
+        // It may sit in the same group commit, not yet visible to readers (SQLite): this write
+        // transaction sees it, and its commit answers once that task is durable. Where a failed
+        // statement ends the transaction (PostgreSQL), the other one had to commit before this
+        // insert could fail, so a fresh read finds it.
+        if let Ok(Some(found)) =
+            existing_task_in(&mut tx, &caller, &row.runtime, &row.external_key).await
+        {
+            tx.commit().await?;
+            return Ok(found);
+        }
         drop(tx);
         if let Some(found) = existing_task(&st, &caller, &row.runtime, &row.external_key).await? {
             return Ok(found);
@@ -406,17 +416,30 @@ async fn existing_task(
     runtime: &Option<String>,
     key: &Option<String>,
 ) -> ApiResult<Option<Created<Task>>> {
+    if runtime.is_none() || key.is_none() {
+        return Ok(None);
+    }
+    let mut tx = st.store.read().await?;
+    existing_task_in(&mut tx, caller, runtime, key).await
+}
+
+/// [`existing_task`] in a given transaction.
+async fn existing_task_in(
+    tx: &mut Tx,
+    caller: &Caller,
+    runtime: &Option<String>,
+    key: &Option<String>,
+) -> ApiResult<Option<Created<Task>>> {
     let (Some(runtime), Some(key)) = (runtime, key) else {
         return Ok(None);
     };
-    let mut tx = st.store.read().await?;
     let Some(row) = tx
         .task_by_external_key(&caller.user_id, runtime, key)
         .await?
     else {
         return Ok(None);
     };
-    let task = task_wire(&mut tx, &row).await?;
+    let task = task_wire(tx, &row).await?;
     let cursor = tx.max_cursor().await?;
     Ok(Some((
         StatusCode::OK,

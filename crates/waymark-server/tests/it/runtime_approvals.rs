@@ -55,6 +55,37 @@ async fn a_runtime_key_finds_its_task_again_and_keys_are_per_owner_and_runtime()
     assert_problem(s, &v, 422, "validation_failed");
 }
 
+/// An adapter and a person's tool often open the same runtime session at once. Whoever loses
+/// the race gets the winner's task — also when both land in one group commit, where the winner's
+/// row is not yet visible to readers (this answered `500` once).
+#[tokio::test]
+async fn many_creates_of_one_runtime_key_at_once_are_one_task() {
+    let h = Harness::start().await;
+    for round in 0..5 {
+        let key = format!("thr_race_{round}");
+        let answers = futures::future::join_all(
+            (0..16).map(|_| h.post(&h.alice, "/v1/tasks", session_task(&key))),
+        )
+        .await;
+        let mut ids = std::collections::BTreeSet::new();
+        let mut created = 0;
+        for (s, v) in &answers {
+            assert!(
+                *s == StatusCode::CREATED || *s == StatusCode::OK,
+                "round {round}: {s} {v}"
+            );
+            created += usize::from(*s == StatusCode::CREATED);
+            ids.insert(v["id"].as_str().unwrap().to_owned());
+        }
+        assert_eq!(ids.len(), 1, "round {round}: one task, got {ids:?}");
+        assert_eq!(created, 1, "round {round}: created once");
+        let (s, v) = h
+            .get(&h.alice, &format!("/v1/tasks/{}", ids.first().unwrap()))
+            .await;
+        assert_eq!(s, StatusCode::OK, "the answered task is readable: {v}");
+    }
+}
+
 async fn runtime_approval(
     h: &Harness,
     task: &str,
