@@ -193,6 +193,11 @@ pub(crate) async fn run(args: DemoArgs, json: bool) -> CliResult {
             "`--server` needs a worker token: add `--token`, made with `waymark admin worker-token --name demo`",
         ));
     }
+    if let Some(fp) = &args.server_fp
+        && let Err(e) = waymark_tls_pin::parse_pin(fp)
+    {
+        return Err(usage(format!("`--server-fp` / `WAYMARK_SERVER_FP`: {e}")));
+    }
     if args.lease_seconds == 0 {
         return Err(usage("`--lease-seconds` must be at least 1"));
     }

@@ -420,6 +420,29 @@ fn usage_mistakes_exit_2_and_an_unreachable_server_exits_3() {
         "{}",
         text(&out.stderr)
     );
+    // A malformed pin is refused before anything starts (no deploy service, no workdir).
+    let dir = tempfile::tempdir().unwrap();
+    let workdir = dir.path().join("work");
+    let out = waymark()
+        .args([
+            "demo",
+            "--server",
+            "https://127.0.0.1:9",
+            "--token",
+            "wmk_w_x",
+        ])
+        .args(["--server-fp", "sha256:abc", "--workdir"])
+        .arg(&workdir)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("not a certificate fingerprint")
+            && !text(&out.stdout).contains("deploy service"),
+        "{}",
+        text(&out.stderr)
+    );
+    assert!(!workdir.exists(), "the workdir was created");
 
     let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let url = format!("http://{}", closed.local_addr().unwrap());
