@@ -213,14 +213,45 @@ impl Api {
 }
 
 /// Decodes a `text/event-stream` body from `base` into events: `cursor_expired` becomes
-/// `Error::CursorExpired`, an event that is not an `Event` a protocol error, a broken body an
-/// unreachable server. Public so the fuzz target drives the exact parsing the sync engine uses.
+/// `Error::CursorExpired`, an event that is not an `Event` a protocol error, a broken body — or
+/// an event past [`waymark_proto::sse::MAX_EVENT_BYTES`] — an unreachable server. Public so the fuzz target drives the exact parsing the sync engine uses.
 pub fn decode_events<S, B, E>(body: S, base: String) -> impl Stream<Item = Result<Event, Error>>
 where
     S: Stream<Item = Result<B, E>>,
     B: AsRef<[u8]>,
     E: std::fmt::Display,
 {
+    decode_events_within(body, base, waymark_proto::sse::MAX_EVENT_BYTES)
+}
+
+/// [`decode_events`] with events bounded at `max_event` bytes.
+fn decode_events_within<S, B, E>(
+    body: S,
+    base: String,
+    max_event: usize,
+) -> impl Stream<Item = Result<Event, Error>>
+where
+    S: Stream<Item = Result<B, E>>,
+    B: AsRef<[u8]>,
+    E: std::fmt::Display,
+{
+    // The body ends at the first event past the bound: the bytes after it cannot be trusted
+    // to start an event, so the stream breaks there like a broken connection.
+    let bound = Some(waymark_proto::sse::EventBound::new(max_event));
+    let body = body.scan(bound, |bound, chunk| {
+        let item = match (bound.as_mut(), chunk) {
+            (None, _) => None,
+            (Some(b), Ok(bytes)) => match b.check(bytes.as_ref()) {
+                Ok(()) => Some(Ok(bytes)),
+                Err(e) => {
+                    *bound = None;
+                    Some(Err(e.to_string()))
+                }
+            },
+            (Some(_), Err(e)) => Some(Err(e.to_string())),
+        };
+        std::future::ready(item)
+    });
     body.eventsource().map(move |item| match item {
         Ok(ev) if ev.event == "cursor_expired" => Err(Error::CursorExpired),
         Ok(ev) => serde_json::from_str::<Event>(&ev.data)
@@ -229,4 +260,28 @@ where
             "{base}: the event stream broke: {e}"
         ))),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use futures::StreamExt;
+
+    #[tokio::test]
+    async fn an_event_that_never_ends_breaks_the_stream_instead_of_growing_memory() {
+        let mut chunks: Vec<Result<Vec<u8>, std::io::Error>> =
+            vec![Ok(b"event: cursor_expired\ndata: {}\n\n".to_vec())];
+        // One event of endless data lines: no blank line ever ends it.
+        chunks.extend((0..1_000).map(|_| Ok(b"data: 0123456789abcdef\n".to_vec())));
+        let events: Vec<_> =
+            decode_events_within(futures::stream::iter(chunks), "http://s".into(), 4_096)
+                .collect()
+                .await;
+        assert!(matches!(events[0], Err(Error::CursorExpired)), "{events:?}");
+        assert_eq!(events.len(), 2, "{events:?}");
+        match &events[1] {
+            Err(Error::Unreachable(m)) => assert!(m.contains("more than 4096 bytes"), "{m}"),
+            other => panic!("{other:?}"),
+        }
+    }
 }

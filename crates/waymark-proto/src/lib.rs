@@ -9,6 +9,7 @@ pub mod event;
 pub mod followup;
 pub mod ids;
 pub mod signing;
+pub mod sse;
 pub mod state;
 pub mod steer;
 

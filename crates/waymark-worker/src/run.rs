@@ -306,7 +306,14 @@ async fn control_loop(shared: Arc<Shared>) {
             }
             Ok(r) => {
                 pause = Duration::from_millis(250);
-                let mut events = r.bytes_stream().eventsource();
+                let mut bound = waymark_proto::sse::EventBound::default();
+                let mut events = r
+                    .bytes_stream()
+                    .map(move |chunk| match chunk {
+                        Ok(b) => bound.check(&b).map(|()| b).map_err(|e| e.to_string()),
+                        Err(e) => Err(e.to_string()),
+                    })
+                    .eventsource();
                 loop {
                     let next = tokio::select! {
                         _ = shared.stop.cancelled() => return,
