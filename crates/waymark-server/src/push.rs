@@ -45,7 +45,7 @@ fn wire(c: &PushChannelRow) -> PushChannel {
 /// every replica through the store.
 async fn vapid_private(st: &AppState) -> ApiResult<String> {
     if let Some(k) = st.store.read().await?.server_secret(VAPID_SECRET).await? {
-        return Ok(k);
+        return vapid_scalar(&k);
     }
     let (pair, _) = ece::generate_keypair_and_auth_secret().map_err(|e| {
         ApiError::new(
@@ -56,20 +56,47 @@ async fn vapid_private(st: &AppState) -> ApiResult<String> {
     let raw = pair
         .raw_components()
         .map_err(|e| ApiError::new(ErrorCode::Internal, format!("exporting the VAPID key: {e}")))?;
-    let key = b64(raw.private_key());
+    let key = vapid_scalar(&b64(raw.private_key()))?;
     let mut tx = st.store.write().await?;
     match tx.insert_server_secret(VAPID_SECRET, &key).await {
-        Ok(()) => tx.commit().await?,
-        Err(StoreError::Conflict(_)) => {}
+        Ok(()) => {
+            tx.commit().await?;
+            return Ok(key);
+        }
+        Err(StoreError::Conflict(_)) => {
+            // Made first by another request or replica — perhaps in this very group commit,
+            // which this transaction sees and readers do not yet (SQLite); where the failed
+            // statement ended the transaction (PostgreSQL), the other one is committed.
+            if let Ok(Some(k)) = tx.server_secret(VAPID_SECRET).await {
+                tx.commit().await?;
+                return vapid_scalar(&k);
+            }
+        }
         Err(e) => return Err(e.into()),
     }
-    Ok(st
-        .store
-        .read()
-        .await?
-        .server_secret(VAPID_SECRET)
-        .await?
-        .unwrap_or(key))
+    drop(tx);
+    match st.store.read().await?.server_secret(VAPID_SECRET).await? {
+        Some(k) => vapid_scalar(&k),
+        None => Err(ApiError::new(
+            ErrorCode::Internal,
+            "the VAPID key was made elsewhere but cannot be read",
+        )),
+    }
+}
+
+/// A P-256 scalar as the VAPID signer wants it: exactly 32 bytes. The key generator drops
+/// leading zero bytes (one key in 256 comes out 31 bytes long, which the signer refuses), so
+/// the scalar is padded back on every read, also for keys stored before this was known.
+fn vapid_scalar(stored: &str) -> ApiResult<String> {
+    let bad =
+        |why: String| ApiError::new(ErrorCode::Internal, format!("the stored VAPID key {why}"));
+    let raw = waymark_proto::signing::unb64(stored, "VAPID key").map_err(|e| bad(e.to_string()))?;
+    if raw.is_empty() || raw.len() > 32 {
+        return Err(bad(format!("is {} bytes, not a P-256 scalar", raw.len())));
+    }
+    let mut scalar = [0u8; 32];
+    scalar[32 - raw.len()..].copy_from_slice(&raw);
+    Ok(b64(&scalar))
 }
 
 #[utoipa::path(get, path = "/v1/push/vapid", tag = "device", security(()), responses((status = 200, body = VapidKey)))]
@@ -371,4 +398,28 @@ fn reqwest_client() -> reqwest::Client {
                 .unwrap_or_default()
         })
         .clone()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_scalar_that_came_out_short_is_padded_so_the_signer_takes_it() {
+        // One generated key in 256 starts with a zero byte, which the generator drops.
+        let short = b64(&[7u8; 31]);
+        let key = vapid_scalar(&short).unwrap();
+        let raw = waymark_proto::signing::unb64(&key, "key").unwrap();
+        assert_eq!(raw.len(), 32);
+        assert_eq!((raw[0], raw[1], raw[31]), (0, 7, 7));
+        web_push::VapidSignatureBuilder::from_base64_no_sub(&key)
+            .expect("the signer takes a 32-byte scalar");
+        // A full-length key is kept as it is.
+        let full = b64(&[9u8; 32]);
+        assert_eq!(vapid_scalar(&full).unwrap(), full);
+        // Nothing else is a scalar.
+        assert!(vapid_scalar(&b64(&[1u8; 33])).is_err());
+        assert!(vapid_scalar("").is_err());
+        assert!(vapid_scalar("not base64!").is_err());
+    }
 }
