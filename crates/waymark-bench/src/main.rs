@@ -2,7 +2,6 @@
 //! run on the same machine, so the ratios hold on a noisy one. Prints a table, or JSON with
 //! `--json`. Targets are reported, not asserted: a benchmark informs, a test decides.
 
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
@@ -146,6 +145,33 @@ async fn raw_sqlite(path: &std::path::Path) -> Result<SqliteConnection> {
     Ok(c)
 }
 
+/// `clients` concurrent clients each making `per` requests in turn (`one(client, 1..=per)`):
+/// the requests per second over all, and each request's latency in ms.
+async fn timed_clients<F, Fut>(clients: usize, per: usize, one: F) -> Result<(f64, Vec<f64>)>
+where
+    F: Fn(usize, i64) -> Fut,
+    Fut: std::future::Future<Output = Result<Value>>,
+{
+    let start = Instant::now();
+    let one = &one;
+    let results = futures::future::join_all((0..clients).map(|client| async move {
+        let mut l = Vec::with_capacity(per);
+        for seq in 1..=per as i64 {
+            let t = Instant::now();
+            one(client, seq).await?;
+            l.push(t.elapsed().as_secs_f64() * 1000.0);
+        }
+        Ok::<_, anyhow::Error>(l)
+    }))
+    .await;
+    let rate = (clients * per) as f64 / start.elapsed().as_secs_f64();
+    let mut lat = Vec::with_capacity(clients * per);
+    for r in results {
+        lat.extend(r?);
+    }
+    Ok((rate, lat))
+}
+
 /// Checkpoint appends over HTTP (1 and 64 workers) against raw batched inserts of the same rows,
 /// and single-writer latency against one raw durable commit.
 async fn checkpoints(quick: bool, out: &mut Vec<Figure>) -> Result<()> {
@@ -158,62 +184,31 @@ async fn checkpoints(quick: bool, out: &mut Vec<Figure>) -> Result<()> {
         for _ in 0..workers {
             tasks.push(s.task_with_attempt().await?);
         }
-        let s = Arc::new(&s);
         settle_disk().await;
-        let start = Instant::now();
-        let mut lat = Vec::new();
-        let results = futures::future::join_all(tasks.iter().map(|(task, att)| {
-            let s = s.clone();
-            async move {
-                let mut l = Vec::with_capacity(per);
-                for seq in 1..=per as i64 {
-                    let t = Instant::now();
-                    s.post(
-                        &format!("/v1/tasks/{task}/checkpoints"),
-                        &json!({"attempt_id": att, "fence": 1, "sequence": seq, "body": body(seq)}),
-                    )
-                    .await?;
-                    l.push(t.elapsed().as_secs_f64() * 1000.0);
-                }
-                Ok::<_, anyhow::Error>(l)
-            }
-        }))
-        .await;
-        for r in results {
-            lat.extend(r?);
-        }
-        let secs = start.elapsed().as_secs_f64();
-        let rate = (workers * per) as f64 / secs;
+        let (rate, mut lat) = timed_clients(workers, per, |client, seq| {
+            let (task, att) = &tasks[client];
+            let path = format!("/v1/tasks/{task}/checkpoints");
+            let req = json!({"attempt_id": att, "fence": 1, "sequence": seq, "body": body(seq)});
+            let s = &s;
+            async move { s.post(&path, &req).await }
+        })
+        .await?;
 
         // What HTTP alone allows on this machine: the same clients and request count, each a
         // `GET /healthz` (no credential; one read of the log head, no write). An append can
         // only be slower.
         settle_disk().await;
-        let start = Instant::now();
-        let mut round_trips = Vec::new();
-        let results = futures::future::join_all((0..workers).map(|_| {
-            let s = s.clone();
-            async move {
-                let mut l = Vec::with_capacity(per);
-                for _ in 0..per {
-                    let t = Instant::now();
-                    s.http
-                        .get(format!("{}/healthz", s.run.url()))
-                        .send()
-                        .await?
-                        .error_for_status()?
-                        .bytes()
-                        .await?;
-                    l.push(t.elapsed().as_secs_f64() * 1000.0);
-                }
-                Ok::<_, anyhow::Error>(l)
-            }
-        }))
-        .await;
-        for r in results {
-            round_trips.extend(r?);
-        }
-        let ceiling = (workers * per) as f64 / start.elapsed().as_secs_f64();
+        let (ceiling, mut round_trips) = timed_clients(workers, per, |_, _| async {
+            s.http
+                .get(format!("{}/healthz", s.run.url()))
+                .send()
+                .await?
+                .error_for_status()?
+                .bytes()
+                .await?;
+            Ok(Value::Null)
+        })
+        .await?;
         out.push(Figure {
             bench: "checkpoints".into(),
             measure: format!("HTTP ceiling: GET /healthz/s, {workers} client(s)"),

@@ -28,10 +28,15 @@ static BUILTIN: LazyLock<Vec<(String, Regex)>> = LazyLock::new(|| {
 
 /// The built-in kinds, in order, each once.
 pub fn builtin_kinds() -> Vec<&'static str> {
-    let mut kinds: Vec<&'static str> = Vec::new();
-    for (k, _) in BUILTIN.iter() {
+    kinds_of(&BUILTIN)
+}
+
+/// The kinds of `patterns`, in order, each once.
+fn kinds_of(patterns: &[(String, Regex)]) -> Vec<&str> {
+    let mut kinds: Vec<&str> = Vec::new();
+    for (k, _) in patterns {
         if !kinds.contains(&k.as_str()) {
-            kinds.push(k.as_str());
+            kinds.push(k);
         }
     }
     kinds
@@ -121,13 +126,7 @@ impl Redaction {
 
     /// The kinds redacted, in order, each once.
     pub fn kinds(&self) -> Vec<&str> {
-        let mut kinds: Vec<&str> = Vec::new();
-        for (k, _) in self.patterns.iter() {
-            if !kinds.contains(&k.as_str()) {
-                kinds.push(k);
-            }
-        }
-        kinds
+        kinds_of(&self.patterns)
     }
 
     /// Redacts a string; returns it and how many secrets were found.
