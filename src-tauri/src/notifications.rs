@@ -8,6 +8,7 @@
 use std::sync::Arc;
 
 use tauri::AppHandle;
+use waymark_companion::Seen;
 use waymark_companion::notify::Notification;
 
 use crate::state::Shared;
@@ -19,8 +20,12 @@ pub enum Act {
     Open(String),
     /// Bring the window to the decision and ask to confirm this action there.
     Confirm { decision: String, action: String },
-    /// Answer the decision now.
-    Answer { decision: String, action: String },
+    /// Answer the decision now, with what the notification showed.
+    Answer {
+        decision: String,
+        action: String,
+        seen: Seen,
+    },
     /// Nothing (closed, dismissed).
     Nothing,
 }
@@ -39,9 +44,14 @@ pub fn act(n: &Notification, action: &str) -> Act {
                 decision: d.clone(),
                 action: a.to_owned(),
             },
-            Some(_) => Act::Answer {
-                decision: d.clone(),
-                action: a.to_owned(),
+            Some(_) => match &n.seen {
+                Some(seen) => Act::Answer {
+                    decision: d.clone(),
+                    action: a.to_owned(),
+                    seen: seen.clone(),
+                },
+                // Nothing says what it showed: answer from the card instead.
+                None => Act::Open(open()),
             },
             None => Act::Nothing,
         },
@@ -85,7 +95,11 @@ async fn perform(app: AppHandle, shared: Arc<Shared>, what: Act) {
         Act::Confirm { decision, action } => {
             crate::navigate(&app, &format!("/inbox/{decision}"), Some(action))
         }
-        Act::Answer { decision, action } => {
+        Act::Answer {
+            decision,
+            action,
+            seen,
+        } => {
             let (op, option) = match action.as_str() {
                 "approve" => (Operation::Approve, None),
                 "deny" => (Operation::Deny, None),
@@ -93,7 +107,7 @@ async fn perform(app: AppHandle, shared: Arc<Shared>, what: Act) {
             };
             let r = shared
                 .companion
-                .answer(&decision, op, option.as_deref(), None)
+                .answer(&decision, op, option.as_deref(), None, &seen)
                 .await;
             if let Err(e) = &r {
                 tracing::warn!(error = %e, "answering from a notification failed");
@@ -110,6 +124,13 @@ mod tests {
     use super::*;
     use waymark_companion::notify::Action;
 
+    fn seen() -> Seen {
+        Seen {
+            plan_revision: 3,
+            intent_digest: Some("sha256:abc".into()),
+        }
+    }
+
     fn note(risky: bool) -> Notification {
         Notification {
             key: "decision:dec_1".into(),
@@ -119,6 +140,7 @@ mod tests {
             lock_screen: String::new(),
             task_id: "task_1".into(),
             decision_id: Some("dec_1".into()),
+            seen: Some(seen()),
             actions: vec![
                 Action {
                     id: "open".into(),
@@ -152,8 +174,17 @@ mod tests {
             act(&note(false), "approve"),
             Act::Answer {
                 decision: "dec_1".into(),
-                action: "approve".into()
-            }
+                action: "approve".into(),
+                seen: seen(),
+            },
+            "an action answers with the revision and digest the notification showed"
+        );
+        let mut unsaid = note(false);
+        unsaid.seen = None;
+        assert_eq!(
+            act(&unsaid, "approve"),
+            Act::Open("/inbox/dec_1".into()),
+            "without what it showed, the card answers instead"
         );
     }
 

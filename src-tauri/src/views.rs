@@ -813,6 +813,25 @@ pub enum DecideOp {
     Answer,
 }
 
+/// What a decision's card showed when the person answered it: the command is signed with
+/// exactly this, so a plan that moved on meanwhile is a conflict, never a silent re-sign.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Type)]
+pub struct SeenView {
+    /// The task's plan revision on the card.
+    pub plan_revision: i64,
+    /// The intent digest on the card (approvals).
+    pub intent_digest: Option<String>,
+}
+
+impl From<SeenView> for waymark_companion::Seen {
+    fn from(s: SeenView) -> Self {
+        waymark_companion::Seen {
+            plan_revision: s.plan_revision,
+            intent_digest: s.intent_digest,
+        }
+    }
+}
+
 /// A steer from the Steer panel.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Type)]
 #[serde(rename_all = "snake_case")]

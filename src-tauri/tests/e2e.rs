@@ -83,6 +83,23 @@ fn admin_json(cli: &Path, data: &Path, args: &[&str]) -> serde_json::Value {
     serde_json::from_slice(&out.stdout).expect("JSON from `waymark --json admin`")
 }
 
+/// `waymark` as a second device (a terminal with its own home and a key file), `--json`.
+fn other_device(cli: &Path, home: &Path, args: &[&str]) -> serde_json::Value {
+    let out = Command::new(cli)
+        .arg("--json")
+        .args(args)
+        .env("WAYMARK_HOME", home)
+        .env("WAYMARK_KEYSTORE", "file-insecure")
+        .output()
+        .expect("run the terminal client");
+    assert!(
+        out.status.success(),
+        "waymark {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap_or(serde_json::Value::Null)
+}
+
 fn demo(cli: &Path, url: &str, token: &str, workdir: &Path, log: &Path) -> Proc {
     let child = Command::new(cli)
         .args([
@@ -395,6 +412,63 @@ async fn a_person_pairs_approves_and_steers_offline() {
         "back online"
     );
     shots(&c, "pause-applied").await;
+
+    // The revision the person read is the one signed: a replan is confirmed at revision 1, a
+    // second device replans meanwhile and the app's sync moves the screen to revision 2; the
+    // confirmation still sends revision 1 and the person sees the conflict.
+    click(&c, "[data-testid=steer-replan]").await;
+    wait_css(&c, ".replan textarea", 10)
+        .await
+        .send_keys("write the report only")
+        .await
+        .expect("type instructions");
+    click(&c, ".replan button[type=submit]").await;
+    let dialog = text(&c, ".steer .confirm").await;
+    assert!(
+        dialog.contains("revision 1"),
+        "the confirmation names the revision read: {dialog}"
+    );
+    let phone = tmp.path().join("phone");
+    let second_link =
+        admin_json(&cli, &data, &["pair", "--user", "admin", "--server", &url])["link"]
+            .as_str()
+            .expect("a pairing link")
+            .to_owned();
+    other_device(&cli, &phone, &["pair", &second_link, "--name", "phone"]);
+    other_device(&cli, &phone, &["sync"]);
+    let threads = other_device(&cli, &phone, &["threads"]);
+    let task = threads
+        .as_array()
+        .and_then(|ts| ts.iter().find(|t| t["task"]["state"] == "paused"))
+        .and_then(|t| t["task"]["id"].as_str())
+        .unwrap_or_else(|| panic!("the paused thread: {threads}"))
+        .to_owned();
+    let moved = other_device(
+        &cli,
+        &phone,
+        &[
+            "replan",
+            &task,
+            "--instructions",
+            "stop after the fix",
+            "--expected-revision",
+            "1",
+        ],
+    );
+    assert_eq!(moved["status"], "delivered", "{moved}");
+    wait_css(&c, "[data-testid=steer-moved]", 60).await;
+    shots(&c, "replan-moved-under-confirmation").await;
+    click(&c, "[data-testid=steer-confirm]").await;
+    wait_until(&c, "the conflict shown", 30, || async {
+        let r = text(&c, "[data-testid=steer-result]").await;
+        r.contains("conflict") && r.contains("revision 2")
+    })
+    .await;
+    let ledger = other_device(&cli, &phone, &["show", &task]);
+    assert_eq!(
+        ledger["task"]["plan_revision"], 2,
+        "only the second device's replan applied: {ledger}"
+    );
 
     // Dark theme and Chinese, as a person might switch them.
     click(&c, "[data-testid=nav-settings]").await;

@@ -17,10 +17,17 @@ export const commands = {
 	pinThread: (taskId: string, pinned: boolean) => __TAURI_INVOKE<boolean>("pin_thread", { taskId, pinned }),
 	/**  Pending decisions, soonest expiry first. */
 	listInbox: () => __TAURI_INVOKE<InboxItemView[]>("list_inbox"),
-	/**  Answers a decision: approve / deny an approval, choose an option, or answer a question. */
-	decide: (decisionId: string, op: DecideOp, option: string | null, text: string | null) => __TAURI_INVOKE<OutboxView>("decide", { decisionId, op, option, text }),
-	/**  Sends a steer command (queued when offline). */
-	steer: (taskId: string, op: SteerOp, instructions: string | null, suspend: string[]) => __TAURI_INVOKE<OutboxView>("steer", { taskId, op, instructions, suspend }),
+	/**
+	 *  Answers a decision: approve / deny an approval, choose an option, or answer a question —
+	 *  signed with what its card showed (`seen`: the plan revision and, for an approval, the
+	 *  intent digest), never with what the mirror holds by the time the command is made.
+	 */
+	decide: (decisionId: string, op: DecideOp, option: string | null, text: string | null, seen: SeenView) => __TAURI_INVOKE<OutboxView>("decide", { decisionId, op, option, text, seen }),
+	/**
+	 *  Sends a steer command (queued when offline), signed with `seen_revision`: the plan revision
+	 *  on the screen the person acted from, never one read afterwards.
+	 */
+	steer: (taskId: string, op: SteerOp, instructions: string | null, suspend: string[], seenRevision: number) => __TAURI_INVOKE<OutboxView>("steer", { taskId, op, instructions, suspend, seenRevision }),
 	/**  Commands signed on this device, newest first. */
 	listOutbox: () => __TAURI_INVOKE<OutboxView[]>("list_outbox"),
 	/**  Delivers the outbox and catches up now. */
@@ -418,6 +425,17 @@ export type ReceiptView = {
 	junit_sha256: string,
 	/**  Recorded (unix ms). */
 	created_at: number,
+};
+
+/**
+ *  What a decision's card showed when the person answered it: the command is signed with
+ *  exactly this, so a plan that moved on meanwhile is a conflict, never a silent re-sign.
+ */
+export type SeenView = {
+	/**  The task's plan revision on the card. */
+	plan_revision: number,
+	/**  The intent digest on the card (approvals). */
+	intent_digest: string | null,
 };
 
 /**  A plan step as progress shows it. */

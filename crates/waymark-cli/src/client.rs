@@ -4,7 +4,7 @@
 
 use clap::{Args, Subcommand, ValueEnum};
 use serde_json::json;
-use waymark_companion::{Companion, Error, OutboxEntry};
+use waymark_companion::{Companion, Error, OutboxEntry, Seen};
 use waymark_proto::Operation;
 
 use crate::output::{CliResult, Exit, Failure, emit};
@@ -60,11 +60,25 @@ pub(crate) enum ClientCommand {
     Approve {
         /// Decision id.
         decision: String,
+        /// The plan revision you were shown (`waymark show`, `waymark inbox`); without it, the
+        /// mirror's current one is used and printed. A plan that moved on is a conflict.
+        #[arg(long, value_name = "N")]
+        expected_revision: Option<i64>,
+        /// The intent digest you were shown (`waymark inbox`); without it, the mirror's.
+        #[arg(long, value_name = "SHA256")]
+        intent_digest: Option<String>,
     },
     /// Deny an approval.
     Deny {
         /// Decision id.
         decision: String,
+        /// The plan revision you were shown (`waymark show`, `waymark inbox`); without it, the
+        /// mirror's current one is used and printed. A plan that moved on is a conflict.
+        #[arg(long, value_name = "N")]
+        expected_revision: Option<i64>,
+        /// The intent digest you were shown (`waymark inbox`); without it, the mirror's.
+        #[arg(long, value_name = "SHA256")]
+        intent_digest: Option<String>,
     },
     /// Answer a question.
     Answer {
@@ -72,6 +86,10 @@ pub(crate) enum ClientCommand {
         decision: String,
         /// The answer.
         text: String,
+        /// The plan revision you were shown (`waymark show`, `waymark inbox`); without it, the
+        /// mirror's current one is used and printed. A plan that moved on is a conflict.
+        #[arg(long, value_name = "N")]
+        expected_revision: Option<i64>,
     },
     /// Choose an option of a decision (budget and others).
     Choose {
@@ -79,6 +97,10 @@ pub(crate) enum ClientCommand {
         decision: String,
         /// Option id.
         option: String,
+        /// The plan revision you were shown (`waymark show`, `waymark inbox`); without it, the
+        /// mirror's current one is used and printed. A plan that moved on is a conflict.
+        #[arg(long, value_name = "N")]
+        expected_revision: Option<i64>,
     },
     /// Pause, resume, cancel or take over a task.
     Steer {
@@ -90,6 +112,10 @@ pub(crate) enum ClientCommand {
         /// Skip the confirmation for cancel and take-over.
         #[arg(long, short = 'y')]
         yes: bool,
+        /// The plan revision you were shown (`waymark show`, `waymark inbox`); without it, the
+        /// mirror's current one is used and printed. A plan that moved on is a conflict.
+        #[arg(long, value_name = "N")]
+        expected_revision: Option<i64>,
     },
     /// Replan a task with new instructions (old approvals become void).
     Replan {
@@ -101,6 +127,10 @@ pub(crate) enum ClientCommand {
         /// Plan steps to suspend (comma-separated).
         #[arg(long, value_delimiter = ',')]
         suspend: Vec<String>,
+        /// The plan revision you were shown (`waymark show`, `waymark inbox`); without it, the
+        /// mirror's current one is used and printed. A plan that moved on is a conflict.
+        #[arg(long, value_name = "N")]
+        expected_revision: Option<i64>,
     },
 }
 
@@ -149,25 +179,17 @@ fn outbox_line(e: &OutboxEntry) -> String {
     line
 }
 
-/// Prints a command's outcome and maps it to an exit code.
-fn report_command(json: bool, r: Result<OutboxEntry, Error>) -> CliResult {
-    match r {
-        Ok(e) => {
-            emit(json, &serde_json::to_value(&e).unwrap_or_default(), || {
-                outbox_line(&e)
-            });
-            match e.status.as_str() {
-                "conflict" | "rejected" | "expired" => Err(Failure::new(
-                    Exit::Refused,
-                    "refused",
-                    e.what_changed
-                        .clone()
-                        .unwrap_or_else(|| format!("the command was {}", e.status)),
-                )),
-                _ => Ok(()),
-            }
-        }
-        Err(e) => Err(failure(e)),
+/// A conflict, rejection or expiry is a refusal (exit code), with what changed.
+fn refused_status(status: &str, e: &OutboxEntry) -> CliResult {
+    match status {
+        "conflict" | "rejected" | "expired" => Err(Failure::new(
+            Exit::Refused,
+            "refused",
+            e.what_changed
+                .clone()
+                .unwrap_or_else(|| format!("the command was {status}")),
+        )),
+        _ => Ok(()),
     }
 }
 
@@ -461,33 +483,90 @@ pub(crate) async fn run(cmd: ClientCommand, json: bool) -> CliResult {
             );
             Ok(())
         }
-        ClientCommand::Approve { decision } => report_command(
-            json,
-            c.answer(&decision, Operation::Approve, None, None).await,
-        ),
-        ClientCommand::Deny { decision } => {
-            report_command(json, c.answer(&decision, Operation::Deny, None, None).await)
+        ClientCommand::Approve {
+            decision,
+            expected_revision,
+            intent_digest,
+        } => {
+            let seen = seen_decision(&c, &decision, expected_revision, intent_digest).await?;
+            report_seen(
+                json,
+                &seen,
+                c.answer(&decision, Operation::Approve, None, None, &seen.seen)
+                    .await,
+            )
         }
-        ClientCommand::Answer { decision, text } => report_command(
-            json,
-            c.answer(&decision, Operation::AnswerQuestion, None, Some(&text))
+        ClientCommand::Deny {
+            decision,
+            expected_revision,
+            intent_digest,
+        } => {
+            let seen = seen_decision(&c, &decision, expected_revision, intent_digest).await?;
+            report_seen(
+                json,
+                &seen,
+                c.answer(&decision, Operation::Deny, None, None, &seen.seen)
+                    .await,
+            )
+        }
+        ClientCommand::Answer {
+            decision,
+            text,
+            expected_revision,
+        } => {
+            let seen = seen_decision(&c, &decision, expected_revision, None).await?;
+            report_seen(
+                json,
+                &seen,
+                c.answer(
+                    &decision,
+                    Operation::AnswerQuestion,
+                    None,
+                    Some(&text),
+                    &seen.seen,
+                )
                 .await,
-        ),
-        ClientCommand::Choose { decision, option } => report_command(
-            json,
-            c.answer(&decision, Operation::ChooseOption, Some(&option), None)
+            )
+        }
+        ClientCommand::Choose {
+            decision,
+            option,
+            expected_revision,
+        } => {
+            let seen = seen_decision(&c, &decision, expected_revision, None).await?;
+            report_seen(
+                json,
+                &seen,
+                c.answer(
+                    &decision,
+                    Operation::ChooseOption,
+                    Some(&option),
+                    None,
+                    &seen.seen,
+                )
                 .await,
-        ),
-        ClientCommand::Steer { task, op, yes } => {
+            )
+        }
+        ClientCommand::Steer {
+            task,
+            op,
+            yes,
+            expected_revision,
+        } => {
             let op = match op {
                 SteerOp::Pause => Operation::Pause,
                 SteerOp::Resume => Operation::Resume,
                 SteerOp::Cancel => Operation::Cancel,
                 SteerOp::TakeOver => Operation::TakeOver,
             };
+            let seen = seen_task(&c, &task, expected_revision).await?;
             if matches!(op, Operation::Cancel | Operation::TakeOver)
                 && !yes
-                && !confirm(&format!("{} task {task}?", op.as_str().replace('_', " ")))
+                && !confirm(&format!(
+                    "{} task {task} (plan revision {})?",
+                    op.as_str().replace('_', " "),
+                    seen.seen.plan_revision
+                ))
             {
                 return Err(Failure::new(
                     Exit::Refused,
@@ -498,25 +577,112 @@ pub(crate) async fn run(cmd: ClientCommand, json: bool) -> CliResult {
                     ),
                 ));
             }
-            report_command(json, c.command(&task, op, json!({}), vec![]).await)
+            report_seen(
+                json,
+                &seen,
+                c.command(&task, op, json!({}), vec![], seen.seen.plan_revision)
+                    .await,
+            )
         }
         ClientCommand::Replan {
             task,
             instructions,
             suspend,
+            expected_revision,
         } => {
             let op = if suspend.is_empty() {
                 Operation::Replan
             } else {
                 Operation::SuspendAndReplan
             };
-            report_command(
+            let seen = seen_task(&c, &task, expected_revision).await?;
+            report_seen(
                 json,
-                c.command(&task, op, json!({"instructions": instructions}), suspend)
-                    .await,
+                &seen,
+                c.command(
+                    &task,
+                    op,
+                    json!({"instructions": instructions}),
+                    suspend,
+                    seen.seen.plan_revision,
+                )
+                .await,
             )
         }
     }
+}
+
+/// What a command is signed with, and whether the person named it or the mirror supplied it.
+struct SeenHere {
+    seen: Seen,
+    /// `flag` (the person named it) or `mirror` (read when the command was made).
+    from: &'static str,
+}
+
+/// The revision named by `--expected-revision`, else the mirror's now (said on output).
+async fn seen_task(c: &Companion, task: &str, flag: Option<i64>) -> Result<SeenHere, Failure> {
+    if let Some(r) = flag {
+        return Ok(SeenHere {
+            seen: Seen::revision(r),
+            from: "flag",
+        });
+    }
+    let t = c
+        .mirror()
+        .task(task)
+        .await
+        .map_err(failure)?
+        .ok_or_else(|| {
+            failure(Error::NotFound(format!(
+                "no task `{task}` in the mirror — run `waymark sync`"
+            )))
+        })?;
+    Ok(SeenHere {
+        seen: Seen::revision(t.plan_revision),
+        from: "mirror",
+    })
+}
+
+/// A decision's revision (its task's) and intent digest: as named, else the mirror's now.
+async fn seen_decision(
+    c: &Companion,
+    decision: &str,
+    revision: Option<i64>,
+    digest: Option<String>,
+) -> Result<SeenHere, Failure> {
+    let d = c
+        .mirror()
+        .decision(decision)
+        .await
+        .map_err(failure)?
+        .ok_or_else(|| {
+            failure(Error::NotFound(format!(
+                "no decision `{decision}` in the mirror — run `waymark sync`"
+            )))
+        })?;
+    let mut here = seen_task(c, &d.task_id, revision).await?;
+    here.seen.intent_digest = digest.or(d.intent_digest);
+    Ok(here)
+}
+
+/// Prints a command's outcome and maps it to an exit code, saying which revision (and digest)
+/// was signed: on stderr for people when the mirror supplied it, as `signed_with` in `--json`.
+fn report_seen(json: bool, seen: &SeenHere, r: Result<OutboxEntry, Error>) -> CliResult {
+    if !json && seen.from == "mirror" {
+        eprintln!(
+            "signed at plan revision {} (the mirror's now; `--expected-revision N` names the one you saw)",
+            seen.seen.plan_revision
+        );
+    }
+    let e = r.map_err(failure)?;
+    let mut v = serde_json::to_value(&e).unwrap_or_default();
+    v["signed_with"] = json!({
+        "plan_revision": seen.seen.plan_revision,
+        "intent_digest": seen.seen.intent_digest,
+        "from": seen.from,
+    });
+    emit(json, &v, || outbox_line(&e));
+    refused_status(&e.status, &e)
 }
 
 fn render_thread(t: &waymark_companion::ThreadDetail) -> String {

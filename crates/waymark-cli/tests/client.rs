@@ -447,3 +447,111 @@ fn sync_follow_prints_events_and_one_notification_per_decision() {
     assert_eq!(notified, want, "one notification per decision");
     assert!(events >= 9, "every event printed: {events}");
 }
+
+/// `waymark show` said revision 1; the plan moved on before the person acted. With
+/// `--expected-revision 1` the command is signed with 1 and refused as a conflict; without it,
+/// the client says which revision it signed (human and `--json`).
+#[test]
+fn expected_revision_signs_the_revision_shown_and_a_moved_plan_is_a_conflict() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("srv");
+    let home = dir.path().join("home");
+    admin(&data, &["user", "add", "alice"]);
+    let token = admin(
+        &data,
+        &["worker-token", "--name", "agent", "--user", "alice"],
+    )["token"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let s = serve(&data);
+    let (task, approval) = agent_waits_for_approval(&s.1, &token);
+    let link = admin(&data, &["pair", "--user", "alice"])["link"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(client(&home, &["pair", &link]).status.success());
+    assert!(client(&home, &["sync"]).status.success());
+    let out = client(&home, &["show", &task]);
+    assert!(String::from_utf8_lossy(&out.stdout).contains("plan revision 1"));
+
+    // The plan moves on (this device replans, naming what it saw).
+    let out = client(
+        &home,
+        &[
+            "replan",
+            &task,
+            "--instructions",
+            "smaller",
+            "--expected-revision",
+            "1",
+            "--json",
+        ],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["status"], "delivered", "{v}");
+    assert_eq!(
+        v["signed_with"],
+        json!({"plan_revision": 1, "intent_digest": null, "from": "flag"})
+    );
+    assert!(client(&home, &["sync"]).status.success());
+
+    // A second command still based on what `show` said: a conflict, nothing applied.
+    let out = client(
+        &home,
+        &[
+            "replan",
+            &task,
+            "--instructions",
+            "bigger",
+            "--expected-revision",
+            "1",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(1), "a conflict is a refusal");
+    assert!(stderr(&out).contains("revision 2"), "{}", stderr(&out));
+    let out = client(
+        &home,
+        &["approve", &approval, "--expected-revision", "1", "--json"],
+    );
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    // The entry, then the refusal: one JSON document per line.
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let lines: Vec<Value> = stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let v = &lines[0];
+    assert_eq!(lines[1]["error"]["code"], "refused", "{stdout}");
+    assert_ne!(v["status"], "delivered", "{v}");
+    assert_eq!(v["signed_with"]["plan_revision"], 1);
+    assert!(
+        v["signed_with"]["intent_digest"]
+            .as_str()
+            .unwrap()
+            .starts_with("sha256:")
+    );
+
+    // Without the flag: the mirror's revision, said on stderr and in `signed_with`.
+    let out = client(&home, &["steer", &task, "pause"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        stderr(&out)
+            .contains("signed at plan revision 2 (the mirror's now; `--expected-revision N`"),
+        "{}",
+        stderr(&out)
+    );
+    let out = client(&home, &["steer", &task, "resume", "--json"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["signed_with"]["from"], "mirror");
+    assert_eq!(v["signed_with"]["plan_revision"], 2);
+
+    let out = client(
+        &home,
+        &["steer", &task, "pause", "--expected-revision", "zero"],
+    );
+    assert_eq!(out.status.code(), Some(2), "not a number is a usage error");
+    drop(s);
+}

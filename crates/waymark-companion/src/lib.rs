@@ -7,6 +7,7 @@ mod api;
 pub mod keystore;
 pub mod mirror;
 pub mod notify;
+mod steer;
 pub mod touched;
 
 use std::path::{Path, PathBuf};
@@ -22,6 +23,7 @@ use waymark_proto::*;
 pub use api::decode_events;
 pub use keystore::{Backend, Keystore};
 pub use mirror::{InboxItem, Mirror, OutboxEntry, Stage, ThreadDetail, ThreadRow};
+pub use steer::Seen;
 pub use touched::{Look, Touched};
 
 use crate::api::Api;
@@ -327,16 +329,6 @@ impl Companion {
         Ok(identity)
     }
 
-    fn sign(
-        &self,
-        keystore: &Keystore,
-        id: &Identity,
-        cmd: &SteerCommand,
-    ) -> Result<SignedEnvelope, Error> {
-        let key = keystore.load(&id.device_id)?;
-        signing::sign(cmd, &key).map_err(|e| Error::Invalid(e.to_string()))
-    }
-
     /// A read token, opening a session with a signed `open_session` when needed.
     async fn token(&self, id: &Identity, api: &Api) -> Result<String, Error> {
         let mut guard = self.session.lock().await;
@@ -380,46 +372,6 @@ impl Companion {
         }
         self.mirror.replace_all(snap.cursor, &threads).await?;
         Ok(snap.cursor)
-    }
-
-    /// Delivers queued commands in the order they were made. Each is sent until the server
-    /// answers; a crash between sending and recording resends it, and the server's ledger
-    /// answers `duplicate` with the first result — applied once.
-    pub async fn deliver_outbox(&self) -> Result<Vec<OutboxEntry>, Error> {
-        let queued = self.mirror.queued().await?;
-        if queued.is_empty() {
-            return Ok(Vec::new());
-        }
-        let (_, api) = self.require_identity().await?;
-        let mut done = Vec::new();
-        for (command_id, env) in queued {
-            let res = api.submit(&env).await?;
-            let effective = match (&res.status, &res.original) {
-                (CommandStatus::Duplicate, Some(o)) => o.as_ref().clone(),
-                _ => res.clone(),
-            };
-            let status = match effective.status {
-                CommandStatus::Applied | CommandStatus::Duplicate => "delivered",
-                CommandStatus::Conflict => "conflict",
-                CommandStatus::Rejected if effective.reason == Some(RejectReason::Expired) => {
-                    "expired"
-                }
-                CommandStatus::Rejected => "rejected",
-            };
-            self.mirror
-                .record_result(&command_id, status, &effective)
-                .await?;
-            if let Some(e) = self
-                .mirror
-                .outbox(None)
-                .await?
-                .into_iter()
-                .find(|e| e.command_id == command_id)
-            {
-                done.push(e);
-            }
-        }
-        Ok(done)
     }
 
     /// One sync: deliver the outbox, then bring the mirror up to the stream's head (a fresh
@@ -668,136 +620,6 @@ impl Companion {
             }
             backoff = (backoff * 2).min(Duration::from_secs(30));
         }
-    }
-
-    /// Signs a command now, with the plan revision the person sees in the mirror, queues it,
-    /// and tries to deliver the queue. Offline, it stays queued (`Error::Unreachable` says so)
-    /// and is delivered on the next sync; it is never re-signed against a newer revision.
-    pub async fn command(
-        &self,
-        task_id: &str,
-        op: Operation,
-        args: serde_json::Value,
-        scope: Vec<String>,
-    ) -> Result<OutboxEntry, Error> {
-        let (id, _) = self.require_identity().await?;
-        let task = self.mirror.task(task_id).await?.ok_or_else(|| {
-            Error::NotFound(format!(
-                "no task `{task_id}` in the mirror — run `waymark sync`"
-            ))
-        })?;
-        let keystore = self.keystore()?;
-        let now = Utc::now();
-        let cmd = SteerCommand {
-            command_id: ids::command(),
-            task_id: Some(task.id.clone()),
-            expected_plan_revision: Some(task.plan_revision),
-            operation: op,
-            scope,
-            args,
-            issued_by: format!("user:{}", id.user),
-            device_id: id.device_id.clone(),
-            issued_at: now,
-            expires_at: now + COMMAND_LIFETIME,
-        };
-        let env = self.sign(&keystore, &id, &cmd)?;
-        self.mirror
-            .enqueue(
-                &task.id,
-                op,
-                Some(task.plan_revision),
-                &cmd.command_id,
-                &env,
-            )
-            .await?;
-        let delivered = self.deliver_outbox().await;
-        let entry = self
-            .mirror
-            .outbox(Some(&task.id))
-            .await?
-            .into_iter()
-            .find(|e| e.command_id == cmd.command_id)
-            .ok_or_else(|| Error::Mirror("the queued command vanished".into()))?;
-        match delivered {
-            Ok(_) => Ok(entry),
-            Err(Error::Unreachable(why)) => Err(Error::Unreachable(format!(
-                "{why}; the command is queued and will be delivered on the next sync"
-            ))),
-            Err(e) => Err(e),
-        }
-    }
-
-    /// Answers a decision from the mirror: approve/deny bind its intent digest; other kinds
-    /// choose an option or answer with text.
-    pub async fn answer(
-        &self,
-        decision_id: &str,
-        op: Operation,
-        option: Option<&str>,
-        text: Option<&str>,
-    ) -> Result<OutboxEntry, Error> {
-        let d = self.mirror.decision(decision_id).await?.ok_or_else(|| {
-            Error::NotFound(format!(
-                "no decision `{decision_id}` in the mirror — run `waymark sync`"
-            ))
-        })?;
-        let mut args = serde_json::json!({"decision_id": d.id});
-        // A runtime's own choice on an approval (`approve_session`, `deny_always`) is an
-        // approve or a deny carrying that option, so it stays bound to the intent digest.
-        let op = match (op, option) {
-            (Operation::ChooseOption, Some(o)) if d.kind == DecisionKind::Approval => {
-                if o == "deny" || o.starts_with("deny_") {
-                    Operation::Deny
-                } else {
-                    Operation::Approve
-                }
-            }
-            _ => op,
-        };
-        match op {
-            Operation::Approve | Operation::Deny => {
-                if d.kind != DecisionKind::Approval {
-                    return Err(Error::Invalid(format!(
-                        "`{}` is a {} decision: use `waymark choose` or `waymark answer`",
-                        d.id, d.kind
-                    )));
-                }
-                args["intent_digest"] = serde_json::json!(d.intent_digest);
-                if let Some(o) = option {
-                    if !d.options.iter().any(|x| x.id == o) {
-                        let ids: Vec<&str> = d.options.iter().map(|x| x.id.as_str()).collect();
-                        return Err(Error::Invalid(format!(
-                            "`{o}` is not an option of `{}`: choose one of {}",
-                            d.id,
-                            ids.join(", ")
-                        )));
-                    }
-                    args["option"] = serde_json::json!(o);
-                }
-            }
-            Operation::ChooseOption => {
-                let o = option.ok_or_else(|| Error::Invalid("name an option".into()))?;
-                if !d.options.iter().any(|x| x.id == o) {
-                    let ids: Vec<&str> = d.options.iter().map(|x| x.id.as_str()).collect();
-                    return Err(Error::Invalid(format!(
-                        "`{o}` is not an option of `{}`: choose one of {}",
-                        d.id,
-                        ids.join(", ")
-                    )));
-                }
-                args["option"] = serde_json::json!(o);
-            }
-            _ => {
-                args["text"] = serde_json::json!(text.unwrap_or_default());
-                if let Some(o) = option {
-                    args["option"] = serde_json::json!(o);
-                }
-            }
-        }
-        if let Some(t) = text {
-            args["text"] = serde_json::json!(t);
-        }
-        self.command(&d.task_id, op, args, vec![]).await
     }
 
     /// The notifications a thread deserves now, from the mirror alone: decisions with their

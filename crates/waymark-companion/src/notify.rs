@@ -6,6 +6,7 @@ use serde::{Deserialize, Serialize};
 use waymark_proto::*;
 
 use crate::mirror::ThreadDetail;
+use crate::steer::Seen;
 
 /// An action a notification offers.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -35,6 +36,10 @@ pub struct Notification {
     pub task_id: String,
     /// The decision, when one is asked.
     pub decision_id: Option<String>,
+    /// What the notification showed of the decision (its task's plan revision, the intent
+    /// digest): an action answers with exactly this, so a plan that moved on since the
+    /// notification appeared is a conflict, not an answer to something else.
+    pub seen: Option<Seen>,
     /// Actions.
     pub actions: Vec<Action>,
 }
@@ -201,6 +206,10 @@ fn decision_with(
         lock_screen: "Waymark: a decision is waiting".into(),
         task_id: thread.task.id.clone(),
         decision_id: Some(d.id.clone()),
+        seen: Some(Seen {
+            plan_revision: thread.task.plan_revision,
+            intent_digest: d.intent_digest.clone(),
+        }),
         actions,
     }
 }
@@ -250,6 +259,7 @@ fn finished_with(thread: &ThreadDetail, stats: &[(String, DiffStat)]) -> Option<
         lock_screen: "Waymark: a task finished".into(),
         task_id: t.id.clone(),
         decision_id: None,
+        seen: None,
         actions: vec![Action {
             id: "open".into(),
             label: "Open".into(),
@@ -285,6 +295,7 @@ pub fn for_thread_with(thread: &ThreadDetail, stats: &[(String, DiffStat)]) -> V
             lock_screen: "Waymark: an outcome needs checking".into(),
             task_id: thread.task.id.clone(),
             decision_id: None,
+            seen: None,
             actions: vec![Action { id: "open".into(), label: "Open".into(), confirm: false }],
         });
     }

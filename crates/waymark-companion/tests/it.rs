@@ -7,7 +7,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use waymark_companion::{Companion, Error, parse_pairing_link};
+use waymark_companion::{Companion, Error, Seen, parse_pairing_link};
 use waymark_proto::Operation;
 use waymark_server::{Config, DataDir, Running, TlsFiles};
 
@@ -293,7 +293,13 @@ async fn an_expired_cursor_resnapshots_and_leaves_the_outbox_alone() {
     // A command queued while offline.
     s.stop().await;
     let err = c
-        .command(&task, Operation::Pause, json!({}), vec![])
+        .command(
+            &task,
+            Operation::Pause,
+            json!({}),
+            vec![],
+            shown(&c, &task).await,
+        )
         .await
         .unwrap_err();
     assert!(err.to_string().contains("queued"), "{err}");
@@ -336,14 +342,26 @@ async fn offline_an_approve_comes_back_as_a_conflict_and_a_pause_applies_once() 
 
     s.stop().await;
     assert!(
-        c.answer(&approval, Operation::Approve, None, None)
-            .await
-            .is_err()
+        c.answer(
+            &approval,
+            Operation::Approve,
+            None,
+            None,
+            &shown_card(&c, &approval).await
+        )
+        .await
+        .is_err()
     );
     assert!(
-        c.command(&task, Operation::Pause, json!({}), vec![])
-            .await
-            .is_err()
+        c.command(
+            &task,
+            Operation::Pause,
+            json!({}),
+            vec![],
+            shown(&c, &task).await
+        )
+        .await
+        .is_err()
     );
     let queued: Vec<String> = c
         .mirror()
@@ -372,6 +390,7 @@ async fn offline_an_approve_comes_back_as_a_conflict_and_a_pause_applies_once() 
             Operation::Replan,
             json!({"instructions": "report only"}),
             vec![],
+            shown(&other, &task).await,
         )
         .await
         .unwrap();
@@ -424,6 +443,7 @@ async fn a_crash_between_sending_and_recording_resends_and_applies_once() {
             Operation::Replan,
             json!({"instructions": "smaller"}),
             vec![],
+            shown(&c, &task).await,
         )
         .await;
     s.restart().await;
@@ -480,7 +500,13 @@ async fn acknowledgements_reach_the_outbox_and_blobs_are_cached_for_offline_revi
     );
 
     let e = c
-        .command(&task, Operation::Pause, json!({}), vec![])
+        .command(
+            &task,
+            Operation::Pause,
+            json!({}),
+            vec![],
+            shown(&c, &task).await,
+        )
         .await
         .unwrap();
     assert_eq!(e.status, "delivered");
@@ -737,13 +763,25 @@ async fn a_runtime_choice_on_an_approval_is_sent_as_approve_or_deny_with_that_op
     let (_home, c) = companion(&s).await;
     c.sync_once().await.unwrap();
     let err = c
-        .answer(&id, Operation::ChooseOption, Some("maybe"), None)
+        .answer(
+            &id,
+            Operation::ChooseOption,
+            Some("maybe"),
+            None,
+            &shown_card(&c, &id).await,
+        )
         .await
         .unwrap_err();
     assert!(matches!(err, Error::Invalid(_)), "{err}");
     // `waymark choose <id> approve_session` on an approval: an approve bound to the digest.
     let sent = c
-        .answer(&id, Operation::ChooseOption, Some("approve_session"), None)
+        .answer(
+            &id,
+            Operation::ChooseOption,
+            Some("approve_session"),
+            None,
+            &shown_card(&c, &id).await,
+        )
         .await
         .unwrap();
     assert_eq!(sent.operation, "approve");
@@ -756,4 +794,122 @@ async fn a_runtime_choice_on_an_approval_is_sent_as_approve_or_deny_with_that_op
         Some(waymark_proto::DeliveryState::Pending),
         "answered, and the mirror shows it is not yet taken by the runtime"
     );
+}
+
+/// The plan revision a screen rendered from the mirror shows now.
+async fn shown(c: &Companion, task: &str) -> i64 {
+    c.mirror().task(task).await.unwrap().unwrap().plan_revision
+}
+
+/// What a decision's card shows now: its task's revision and its intent digest.
+async fn shown_card(c: &Companion, decision: &str) -> Seen {
+    let d = c.mirror().decision(decision).await.unwrap().unwrap();
+    Seen {
+        plan_revision: shown(c, &d.task_id).await,
+        intent_digest: d.intent_digest,
+    }
+}
+
+/// The person reads revision 1 on screen; a background sync moves the mirror to revision 2
+/// before they tap. The command is signed with revision 1 and comes back a conflict — never
+/// applied at a revision they did not see.
+#[tokio::test]
+async fn a_sync_between_render_and_tap_gives_a_conflict_not_a_command_at_the_new_revision() {
+    let s = Server::start(Config::default()).await;
+    let (task, att) = s.busy_task("deploy run", 1).await;
+    let approval = s.approval(&task, &att).await;
+    let (_home, c) = companion(&s).await;
+    c.sync_once().await.unwrap();
+    // Render: the steer panel and the approval card.
+    let panel = shown(&c, &task).await;
+    let card = shown_card(&c, &approval).await;
+    assert_eq!(panel, 1);
+
+    // Another device replans; this device's background sync lands before the tap.
+    let other_home = tempfile::tempdir().unwrap();
+    let other = Companion::open_with_keystore(other_home.path(), "file-insecure")
+        .await
+        .unwrap();
+    other
+        .pair(&s.url(), &s.pairing_code().await, "phone")
+        .await
+        .unwrap();
+    other.sync_once().await.unwrap();
+    let moved = other
+        .command(
+            &task,
+            Operation::Replan,
+            json!({"instructions": "report only"}),
+            vec![],
+            shown(&other, &task).await,
+        )
+        .await
+        .unwrap();
+    assert_eq!(moved.status, "delivered");
+    c.sync_once().await.unwrap();
+    assert_eq!(
+        shown(&c, &task).await,
+        2,
+        "the mirror moved on under the screen"
+    );
+
+    // The taps, with what the screen showed.
+    let replan = c
+        .command(
+            &task,
+            Operation::Replan,
+            json!({"instructions": "ship it"}),
+            vec![],
+            panel,
+        )
+        .await
+        .unwrap();
+    assert_eq!(replan.status, "conflict", "{replan:?}");
+    assert_eq!(replan.based_on_revision, Some(1));
+    assert!(
+        replan
+            .what_changed
+            .as_deref()
+            .unwrap()
+            .contains("revision 2"),
+        "the person is told what changed: {replan:?}"
+    );
+    let approve = c
+        .answer(&approval, Operation::Approve, None, None, &card)
+        .await
+        .unwrap();
+    assert_ne!(approve.status, "delivered", "{approve:?}");
+    assert_eq!(approve.based_on_revision, Some(1));
+
+    // The server applied nothing from this device at revision 2.
+    let ledger = s
+        .admin_get(&format!("/v1/admin/tasks/{task}/commands"))
+        .await;
+    let applied: Vec<&str> = ledger
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["status"] == "applied")
+        .map(|e| e["operation"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        applied,
+        vec!["replan"],
+        "only the other device's replan: {ledger}"
+    );
+    let detail = s.admin_get(&format!("/v1/tasks/{task}")).await;
+    assert_eq!(detail["task"]["plan_revision"], 2);
+
+    // An approval answered without the digest its card showed is refused before signing.
+    let err = c
+        .answer(
+            &approval,
+            Operation::Approve,
+            None,
+            None,
+            &Seen::revision(2),
+        )
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::Invalid(_)), "{err}");
 }

@@ -219,6 +219,11 @@ pub struct ControlCommand {
     pub plan_revision: i64,
     /// When it applied.
     pub applied_at: DateTime<Utc>,
+    /// The order in which the task's commands applied (1, 2, …): a command with a lower `seq`
+    /// than one already applied is older, however late it arrives. 0 from a server that does
+    /// not number them.
+    #[serde(default)]
+    pub seq: i64,
 }
 
 /// Reply to a heartbeat.
@@ -226,11 +231,13 @@ pub struct ControlCommand {
 pub struct HeartbeatReply {
     /// The renewed lease's end.
     pub expires_at: DateTime<Utc>,
-    /// The task's state.
+    /// The task's state when the reply was made. A command the worker applied after that may
+    /// already have changed it, so pause and resume are taken from `commands` and the
+    /// control stream, never from this field.
     pub task_state: TaskState,
     /// The task's plan revision.
     pub plan_revision: i64,
-    /// Commands the worker has not acknowledged yet.
+    /// Commands the worker has not acknowledged yet, in the order they applied.
     pub commands: Vec<ControlCommand>,
 }
 

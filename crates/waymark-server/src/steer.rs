@@ -760,6 +760,7 @@ async fn decide(
             applied_at: now,
             acknowledged_at: None,
             acknowledged_by: None,
+            seq: 0,
         })
         .await?;
     }
@@ -990,6 +991,7 @@ fn control_wire(c: &ControlRow) -> ControlCommand {
         args: c.args.clone(),
         plan_revision: c.plan_revision,
         applied_at: convert::dt(c.applied_at),
+        seq: c.seq,
     }
 }
 

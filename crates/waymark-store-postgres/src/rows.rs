@@ -6,7 +6,7 @@ use sqlx::postgres::PgRow;
 use sqlx::{Postgres, Row};
 use waymark_store::*;
 
-fn get<'r, T>(row: &'r PgRow, col: &str) -> Result<T>
+pub(crate) fn get<'r, T>(row: &'r PgRow, col: &str) -> Result<T>
 where
     T: sqlx::Decode<'r, Postgres> + sqlx::Type<Postgres>,
 {
@@ -267,6 +267,7 @@ pub(crate) fn control_row(r: &PgRow) -> Result<ControlRow> {
         applied_at: get(r, "applied_at")?,
         acknowledged_at: get(r, "acknowledged_at")?,
         acknowledged_by: get(r, "acknowledged_by")?,
+        seq: get(r, "seq")?,
     })
 }
 

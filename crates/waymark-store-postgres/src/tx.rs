@@ -1000,13 +1000,16 @@ impl StoreTx for PgTx {
         .await
     }
 
-    async fn insert_control(&mut self, c: &ControlRow) -> Result<()> {
-        self.insert(
-            "control_commands",
+    async fn insert_control(&mut self, c: &ControlRow) -> Result<i64> {
+        // The task's row is locked by this transaction (`task()` is FOR UPDATE), so
+        // MAX + 1 cannot race another replica.
+        self.one(
             sqlx::query(
                 "INSERT INTO control_commands (command_id, task_id, operation, args, plan_revision,
-                   applied_at, acknowledged_at, acknowledged_by)
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT DO NOTHING",
+                   applied_at, acknowledged_at, acknowledged_by, seq)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8,
+                   (SELECT COALESCE(MAX(seq), 0) + 1 FROM control_commands WHERE task_id = $2))
+                 ON CONFLICT DO NOTHING RETURNING seq",
             )
             .bind(&c.command_id)
             .bind(&c.task_id)
@@ -1016,15 +1019,19 @@ impl StoreTx for PgTx {
             .bind(c.applied_at)
             .bind(c.acknowledged_at)
             .bind(&c.acknowledged_by),
+            |r| get(r, "seq"),
         )
-        .await
+        .await?
+        .ok_or_else(|| {
+            StoreError::Conflict("control_commands: a row with the same key exists".into())
+        })
     }
 
     async fn pending_controls(&mut self, task_id: &str) -> Result<Vec<ControlRow>> {
         self.all(
             sqlx::query(
                 "SELECT * FROM control_commands WHERE task_id = $1 AND acknowledged_at IS NULL
-                 ORDER BY applied_at, command_id",
+                 ORDER BY seq",
             )
             .bind(task_id),
             control_row,

@@ -419,6 +419,7 @@ fn control_row(r: &SqliteRow) -> Result<ControlRow> {
         applied_at: get(r, "applied_at")?,
         acknowledged_at: get(r, "acknowledged_at")?,
         acknowledged_by: get(r, "acknowledged_by")?,
+        seq: get(r, "seq")?,
     })
 }
 
@@ -1540,12 +1541,15 @@ impl StoreTx for SqliteTx {
         .await
     }
 
-    async fn insert_control(&mut self, c: &ControlRow) -> Result<()> {
-        self.exec(
+    async fn insert_control(&mut self, c: &ControlRow) -> Result<i64> {
+        // The task's row is this writer's alone until commit, so MAX + 1 cannot race.
+        self.one(
             sqlx::query(
                 "INSERT INTO control_commands (command_id, task_id, operation, args, plan_revision, applied_at,
-                   acknowledged_at, acknowledged_by)
-                 VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                   acknowledged_at, acknowledged_by, seq)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8,
+                   (SELECT COALESCE(MAX(seq), 0) + 1 FROM control_commands WHERE task_id = ?2))
+                 RETURNING seq",
             )
             .bind(&c.command_id)
             .bind(&c.task_id)
@@ -1555,16 +1559,17 @@ impl StoreTx for SqliteTx {
             .bind(c.applied_at)
             .bind(c.acknowledged_at)
             .bind(&c.acknowledged_by),
+            |r| get(r, "seq"),
         )
-        .await
-        .map(drop)
+        .await?
+        .ok_or_else(|| StoreError::Conflict("control_commands: the row was not written".into()))
     }
 
     async fn pending_controls(&mut self, task_id: &str) -> Result<Vec<ControlRow>> {
         self.all(
             sqlx::query(
                 "SELECT * FROM control_commands WHERE task_id = ? AND acknowledged_at IS NULL
-                 ORDER BY applied_at, command_id",
+                 ORDER BY seq",
             )
             .bind(task_id),
             control_row,

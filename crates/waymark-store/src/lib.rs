@@ -223,9 +223,10 @@ pub trait StoreTx: Send {
     async fn command(&mut self, command_id: &str) -> Result<Option<CommandRow>>;
     /// A task's ledger entries, oldest first.
     async fn list_commands(&mut self, task_id: &str) -> Result<Vec<CommandRow>>;
-    /// Queues a control command for a task's worker.
-    async fn insert_control(&mut self, control: &ControlRow) -> Result<()>;
-    /// A task's control commands not yet acknowledged, oldest first.
+    /// Queues a control command for a task's worker, numbered after the task's last one
+    /// (`seq`); returns that number.
+    async fn insert_control(&mut self, control: &ControlRow) -> Result<i64>;
+    /// A task's control commands not yet acknowledged, in the order they applied (`seq`).
     async fn pending_controls(&mut self, task_id: &str) -> Result<Vec<ControlRow>>;
     /// Adds a follow-up.
     async fn insert_followup(&mut self, f: &FollowupRow) -> Result<()>;

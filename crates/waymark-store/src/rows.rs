@@ -286,6 +286,10 @@ pub struct ControlRow {
     pub applied_at: i64,
     pub acknowledged_at: Option<i64>,
     pub acknowledged_by: Option<String>,
+    /// The order in which the task's commands applied (1, 2, …): assigned by the store on
+    /// insert (the value given is ignored), so a worker can tell a newer command from an older
+    /// one however each reaches it.
+    pub seq: i64,
 }
 
 /// A follow-up.

@@ -672,25 +672,40 @@ pub async fn run_store_story(store: &dyn Store) {
     assert_eq!(r.push_channels(None).await.unwrap(), vec![ch]);
     drop(r);
 
-    // control commands: pending until acknowledged, acknowledged once
+    // control commands: numbered in the order they applied (two in one millisecond too),
+    // pending until acknowledged, acknowledged once
     let mut tx = store.write().await.unwrap();
-    for (id, at) in [("c1", 100), ("c2", 101)] {
-        tx.insert_control(&ControlRow {
-            command_id: id.into(),
-            task_id: "task_1".into(),
-            operation: "pause".into(),
-            args: json!({}),
-            plan_revision: 1,
-            applied_at: at,
-            acknowledged_at: None,
-            acknowledged_by: None,
-        })
-        .await
-        .unwrap();
+    for (id, expected_seq) in [("c2", 1), ("c1", 2)] {
+        let seq = tx
+            .insert_control(&ControlRow {
+                command_id: id.into(),
+                task_id: "task_1".into(),
+                operation: "pause".into(),
+                args: json!({}),
+                plan_revision: 1,
+                applied_at: 100,
+                acknowledged_at: None,
+                acknowledged_by: None,
+                seq: 0,
+            })
+            .await
+            .unwrap();
+        assert_eq!(
+            seq, expected_seq,
+            "{id} is the task's command number {expected_seq}"
+        );
     }
     tx.commit().await.unwrap();
     let mut tx = store.write().await.unwrap();
-    assert_eq!(tx.pending_controls("task_1").await.unwrap().len(), 2);
+    let pending = tx.pending_controls("task_1").await.unwrap();
+    assert_eq!(
+        pending
+            .iter()
+            .map(|c| (c.command_id.as_str(), c.seq))
+            .collect::<Vec<_>>(),
+        vec![("c2", 1), ("c1", 2)],
+        "in the order they applied, not by id"
+    );
     assert!(tx.ack_control("task_1", "c1", 102, "att_1").await.unwrap());
     assert!(
         !tx.ack_control("task_1", "c1", 103, "att_1").await.unwrap(),

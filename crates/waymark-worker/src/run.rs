@@ -116,6 +116,9 @@ impl Lost {
 struct Acks {
     pending: Vec<String>,
     seen: HashSet<String>,
+    /// The newest command (by the server's `seq`) whose pause, resume or replan took effect:
+    /// an older one arriving late is acknowledged but changes nothing.
+    applied_seq: i64,
 }
 
 /// What the attempt and its background tasks share.
@@ -170,20 +173,26 @@ impl Shared {
     }
 
     fn on_command(&self, cmd: ControlCommand) {
-        {
+        let stale = {
             let mut acks = self.acks.lock().unwrap_or_else(|e| e.into_inner());
             if !acks.seen.insert(cmd.command_id.clone()) {
                 return;
             }
             acks.pending.push(cmd.command_id.clone());
-        }
-        tracing::info!(command = %cmd.command_id, operation = %cmd.operation, "control command");
+            let stale = cmd.seq > 0 && cmd.seq <= acks.applied_seq;
+            acks.applied_seq = acks.applied_seq.max(cmd.seq);
+            stale
+        };
+        tracing::info!(command = %cmd.command_id, operation = %cmd.operation, seq = cmd.seq, stale, "control command");
         self.control.send_modify(|s| {
             s.plan_revision = s.plan_revision.max(cmd.plan_revision);
             match cmd.operation {
+                // Cancel and take-over end the attempt whenever they arrive: nothing undoes them.
+                Operation::Cancel | Operation::TakeOver => s.cancelled = true,
+                // A newer command already decided these.
+                _ if stale => {}
                 Operation::Pause => s.paused = true,
                 Operation::Resume => s.paused = false,
-                Operation::Cancel | Operation::TakeOver => s.cancelled = true,
                 Operation::Replan | Operation::SuspendAndReplan => {
                     s.instructions = cmd
                         .args
@@ -205,16 +214,17 @@ impl Shared {
         self.beat_now.notify_one();
     }
 
+    /// A heartbeat reply was computed when its transaction ran, which may be before a command
+    /// the worker has since applied from the control stream (seen: a reply made before a
+    /// Resume arrived after it and paused the worker for good). So a reply brings only its
+    /// commands — applied in `seq` order with everything else — and what only grows (the plan
+    /// revision) or cannot be undone (cancellation); never the task's pause state.
     fn on_reply(&self, reply: HeartbeatReply) {
         for cmd in reply.commands {
             self.on_command(cmd);
         }
-        self.control.send_modify(|s| {
-            s.plan_revision = s.plan_revision.max(reply.plan_revision);
-            if reply.task_state == TaskState::Paused {
-                s.paused = true;
-            }
-        });
+        self.control
+            .send_modify(|s| s.plan_revision = s.plan_revision.max(reply.plan_revision));
         if reply.task_state == TaskState::Cancelled {
             self.lose(Lost::Cancelled);
         }
@@ -453,10 +463,25 @@ impl Run {
             plan_revision: detail.task.plan_revision,
             instructions: None,
         };
+        let run = Run::new(client, attempt, options.lease, control, last);
+        tokio::spawn(heartbeat_loop(run.shared.clone()));
+        tokio::spawn(control_loop(run.shared.clone()));
+        Ok(run)
+    }
+
+    /// The attempt's state, without its background tasks (`start` spawns them).
+    fn new(
+        client: Client,
+        attempt: Attempt,
+        lease: Duration,
+        control: ControlState,
+        last: Option<Checkpoint>,
+    ) -> Run {
+        let plan_revision_at_start = control.plan_revision;
         let shared = Arc::new(Shared {
             client,
             attempt,
-            lease: options.lease,
+            lease,
             cancel: CancellationToken::new(),
             stop: CancellationToken::new(),
             lost: Mutex::new(None),
@@ -465,17 +490,15 @@ impl Run {
             beat_now: Notify::new(),
             heartbeating: AtomicBool::new(true),
         });
-        tokio::spawn(heartbeat_loop(shared.clone()));
-        tokio::spawn(control_loop(shared.clone()));
-        Ok(Run {
+        Run {
             chain: Mutex::new(ChainHead {
                 sequence: last.as_ref().map_or(0, |c| c.sequence),
                 digest: last.as_ref().map(|c| c.digest.clone()),
             }),
             resumed_from: last,
-            plan_revision_at_start: detail.task.plan_revision,
+            plan_revision_at_start,
             shared,
-        })
+        }
     }
 
     /// The task.
@@ -895,5 +918,137 @@ impl Run {
             self.shared.note(e);
         }
         res
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run() -> Run {
+        let attempt = Attempt {
+            id: "att_1".into(),
+            task_id: "task_1".into(),
+            worker: "w".into(),
+            fence: 1,
+            expires_at: chrono::Utc::now(),
+            state: AttemptState::Active,
+            manifest_digest: None,
+            started_at: chrono::Utc::now(),
+            ended_at: None,
+            outcome: None,
+            released: vec![],
+        };
+        let client = Client::new("http://127.0.0.1:9", "token").unwrap();
+        let control = ControlState {
+            plan_revision: 1,
+            ..ControlState::default()
+        };
+        Run::new(client, attempt, Duration::from_secs(30), control, None)
+    }
+
+    fn command(id: &str, operation: Operation, seq: i64) -> ControlCommand {
+        ControlCommand {
+            command_id: id.into(),
+            operation,
+            args: serde_json::json!({}),
+            plan_revision: 1,
+            applied_at: chrono::Utc::now(),
+            seq,
+        }
+    }
+
+    fn reply(task_state: TaskState, commands: Vec<ControlCommand>) -> HeartbeatReply {
+        HeartbeatReply {
+            expires_at: chrono::Utc::now(),
+            task_state,
+            plan_revision: 1,
+            commands,
+        }
+    }
+
+    /// Resolves at once, or not within the (paused) clock's next step.
+    async fn returns_at_once(run: &Run) -> bool {
+        tokio::time::timeout(Duration::from_millis(1), run.wait_if_paused())
+            .await
+            .is_ok_and(|r| r.is_ok())
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_reply_computed_before_a_resume_does_not_pause_again() {
+        let run = run();
+        let shared = &run.shared;
+        shared.on_command(command("c_pause", Operation::Pause, 1));
+        assert!(run.control().borrow().paused);
+        assert!(!returns_at_once(&run).await, "paused: waits");
+        shared.on_command(command("c_resume", Operation::Resume, 2));
+        // The heartbeat's transaction ran before the Resume applied: it still says paused and
+        // still carries the (already applied) Pause.
+        shared.on_reply(reply(
+            TaskState::Paused,
+            vec![command("c_pause", Operation::Pause, 1)],
+        ));
+        assert!(
+            !run.control().borrow().paused,
+            "the stale reply paused again"
+        );
+        assert!(
+            returns_at_once(&run).await,
+            "wait_if_paused must return at once"
+        );
+        let acks = shared.acks.lock().unwrap().pending.clone();
+        assert_eq!(acks, vec!["c_pause", "c_resume"], "each acknowledged once");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_older_command_first_seen_after_a_newer_one_changes_nothing() {
+        let run = run();
+        let shared = &run.shared;
+        // The stream brought the Resume (seq 2); a reply then brings the Pause (seq 1) the
+        // worker had not seen.
+        shared.on_command(command("c_resume", Operation::Resume, 2));
+        shared.on_reply(reply(
+            TaskState::Running,
+            vec![command("c_pause", Operation::Pause, 1)],
+        ));
+        assert!(!run.control().borrow().paused);
+        assert!(returns_at_once(&run).await);
+        let acks = shared.acks.lock().unwrap().pending.clone();
+        assert_eq!(
+            acks,
+            vec!["c_resume", "c_pause"],
+            "the stale one is still acknowledged"
+        );
+
+        // The same for instructions: the newest replan's stay.
+        let mut newer = command("c_replan_2", Operation::Replan, 4);
+        newer.args = serde_json::json!({"instructions": "newer"});
+        let mut older = command("c_replan_1", Operation::Replan, 3);
+        older.args = serde_json::json!({"instructions": "older"});
+        shared.on_command(newer);
+        shared.on_command(older);
+        assert_eq!(
+            run.control().borrow().instructions.as_deref(),
+            Some("newer")
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_pause_from_a_reply_still_pauses_and_a_cancel_still_cancels() {
+        let run = run();
+        let shared = &run.shared;
+        shared.on_reply(reply(
+            TaskState::Paused,
+            vec![command("c_pause", Operation::Pause, 1)],
+        ));
+        assert!(
+            run.control().borrow().paused,
+            "a pause carried by a reply applies"
+        );
+        // A stale cancel is still a cancel: nothing undoes it.
+        shared.on_command(command("c_resume", Operation::Resume, 3));
+        shared.on_command(command("c_cancel", Operation::Cancel, 2));
+        assert!(run.control().borrow().cancelled);
+        assert!(matches!(run.wait_if_paused().await, Err(Error::Cancelled)));
     }
 }

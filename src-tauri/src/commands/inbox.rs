@@ -6,7 +6,7 @@ use waymark_proto::Operation;
 
 use crate::error::AppResult;
 use crate::state::AppState;
-use crate::views::{DecideOp, InboxItemView, OutboxView};
+use crate::views::{DecideOp, InboxItemView, OutboxView, SeenView};
 
 /// Pending decisions, soonest expiry first.
 #[tauri::command]
@@ -21,7 +21,9 @@ pub async fn list_inbox(s: State<'_, AppState>) -> AppResult<Vec<InboxItemView>>
         .collect())
 }
 
-/// Answers a decision: approve / deny an approval, choose an option, or answer a question.
+/// Answers a decision: approve / deny an approval, choose an option, or answer a question —
+/// signed with what its card showed (`seen`: the plan revision and, for an approval, the
+/// intent digest), never with what the mirror holds by the time the command is made.
 #[tauri::command]
 #[specta::specta]
 pub async fn decide(
@@ -31,6 +33,7 @@ pub async fn decide(
     op: DecideOp,
     option: Option<String>,
     text: Option<String>,
+    seen: SeenView,
 ) -> AppResult<OutboxView> {
     let operation = match op {
         DecideOp::Approve => Operation::Approve,
@@ -47,7 +50,13 @@ pub async fn decide(
         .unwrap_or_default();
     let r = s
         .companion
-        .answer(&decision_id, operation, option.as_deref(), text.as_deref())
+        .answer(
+            &decision_id,
+            operation,
+            option.as_deref(),
+            text.as_deref(),
+            &seen.into(),
+        )
         .await;
     crate::sync::nudge(&app);
     super::queued_ok(&s, &task, r).await

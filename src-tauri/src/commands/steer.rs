@@ -8,7 +8,8 @@ use crate::error::AppResult;
 use crate::state::AppState;
 use crate::views::{OutboxView, SteerOp, SyncView};
 
-/// Sends a steer command (queued when offline).
+/// Sends a steer command (queued when offline), signed with `seen_revision`: the plan revision
+/// on the screen the person acted from, never one read afterwards.
 #[tauri::command]
 #[specta::specta]
 pub async fn steer(
@@ -18,6 +19,7 @@ pub async fn steer(
     op: SteerOp,
     instructions: Option<String>,
     suspend: Vec<String>,
+    seen_revision: i64,
 ) -> AppResult<OutboxView> {
     let args = match &instructions {
         Some(i) => json!({ "instructions": i }),
@@ -25,7 +27,13 @@ pub async fn steer(
     };
     let r = s
         .companion
-        .command(&task_id, op.operation(!suspend.is_empty()), args, suspend)
+        .command(
+            &task_id,
+            op.operation(!suspend.is_empty()),
+            args,
+            suspend,
+            seen_revision,
+        )
         .await;
     crate::sync::nudge(&app);
     super::queued_ok(&s, &task_id, r).await

@@ -3,14 +3,19 @@
 // actions. A risky approval needs a second, explicit confirmation; budget options each say
 // what they give up.
 import { useEffect, useState } from "react";
-import type { DecideOp, InboxItemView, OutboxView } from "../bindings";
+import type { DecideOp, InboxItemView, OutboxView, SeenView } from "../bindings";
 import { useI18n } from "../i18n";
 import { short, until } from "../format";
 import { ArtifactBody, type LoadText } from "./Artifact";
 import { Receipts } from "./Receipts";
 import type { RowProps } from "../windowed";
 
-export type Decide = (decisionId: string, op: DecideOp, option: string | null, text: string | null) => Promise<OutboxView>;
+/** Answers a decision with what its card showed (`seen`): the device signs exactly that, so a
+ * plan that moved on between the render and the tap comes back as a conflict. */
+export type Decide = (decisionId: string, op: DecideOp, option: string | null, text: string | null, seen: SeenView) => Promise<OutboxView>;
+
+/** What this card shows now: the task's plan revision and the intent digest. */
+const shownBy = (item: InboxItemView): SeenView => ({ plan_revision: item.plan_revision, intent_digest: item.decision.intent_digest });
 
 function IntentTable({ intent }: { intent: unknown }) {
   if (!intent || typeof intent !== "object") return null;
@@ -56,7 +61,9 @@ export function InboxCard({
   const { t } = useI18n();
   const d = item.decision;
   const [showDiff, setShowDiff] = useState<string | null>(null);
-  const [confirming, setConfirming] = useState<string | null>(confirmFirst ?? null);
+  // A confirmation keeps what it asked about: confirming signs that, even if a sync moved the
+  // card underneath it meanwhile.
+  const [confirming, setConfirming] = useState<{ action: string; seen: SeenView } | null>(confirmFirst ? { action: confirmFirst, seen: shownBy(item) } : null);
   const [answer, setAnswer] = useState("");
   const [busy, setBusy] = useState(false);
   const [result, setResult] = useState<OutboxView | null>(null);
@@ -68,11 +75,11 @@ export function InboxCard({
     return () => onEngaged(d.id, false);
   }, [onEngaged, d.id, engaged]);
 
-  const send = async (op: DecideOp, option: string | null = null, text: string | null = null) => {
+  const send = async (op: DecideOp, option: string | null = null, text: string | null = null, seen: SeenView = shownBy(item)) => {
     setBusy(true);
     setError(null);
     try {
-      setResult(await decide(d.id, op, option, text));
+      setResult(await decide(d.id, op, option, text, seen));
       setConfirming(null);
     } catch (e) {
       setError((e as { message?: string })?.message ?? String(e));
@@ -150,11 +157,16 @@ export function InboxCard({
 
       <footer className="actions">
         {d.kind === "approval" &&
-          (confirming === "approve" ? (
+          (confirming?.action === "approve" ? (
             <div className="confirm" role="alertdialog" aria-label={t("inbox.confirmApprove")}>
-              <p>{t("inbox.confirmQuestion", { digest: short(d.intent_digest, 12), rev: d.plan_revision })}</p>
+              <p>{t("inbox.confirmQuestion", { digest: short(confirming.seen.intent_digest, 12), rev: confirming.seen.plan_revision })}</p>
+              {(confirming.seen.plan_revision !== item.plan_revision || confirming.seen.intent_digest !== d.intent_digest) && (
+                <p className="warn" data-testid="confirm-moved">
+                  {t("inbox.movedSince", { rev: item.plan_revision })}
+                </p>
+              )}
               <div className="row">
-                <button type="button" className="primary" disabled={busy} onClick={() => send("approve")} data-testid="confirm-approve" autoFocus>
+                <button type="button" className="primary" disabled={busy} onClick={() => send("approve", null, null, confirming.seen)} data-testid="confirm-approve" autoFocus>
                   {t("inbox.confirmApprove")}
                 </button>
                 <button type="button" onClick={() => setConfirming(null)}>
@@ -164,7 +176,7 @@ export function InboxCard({
             </div>
           ) : (
             <div className="row">
-              <button type="button" className="primary" disabled={busy} data-testid="approve" onClick={() => (d.risky ? setConfirming("approve") : send("approve"))}>
+              <button type="button" className="primary" disabled={busy} data-testid="approve" onClick={() => (d.risky ? setConfirming({ action: "approve", seen: shownBy(item) }) : send("approve"))}>
                 {t("inbox.approve")}
               </button>
               <button type="button" className="danger" disabled={busy} data-testid="deny" onClick={() => send("deny")}>
@@ -172,7 +184,7 @@ export function InboxCard({
               </button>
             </div>
           ))}
-        {d.kind === "approval" && confirming !== "approve" && d.options.some((o) => o.id !== "approve" && o.id !== "deny") && (
+        {d.kind === "approval" && confirming?.action !== "approve" && d.options.some((o) => o.id !== "approve" && o.id !== "deny") && (
           <ul className="options" aria-label={t("inbox.moreChoices")}>
             {d.options
               .filter((o) => o.id !== "approve" && o.id !== "deny")

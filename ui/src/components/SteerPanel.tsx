@@ -1,16 +1,18 @@
-// Steer: signed commands, not chat. Each shows the plan revision it is based on; cancel,
-// replan and take-over ask for confirmation because they cannot be taken back.
+// Steer: signed commands, not chat. Each shows the plan revision it is based on and is signed
+// with exactly that revision (a sync that moves the plan before the tap makes it a conflict);
+// cancel, replan and take-over ask for confirmation because they cannot be taken back, and the
+// confirmation keeps the revision it asked about.
 import { useState } from "react";
 import type { OutboxView, SteerOp, TaskView } from "../bindings";
 import { useI18n } from "../i18n";
 
-export type Steer = (taskId: string, op: SteerOp, instructions: string | null, suspend: string[]) => Promise<OutboxView>;
+export type Steer = (taskId: string, op: SteerOp, instructions: string | null, suspend: string[], seenRevision: number) => Promise<OutboxView>;
 
 const DESTRUCTIVE: SteerOp[] = ["cancel", "replan", "take_over"];
 
 export function SteerPanel({ task, steps, steer }: { task: TaskView; steps: { step: string; title: string; status: string }[]; steer: Steer }) {
   const { t } = useI18n();
-  const [confirm, setConfirm] = useState<SteerOp | null>(null);
+  const [confirm, setConfirm] = useState<{ op: SteerOp; rev: number } | null>(null);
   const [replan, setReplan] = useState(false);
   const [instructions, setInstructions] = useState("");
   const [suspend, setSuspend] = useState<string[]>([]);
@@ -20,11 +22,11 @@ export function SteerPanel({ task, steps, steer }: { task: TaskView; steps: { st
 
   if (task.terminal) return <p className="muted">{t("steer.terminal", { state: task.state })}</p>;
 
-  const send = async (op: SteerOp) => {
+  const send = async (op: SteerOp, rev: number) => {
     setBusy(true);
     setError(null);
     try {
-      const r = await steer(task.id, op, op === "replan" ? instructions.trim() : null, op === "replan" ? suspend : []);
+      const r = await steer(task.id, op, op === "replan" ? instructions.trim() : null, op === "replan" ? suspend : [], rev);
       setResult(r);
       setConfirm(null);
       if (op === "replan") setReplan(false);
@@ -34,8 +36,9 @@ export function SteerPanel({ task, steps, steer }: { task: TaskView; steps: { st
       setBusy(false);
     }
   };
-  const ask = (op: SteerOp) => (DESTRUCTIVE.includes(op) ? setConfirm(op) : void send(op));
-  const confirmText = confirm === "replan" ? t("steer.confirm.replan", { rev: task.plan_revision }) : confirm === "cancel" ? t("steer.confirm.cancel") : t("steer.confirm.take_over");
+  // The revision on screen when the person tapped.
+  const ask = (op: SteerOp) => (DESTRUCTIVE.includes(op) ? setConfirm({ op, rev: task.plan_revision }) : void send(op, task.plan_revision));
+  const confirmText = confirm?.op === "replan" ? t("steer.confirm.replan", { rev: confirm.rev }) : confirm?.op === "cancel" ? t("steer.confirm.cancel") : t("steer.confirm.take_over");
 
   return (
     <section className="steer" aria-labelledby="steer-title">
@@ -94,8 +97,13 @@ export function SteerPanel({ task, steps, steer }: { task: TaskView; steps: { st
       {confirm && (
         <div className="confirm" role="alertdialog" aria-label={confirmText}>
           <p>{confirmText}</p>
+          {confirm.rev !== task.plan_revision && (
+            <p className="warn" data-testid="steer-moved">
+              {t("inbox.movedSince", { rev: task.plan_revision })}
+            </p>
+          )}
           <div className="row">
-            <button type="button" className="danger" disabled={busy} onClick={() => send(confirm)} autoFocus data-testid="steer-confirm">
+            <button type="button" className="danger" disabled={busy} onClick={() => send(confirm.op, confirm.rev)} autoFocus data-testid="steer-confirm">
               {t("steer.confirmYes")}
             </button>
             <button type="button" onClick={() => setConfirm(null)}>

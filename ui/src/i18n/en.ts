@@ -49,6 +49,7 @@ export const en = {
   "inbox.deny": "Deny",
   "inbox.confirmApprove": "Confirm: approve this exact intent",
   "inbox.confirmQuestion": "This approval is marked risky. Approve {digest} at plan revision {rev}?",
+  "inbox.movedSince": "The plan has moved to revision {rev} since you opened this: confirming sends what you read here, and comes back as a conflict.",
   "inbox.cancel": "Cancel",
   "inbox.givesUp": "Gives up: {what}",
   "inbox.cost": "Cost: {cost}",

@@ -51,6 +51,7 @@ export const zh: Record<Key, string> = {
   "inbox.deny": "拒绝",
   "inbox.confirmApprove": "确认：批准这一确切意图",
   "inbox.confirmQuestion": "此审批标记为高风险。在计划版本 {rev} 批准 {digest}？",
+  "inbox.movedSince": "打开此确认后，计划已更新到修订 {rev}：确认将按你在此看到的内容发送，并会以冲突返回。",
   "inbox.cancel": "取消",
   "inbox.givesUp": "放弃：{what}",
   "inbox.held.durable": "由运行时持久保留：即使重启，它也会等待这个答复。",

@@ -5,7 +5,7 @@
 // Page Down / Page Up move between cards. A card with an open diff, a confirmation, a typed
 // answer or a send in flight stays rendered when scrolled away, and so does the focused one.
 import { useCallback, useEffect, useRef, useState } from "react";
-import type { DecideOp, OutboxView } from "../bindings";
+import type { DecideOp, OutboxView, SeenView } from "../bindings";
 import { commands, loadText, useMirror } from "../data";
 import { useI18n } from "../i18n";
 import { InboxCard } from "../components/InboxCard";
@@ -25,9 +25,9 @@ export function InboxScreen({ focus, confirm, go }: { focus?: string; confirm?: 
   // stays visible here so the person sees their answer went out (or was queued).
   const [sent, setSent] = useState<{ question: string; op: DecideOp; entry: OutboxView }[]>([]);
   const decide = useCallback(
-    async (id: string, op: DecideOp, option: string | null, text: string | null) => {
+    async (id: string, op: DecideOp, option: string | null, text: string | null, seen: SeenView) => {
       const question = data?.find((i) => i.decision.id === id)?.decision.question ?? id;
-      const entry = await commands.decide(id, op, option, text);
+      const entry = await commands.decide(id, op, option, text, seen);
       setSent((s) => [{ question, op, entry }, ...s].slice(0, 5));
       return entry;
     },

@@ -126,7 +126,7 @@ function Detail({ d, go }: { d: ThreadDetailView; go: (r: string) => void }) {
             <Stages stages={d.stages} />
             <Budget budget={task.budget} />
           </Section>
-          <SteerPanel task={task} steps={d.stages} steer={(id, op, ins, sus) => commands.steer(id, op, ins, sus)} />
+          <SteerPanel task={task} steps={d.stages} steer={(id, op, ins, sus, rev) => commands.steer(id, op, ins, sus, rev)} />
           {d.decisions.length > 0 && (
             <Section title={t("detail.decisions")} id="sec-decisions">
               <ul className="small">

@@ -4,7 +4,7 @@ import { describe, expect, it } from "vitest";
 import { render, screen, within } from "@testing-library/react";
 import userEvent from "@testing-library/user-event";
 import type { ReactElement } from "react";
-import type { ArtifactText, DecideOp, OutboxView, SteerOp } from "../bindings";
+import type { ArtifactText, DecideOp, OutboxView, SeenView, SteerOp } from "../bindings";
 import { I18nProvider, translate, type Lang } from "../i18n";
 import { en } from "../i18n/en";
 import { zh } from "../i18n/zh";
@@ -24,13 +24,18 @@ function ui(el: ReactElement, lang: Lang = "en") {
 
 type Call = { id: string; op: DecideOp; option: string | null; text: string | null };
 
-function recorder() {
+/** Records answers; plays the server's compare-and-set against the plan revision `serverAt`. */
+function recorder(serverAt = 1) {
   const calls: Call[] = [];
-  const decide = async (id: string, op: DecideOp, option: string | null, text: string | null): Promise<OutboxView> => {
+  const seen: SeenView[] = [];
+  const decide = async (id: string, op: DecideOp, option: string | null, text: string | null, s: SeenView): Promise<OutboxView> => {
     calls.push({ id, op, option, text });
-    return outbox({ operation: op, status: "delivered" });
+    seen.push(s);
+    return s.plan_revision === serverAt
+      ? outbox({ operation: op, status: "delivered", based_on_revision: s.plan_revision })
+      : outbox({ operation: op, status: "conflict", based_on_revision: s.plan_revision, met_revision: serverAt, what_changed: `the plan moved on: you decided at revision ${s.plan_revision}, it is now at revision ${serverAt}` });
   };
-  return { calls, decide };
+  return { calls, seen, decide };
 }
 
 const load = async (): Promise<ArtifactText> => ({ text: DIFF, size: DIFF.length, truncated: false });
@@ -59,10 +64,11 @@ describe("InboxCard", () => {
   });
 
   it("approves a plain approval with one click, bound to the decision", async () => {
-    const { calls, decide } = recorder();
+    const { calls, seen, decide } = recorder();
     ui(<InboxCard item={approval()} decide={decide} load={load} now={NOW} />);
     await userEvent.click(screen.getByTestId("approve"));
     expect(calls).toEqual([{ id: "dec_1", op: "approve", option: null, text: null }]);
+    expect(seen).toEqual([{ plan_revision: 1, intent_digest: "sha256:" + "ab12".repeat(16) }]);
     expect((await screen.findByTestId("decision-result")).textContent).toContain("delivered");
   });
 
@@ -195,11 +201,61 @@ describe("OfflineBanner and outbox", () => {
   });
 });
 
+describe("a sync that moves the plan between render and tap", () => {
+  const moved = { ...approval({ risky: true, plan_revision: 1 }), plan_revision: 2, stale: true };
+
+  it("signs a risky approval's confirmation with what it asked about, and shows the conflict", async () => {
+    const { seen, decide } = recorder(2);
+    const { rerender } = ui(<InboxCard item={approval({ risky: true })} decide={decide} load={load} now={NOW} />);
+    await userEvent.click(screen.getByTestId("approve"));
+    expect(screen.getByRole("alertdialog").textContent).toContain("at plan revision 1");
+    // The mirror moves on while the confirmation is open.
+    rerender(
+      <I18nProvider initial="en">
+        <InboxCard item={{ ...moved, decision: { ...moved.decision, intent_digest: "sha256:" + "cd34".repeat(16) } }} decide={decide} load={load} now={NOW} />
+      </I18nProvider>,
+    );
+    expect(screen.getByTestId("confirm-moved").textContent).toContain("revision 2");
+    expect(screen.getByRole("alertdialog").textContent).toContain("at plan revision 1");
+    await userEvent.click(screen.getByTestId("confirm-approve"));
+    expect(seen).toEqual([{ plan_revision: 1, intent_digest: "sha256:" + "ab12".repeat(16) }]);
+    const result = await screen.findByTestId("decision-result");
+    expect(result.textContent).toContain("conflict");
+    expect(result.textContent).toContain("now at revision 2");
+  });
+
+  it("signs a replan's confirmation with the revision it asked about, and shows the conflict", async () => {
+    const calls: number[] = [];
+    const steer = async (_id: string, op: SteerOp, _i: string | null, _s: string[], rev: number) => {
+      calls.push(rev);
+      return rev === 2 ? outbox({ operation: op, status: "delivered", based_on_revision: rev }) : outbox({ operation: op, status: "conflict", based_on_revision: rev, met_revision: 2, what_changed: "the plan moved on: it is now at revision 2" });
+    };
+    const { rerender } = ui(<SteerPanel task={task} steps={row.stages} steer={steer} />);
+    await userEvent.click(screen.getByTestId("steer-replan"));
+    await userEvent.type(screen.getByRole("textbox"), "report only");
+    await userEvent.click(screen.getByRole("button", { name: "Send" }));
+    expect(screen.getByText(/Replan at revision 1\?/)).toBeTruthy();
+    rerender(
+      <I18nProvider initial="en">
+        <SteerPanel task={{ ...task, plan_revision: 2 }} steps={row.stages} steer={steer} />
+      </I18nProvider>,
+    );
+    expect(screen.getByText(/Replan at revision 1\?/)).toBeTruthy();
+    expect(screen.getByTestId("steer-moved").textContent).toContain("revision 2");
+    await userEvent.click(screen.getByTestId("steer-confirm"));
+    expect(calls).toEqual([1]);
+    expect((await screen.findByTestId("steer-result")).textContent).toContain("now at revision 2");
+    // A tap after the new revision is on screen is signed with it.
+    await userEvent.click(screen.getByTestId("steer-pause"));
+    expect(calls).toEqual([1, 2]);
+  });
+});
+
 describe("SteerPanel", () => {
   function steerer() {
-    const calls: { op: SteerOp; instructions: string | null; suspend: string[] }[] = [];
-    const steer = async (_id: string, op: SteerOp, instructions: string | null, suspend: string[]) => {
-      calls.push({ op, instructions, suspend });
+    const calls: { op: SteerOp; instructions: string | null; suspend: string[]; rev: number }[] = [];
+    const steer = async (_id: string, op: SteerOp, instructions: string | null, suspend: string[], rev: number) => {
+      calls.push({ op, instructions, suspend, rev });
       return outbox({ operation: op });
     };
     return { calls, steer };
@@ -232,7 +288,7 @@ describe("SteerPanel", () => {
     await userEvent.click(screen.getByRole("button", { name: "Send" }));
     expect(screen.getByText(/Replan at revision 1\? Pending approvals become void/)).toBeTruthy();
     await userEvent.click(screen.getByTestId("steer-confirm"));
-    expect(calls).toEqual([{ op: "replan", instructions: "do not deploy; write the report only", suspend: ["deploy_staging"] }]);
+    expect(calls).toEqual([{ op: "replan", instructions: "do not deploy; write the report only", suspend: ["deploy_staging"], rev: 1 }]);
   });
 
   it("offers resume for a paused task and nothing for a finished one", () => {

@@ -1,3 +1,5 @@
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
@@ -126,4 +128,149 @@ async fn pause_holds_the_worker_at_its_next_step_boundary_until_resume() {
     );
     resumed.expect("resume released the worker").unwrap();
     assert!(!run.cancelled().is_cancelled());
+}
+
+/// Forwards a worker's requests to the control plane; when armed, holds the reply to the next
+/// heartbeat (already computed by the server) until released — a reply that arrives late.
+struct LateReplies {
+    url: String,
+    armed: Arc<AtomicBool>,
+    held: Arc<tokio::sync::Notify>,
+    release: Arc<tokio::sync::Notify>,
+    passed: Arc<tokio::sync::Notify>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for LateReplies {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl LateReplies {
+    async fn start(upstream: String) -> LateReplies {
+        let armed = Arc::new(AtomicBool::new(false));
+        let held = Arc::new(tokio::sync::Notify::new());
+        let release = Arc::new(tokio::sync::Notify::new());
+        let passed = Arc::new(tokio::sync::Notify::new());
+        let http = reqwest::Client::new();
+        let (a, h, r, p) = (armed.clone(), held.clone(), release.clone(), passed.clone());
+        let app = axum::Router::new().fallback(move |req: axum::extract::Request| {
+            let (http, upstream, armed, held, release, passed) = (
+                http.clone(),
+                upstream.clone(),
+                a.clone(),
+                h.clone(),
+                r.clone(),
+                p.clone(),
+            );
+            async move {
+                let (parts, body) = req.into_parts();
+                let body = axum::body::to_bytes(body, usize::MAX).await.unwrap();
+                let mut out = http.request(
+                    parts.method.clone(),
+                    format!("{upstream}{}", parts.uri.path_and_query().unwrap()),
+                );
+                for (k, v) in &parts.headers {
+                    if k != "host" {
+                        out = out.header(k, v);
+                    }
+                }
+                let res = out.body(body).send().await.unwrap();
+                let status = res.status();
+                let headers = res.headers().clone();
+                let hold =
+                    parts.uri.path().ends_with("/heartbeat") && armed.swap(false, Ordering::SeqCst);
+                let mut answer = if hold {
+                    let bytes = res.bytes().await.unwrap();
+                    let reply: Value = serde_json::from_slice(&bytes).unwrap();
+                    assert_eq!(
+                        reply["task_state"], "paused",
+                        "the held reply was made while paused"
+                    );
+                    held.notify_one();
+                    release.notified().await;
+                    passed.notify_one();
+                    axum::response::Response::new(axum::body::Body::from(bytes))
+                } else {
+                    axum::response::Response::new(axum::body::Body::from_stream(res.bytes_stream()))
+                };
+                *answer.status_mut() = status;
+                *answer.headers_mut() = headers;
+                answer
+            }
+        });
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let task = tokio::spawn(async move {
+            axum::serve(listener, app).await.unwrap();
+        });
+        LateReplies {
+            url,
+            armed,
+            held,
+            release,
+            passed,
+            task,
+        }
+    }
+}
+
+/// Seen in the steer benchmark: the heartbeat that acknowledged a Pause was answered (task
+/// paused) before a Resume applied, and its reply reached the worker after the Resume. The
+/// worker must stay resumed: the reply is older than the command.
+#[tokio::test]
+async fn a_heartbeat_reply_that_arrives_after_a_resume_does_not_pause_the_worker_again() {
+    let w = World::start().await;
+    let task = w.task("pause, resume, late reply").await;
+    let proxy = LateReplies::start(w.server.url()).await;
+    let client = waymark_worker::Client::new(&proxy.url, w.token.clone()).unwrap();
+    // A 60 s lease beats every 20 s: here every beat is the prompt one after a command.
+    let run = client
+        .start_attempt(
+            &task,
+            AttemptOptions::new("w").lease(Duration::from_secs(60)),
+        )
+        .await
+        .unwrap();
+    let device = Device::pair(&w).await;
+    let mut control = run.control();
+    tokio::time::sleep(Duration::from_millis(200)).await; // the stream is connected
+
+    proxy.armed.store(true, Ordering::SeqCst);
+    device.steer(&w, &task, Operation::Pause).await;
+    tokio::time::timeout(Duration::from_secs(5), control.wait_for(|c| c.paused))
+        .await
+        .expect("the pause arrived")
+        .unwrap();
+    // The worker acknowledged the pause; the server answered that heartbeat (paused) and the
+    // answer is held on the way back.
+    tokio::time::timeout(Duration::from_secs(5), proxy.held.notified())
+        .await
+        .expect("the acknowledging heartbeat was answered");
+    device.steer(&w, &task, Operation::Resume).await;
+    tokio::time::timeout(Duration::from_secs(5), control.wait_for(|c| !c.paused))
+        .await
+        .expect("the resume arrived through the stream")
+        .unwrap();
+    control.borrow_and_update();
+
+    proxy.release.notify_one();
+    tokio::time::timeout(Duration::from_secs(5), proxy.passed.notified())
+        .await
+        .expect("the late reply was delivered");
+    // The worker has read the late reply once its control state was touched again.
+    tokio::time::timeout(Duration::from_secs(5), control.changed())
+        .await
+        .expect("the worker took the late reply")
+        .unwrap();
+    assert!(
+        !run.control().borrow().paused,
+        "a reply older than the Resume paused the worker again"
+    );
+    tokio::time::timeout(Duration::from_secs(2), run.wait_if_paused())
+        .await
+        .expect("wait_if_paused returns at once after a Resume")
+        .unwrap();
+    assert_eq!(w.detail(&task).await.task.state.as_str(), "running");
 }

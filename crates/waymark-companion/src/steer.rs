@@ -1,0 +1,218 @@
+//! Steering from this device: a command is signed once, when the person makes it, with exactly
+//! the plan revision (and, for an approval, the intent digest) they were shown — never one read
+//! from the mirror afterwards, which a background sync may have moved — then queued and
+//! delivered until the server answers.
+
+use chrono::Utc;
+use serde::{Deserialize, Serialize};
+use waymark_proto::*;
+
+use crate::mirror::OutboxEntry;
+use crate::{COMMAND_LIFETIME, Companion, Error, Identity, Keystore};
+
+/// What the person was shown when they decided. The command is signed with exactly this: if
+/// the plan moved on since, the server answers `conflict` and the person decides again.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Seen {
+    /// The task's plan revision on the screen they acted from.
+    pub plan_revision: i64,
+    /// For an approval: the intent digest on its card.
+    pub intent_digest: Option<String>,
+}
+
+impl Seen {
+    /// A steer command from a screen showing `plan_revision`.
+    pub fn revision(plan_revision: i64) -> Seen {
+        Seen {
+            plan_revision,
+            intent_digest: None,
+        }
+    }
+}
+
+impl Companion {
+    pub(crate) fn sign(
+        &self,
+        keystore: &Keystore,
+        id: &Identity,
+        cmd: &SteerCommand,
+    ) -> Result<SignedEnvelope, Error> {
+        let key = keystore.load(&id.device_id)?;
+        signing::sign(cmd, &key).map_err(|e| Error::Invalid(e.to_string()))
+    }
+
+    /// Delivers queued commands in the order they were made. Each is sent until the server
+    /// answers; a crash between sending and recording resends it, and the server's ledger
+    /// answers `duplicate` with the first result — applied once.
+    pub async fn deliver_outbox(&self) -> Result<Vec<OutboxEntry>, Error> {
+        let queued = self.mirror.queued().await?;
+        if queued.is_empty() {
+            return Ok(Vec::new());
+        }
+        let (_, api) = self.require_identity().await?;
+        let mut done = Vec::new();
+        for (command_id, env) in queued {
+            let res = api.submit(&env).await?;
+            let effective = match (&res.status, &res.original) {
+                (CommandStatus::Duplicate, Some(o)) => o.as_ref().clone(),
+                _ => res.clone(),
+            };
+            let status = match effective.status {
+                CommandStatus::Applied | CommandStatus::Duplicate => "delivered",
+                CommandStatus::Conflict => "conflict",
+                CommandStatus::Rejected if effective.reason == Some(RejectReason::Expired) => {
+                    "expired"
+                }
+                CommandStatus::Rejected => "rejected",
+            };
+            self.mirror
+                .record_result(&command_id, status, &effective)
+                .await?;
+            if let Some(e) = self
+                .mirror
+                .outbox(None)
+                .await?
+                .into_iter()
+                .find(|e| e.command_id == command_id)
+            {
+                done.push(e);
+            }
+        }
+        Ok(done)
+    }
+
+    /// Signs a command now, with the plan revision the person was shown (`seen`), queues it,
+    /// and tries to deliver the queue. Offline, it stays queued (`Error::Unreachable` says so)
+    /// and is delivered on the next sync; it is never re-signed against a newer revision.
+    pub async fn command(
+        &self,
+        task_id: &str,
+        op: Operation,
+        args: serde_json::Value,
+        scope: Vec<String>,
+        seen: i64,
+    ) -> Result<OutboxEntry, Error> {
+        let (id, _) = self.require_identity().await?;
+        let task = self.mirror.task(task_id).await?.ok_or_else(|| {
+            Error::NotFound(format!(
+                "no task `{task_id}` in the mirror — run `waymark sync`"
+            ))
+        })?;
+        if seen < 1 {
+            return Err(Error::Invalid(format!(
+                "plan revision {seen} was never shown: revisions start at 1"
+            )));
+        }
+        let keystore = self.keystore()?;
+        let now = Utc::now();
+        let cmd = SteerCommand {
+            command_id: ids::command(),
+            task_id: Some(task.id.clone()),
+            expected_plan_revision: Some(seen),
+            operation: op,
+            scope,
+            args,
+            issued_by: format!("user:{}", id.user),
+            device_id: id.device_id.clone(),
+            issued_at: now,
+            expires_at: now + COMMAND_LIFETIME,
+        };
+        let env = self.sign(&keystore, &id, &cmd)?;
+        self.mirror
+            .enqueue(&task.id, op, Some(seen), &cmd.command_id, &env)
+            .await?;
+        let delivered = self.deliver_outbox().await;
+        let entry = self
+            .mirror
+            .outbox(Some(&task.id))
+            .await?
+            .into_iter()
+            .find(|e| e.command_id == cmd.command_id)
+            .ok_or_else(|| Error::Mirror("the queued command vanished".into()))?;
+        match delivered {
+            Ok(_) => Ok(entry),
+            Err(Error::Unreachable(why)) => Err(Error::Unreachable(format!(
+                "{why}; the command is queued and will be delivered on the next sync"
+            ))),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Answers a decision: approve/deny bind the intent digest the person was shown; other
+    /// kinds choose an option or answer with text. All bind the plan revision shown.
+    pub async fn answer(
+        &self,
+        decision_id: &str,
+        op: Operation,
+        option: Option<&str>,
+        text: Option<&str>,
+        seen: &Seen,
+    ) -> Result<OutboxEntry, Error> {
+        let d = self.mirror.decision(decision_id).await?.ok_or_else(|| {
+            Error::NotFound(format!(
+                "no decision `{decision_id}` in the mirror — run `waymark sync`"
+            ))
+        })?;
+        let mut args = serde_json::json!({"decision_id": d.id});
+        // A runtime's own choice on an approval (`approve_session`, `deny_always`) is an
+        // approve or a deny carrying that option, so it stays bound to the intent digest.
+        let op = match (op, option) {
+            (Operation::ChooseOption, Some(o)) if d.kind == DecisionKind::Approval => {
+                if o == "deny" || o.starts_with("deny_") {
+                    Operation::Deny
+                } else {
+                    Operation::Approve
+                }
+            }
+            _ => op,
+        };
+        let check_option = |o: &str| {
+            if d.options.iter().any(|x| x.id == o) {
+                return Ok(());
+            }
+            let ids: Vec<&str> = d.options.iter().map(|x| x.id.as_str()).collect();
+            Err(Error::Invalid(format!(
+                "`{o}` is not an option of `{}`: choose one of {}",
+                d.id,
+                ids.join(", ")
+            )))
+        };
+        match op {
+            Operation::Approve | Operation::Deny => {
+                if d.kind != DecisionKind::Approval {
+                    return Err(Error::Invalid(format!(
+                        "`{}` is a {} decision: use `waymark choose` or `waymark answer`",
+                        d.id, d.kind
+                    )));
+                }
+                let Some(digest) = &seen.intent_digest else {
+                    return Err(Error::Invalid(format!(
+                        "`{}` is an approval: say which intent digest you were shown",
+                        d.id
+                    )));
+                };
+                args["intent_digest"] = serde_json::json!(digest);
+                if let Some(o) = option {
+                    check_option(o)?;
+                    args["option"] = serde_json::json!(o);
+                }
+            }
+            Operation::ChooseOption => {
+                let o = option.ok_or_else(|| Error::Invalid("name an option".into()))?;
+                check_option(o)?;
+                args["option"] = serde_json::json!(o);
+            }
+            _ => {
+                args["text"] = serde_json::json!(text.unwrap_or_default());
+                if let Some(o) = option {
+                    args["option"] = serde_json::json!(o);
+                }
+            }
+        }
+        if let Some(t) = text {
+            args["text"] = serde_json::json!(t);
+        }
+        self.command(&d.task_id, op, args, vec![], seen.plan_revision)
+            .await
+    }
+}
