@@ -6,9 +6,9 @@ use serde_json::json;
 use waymark_proto::*;
 use waymark_store::{DecisionRow, StoreTx, TaskRow};
 
+use crate::domain::core::to_value;
 use crate::error::ApiResult;
 use crate::now_ms;
-use crate::worker::to_value;
 
 /// The options offered when the worker gave none.
 pub(crate) fn default_options() -> Vec<DecisionOption> {

@@ -11,7 +11,7 @@ use std::sync::{Arc, LazyLock, Mutex};
 use std::time::Duration;
 
 use axum::Json as Out;
-use axum::extract::{Path, State};
+use axum::extract::State;
 use regex::Regex;
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -20,9 +20,11 @@ use waymark_proto::*;
 use waymark_store::DecisionRow;
 
 use crate::auth::{Caller, WorkerCaller};
+use crate::domain::core::invalid;
+use crate::domain::decisions::approval_grants;
+use crate::domain::{checkpoints, decisions, effects, evidence, leases, tasks};
 use crate::error::{ApiError, ApiResult};
 use crate::extract::{Json, Query};
-use crate::worker::{self, invalid};
 use crate::{AppState, now_ms};
 
 /// The runtime name of tasks made from Claude Code sessions.
@@ -245,10 +247,10 @@ async fn ensure_session(st: &AppState, caller: &Caller, input: &HookInput) -> Ap
             Some(cwd) => format!("Claude Code in {cwd}"),
             None => "Claude Code session".into(),
         });
-    let (_, Out(task)) = worker::create_task(
-        State(st.clone()),
-        WorkerCaller(caller.clone()),
-        Json(CreateTask {
+    let task = tasks::create_task(
+        st,
+        caller,
+        CreateTask {
             title: truncate(&title, 200),
             goal: String::new(),
             runtime: Some(RUNTIME.into()),
@@ -256,7 +258,7 @@ async fn ensure_session(st: &AppState, caller: &Caller, input: &HookInput) -> Ap
             plan: Vec::new(),
             materials: Materials::default(),
             external_key: Some(input.session_id.clone()),
-        }),
+        },
     )
     .await?;
     let task = task.value;
@@ -268,15 +270,15 @@ async fn ensure_session(st: &AppState, caller: &Caller, input: &HookInput) -> Ap
             .find(|a| a.state == AttemptState::Active.as_str() && a.expires_at > now_ms())
     };
     if let Some(a) = live {
-        let renewed = worker::heartbeat(
-            State(st.clone()),
-            WorkerCaller(caller.clone()),
-            Path(a.id.clone()),
-            Json(Heartbeat {
+        let renewed = leases::heartbeat(
+            st,
+            caller,
+            a.id.clone(),
+            Heartbeat {
                 fence: a.fence,
                 lease_seconds: Some(SESSION_LEASE_SECONDS),
                 acknowledged: Vec::new(),
-            }),
+            },
         )
         .await;
         if renewed.is_ok() {
@@ -287,16 +289,16 @@ async fn ensure_session(st: &AppState, caller: &Caller, input: &HookInput) -> Ap
             });
         }
     }
-    let (_, Out(attempt)) = worker::start_attempt(
-        State(st.clone()),
-        WorkerCaller(caller.clone()),
-        Path(task.id.clone()),
-        Json(StartAttempt {
+    let attempt = leases::start_attempt(
+        st,
+        caller,
+        task.id.clone(),
+        StartAttempt {
             worker: caller.name.clone(),
             lease_seconds: Some(SESSION_LEASE_SECONDS),
             manifest_digest: None,
             materials: None,
-        }),
+        },
     )
     .await?;
     Ok(Session {
@@ -316,18 +318,18 @@ async fn say(
     if text.trim().is_empty() {
         return Ok(());
     }
-    worker::append_messages(
-        State(st.clone()),
-        WorkerCaller(caller.clone()),
-        Path(s.task_id.clone()),
-        Json(AppendMessages {
+    evidence::append_messages(
+        st,
+        caller,
+        s.task_id.clone(),
+        AppendMessages {
             attempt_id: Some(s.attempt_id.clone()),
             fence: Some(s.fence),
             messages: vec![NewMessage {
                 role: role.into(),
                 text: truncate(&text, 60_000),
             }],
-        }),
+        },
     )
     .await
     .map(drop)
@@ -357,11 +359,11 @@ async fn declare_tool(
     let Some(key) = effect_key(input) else {
         return Ok(None);
     };
-    let (_, Out(declared)) = worker::declare_effect(
-        State(st.clone()),
-        WorkerCaller(caller.clone()),
-        Path(s.task_id.clone()),
-        Json(DeclareEffect {
+    let declared = effects::declare_effect(
+        st,
+        caller,
+        s.task_id.clone(),
+        DeclareEffect {
             attempt_id: s.attempt_id.clone(),
             fence: s.fence,
             idempotency_key: key,
@@ -372,7 +374,7 @@ async fn declare_tool(
             step: None,
             resource_id: None,
             intent: tool_intent(input),
-        }),
+        },
     )
     .await?;
     Ok(Some(declared.value.effect.id))
@@ -412,11 +414,11 @@ async fn finish_tool(
         "tool_response": clip_json(response, 16_000),
         "error": input.error,
     });
-    worker::update_effect(
-        State(st.clone()),
-        WorkerCaller(caller.clone()),
-        Path(effect_id),
-        Json(UpdateEffect {
+    effects::update_effect(
+        st,
+        caller,
+        effect_id,
+        UpdateEffect {
             attempt_id: s.attempt_id.clone(),
             fence: s.fence,
             status: if ok {
@@ -426,7 +428,7 @@ async fn finish_tool(
             },
             receipt: Some(receipt),
             resource_id: None,
-        }),
+        },
     )
     .await
     .map(drop)
@@ -452,11 +454,11 @@ async fn checkpoint(
         input.hook_event_name,
         input.trigger.as_deref().unwrap_or("auto")
     );
-    worker::append_checkpoint(
-        State(st.clone()),
-        WorkerCaller(caller.clone()),
-        Path(s.task_id.clone()),
-        Json(AppendCheckpoint {
+    checkpoints::append_checkpoint(
+        st,
+        caller,
+        s.task_id.clone(),
+        AppendCheckpoint {
             attempt_id: s.attempt_id.clone(),
             fence: s.fence,
             sequence,
@@ -466,23 +468,23 @@ async fn checkpoint(
                 summary: input.compact_summary.as_ref().map(|x| truncate(x, 60_000)),
                 ..CheckpointBody::default()
             },
-        }),
+        },
     )
     .await
     .map(drop)
 }
 
 async fn release(st: &AppState, caller: &Caller, s: &Session, summary: &str) -> ApiResult<()> {
-    worker::finish(
-        State(st.clone()),
-        WorkerCaller(caller.clone()),
-        Path(s.attempt_id.clone()),
-        Json(FinishAttempt {
+    leases::finish(
+        st,
+        caller,
+        s.attempt_id.clone(),
+        FinishAttempt {
             fence: s.fence,
             outcome: FinishOutcome::Released,
             summary: Some(summary.into()),
             released: Vec::new(),
-        }),
+        },
     )
     .await
     .map(drop)
@@ -535,11 +537,11 @@ async fn open_approval(
         .as_ref()
         .and_then(Value::as_array)
         .is_some_and(|a| !a.is_empty());
-    let (_, Out(d)) = worker::request_approval(
-        State(st.clone()),
-        WorkerCaller(caller.clone()),
-        Path(s.task_id.clone()),
-        Json(RequestApproval {
+    let d = decisions::request_approval(
+        st,
+        caller,
+        s.task_id.clone(),
+        RequestApproval {
             attempt_id: Some(s.attempt_id.clone()),
             fence: Some(s.fence),
             step: None,
@@ -552,7 +554,7 @@ async fn open_approval(
             risky: false,
             durability: Some(durability),
             options: choices(suggestions),
-        }),
+        },
     )
     .await?;
     Ok(d.value)
@@ -621,15 +623,16 @@ async fn expire(
     decision: &str,
     reason: &str,
 ) -> ApiResult<()> {
-    match worker::expire_decision(
-        State(st.clone()),
-        WorkerCaller(caller.clone()),
-        Path((task.to_owned(), decision.to_owned())),
-        Json(ExpireDecision {
+    match decisions::expire_held(
+        st,
+        caller,
+        task.to_owned(),
+        decision.to_owned(),
+        ExpireDecision {
             attempt_id: None,
             fence: None,
             reason: reason.into(),
-        }),
+        },
     )
     .await
     {
@@ -730,7 +733,7 @@ async fn permission_request(
     let Some(option) = chosen(&closed) else {
         return Ok(json!({}));
     };
-    let decision = match worker::approval_grants(&option) {
+    let decision = match approval_grants(&option) {
         Some(true) => {
             let mut allow = json!({"behavior": "allow"});
             if option == "approve_always"
@@ -780,15 +783,13 @@ async fn gate_tool(
                     "waiting for a decision in Waymark".into(),
                 ));
             }
-            return Ok(
-                match chosen(&d).as_deref().and_then(worker::approval_grants) {
-                    Some(true) => pre_tool_answer("allow", reason_of(&d)),
-                    _ => pre_tool_answer(
-                        "deny",
-                        format!("not approved in Waymark ({}): {}", d.status, reason_of(&d)),
-                    ),
-                },
-            );
+            return Ok(match chosen(&d).as_deref().and_then(approval_grants) {
+                Some(true) => pre_tool_answer("allow", reason_of(&d)),
+                _ => pre_tool_answer(
+                    "deny",
+                    format!("not approved in Waymark ({}): {}", d.status, reason_of(&d)),
+                ),
+            });
         }
     }
     if defer {
@@ -820,12 +821,10 @@ async fn gate_tool(
     let Some(closed) = hold_for_answer(st, caller, s, &d, hold).await? else {
         return Ok(json!({}));
     };
-    Ok(
-        match chosen(&closed).as_deref().and_then(worker::approval_grants) {
-            Some(true) => pre_tool_answer("allow", reason_of(&closed)),
-            _ => pre_tool_answer("deny", reason_of(&closed)),
-        },
-    )
+    Ok(match chosen(&closed).as_deref().and_then(approval_grants) {
+        Some(true) => pre_tool_answer("allow", reason_of(&closed)),
+        _ => pre_tool_answer("deny", reason_of(&closed)),
+    })
 }
 
 /// Answers count once Claude Code acted on them: an allowed call when its `PostToolUse`
@@ -864,7 +863,7 @@ async fn settle_deliveries(
         None => None,
     };
     for d in waiting {
-        let grants = chosen(&d).as_deref().and_then(worker::approval_grants) == Some(true);
+        let grants = chosen(&d).as_deref().and_then(approval_grants) == Some(true);
         let same_call = match (&d.effect_id, &this_effect) {
             (Some(a), Some(b)) => a == b,
             _ => d.intent_digest.is_some() && d.intent_digest == this_call,
@@ -876,16 +875,17 @@ async fn settle_deliveries(
         } else {
             continue;
         };
-        let r = worker::report_delivery(
-            State(st.clone()),
-            WorkerCaller(caller.clone()),
-            Path((s.task_id.clone(), d.id.clone())),
-            Json(ReportDelivery {
+        let r = decisions::report_delivery(
+            st,
+            caller,
+            s.task_id.clone(),
+            d.id.clone(),
+            ReportDelivery {
                 attempt_id: None,
                 fence: None,
                 state: DeliveryState::Acknowledged,
                 detail: Some(detail),
-            }),
+            },
         )
         .await;
         if let Err(e) = r

@@ -10,10 +10,11 @@ use waymark_proto::*;
 use waymark_store::*;
 
 use crate::auth::{Caller, WorkerCaller};
+use crate::domain::core::{audited, created, emit, invalid, task_for, to_value};
 use crate::error::{ApiError, ApiResult};
 use crate::extract::{Json, Query};
 use crate::schedule::{self, Plan};
-use crate::worker::{Created, audited, created, emit, invalid, task_for, to_value};
+use crate::worker::{Created, made};
 use crate::{AppState, convert, now_ms};
 
 /// A period counts as on time when it runs at most this late (for `catch_up: skip`), or half
@@ -97,7 +98,7 @@ pub(crate) async fn create(
         tx.insert_followup(&row).await?;
         let cursor = tx.max_cursor().await?;
         tx.commit().await?;
-        Ok(created(cursor, wire(&row)?))
+        Ok(made(created(cursor, wire(&row)?)))
     })
     .await
 }

@@ -8,6 +8,7 @@ mod background;
 mod budget;
 pub mod claude_code;
 mod convert;
+mod domain;
 pub mod error;
 mod extract;
 mod followups;

@@ -15,9 +15,9 @@ use waymark_proto::*;
 use waymark_store::*;
 
 use crate::auth::{Caller, CallerKind};
+use crate::domain::core::invalid;
 use crate::error::{ApiError, ApiResult};
 use crate::extract::Json;
-use crate::worker::invalid;
 use crate::{AppState, convert, now_ms};
 
 const VAPID_SECRET: &str = "vapid-private-key";

@@ -16,9 +16,10 @@ use waymark_proto::*;
 use waymark_store::CheckpointRow;
 
 use crate::auth::{Caller, CallerKind};
+use crate::domain::core::{task_for, task_wire};
+use crate::domain::decisions::close_decision;
 use crate::error::{ApiError, ApiResult};
 use crate::extract::Query;
-use crate::worker::{close_decision, task_for, task_wire};
 use crate::{AppState, convert, now_ms};
 
 #[utoipa::path(get, path = "/healthz", tag = "ops", security(()), responses((status = 200, body = Health)))]

@@ -10,12 +10,12 @@ use waymark_proto::*;
 use waymark_store::*;
 
 use crate::auth::WorkerCaller;
+use crate::domain::core::{audited, emit, emit_task, invalid, task_for, task_wire, to_value};
+use crate::domain::decisions::open_decision;
+use crate::domain::fences::fenced_attempt;
 use crate::error::{ApiError, ApiResult};
 use crate::extract::Json;
 use crate::reads::verify_chain;
-use crate::worker::{
-    audited, emit, emit_task, fenced_attempt, invalid, open_decision, task_for, task_wire, to_value,
-};
 use crate::{AppState, convert, now_ms};
 
 type Tx = Box<dyn StoreTx>;

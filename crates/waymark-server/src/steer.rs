@@ -20,9 +20,11 @@ use waymark_proto::*;
 use waymark_store::*;
 
 use crate::auth::{CallerKind, WorkerCaller, new_secret, secret_hash};
+use crate::domain::core::{emit, record_refusal, task_for};
+use crate::domain::decisions::close_decision;
+use crate::domain::tasks::validate_plan;
 use crate::error::{ApiError, ApiResult};
 use crate::extract::Json;
-use crate::worker::{close_decision, emit, record_refusal, task_for, validate_plan};
 use crate::{AppState, convert, now_ms};
 
 type Tx = Box<dyn StoreTx>;
@@ -542,7 +544,7 @@ async fn apply(st: &AppState, env: &SignedEnvelope, v: Verified) -> ApiResult<Co
         res.task_state = task.state.parse().ok();
         if res.status == CommandStatus::Applied {
             emit(&mut tx, &task, EventKind::CommandApplied, &res).await?;
-            let wire = crate::worker::task_wire(&mut tx, &task).await?;
+            let wire = crate::domain::core::task_wire(&mut tx, &task).await?;
             res.cursor = Some(emit(&mut tx, &task, EventKind::TaskUpdated, wire).await?);
         }
     }
@@ -903,7 +905,7 @@ async fn answer(
                     let options: Vec<DecisionOption> =
                         serde_json::from_value(d.options.clone()).unwrap_or_default();
                     if !options.iter().any(|x| x.id == o)
-                        || crate::worker::approval_grants(o) != Some(grant)
+                        || crate::domain::decisions::approval_grants(o) != Some(grant)
                     {
                         return Ok(Err(reject(
                             RejectReason::InvalidCommand,

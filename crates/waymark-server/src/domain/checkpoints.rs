@@ -1,0 +1,71 @@
+//! Checkpoints: appended by compare-and-set on the sequence, hash-chained, redacted.
+
+use waymark_proto::digest::{check_exact, checkpoint_digest};
+use waymark_proto::*;
+use waymark_store::*;
+
+use crate::auth::Caller;
+use crate::domain::core::{Made, audited, created, emit, invalid, not_exact, task_for, to_value};
+use crate::domain::fences::fenced_attempt;
+use crate::error::{ApiError, ApiResult};
+use crate::{AppState, convert, now_ms};
+
+/// Appends a checkpoint by compare-and-set on the sequence (`last + 1`), linked to the chain,
+/// redacted.
+pub(crate) async fn append_checkpoint(
+    st: &AppState,
+    caller: &Caller,
+    task_id: String,
+    req: AppendCheckpoint,
+) -> ApiResult<Made<Checkpoint>> {
+    if !(1..=MAX_SAFE_INTEGER).contains(&req.sequence) {
+        return Err(invalid("`sequence` must be at least 1"));
+    }
+    // The chain link must say exactly what it covers.
+    check_exact(&to_value(&req.body)).map_err(|e| not_exact("body", e))?;
+    audited(st, caller, "checkpoint.append", async {
+        let mut tx = st.store.write().await?;
+        let task = task_for(&mut tx, caller, &task_id).await?;
+        fenced_attempt(&mut tx, &task, &req.attempt_id, req.fence).await?;
+        let last = tx.last_checkpoint(&task.id).await?;
+        let last_seq = last.as_ref().map_or(0, |c| c.sequence);
+        let sequence_conflict = || {
+            ApiError::new(
+                ErrorCode::SequenceConflict,
+                format!(
+                    "sequence {} is not the next one: the last checkpoint is {last_seq}; reload and retry with {}",
+                    req.sequence,
+                    last_seq + 1
+                ),
+            )
+            .with("current_sequence", last_seq)
+            .on_task(&task.id)
+        };
+        if req.sequence != last_seq + 1 {
+            return Err(sequence_conflict());
+        }
+        let mut body = to_value(&req.body);
+        st.config.redaction.json(&mut body);
+        let prev = last.map(|c| c.digest);
+        let row = CheckpointRow {
+            task_id: task.id.clone(),
+            sequence: req.sequence,
+            attempt_id: req.attempt_id.clone(),
+            fence: req.fence,
+            digest: checkpoint_digest(&task.id, req.sequence, &req.attempt_id, req.fence, &body, prev.as_deref()),
+            body,
+            prev_digest: prev,
+            created_at: now_ms(),
+        };
+        match tx.insert_checkpoint(&row).await {
+            Err(StoreError::Conflict(_)) => return Err(sequence_conflict()),
+            r => r?,
+        }
+        let wire = convert::checkpoint(&row);
+        let cursor = emit(&mut tx, &task, EventKind::CheckpointAppended, &wire).await?;
+        tx.commit().await?;
+        st.metrics.checkpoints.inc();
+        Ok(created(cursor, wire))
+    })
+    .await
+}

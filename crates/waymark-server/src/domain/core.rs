@@ -1,0 +1,201 @@
+//! What every rule needs: the transaction type, loading a task as a caller may see it, events
+//! written in the transaction of their change, refusals in the audit log, input checks, and
+//! what a write answers (`Made`: new, or found again).
+
+use serde::Serialize;
+use serde_json::Value;
+use waymark_proto::digest::{DigestError, json_digest};
+use waymark_proto::*;
+use waymark_store::*;
+
+use crate::auth::Caller;
+use crate::error::{ApiError, ApiResult};
+use crate::{AppState, convert, now_ms};
+
+pub(crate) type Tx = Box<dyn StoreTx>;
+
+/// Loads a task the caller may access; others' tasks look absent.
+pub(crate) async fn task_for(tx: &mut Tx, caller: &Caller, id: &str) -> ApiResult<TaskRow> {
+    match tx.task(id).await? {
+        Some(t) if caller.may_access(&t.owner_id) => Ok(t),
+        _ => Err(ApiError::not_found("task", id)),
+    }
+}
+
+/// The wire form of a task (with its owner's name).
+pub(crate) async fn task_wire(tx: &mut Tx, t: &TaskRow) -> ApiResult<Task> {
+    let owner = tx
+        .user_by_id(&t.owner_id)
+        .await?
+        .map(|u| u.name)
+        .unwrap_or_default();
+    Ok(convert::task(t, &owner)?)
+}
+
+/// Appends an event for a task in the current transaction.
+pub(crate) async fn emit(
+    tx: &mut Tx,
+    task: &TaskRow,
+    kind: EventKind,
+    data: impl Serialize,
+) -> ApiResult<i64> {
+    let data = serde_json::to_value(data).map_err(|e| {
+        tracing::error!(error = %e, "event data does not serialise");
+        ApiError::new(
+            ErrorCode::Internal,
+            "the server could not record the change",
+        )
+    })?;
+    Ok(tx
+        .append_event(&NewEvent {
+            task_id: task.id.clone(),
+            owner_id: task.owner_id.clone(),
+            kind: kind.as_str().to_owned(),
+            data,
+            at: now_ms(),
+        })
+        .await?)
+}
+
+pub(crate) async fn emit_task(tx: &mut Tx, task: &TaskRow, kind: EventKind) -> ApiResult<i64> {
+    let wire = task_wire(tx, task).await?;
+    emit(tx, task, kind, wire).await
+}
+
+/// Records a refusal in the audit log, in its own transaction (the refused one rolled back).
+pub(crate) async fn audit_refusal(st: &AppState, caller: &Caller, action: &str, err: &ApiError) {
+    if !err.is_refusal() {
+        return;
+    }
+    let code = err.code().as_str();
+    record_refusal(
+        st,
+        &caller.actor(),
+        action,
+        err.task_id.as_deref(),
+        code,
+        &err.problem.detail,
+    )
+    .await;
+}
+
+/// Writes an audit entry (and counts the refusal) in its own transaction.
+pub(crate) async fn record_refusal(
+    st: &AppState,
+    actor: &str,
+    action: &str,
+    task_id: Option<&str>,
+    code: &str,
+    detail: &str,
+) {
+    st.metrics.refusal_code(code);
+    let row = AuditRow {
+        at: now_ms(),
+        actor: actor.to_owned(),
+        action: action.to_owned(),
+        task_id: task_id.map(str::to_owned),
+        code: code.to_owned(),
+        detail: detail.to_owned(),
+    };
+    let res = async {
+        let mut tx = st.store.write().await?;
+        tx.insert_audit(&row).await?;
+        tx.commit().await
+    }
+    .await;
+    if let Err(e) = res {
+        tracing::error!(error = %e, "could not record a refusal in the audit log");
+    }
+}
+
+/// Runs a write and audits it when refused.
+pub(crate) async fn audited<T>(
+    st: &AppState,
+    caller: &Caller,
+    action: &str,
+    f: impl std::future::Future<Output = ApiResult<T>>,
+) -> ApiResult<T> {
+    let res = f.await;
+    if let Err(e) = &res {
+        audit_refusal(st, caller, action, e).await;
+    }
+    res
+}
+
+pub(crate) fn invalid(detail: impl Into<String>) -> ApiError {
+    ApiError::new(ErrorCode::ValidationFailed, detail)
+}
+
+/// A 422 for a request field that has no exact canonical form: it names the field and, for an
+/// integer beyond ±(2^53 − 1), where in it the integer is (`pointer`, into the request body).
+pub(crate) fn not_exact(field: &str, e: DigestError) -> ApiError {
+    match e {
+        DigestError::NotPlainJson => invalid(format!("`{field}` is not plain JSON")),
+        DigestError::InexactNumber { pointer, value } => invalid(format!(
+            "`{field}` holds the integer {value} (at `/{field}{pointer}`), beyond ±(2^53 − 1): digests are taken over canonical JSON, which cannot carry it exactly — send it as a string"
+        ))
+        .with("pointer", format!("/{field}{pointer}")),
+    }
+}
+
+/// The digest of a request field, or a 422 saying why it has none.
+pub(crate) fn field_digest(field: &str, value: &Value) -> ApiResult<String> {
+    json_digest(value).map_err(|e| not_exact(field, e))
+}
+
+pub(crate) fn check_text(field: &str, value: &str, max: usize, required: bool) -> ApiResult<()> {
+    if required && value.trim().is_empty() {
+        return Err(invalid(format!("`{field}` must not be empty")));
+    }
+    if value.len() > max {
+        return Err(invalid(format!("`{field}` is longer than {max} bytes")));
+    }
+    Ok(())
+}
+
+pub(crate) fn refuse_terminal(task: &TaskRow) -> ApiResult<()> {
+    if task
+        .state
+        .parse::<TaskState>()
+        .is_ok_and(TaskState::is_terminal)
+    {
+        return Err(ApiError::new(
+            ErrorCode::TaskTerminal,
+            format!("task `{}` is {}", task.id, task.state),
+        )
+        .with("state", &task.state)
+        .on_task(&task.id));
+    }
+    Ok(())
+}
+
+pub(crate) fn to_value<T: Serialize>(v: &T) -> Value {
+    serde_json::to_value(v).unwrap_or(Value::Null)
+}
+
+/// What a write made: the value, the cursor of the event that announced it, and whether it
+/// is new or was found again (an idempotent repeat, a runtime session's task).
+#[derive(Debug)]
+pub(crate) struct Made<T> {
+    pub(crate) value: T,
+    pub(crate) cursor: i64,
+    pub(crate) new: bool,
+}
+
+/// A new row.
+pub(crate) fn created<T>(cursor: i64, value: T) -> Made<T> {
+    Made {
+        value,
+        cursor,
+        new: true,
+    }
+}
+
+/// A row found again.
+pub(crate) fn found<T>(cursor: i64, value: T) -> Made<T> {
+    Made {
+        value,
+        cursor,
+        new: false,
+    }
+}

@@ -1,0 +1,491 @@
+//! Decisions and approvals: opened bound to an intent digest and a plan revision, closed once
+//! (answered, expired to their default, voided), and — for approvals a runtime holds — the
+//! runtime's own delivery and expiry.
+
+use waymark_proto::*;
+use waymark_store::*;
+
+use crate::auth::{Caller, CallerKind};
+use crate::domain::core::{
+    Made, Tx, audited, check_text, created, emit, emit_task, field_digest, invalid,
+    refuse_terminal, task_for, to_value,
+};
+use crate::domain::fences::optional_fence;
+use crate::error::{ApiError, ApiResult};
+use crate::{AppState, convert, now_ms};
+
+pub(crate) fn expiry_ms(st: &AppState, seconds: Option<u64>) -> ApiResult<i64> {
+    let c = &st.config;
+    let want = seconds
+        .map(std::time::Duration::from_secs)
+        .unwrap_or(c.decision_expiry_default);
+    if want.is_zero() || want > c.decision_expiry_max {
+        return Err(invalid(format!(
+            "`expires_in_seconds` must be between 1 and {}",
+            c.decision_expiry_max.as_secs()
+        )));
+    }
+    Ok(now_ms() + want.as_millis() as i64)
+}
+
+/// Moves a task into a waiting state when a decision opens.
+pub(crate) fn wait_state(task: &mut TaskRow, waiting: TaskState) {
+    let state: TaskState = task.state.parse().unwrap_or(TaskState::Running);
+    if matches!(
+        state,
+        TaskState::Queued
+            | TaskState::Running
+            | TaskState::Verifying
+            | TaskState::WaitingHuman
+            | TaskState::WaitingApproval
+    ) {
+        task.state = waiting.as_str().into();
+    }
+}
+
+pub(crate) async fn open_decision(
+    tx: &mut Tx,
+    mut task: TaskRow,
+    row: DecisionRow,
+) -> ApiResult<Made<Decision>> {
+    tx.insert_decision(&row).await?;
+    let waiting = if row.kind == "approval" {
+        TaskState::WaitingApproval
+    } else {
+        TaskState::WaitingHuman
+    };
+    wait_state(&mut task, waiting);
+    task.updated_at = now_ms();
+    tx.update_task(&task).await?;
+    let wire = convert::decision(&row)?;
+    let cursor = emit(tx, &task, EventKind::DecisionRequested, &wire).await?;
+    let cursor = cursor.max(emit_task(tx, &task, EventKind::TaskUpdated).await?);
+    Ok(created(cursor, wire))
+}
+
+/// An approval's options: `approve` and `deny`, or a runtime's own choices, which must keep
+/// both and name the others `approve_…` (they grant) or `deny_…` (they refuse).
+pub(crate) fn approval_options(given: &[DecisionOption]) -> ApiResult<Vec<DecisionOption>> {
+    if given.is_empty() {
+        return Ok(vec![
+            DecisionOption {
+                id: "approve".into(),
+                label: "Approve".into(),
+                gives_up: String::new(),
+                cost: None,
+            },
+            DecisionOption {
+                id: "deny".into(),
+                label: "Deny".into(),
+                gives_up: "the step does not run; the agent reports instead".into(),
+                cost: None,
+            },
+        ]);
+    }
+    let mut seen = std::collections::HashSet::new();
+    for o in given {
+        check_text("options[].id", &o.id, 64, true)?;
+        check_text("options[].label", &o.label, 500, true)?;
+        if !seen.insert(o.id.as_str()) {
+            return Err(invalid(format!("option `{}` appears twice", o.id)));
+        }
+        if approval_grants(&o.id).is_none() {
+            return Err(invalid(format!(
+                "approval option `{}` must be `approve`, `deny`, `approve_…` or `deny_…`",
+                o.id
+            )));
+        }
+    }
+    if !seen.contains("approve") || !seen.contains("deny") {
+        return Err(invalid(
+            "an approval's options must include `approve` and `deny`",
+        ));
+    }
+    Ok(given.to_vec())
+}
+
+/// Whether an approval option grants (`approve`, `approve_…`) or refuses (`deny`, `deny_…`).
+pub(crate) fn approval_grants(option: &str) -> Option<bool> {
+    match option {
+        "approve" => Some(true),
+        "deny" => Some(false),
+        o if o.starts_with("approve_") && o.len() > 8 => Some(true),
+        o if o.starts_with("deny_") && o.len() > 5 => Some(false),
+        _ => None,
+    }
+}
+
+/// Closes a pending decision with an outcome, and lets the task run again when nothing else
+/// waits. Returns the newest cursor written.
+pub(crate) async fn close_decision(
+    tx: &mut Tx,
+    decision: &mut DecisionRow,
+    status: DecisionStatus,
+    outcome: DecisionOutcome,
+) -> ApiResult<i64> {
+    decision.status = status.as_str().into();
+    if decision.durability.is_some() && status == DecisionStatus::Resolved {
+        // Answered here; it counts once the runtime's adapter reports the runtime took it.
+        decision.delivery = Some(to_value(&Delivery {
+            state: DeliveryState::Pending,
+            detail: None,
+            at: outcome.at,
+        }));
+    }
+    decision.outcome = Some(to_value(&outcome));
+    tx.update_decision(decision).await?;
+    let mut task = tx
+        .task(&decision.task_id)
+        .await?
+        .ok_or_else(|| ApiError::new(ErrorCode::Internal, "decision without task"))?;
+    let wire = convert::decision(decision)?;
+    let mut cursor = emit(tx, &task, EventKind::DecisionClosed, &wire).await?;
+    if decision.kind == DecisionKind::Recovery.as_str() && status == DecisionStatus::Resolved {
+        return Ok(
+            cursor.max(crate::recovery::after_recovery_decision(tx, decision, &outcome).await?)
+        );
+    }
+    let waiting = matches!(task.state.as_str(), "waiting_approval" | "waiting_human");
+    if waiting && tx.pending_decision_count(&task.id).await? == 0 {
+        task.state = TaskState::Running.as_str().into();
+        task.updated_at = now_ms();
+        tx.update_task(&task).await?;
+        cursor = emit_task(tx, &task, EventKind::TaskUpdated).await?;
+    }
+    Ok(cursor)
+}
+
+/// A decision of this task that a runtime holds (it has a durability class).
+pub(crate) async fn runtime_decision(
+    tx: &mut Tx,
+    task: &TaskRow,
+    decision_id: &str,
+) -> ApiResult<DecisionRow> {
+    let d = tx
+        .decision(decision_id)
+        .await?
+        .filter(|d| d.task_id == task.id)
+        .ok_or_else(|| ApiError::not_found("decision", decision_id))?;
+    if d.durability.is_none() {
+        return Err(invalid(format!(
+            "decision `{}` is not held by a runtime (it was asked without `durability`)",
+            d.id
+        )));
+    }
+    Ok(d)
+}
+
+/// Opens an approval bound to the intent digest and the plan revision.
+pub(crate) async fn request_approval(
+    st: &AppState,
+    caller: &Caller,
+    task_id: String,
+    req: RequestApproval,
+) -> ApiResult<Made<Decision>> {
+    check_text("summary", &req.summary, 2000, true)?;
+    let digest = field_digest("intent", &req.intent)?;
+    if let Some(given) = &req.intent_digest
+        && *given != digest
+    {
+        return Err(invalid(format!(
+            "`intent_digest` {given} does not match the intent's canonical JSON ({digest})"
+        ))
+        .with("expected", &digest));
+    }
+    let default = req.default_option.clone().unwrap_or_else(|| "deny".into());
+    if default != "approve" && default != "deny" {
+        return Err(invalid(
+            "`default_option` of an approval is `approve` or `deny`",
+        ));
+    }
+    let options = approval_options(&req.options)?;
+    let expires_at = expiry_ms(st, req.expires_in_seconds)?;
+    audited(st, caller, "approval.request", async {
+        let mut tx = st.store.write().await?;
+        let task = task_for(&mut tx, caller, &task_id).await?;
+        refuse_terminal(&task)?;
+        optional_fence(&mut tx, &task, &req.attempt_id, req.fence).await?;
+        if let Some(e) = &req.effect_id
+            && tx.effect(e).await?.is_none_or(|x| x.task_id != task.id)
+        {
+            return Err(invalid(format!(
+                "`effect_id` `{e}` is not an effect of this task"
+            )));
+        }
+        let row = DecisionRow {
+            id: ids::decision(),
+            task_id: task.id.clone(),
+            kind: DecisionKind::Approval.as_str().into(),
+            status: DecisionStatus::Pending.as_str().into(),
+            step: req.step.clone(),
+            question: req.summary.clone(),
+            options: to_value(&options),
+            default_option: Some(default),
+            intent: Some(req.intent.clone()),
+            intent_digest: Some(digest),
+            effect_id: req.effect_id.clone(),
+            plan_revision: task.plan_revision,
+            risky: req.risky,
+            expires_at,
+            created_at: now_ms(),
+            outcome: None,
+            durability: req.durability.map(|d| d.as_str().to_owned()),
+            delivery: None,
+        };
+        let out = open_decision(&mut tx, task, row).await?;
+        tx.commit().await?;
+        Ok(out)
+    })
+    .await
+}
+
+/// Opens a question or a choice with its options and what each gives up.
+pub(crate) async fn request_decision(
+    st: &AppState,
+    caller: &Caller,
+    task_id: String,
+    req: RequestDecision,
+) -> ApiResult<Made<Decision>> {
+    check_text("question", &req.question, 4000, true)?;
+    if req.kind == DecisionKind::Approval {
+        return Err(invalid(
+            "ask for approvals with `POST /v1/tasks/{task}/approvals`, which binds the intent digest",
+        ));
+    }
+    let mut ids_seen = std::collections::HashSet::new();
+    for o in &req.options {
+        check_text("options[].id", &o.id, 64, true)?;
+        check_text("options[].label", &o.label, 500, true)?;
+        if !ids_seen.insert(o.id.as_str()) {
+            return Err(invalid(format!("option `{}` appears twice", o.id)));
+        }
+    }
+    if req.kind == DecisionKind::Budget && req.options.iter().any(|o| o.gives_up.trim().is_empty())
+    {
+        return Err(invalid(
+            "every budget option must say what it gives up (`gives_up`)",
+        ));
+    }
+    if let Some(d) = &req.default_option
+        && !ids_seen.contains(d.as_str())
+    {
+        return Err(invalid(format!(
+            "`default_option` `{d}` is not one of the options"
+        )));
+    }
+    let expires_at = expiry_ms(st, req.expires_in_seconds)?;
+    audited(st, caller, "decision.request", async {
+        let mut tx = st.store.write().await?;
+        let task = task_for(&mut tx, caller, &task_id).await?;
+        refuse_terminal(&task)?;
+        optional_fence(&mut tx, &task, &req.attempt_id, req.fence).await?;
+        let row = DecisionRow {
+            id: ids::decision(),
+            task_id: task.id.clone(),
+            kind: req.kind.as_str().into(),
+            status: DecisionStatus::Pending.as_str().into(),
+            step: req.step.clone(),
+            question: req.question.clone(),
+            options: to_value(&req.options),
+            default_option: req.default_option.clone(),
+            intent: None,
+            intent_digest: None,
+            effect_id: None,
+            plan_revision: task.plan_revision,
+            risky: false,
+            expires_at,
+            created_at: now_ms(),
+            outcome: None,
+            durability: None,
+            delivery: None,
+        };
+        let out = open_decision(&mut tx, task, row).await?;
+        tx.commit().await?;
+        Ok(out)
+    })
+    .await
+}
+
+/// Resolves a decision with the admin token (hosts without devices, the demo).
+pub(crate) async fn admin_resolve(
+    st: &AppState,
+    caller: &Caller,
+    decision_id: String,
+    req: ResolveDecision,
+) -> ApiResult<Written<Decision>> {
+    if caller.kind != CallerKind::Admin {
+        return Err(ApiError::new(
+            ErrorCode::Forbidden,
+            "resolving decisions here needs the admin token",
+        ));
+    }
+    audited(st, caller, "decision.resolve", async {
+        let mut tx = st.store.write().await?;
+        let mut d = tx
+            .decision(&decision_id)
+            .await?
+            .ok_or_else(|| ApiError::not_found("decision", &decision_id))?;
+        let task = task_for(&mut tx, caller, &d.task_id).await?;
+        if d.status != DecisionStatus::Pending.as_str() {
+            return Err(ApiError::new(
+                ErrorCode::DecisionClosed,
+                format!("decision `{}` is {}", d.id, d.status),
+            )
+            .with("status", &d.status)
+            .on_task(&task.id));
+        }
+        if d.expires_at <= now_ms() {
+            return Err(ApiError::new(
+                ErrorCode::DecisionClosed,
+                format!("decision `{}` has expired", d.id),
+            )
+            .on_task(&task.id));
+        }
+        if d.kind == "approval" && d.plan_revision != task.plan_revision {
+            return Err(ApiError::new(
+                ErrorCode::RevisionConflict,
+                format!(
+                    "the approval was asked at plan revision {}, the plan is now at {}",
+                    d.plan_revision, task.plan_revision
+                ),
+            )
+            .with("current_revision", task.plan_revision)
+            .on_task(&task.id));
+        }
+        let options: Vec<DecisionOption> =
+            serde_json::from_value(d.options.clone()).unwrap_or_default();
+        match &req.option {
+            Some(o) if !options.iter().any(|x| &x.id == o) => {
+                return Err(invalid(format!("`{o}` is not an option of this decision")));
+            }
+            None if !options.is_empty() => {
+                return Err(invalid("choose one of the decision's options"));
+            }
+            None if req.text.as_deref().is_none_or(|t| t.trim().is_empty()) => {
+                return Err(invalid("answer with `text`"));
+            }
+            _ => {}
+        }
+        let outcome = DecisionOutcome {
+            option: req.option.clone(),
+            text: req.text.clone(),
+            by: "admin".into(),
+            at: chrono::Utc::now(),
+        };
+        let cursor = close_decision(&mut tx, &mut d, DecisionStatus::Resolved, outcome).await?;
+        tx.commit().await?;
+        Ok(Written {
+            cursor,
+            value: convert::decision(&d)?,
+        })
+    })
+    .await
+}
+
+/// Records that the runtime took (or lost) the answer to an approval it holds.
+pub(crate) async fn report_delivery(
+    st: &AppState,
+    caller: &Caller,
+    task_id: String,
+    decision_id: String,
+    req: ReportDelivery,
+) -> ApiResult<Written<Decision>> {
+    if req.state == DeliveryState::Pending {
+        return Err(invalid("report `acknowledged` or `lost`"));
+    }
+    if let Some(d) = &req.detail {
+        check_text("detail", d, 2000, false)?;
+    }
+    audited(st, caller, "decision.delivery", async {
+        let mut tx = st.store.write().await?;
+        let task = task_for(&mut tx, caller, &task_id).await?;
+        optional_fence(&mut tx, &task, &req.attempt_id, req.fence).await?;
+        let mut d = runtime_decision(&mut tx, &task, &decision_id).await?;
+        let current: Option<Delivery> = d
+            .delivery
+            .as_ref()
+            .and_then(|v| serde_json::from_value(v.clone()).ok());
+        match current.map(|c| c.state) {
+            Some(DeliveryState::Pending) => {}
+            Some(s) if s == req.state => {
+                let cursor = tx.max_cursor().await?;
+                return Ok(Written {
+                    cursor,
+                    value: convert::decision(&d)?,
+                });
+            }
+            Some(s) => {
+                return Err(ApiError::new(
+                    ErrorCode::DecisionClosed,
+                    format!("the runtime's delivery of this answer was already reported {s}"),
+                )
+                .on_task(&task.id));
+            }
+            None => {
+                return Err(ApiError::new(
+                    ErrorCode::DecisionClosed,
+                    format!(
+                        "decision `{}` is {}; only an answered approval has a delivery to report",
+                        d.id, d.status
+                    ),
+                )
+                .with("status", &d.status)
+                .on_task(&task.id));
+            }
+        }
+        d.delivery = Some(to_value(&Delivery {
+            state: req.state,
+            detail: req.detail.clone(),
+            at: chrono::Utc::now(),
+        }));
+        tx.update_decision(&d).await?;
+        let wire = convert::decision(&d)?;
+        let cursor = emit(&mut tx, &task, EventKind::DecisionUpdated, &wire).await?;
+        tx.commit().await?;
+        Ok(Written {
+            cursor,
+            value: wire,
+        })
+    })
+    .await
+}
+
+/// Closes an approval a runtime held and dropped (connection closed, hook timed out): expired with
+/// no option, never approved.
+pub(crate) async fn expire_held(
+    st: &AppState,
+    caller: &Caller,
+    task_id: String,
+    decision_id: String,
+    req: ExpireDecision,
+) -> ApiResult<Written<Decision>> {
+    check_text("reason", &req.reason, 2000, true)?;
+    audited(st, caller, "decision.expire", async {
+        let mut tx = st.store.write().await?;
+        let task = task_for(&mut tx, caller, &task_id).await?;
+        optional_fence(&mut tx, &task, &req.attempt_id, req.fence).await?;
+        let mut d = runtime_decision(&mut tx, &task, &decision_id).await?;
+        if d.status != DecisionStatus::Pending.as_str() {
+            return Err(ApiError::new(
+                ErrorCode::DecisionClosed,
+                format!("decision `{}` is {}", d.id, d.status),
+            )
+            .with("status", &d.status)
+            .on_task(&task.id));
+        }
+        // No option applies: the runtime decides on its own, and nothing is reported approved.
+        let outcome = DecisionOutcome {
+            option: None,
+            text: Some(req.reason.clone()),
+            by: "runtime".into(),
+            at: chrono::Utc::now(),
+        };
+        let cursor = close_decision(&mut tx, &mut d, DecisionStatus::Expired, outcome).await?;
+        tx.commit().await?;
+        Ok(Written {
+            cursor,
+            value: convert::decision(&d)?,
+        })
+    })
+    .await
+}

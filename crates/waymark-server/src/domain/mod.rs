@@ -1,0 +1,13 @@
+//! The control plane's rules, as plain functions over a store transaction and the server's
+//! state — no HTTP in them. The axum handlers parse, authorise, call one of these and answer;
+//! the Claude Code hook and the background work call the same functions. Grouped by what they
+//! decide; `core` is what every group uses. No module here imports another in a circle.
+
+pub(crate) mod checkpoints;
+pub(crate) mod core;
+pub(crate) mod decisions;
+pub(crate) mod effects;
+pub(crate) mod evidence;
+pub(crate) mod fences;
+pub(crate) mod leases;
+pub(crate) mod tasks;

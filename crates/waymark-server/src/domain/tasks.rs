@@ -1,0 +1,179 @@
+//! Tasks: creating one (or finding the runtime session's task again), plans and budgets.
+
+use waymark_proto::*;
+use waymark_store::*;
+
+use crate::auth::Caller;
+use crate::domain::core::{
+    Made, Tx, check_text, created, emit, found, invalid, task_wire, to_value,
+};
+use crate::error::ApiResult;
+use crate::{AppState, now_ms};
+
+pub(crate) fn validate_plan(plan: &[PlanStep]) -> ApiResult<()> {
+    let mut seen = std::collections::HashSet::new();
+    for s in plan {
+        check_text("plan[].id", &s.id, 128, true)?;
+        check_text("plan[].title", &s.title, 1000, false)?;
+        if !seen.insert(s.id.as_str()) {
+            return Err(invalid(format!("plan step `{}` appears twice", s.id)));
+        }
+    }
+    for s in plan {
+        for d in &s.depends_on {
+            if !seen.contains(d.as_str()) {
+                return Err(invalid(format!(
+                    "plan step `{}` depends on unknown step `{d}`",
+                    s.id
+                )));
+            }
+        }
+    }
+    // Kahn's algorithm: the plan must be a DAG.
+    let mut indegree: std::collections::HashMap<&str, usize> = plan
+        .iter()
+        .map(|s| (s.id.as_str(), s.depends_on.len()))
+        .collect();
+    let mut ready: Vec<&str> = indegree
+        .iter()
+        .filter(|(_, n)| **n == 0)
+        .map(|(k, _)| *k)
+        .collect();
+    let mut done = 0;
+    while let Some(id) = ready.pop() {
+        done += 1;
+        for s in plan.iter().filter(|s| s.depends_on.iter().any(|d| d == id)) {
+            let n = indegree.get_mut(s.id.as_str()).expect("known step");
+            *n -= 1;
+            if *n == 0 {
+                ready.push(&s.id);
+            }
+        }
+    }
+    if done != plan.len() {
+        return Err(invalid("the plan's dependencies form a cycle"));
+    }
+    Ok(())
+}
+
+pub(crate) fn validate_budget(b: &Budget) -> ApiResult<()> {
+    if b.max_cost_usd.is_some_and(|c| !c.is_finite() || c < 0.0) {
+        return Err(invalid(
+            "`budget.max_cost_usd` must be a non-negative number",
+        ));
+    }
+    Ok(())
+}
+
+/// The task a runtime adapter created before for the same runtime id, answered as `200`.
+pub(crate) async fn existing_task(
+    st: &AppState,
+    caller: &Caller,
+    runtime: &Option<String>,
+    key: &Option<String>,
+) -> ApiResult<Option<Made<Task>>> {
+    if runtime.is_none() || key.is_none() {
+        return Ok(None);
+    }
+    let mut tx = st.store.read().await?;
+    existing_task_in(&mut tx, caller, runtime, key).await
+}
+
+/// [`existing_task`] in a given transaction.
+pub(crate) async fn existing_task_in(
+    tx: &mut Tx,
+    caller: &Caller,
+    runtime: &Option<String>,
+    key: &Option<String>,
+) -> ApiResult<Option<Made<Task>>> {
+    let (Some(runtime), Some(key)) = (runtime, key) else {
+        return Ok(None);
+    };
+    let Some(row) = tx
+        .task_by_external_key(&caller.user_id, runtime, key)
+        .await?
+    else {
+        return Ok(None);
+    };
+    let task = task_wire(tx, &row).await?;
+    let cursor = tx.max_cursor().await?;
+    Ok(Some(found(cursor, task)))
+}
+
+/// Creates a task with its first session, or answers the runtime session's task when one exists for
+/// `(runtime, external_key)`.
+pub(crate) async fn create_task(
+    st: &AppState,
+    caller: &Caller,
+    req: CreateTask,
+) -> ApiResult<Made<Task>> {
+    check_text("title", &req.title, 200, true)?;
+    check_text("goal", &req.goal, 20_000, false)?;
+    validate_plan(&req.plan)?;
+    validate_budget(&req.budget)?;
+    if let Some(key) = &req.external_key {
+        check_text("external_key", key, 300, true)?;
+        if req.runtime.is_none() {
+            return Err(invalid(
+                "`external_key` needs `runtime`: keys are per runtime",
+            ));
+        }
+    }
+    if let Some(found) = existing_task(st, caller, &req.runtime, &req.external_key).await? {
+        return Ok(found);
+    }
+    let now = now_ms();
+    let task_id = ids::task();
+    let session_id = ids::session();
+    let row = TaskRow {
+        id: task_id.clone(),
+        owner_id: caller.user_id.clone(),
+        title: req.title,
+        goal: req.goal,
+        runtime: req.runtime,
+        state: TaskState::Queued.as_str().into(),
+        plan: to_value(&req.plan),
+        plan_revision: 1,
+        budget: to_value(&req.budget),
+        usage: to_value(&Usage::default()),
+        materials: to_value(&req.materials),
+        session_id: session_id.clone(),
+        fence: 0,
+        outcome_summary: None,
+        created_at: now,
+        updated_at: now,
+        parent_id: None,
+        external_key: req.external_key,
+    };
+    let mut tx = st.store.write().await?;
+    if let Err(e) = tx.insert_task(&row).await {
+        // Another request created the same runtime key in the meantime: that task is the one.
+        // It may sit in the same group commit, not yet visible to readers (SQLite): this write
+        // transaction sees it, and its commit answers once that task is durable. Where a failed
+        // statement ends the transaction (PostgreSQL), the other one had to commit before this
+        // insert could fail, so a fresh read finds it.
+        if let Ok(Some(found)) =
+            existing_task_in(&mut tx, caller, &row.runtime, &row.external_key).await
+        {
+            tx.commit().await?;
+            return Ok(found);
+        }
+        drop(tx);
+        if let Some(found) = existing_task(st, caller, &row.runtime, &row.external_key).await? {
+            return Ok(found);
+        }
+        return Err(e.into());
+    }
+    tx.insert_session(&SessionRow {
+        id: session_id,
+        task_id,
+        parent_id: None,
+        created_at: now,
+    })
+    .await?;
+    let task = task_wire(&mut tx, &row).await?;
+    let cursor = emit(&mut tx, &row, EventKind::TaskCreated, &task).await?;
+    tx.commit().await?;
+    st.metrics.tasks_created.inc();
+    Ok(created(cursor, task))
+}
