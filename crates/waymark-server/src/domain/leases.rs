@@ -134,16 +134,26 @@ pub(crate) async fn heartbeat(
             // A revoked worker still reports what it saw (e.g. the cancel that revoked it):
             // record the acknowledgements, then refuse the renewal.
             if attempt.fence == req.fence && !req.acknowledged.is_empty() {
-                crate::steer::exchange_controls(&mut tx, &task, &attempt.id, &req.acknowledged)
-                    .await?;
+                crate::domain::controls::exchange_controls(
+                    &mut tx,
+                    &task,
+                    &attempt.id,
+                    &req.acknowledged,
+                )
+                .await?;
                 tx.commit().await?;
             }
             return Err(e);
         }
         attempt.expires_at = now_ms() + lease_ms(st, req.lease_seconds);
         tx.update_attempt(&attempt).await?;
-        let commands =
-            crate::steer::exchange_controls(&mut tx, &task, &attempt.id, &req.acknowledged).await?;
+        let commands = crate::domain::controls::exchange_controls(
+            &mut tx,
+            &task,
+            &attempt.id,
+            &req.acknowledged,
+        )
+        .await?;
         tx.commit().await?;
         Ok(HeartbeatReply {
             expires_at: convert::dt(attempt.expires_at),

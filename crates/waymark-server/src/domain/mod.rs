@@ -4,8 +4,11 @@
 //! decide; `core` is what every group uses. No module here imports another in a circle.
 
 pub(crate) mod checkpoints;
+pub(crate) mod commands;
+pub(crate) mod controls;
 pub(crate) mod core;
 pub(crate) mod decisions;
+pub(crate) mod devices;
 pub(crate) mod effects;
 pub(crate) mod evidence;
 pub(crate) mod fences;

@@ -1,0 +1,594 @@
+//! Signed steer commands (SPEC §5): the ledger that applies a command id once, compare-and-set
+//! on the plan revision, and what each operation changes — pause, resume, cancel, replan,
+//! take-over, and the answers to decisions bound to their digest and revision.
+
+use chrono::Utc;
+use serde_json::{Value, json};
+use waymark_proto::*;
+use waymark_store::*;
+
+use crate::domain::core::{Tx, emit, record_refusal};
+use crate::domain::decisions::{approval_grants, close_decision};
+use crate::domain::devices::{
+    Rejection, Verified, has_scope, reject, required_scope, result, verify_envelope,
+};
+use crate::domain::tasks::validate_plan;
+use crate::error::{ApiError, ApiResult};
+use crate::{AppState, convert, now_ms};
+
+/// Verifies and applies a signed command, once: the ledger answers a repeat `duplicate` with
+/// the first result. Refusals and conflicts are audited; the result says which.
+pub(crate) async fn submit(st: &AppState, env: &SignedEnvelope) -> ApiResult<CommandResult> {
+    let command_id = env
+        .command
+        .get("command_id")
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .to_owned();
+    let task_hint = env
+        .command
+        .get("task_id")
+        .and_then(Value::as_str)
+        .map(str::to_owned);
+    let v = match verify_envelope(st, env).await {
+        Ok(v) => v,
+        Err(r) => {
+            // Not recorded in the ledger: an unverified sender must not squat a command id.
+            record_refusal(
+                st,
+                &format!("device:{}", env.signature.key_id),
+                "command.submit",
+                task_hint.as_deref(),
+                r.reason.as_str(),
+                &r.detail,
+            )
+            .await;
+            let mut res = result(CommandStatus::Rejected, &command_id, r.detail);
+            res.reason = Some(r.reason);
+            res.task_id = task_hint;
+            return Ok(res);
+        }
+    };
+    let res = apply(st, env, v).await?;
+    if res.status == CommandStatus::Rejected || res.status == CommandStatus::Conflict {
+        let code = res.reason.map_or("conflict", RejectReason::as_str);
+        record_refusal(
+            st,
+            &format!("device:{}", env.signature.key_id),
+            "command.submit",
+            res.task_id.as_deref(),
+            code,
+            &res.detail,
+        )
+        .await;
+    }
+    Ok(res)
+}
+
+/// Applies a verified command in one transaction: ledger row, task change, control command
+/// and event commit together or not at all.
+pub(crate) async fn apply(
+    st: &AppState,
+    env: &SignedEnvelope,
+    v: Verified,
+) -> ApiResult<CommandResult> {
+    let mut tx = st.store.write().await?;
+    let cmd = &v.command;
+    if let Some(prev) = tx.command(&cmd.command_id).await? {
+        if prev.body_digest == v.body_digest {
+            let original: CommandResult = serde_json::from_value(prev.result)
+                .unwrap_or_else(|_| result(CommandStatus::Rejected, &cmd.command_id, "unreadable"));
+            let mut res = result(
+                CommandStatus::Duplicate,
+                &cmd.command_id,
+                "this command was delivered before; it was applied once",
+            );
+            res.task_id = original.task_id.clone();
+            res.operation = original.operation;
+            res.original = Some(Box::new(original));
+            return Ok(res);
+        }
+        let mut res = result(
+            CommandStatus::Rejected,
+            &cmd.command_id,
+            "this command id was used before with a different body; sign a new command",
+        );
+        res.reason = Some(RejectReason::CommandIdReused);
+        res.task_id = cmd.task_id.clone();
+        return Ok(res);
+    }
+    let mut res = result(CommandStatus::Applied, &cmd.command_id, "");
+    res.operation = Some(cmd.operation);
+    res.task_id = cmd.task_id.clone();
+    res.based_on_revision = cmd.expected_plan_revision;
+    let outcome = decide(&mut tx, &v, &mut res).await?;
+    match outcome {
+        Ok(()) => {}
+        Err(r) => {
+            res.status = CommandStatus::Rejected;
+            res.reason = Some(r.reason);
+            res.detail = r.detail;
+        }
+    }
+    let task = match &cmd.task_id {
+        Some(id) => tx.task(id).await?.filter(|t| t.owner_id == v.user.id),
+        None => None,
+    };
+    if let Some(task) = task {
+        res.plan_revision = Some(task.plan_revision);
+        res.task_state = task.state.parse().ok();
+        if res.status == CommandStatus::Applied {
+            emit(&mut tx, &task, EventKind::CommandApplied, &res).await?;
+            let wire = crate::domain::core::task_wire(&mut tx, &task).await?;
+            res.cursor = Some(emit(&mut tx, &task, EventKind::TaskUpdated, wire).await?);
+        }
+    }
+    tx.insert_command(&CommandRow {
+        command_id: cmd.command_id.clone(),
+        task_id: cmd.task_id.clone(),
+        device_id: v.device.id.clone(),
+        body_digest: v.body_digest.clone(),
+        operation: cmd.operation.as_str().into(),
+        envelope: serde_json::to_value(env).unwrap_or_default(),
+        status: serde_json::to_value(res.status)
+            .ok()
+            .and_then(|s| s.as_str().map(str::to_owned))
+            .unwrap_or_default(),
+        result: serde_json::to_value(&res).unwrap_or_default(),
+        created_at: now_ms(),
+    })
+    .await?;
+    tx.commit().await?;
+    Ok(res)
+}
+
+/// Checks and applies one operation. Everything is checked before anything is written, so a
+/// rejection leaves the task untouched.
+pub(crate) async fn decide(
+    tx: &mut Tx,
+    v: &Verified,
+    res: &mut CommandResult,
+) -> ApiResult<Result<(), Rejection>> {
+    let cmd = &v.command;
+    if cmd.operation == Operation::OpenSession {
+        return Ok(Err(reject(
+            RejectReason::WrongOperation,
+            "open a session with `POST /v1/devices/{device}/session`",
+        )));
+    }
+    let Some(task_id) = &cmd.task_id else {
+        return Ok(Err(reject(
+            RejectReason::InvalidCommand,
+            "`task_id` is required",
+        )));
+    };
+    let Some(mut task) = tx.task(task_id).await?.filter(|t| t.owner_id == v.user.id) else {
+        return Ok(Err(reject(
+            RejectReason::NotYourTask,
+            format!("no task `{task_id}` of user `{}`", v.user.name),
+        )));
+    };
+    let scope = required_scope(cmd.operation);
+    if !has_scope(&v.device, scope) {
+        return Ok(Err(reject(
+            RejectReason::MissingScope,
+            format!(
+                "`{}` needs the `{scope}` scope; pair with it",
+                cmd.operation
+            ),
+        )));
+    }
+    let state: TaskState = task.state.parse().unwrap_or(TaskState::Running);
+    if state.is_terminal() {
+        return Ok(Err(reject(
+            RejectReason::TaskTerminal,
+            format!("the task is {state}"),
+        )));
+    }
+    // Compare-and-set on the plan revision. Pause is the exception: stopping is always safe.
+    if cmd.operation != Operation::Pause {
+        let Some(expected) = cmd.expected_plan_revision else {
+            return Ok(Err(reject(
+                RejectReason::InvalidCommand,
+                "`expected_plan_revision` is required",
+            )));
+        };
+        if expected != task.plan_revision {
+            res.status = CommandStatus::Conflict;
+            res.detail = format!(
+                "the plan moved on: you decided at revision {expected}, it is now at revision {}; review and decide again",
+                task.plan_revision
+            );
+            return Ok(Ok(()));
+        }
+    }
+    let now = now_ms();
+    let by = format!("user:{}", v.user.name);
+    let mut control: Option<Value> = None;
+    match cmd.operation {
+        Operation::Pause => {
+            task.state = TaskState::Paused.as_str().into();
+            control = Some(json!({}));
+            res.detail = match cmd.expected_plan_revision {
+                Some(e) if e != task.plan_revision => format!(
+                    "paused; you decided at revision {e} and met revision {} — pause applies regardless",
+                    task.plan_revision
+                ),
+                _ => "paused: no new step starts; nothing is rolled back".into(),
+            };
+        }
+        Operation::Resume => {
+            if state != TaskState::Paused {
+                return Ok(Err(reject(
+                    RejectReason::InvalidState,
+                    format!("the task is {state}, not paused"),
+                )));
+            }
+            task.state = resumed_state(tx, &task).await?.as_str().into();
+            control = Some(json!({}));
+            res.detail = "resumed".into();
+        }
+        Operation::Cancel => {
+            task.state = TaskState::Cancelled.as_str().into();
+            task.outcome_summary = Some(format!("cancelled by {by}"));
+            revoke_attempts(tx, &task, now).await?;
+            let mut flagged = Vec::new();
+            for mut e in tx.list_effects(&task.id).await? {
+                let s: EffectStatus = e.status.parse().unwrap_or(EffectStatus::Unknown);
+                if !s.is_terminal() && s != EffectStatus::FailedCompensable {
+                    e.flag =
+                        Some("cancelled while under way: reconcile before anything else".into());
+                    e.updated_at = now;
+                    tx.update_effect(&e).await?;
+                    emit(tx, &task, EventKind::EffectUpdated, convert::effect(&e)?).await?;
+                    flagged.push(e.id.clone());
+                }
+            }
+            void_decisions(tx, &task.id, false, &by).await?;
+            control = Some(json!({"effects_to_reconcile": flagged}));
+            res.detail = if flagged.is_empty() {
+                "cancelled: the lease is revoked and the worker told to stop".into()
+            } else {
+                format!(
+                    "cancelled: the lease is revoked; {} effect(s) under way are flagged for reconciliation",
+                    flagged.len()
+                )
+            };
+        }
+        Operation::Replan | Operation::SuspendAndReplan => {
+            if let Some(plan) = cmd.args.get("plan") {
+                let steps: Vec<PlanStep> = match serde_json::from_value(plan.clone()) {
+                    Ok(s) => s,
+                    Err(e) => {
+                        return Ok(Err(reject(
+                            RejectReason::InvalidCommand,
+                            format!("`args.plan`: {e}"),
+                        )));
+                    }
+                };
+                if let Err(e) = validate_plan(&steps) {
+                    return Ok(Err(reject(
+                        RejectReason::InvalidCommand,
+                        e.problem.detail.clone(),
+                    )));
+                }
+                task.plan = serde_json::to_value(steps).unwrap_or_default();
+            }
+            let instructions = cmd
+                .args
+                .get("instructions")
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .to_owned();
+            task.plan_revision += 1;
+            for mut e in tx.list_effects(&task.id).await? {
+                if e.status == EffectStatus::Intended.as_str() && e.flag.is_none() {
+                    e.flag = Some(format!(
+                        "superseded by plan revision {}: declare it again under the new plan",
+                        task.plan_revision
+                    ));
+                    e.updated_at = now;
+                    tx.update_effect(&e).await?;
+                    emit(tx, &task, EventKind::EffectUpdated, convert::effect(&e)?).await?;
+                }
+            }
+            let voided = void_decisions(tx, &task.id, true, &by).await?;
+            if matches!(state, TaskState::WaitingApproval | TaskState::WaitingHuman)
+                && tx.pending_decision_count(&task.id).await? == 0
+            {
+                task.state = TaskState::Running.as_str().into();
+            }
+            control =
+                Some(json!({"instructions": instructions, "scope": cmd.scope, "plan": task.plan}));
+            res.detail = format!(
+                "plan revision {} with new instructions; {voided} pending approval(s) void",
+                task.plan_revision
+            );
+        }
+        Operation::Approve
+        | Operation::Deny
+        | Operation::AnswerQuestion
+        | Operation::ChooseOption => {
+            let out = answer(tx, &task, cmd, &by, now).await?;
+            if let Err(r) = out {
+                return Ok(Err(r));
+            }
+            res.detail = "answered".into();
+            // close_decision may have moved the task back to running.
+            task = tx.task(&task.id).await?.unwrap_or(task);
+        }
+        Operation::TakeOver => {
+            revoke_attempts(tx, &task, now).await?;
+            task.state = TaskState::Paused.as_str().into();
+            control = Some(json!({"new_owner": by}));
+            res.detail = format!("{by} holds control; the agent's attempt is fenced off");
+        }
+        Operation::OpenSession => unreachable!("handled above"),
+    }
+    task.updated_at = now;
+    tx.update_task(&task).await?;
+    if let Some(args) = control {
+        tx.insert_control(&ControlRow {
+            command_id: cmd.command_id.clone(),
+            task_id: task.id.clone(),
+            operation: cmd.operation.as_str().into(),
+            args,
+            plan_revision: task.plan_revision,
+            applied_at: now,
+            acknowledged_at: None,
+            acknowledged_by: None,
+            seq: 0,
+        })
+        .await?;
+    }
+    Ok(Ok(()))
+}
+
+/// Where a resumed task goes: back to waiting if decisions are open, running if a worker
+/// holds a live lease, else queued for one.
+pub(crate) async fn resumed_state(tx: &mut Tx, task: &TaskRow) -> ApiResult<TaskState> {
+    let decisions = tx.list_decisions(&task.id).await?;
+    let pending: Vec<_> = decisions.iter().filter(|d| d.status == "pending").collect();
+    if pending.iter().any(|d| d.kind == "approval") {
+        return Ok(TaskState::WaitingApproval);
+    }
+    if !pending.is_empty() {
+        return Ok(TaskState::WaitingHuman);
+    }
+    let now = now_ms();
+    let live = tx
+        .list_attempts(&task.id)
+        .await?
+        .iter()
+        .any(|a| a.state == "active" && a.expires_at > now);
+    Ok(if live {
+        TaskState::Running
+    } else {
+        TaskState::Queued
+    })
+}
+
+pub(crate) async fn revoke_attempts(tx: &mut Tx, task: &TaskRow, now: i64) -> ApiResult<()> {
+    for mut a in tx.list_attempts(&task.id).await? {
+        if a.state == AttemptState::Active.as_str() {
+            a.state = AttemptState::Revoked.as_str().into();
+            a.ended_at = Some(now);
+            tx.update_attempt(&a).await?;
+            emit(tx, task, EventKind::AttemptEnded, convert::attempt(&a)?).await?;
+        }
+    }
+    Ok(())
+}
+
+/// Voids pending decisions (only approvals when `approvals_only`). Returns how many.
+pub(crate) async fn void_decisions(
+    tx: &mut Tx,
+    task_id: &str,
+    approvals_only: bool,
+    by: &str,
+) -> ApiResult<usize> {
+    let mut n = 0;
+    for mut d in tx.list_decisions(task_id).await? {
+        if d.status != "pending" || (approvals_only && d.kind != "approval") {
+            continue;
+        }
+        let text = if approvals_only {
+            "void: the plan was revised; the agent must ask again"
+        } else {
+            "void: the task was cancelled"
+        };
+        let outcome = DecisionOutcome {
+            option: None,
+            text: Some(text.into()),
+            by: by.to_owned(),
+            at: Utc::now(),
+        };
+        close_decision(tx, &mut d, DecisionStatus::Void, outcome).await?;
+        n += 1;
+    }
+    Ok(n)
+}
+
+/// approve / deny / answer_question / choose_option: bound to the decision id, and for
+/// approvals to the intent digest and the plan revision.
+pub(crate) async fn answer(
+    tx: &mut Tx,
+    task: &TaskRow,
+    cmd: &SteerCommand,
+    by: &str,
+    now: i64,
+) -> ApiResult<Result<(), Rejection>> {
+    let Some(decision_id) = cmd.args.get("decision_id").and_then(Value::as_str) else {
+        return Ok(Err(reject(
+            RejectReason::InvalidCommand,
+            "`args.decision_id` is required",
+        )));
+    };
+    let Some(mut d) = tx
+        .decision(decision_id)
+        .await?
+        .filter(|d| d.task_id == task.id)
+    else {
+        return Ok(Err(reject(
+            RejectReason::InvalidCommand,
+            format!("no decision `{decision_id}` on this task"),
+        )));
+    };
+    if d.status != "pending" {
+        return Ok(Err(reject(
+            RejectReason::DecisionClosed,
+            format!("the decision is {}", d.status),
+        )));
+    }
+    if d.expires_at <= now {
+        return Ok(Err(reject(
+            RejectReason::ApprovalExpired,
+            "the decision expired; its default applies",
+        )));
+    }
+    let is_approval = d.kind == "approval";
+    let (option, text) = match cmd.operation {
+        Operation::Approve | Operation::Deny => {
+            if !is_approval {
+                return Ok(Err(reject(
+                    RejectReason::WrongOperation,
+                    "approve and deny answer approvals; use `choose_option` or `answer_question`",
+                )));
+            }
+            if d.plan_revision != task.plan_revision {
+                return Ok(Err(reject(
+                    RejectReason::ApprovalSuperseded,
+                    format!(
+                        "the approval was asked at plan revision {}, the plan is at {}; the agent must ask again",
+                        d.plan_revision, task.plan_revision
+                    ),
+                )));
+            }
+            let given = cmd.args.get("intent_digest").and_then(Value::as_str);
+            if given != d.intent_digest.as_deref() {
+                return Ok(Err(reject(
+                    RejectReason::DigestMismatch,
+                    "the intent digest you approved is not the one the agent asked about",
+                )));
+            }
+            let grant = cmd.operation == Operation::Approve;
+            // A runtime's own choice (`approve_session`, `deny_always`) rides on approve/deny,
+            // so it stays bound to the digest and the revision like the plain answer.
+            let opt = match cmd.args.get("option").and_then(Value::as_str) {
+                None => if grant { "approve" } else { "deny" }.to_owned(),
+                Some(o) => {
+                    let options: Vec<DecisionOption> =
+                        serde_json::from_value(d.options.clone()).unwrap_or_default();
+                    if !options.iter().any(|x| x.id == o) || approval_grants(o) != Some(grant) {
+                        return Ok(Err(reject(
+                            RejectReason::InvalidCommand,
+                            format!(
+                                "`{o}` is not a{} option of this approval",
+                                if grant { " granting" } else { " refusing" }
+                            ),
+                        )));
+                    }
+                    o.to_owned()
+                }
+            };
+            (
+                Some(opt),
+                cmd.args
+                    .get("text")
+                    .and_then(Value::as_str)
+                    .map(str::to_owned),
+            )
+        }
+        Operation::ChooseOption => {
+            if is_approval {
+                return Ok(Err(reject(
+                    RejectReason::WrongOperation,
+                    "answer approvals with `approve` or `deny`",
+                )));
+            }
+            let Some(opt) = cmd.args.get("option").and_then(Value::as_str) else {
+                return Ok(Err(reject(
+                    RejectReason::InvalidCommand,
+                    "`args.option` is required",
+                )));
+            };
+            let options: Vec<DecisionOption> =
+                serde_json::from_value(d.options.clone()).unwrap_or_default();
+            if !options.iter().any(|o| o.id == opt) {
+                return Ok(Err(reject(
+                    RejectReason::InvalidCommand,
+                    format!("`{opt}` is not an option of this decision"),
+                )));
+            }
+            (Some(opt.to_owned()), None)
+        }
+        _ => {
+            if is_approval {
+                return Ok(Err(reject(
+                    RejectReason::WrongOperation,
+                    "answer approvals with `approve` or `deny`",
+                )));
+            }
+            let Some(text) = cmd
+                .args
+                .get("text")
+                .and_then(Value::as_str)
+                .filter(|t| !t.trim().is_empty())
+            else {
+                return Ok(Err(reject(
+                    RejectReason::InvalidCommand,
+                    "`args.text` is required",
+                )));
+            };
+            (
+                cmd.args
+                    .get("option")
+                    .and_then(Value::as_str)
+                    .map(str::to_owned),
+                Some(text.to_owned()),
+            )
+        }
+    };
+    let outcome = DecisionOutcome {
+        option,
+        text,
+        by: by.to_owned(),
+        at: Utc::now(),
+    };
+    close_decision(tx, &mut d, DecisionStatus::Resolved, outcome).await?;
+    Ok(Ok(()))
+}
+
+/// A ledger entry as the admin sees it: the signed envelope is the evidence.
+#[derive(Debug, serde::Serialize, serde::Deserialize, utoipa::ToSchema)]
+pub(crate) struct LedgerEntry {
+    command_id: String,
+    device_id: String,
+    operation: String,
+    status: String,
+    envelope: SignedEnvelope,
+    result: CommandResult,
+    at: chrono::DateTime<Utc>,
+}
+
+/// A task's command ledger, oldest first: the signed envelopes are the evidence.
+pub(crate) async fn ledger(st: &AppState, task_id: &str) -> ApiResult<Vec<LedgerEntry>> {
+    let rows = st.store.read().await?.list_commands(task_id).await?;
+    let mut out = Vec::with_capacity(rows.len());
+    for r in rows {
+        out.push(LedgerEntry {
+            command_id: r.command_id,
+            device_id: r.device_id,
+            operation: r.operation,
+            status: r.status,
+            envelope: serde_json::from_value(r.envelope).map_err(|e| {
+                ApiError::new(ErrorCode::Internal, format!("corrupt ledger entry: {e}"))
+            })?,
+            result: serde_json::from_value(r.result).map_err(|e| {
+                ApiError::new(ErrorCode::Internal, format!("corrupt ledger entry: {e}"))
+            })?,
+            at: convert::dt(r.created_at),
+        });
+    }
+    Ok(out)
+}

@@ -1,0 +1,60 @@
+//! Control commands: what a worker must see of applied commands, numbered per task in the
+//! order they applied, until it acknowledges them (heartbeat reply and control stream).
+
+use waymark_proto::*;
+use waymark_store::*;
+
+use crate::AppState;
+use crate::domain::core::{Tx, emit};
+use crate::error::ApiResult;
+use crate::{convert, now_ms};
+
+pub(crate) fn control_wire(c: &ControlRow) -> ControlCommand {
+    ControlCommand {
+        command_id: c.command_id.clone(),
+        operation: c.operation.parse().unwrap_or(Operation::Pause),
+        args: c.args.clone(),
+        plan_revision: c.plan_revision,
+        applied_at: convert::dt(c.applied_at),
+        seq: c.seq,
+    }
+}
+
+/// Control commands a worker has not acknowledged, and acknowledges the ones it reports.
+pub(crate) async fn exchange_controls(
+    tx: &mut Tx,
+    task: &TaskRow,
+    attempt_id: &str,
+    acknowledged: &[String],
+) -> ApiResult<Vec<ControlCommand>> {
+    for id in acknowledged {
+        if tx.ack_control(&task.id, id, now_ms(), attempt_id).await? {
+            let ack = CommandAck {
+                command_id: id.clone(),
+                task_id: task.id.clone(),
+                attempt_id: attempt_id.to_owned(),
+                at: chrono::Utc::now(),
+            };
+            emit(tx, task, EventKind::CommandAcknowledged, ack).await?;
+        }
+    }
+    Ok(tx
+        .pending_controls(&task.id)
+        .await?
+        .iter()
+        .map(control_wire)
+        .collect())
+}
+
+/// The task's unacknowledged commands, in order, and the attempt as it stands (a stream ends
+/// once its attempt is no longer active).
+pub(crate) async fn pending(
+    st: &AppState,
+    task_id: &str,
+    attempt_id: &str,
+) -> Result<(Vec<ControlCommand>, Option<AttemptRow>), StoreError> {
+    let mut tx = st.store.read().await?;
+    let pending = tx.pending_controls(task_id).await?;
+    let attempt = tx.attempt(attempt_id).await?;
+    Ok((pending.iter().map(control_wire).collect(), attempt))
+}

@@ -1,0 +1,480 @@
+//! Devices: pairing by a one-time code, read sessions, revocation, and the one verification
+//! path every signed envelope takes — algorithm, shape, device, revocation, signature over the
+//! canonical bytes received, then the clock — before anything reads a task.
+
+use serde_json::json;
+use waymark_proto::digest::{canonical_json, sha256_hex};
+use waymark_proto::signing;
+use waymark_proto::*;
+use waymark_store::*;
+
+use crate::auth::{CallerKind, new_secret, secret_hash};
+use crate::domain::core::record_refusal;
+use crate::error::{ApiError, ApiResult};
+use crate::{AppState, convert, now_ms};
+
+/// How far in the future a device clock may be.
+pub(crate) const SKEW_MS: i64 = 5 * 60 * 1000;
+
+/// The longest a signed command stays valid (it may wait in an offline outbox).
+pub(crate) const MAX_LIFETIME_MS: i64 = 7 * 24 * 3600 * 1000;
+
+/// Device read sessions last this long.
+pub(crate) const SESSION_MS: i64 = 15 * 60 * 1000;
+
+/// Normalises a pairing code: case, dashes, spaces and look-alikes do not matter.
+pub fn normalize_code(code: &str) -> String {
+    code.chars()
+        .filter(|c| c.is_ascii_alphanumeric())
+        .map(|c| match c.to_ascii_uppercase() {
+            'O' => '0',
+            'I' | 'L' => '1',
+            other => other,
+        })
+        .collect()
+}
+
+/// What the store keeps of a pairing code.
+pub fn code_hash(code: &str) -> String {
+    sha256_hex(normalize_code(code).as_bytes())
+}
+
+pub(crate) fn device_wire(d: &DeviceRow, user: &str) -> Device {
+    Device {
+        id: d.id.clone(),
+        user: user.to_owned(),
+        name: d.name.clone(),
+        scopes: serde_json::from_value(d.scopes.clone()).unwrap_or_default(),
+        public_key: d.public_key.clone(),
+        created_at: convert::dt(d.created_at),
+        revoked_at: d.revoked_at.map(convert::dt),
+    }
+}
+
+/// Pairs a device by a one-time code: its public key becomes the key its commands are
+/// verified with; the code is used up. Refusals are audited.
+pub(crate) async fn pair(st: &AppState, req: PairDevice) -> ApiResult<Device> {
+    let name = req.name.trim();
+    if name.is_empty() || name.len() > 100 {
+        return Err(ApiError::new(
+            ErrorCode::ValidationFailed,
+            "`name` must be 1–100 characters",
+        ));
+    }
+    let key = signing::public_key(&req.public_key).map_err(|e| {
+        ApiError::new(
+            ErrorCode::ValidationFailed,
+            format!("`public_key`: {e} (32 bytes, base64url)"),
+        )
+    })?;
+    let mut tx = st.store.write().await?;
+    let refuse = |code: ErrorCode, detail: &str| ApiError::new(code, detail.to_owned());
+    let Some(mut pairing) = tx.pairing(&code_hash(&req.code)).await? else {
+        drop(tx);
+        let e = refuse(
+            ErrorCode::PairingCodeInvalid,
+            "no such pairing code — check it, or ask for a new one with `waymark admin pair --user NAME`",
+        );
+        record_refusal(
+            st,
+            "device:unpaired",
+            "device.pair",
+            None,
+            e.code().as_str(),
+            &e.problem.detail,
+        )
+        .await;
+        return Err(e);
+    };
+    let user = tx
+        .user_by_id(&pairing.user_id)
+        .await?
+        .map(|u| u.name)
+        .unwrap_or_default();
+    let err = if pairing.used_at.is_some() {
+        Some(refuse(
+            ErrorCode::PairingCodeUsed,
+            &format!(
+                "this pairing code was used already — ask for a new one with `waymark admin pair --user {user}`"
+            ),
+        ))
+    } else if pairing.expires_at <= now_ms() {
+        Some(refuse(
+            ErrorCode::PairingCodeExpired,
+            &format!(
+                "pairing code expired — ask for a new one with `waymark admin pair --user {user}`"
+            ),
+        ))
+    } else {
+        None
+    };
+    if let Some(e) = err {
+        drop(tx);
+        record_refusal(
+            st,
+            "device:unpaired",
+            "device.pair",
+            None,
+            e.code().as_str(),
+            &e.problem.detail,
+        )
+        .await;
+        return Err(e);
+    }
+    let device = DeviceRow {
+        id: ids::device(),
+        user_id: pairing.user_id.clone(),
+        name: name.to_owned(),
+        public_key: signing::public_key_b64(&key),
+        scopes: pairing.scopes.clone(),
+        created_at: now_ms(),
+        revoked_at: None,
+    };
+    match tx.insert_device(&device).await {
+        Err(StoreError::Conflict(_)) => {
+            return Err(ApiError::new(
+                ErrorCode::ValidationFailed,
+                "this public key is already paired; generate a new key",
+            ));
+        }
+        r => r?,
+    }
+    pairing.used_at = Some(now_ms());
+    pairing.device_id = Some(device.id.clone());
+    tx.update_pairing(&pairing).await?;
+    tx.commit().await?;
+    Ok(device_wire(&device, &user))
+}
+
+/// A command whose signature, device and clock checked out.
+pub(crate) struct Verified {
+    pub(crate) device: DeviceRow,
+    pub(crate) user: UserRow,
+    pub(crate) command: SteerCommand,
+    pub(crate) body_digest: String,
+}
+
+/// A refusal before or after verification.
+pub(crate) struct Rejection {
+    pub(crate) reason: RejectReason,
+    pub(crate) detail: String,
+}
+
+pub(crate) fn reject(reason: RejectReason, detail: impl Into<String>) -> Rejection {
+    Rejection {
+        reason,
+        detail: detail.into(),
+    }
+}
+
+/// The one verification path of every signed envelope: algorithm, shape, device, revocation,
+/// signature over the canonical bytes received, then the clock.
+pub(crate) async fn verify_envelope(
+    st: &AppState,
+    env: &SignedEnvelope,
+) -> Result<Verified, Rejection> {
+    if env.signature.alg != signing::ALG {
+        return Err(reject(
+            RejectReason::UnsupportedAlg,
+            format!(
+                "signature algorithm `{}` is not `ed25519`",
+                env.signature.alg
+            ),
+        ));
+    }
+    let command: SteerCommand = serde_json::from_value(env.command.clone()).map_err(|e| {
+        reject(
+            RejectReason::InvalidCommand,
+            format!("the command is not well-formed: {e}"),
+        )
+    })?;
+    let lookup = async {
+        let mut tx = st.store.read().await?;
+        let device = tx.device(&env.signature.key_id).await?;
+        let user = match &device {
+            Some(d) => tx.user_by_id(&d.user_id).await?,
+            None => None,
+        };
+        Ok::<_, StoreError>((device, user))
+    };
+    let (device, user) = lookup.await.map_err(|e| {
+        tracing::error!(error = %e, "device lookup failed");
+        reject(
+            RejectReason::InvalidCommand,
+            "the server could not look up the device; retry",
+        )
+    })?;
+    let (Some(device), Some(user)) = (device, user) else {
+        return Err(reject(
+            RejectReason::UnknownDevice,
+            format!(
+                "no device `{}` — pair it with `waymark pair`",
+                env.signature.key_id
+            ),
+        ));
+    };
+    if command.device_id != env.signature.key_id {
+        return Err(reject(
+            RejectReason::DeviceMismatch,
+            "`command.device_id` differs from `signature.key_id`",
+        ));
+    }
+    if device.revoked_at.is_some() {
+        return Err(reject(
+            RejectReason::DeviceRevoked,
+            format!("device `{}` was revoked", device.id),
+        ));
+    }
+    let key = signing::public_key(&device.public_key).map_err(|_| {
+        reject(
+            RejectReason::BadSignature,
+            "the device's stored key is unusable",
+        )
+    })?;
+    signing::verify(env, &key).map_err(|e| match e {
+        signing::SigningError::InexactNumber => reject(
+            RejectReason::InvalidCommand,
+            format!("{e}; keep integers within ±9007199254740991"),
+        ),
+        e => reject(
+            RejectReason::BadSignature,
+            format!("{e}: the command was changed or not signed by this device"),
+        ),
+    })?;
+    let now = now_ms();
+    let issued = command.issued_at.timestamp_millis();
+    let expires = command.expires_at.timestamp_millis();
+    if issued > now + SKEW_MS {
+        return Err(reject(
+            RejectReason::ClockSkew,
+            "`issued_at` is in the future: check the device's clock",
+        ));
+    }
+    if expires <= now {
+        return Err(reject(
+            RejectReason::Expired,
+            "the command expired before it arrived; decide again",
+        ));
+    }
+    if expires - issued > MAX_LIFETIME_MS {
+        return Err(reject(
+            RejectReason::LifetimeTooLong,
+            "a command may live at most 7 days",
+        ));
+    }
+    if command.command_id.trim().is_empty() || command.command_id.len() > 128 {
+        return Err(reject(
+            RejectReason::InvalidCommand,
+            "`command_id` must be 1–128 characters",
+        ));
+    }
+    let body_digest = sha256_hex(&canonical_json(&env.command).unwrap_or_default());
+    Ok(Verified {
+        device,
+        user,
+        command,
+        body_digest,
+    })
+}
+
+pub(crate) fn result(
+    status: CommandStatus,
+    command_id: &str,
+    detail: impl Into<String>,
+) -> CommandResult {
+    CommandResult {
+        status,
+        command_id: command_id.to_owned(),
+        task_id: None,
+        operation: None,
+        reason: None,
+        detail: detail.into(),
+        based_on_revision: None,
+        plan_revision: None,
+        task_state: None,
+        cursor: None,
+        original: None,
+    }
+}
+
+pub(crate) fn required_scope(op: Operation) -> &'static str {
+    match op {
+        Operation::Approve | Operation::Deny => "approve",
+        Operation::OpenSession => "view",
+        _ => "steer",
+    }
+}
+
+pub(crate) fn has_scope(device: &DeviceRow, scope: &str) -> bool {
+    device
+        .scopes
+        .as_array()
+        .is_some_and(|a| a.iter().any(|s| s == scope))
+}
+
+/// Opens a device read session from a signed `open_session`: `Ok(Err(result))` is a refusal
+/// (audited), said as a command result.
+pub(crate) async fn open_session(
+    st: &AppState,
+    device_id: &str,
+    env: &SignedEnvelope,
+) -> ApiResult<Result<DeviceSession, CommandResult>> {
+    let refused = |st: AppState, r: Rejection, id: String| async move {
+        record_refusal(
+            &st,
+            &format!("device:{id}"),
+            "device.session",
+            None,
+            r.reason.as_str(),
+            &r.detail,
+        )
+        .await;
+        let mut res = result(CommandStatus::Rejected, "", r.detail);
+        res.reason = Some(r.reason);
+        res.operation = Some(Operation::OpenSession);
+        Ok(Err(res))
+    };
+    let v = match verify_envelope(st, env).await {
+        Ok(v) => v,
+        Err(r) => return refused(st.clone(), r, device_id.to_owned()).await,
+    };
+    if v.device.id != device_id || v.command.operation != Operation::OpenSession {
+        let r = reject(
+            RejectReason::InvalidCommand,
+            "a session is opened by an `open_session` command signed by this device",
+        );
+        return refused(st.clone(), r, device_id.to_owned()).await;
+    }
+    if !has_scope(&v.device, "view") {
+        return refused(
+            st.clone(),
+            reject(
+                RejectReason::MissingScope,
+                "the device lacks the `view` scope",
+            ),
+            device_id.to_owned(),
+        )
+        .await;
+    }
+    let mut tx = st.store.write().await?;
+    if tx.command(&v.command.command_id).await?.is_some() {
+        drop(tx);
+        return refused(
+            st.clone(),
+            reject(
+                RejectReason::CommandIdReused,
+                "this `open_session` was used already; sign a new one",
+            ),
+            device_id.to_owned(),
+        )
+        .await;
+    }
+    let token = new_secret(CallerKind::Device);
+    let expires_at = now_ms() + SESSION_MS;
+    tx.insert_device_session(&DeviceSessionRow {
+        token_hash: secret_hash(&token),
+        device_id: v.device.id.clone(),
+        created_at: now_ms(),
+        expires_at,
+    })
+    .await?;
+    let mut res = result(
+        CommandStatus::Applied,
+        &v.command.command_id,
+        "session opened",
+    );
+    res.operation = Some(Operation::OpenSession);
+    tx.insert_command(&CommandRow {
+        command_id: v.command.command_id.clone(),
+        task_id: None,
+        device_id: v.device.id.clone(),
+        body_digest: v.body_digest,
+        operation: Operation::OpenSession.as_str().into(),
+        envelope: serde_json::to_value(env).unwrap_or_default(),
+        status: "applied".into(),
+        result: serde_json::to_value(&res).unwrap_or_default(),
+        created_at: now_ms(),
+    })
+    .await?;
+    tx.commit().await?;
+    Ok(Ok(DeviceSession {
+        token,
+        expires_at: convert::dt(expires_at),
+    }))
+}
+
+/// `waymark admin pair`: a one-time code for `user` with `scopes`, valid for `ttl_ms`.
+pub async fn create_pairing(
+    store: &dyn Store,
+    user: &str,
+    scopes: &[String],
+    ttl_ms: i64,
+) -> Result<(String, i64), crate::AdminError> {
+    use rand::Rng;
+    const ALPHABET: &[u8] = b"0123456789ABCDEFGHJKMNPQRSTVWXYZ";
+    for s in scopes {
+        if !["view", "steer", "approve"].contains(&s.as_str()) {
+            return Err(crate::AdminError::InvalidScope(s.clone()));
+        }
+    }
+    let user = store
+        .read()
+        .await?
+        .user_by_name(user)
+        .await?
+        .ok_or_else(|| crate::AdminError::UnknownUser(user.to_owned()))?;
+    let mut rng = rand::rngs::OsRng;
+    let raw: String = (0..8)
+        .map(|_| ALPHABET[rng.gen_range(0..ALPHABET.len())] as char)
+        .collect();
+    let code = format!("{}-{}", &raw[..4], &raw[4..]);
+    let now = now_ms();
+    let mut tx = store.write().await?;
+    tx.insert_pairing(&PairingRow {
+        code_hash: code_hash(&code),
+        user_id: user.id,
+        scopes: json!(scopes),
+        created_at: now,
+        expires_at: now + ttl_ms,
+        used_at: None,
+        device_id: None,
+    })
+    .await?;
+    tx.commit().await?;
+    Ok((code, now + ttl_ms))
+}
+
+/// `waymark admin device list`.
+pub async fn list_devices(store: &dyn Store) -> Result<Vec<Device>, crate::AdminError> {
+    let mut tx = store.read().await?;
+    let mut out = Vec::new();
+    for d in tx.list_devices(None).await? {
+        let user = tx
+            .user_by_id(&d.user_id)
+            .await?
+            .map(|u| u.name)
+            .unwrap_or_default();
+        out.push(device_wire(&d, &user));
+    }
+    Ok(out)
+}
+
+/// `waymark admin device revoke`: immediate; later sessions and commands are refused.
+pub async fn revoke_device(store: &dyn Store, id: &str) -> Result<Device, crate::AdminError> {
+    let mut tx = store.write().await?;
+    let mut d = tx
+        .device(id)
+        .await?
+        .ok_or_else(|| crate::AdminError::UnknownDevice(id.to_owned()))?;
+    if d.revoked_at.is_none() {
+        d.revoked_at = Some(now_ms());
+        tx.update_device(&d).await?;
+    }
+    let user = tx
+        .user_by_id(&d.user_id)
+        .await?
+        .map(|u| u.name)
+        .unwrap_or_default();
+    tx.commit().await?;
+    Ok(device_wire(&d, &user))
+}
