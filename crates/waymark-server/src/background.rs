@@ -16,19 +16,19 @@ pub(crate) fn spawn(st: AppState) {
                 _ = stopping.wait_for(|s| *s) => break,
             }
             st.limiter.retain_recent();
-            if let Err(e) = crate::recovery::sweep_leases(&st).await {
+            if let Err(e) = crate::domain::recovery::sweep_leases(&st).await {
                 tracing::warn!(error = %e.problem, "sweeping expired leases failed");
             }
-            if let Err(e) = crate::followups::tick(&st).await {
+            if let Err(e) = crate::domain::followups::tick(&st).await {
                 tracing::warn!(error = %e.problem, "running follow-ups failed");
             }
-            if let Err(e) = crate::push::tick(&st).await {
+            if let Err(e) = crate::domain::push::tick(&st).await {
                 tracing::warn!(error = %e.problem, "push delivery failed");
             }
-            if let Err(e) = crate::reads::expire_due(&st).await {
+            if let Err(e) = crate::domain::decisions::expire_due(&st).await {
                 tracing::warn!(error = %e.problem, "applying decision defaults failed");
             }
-            if let Err(e) = crate::reads::prune(&st).await {
+            if let Err(e) = crate::domain::retention::prune(&st).await {
                 tracing::warn!(error = %e.problem, "pruning the event log failed");
             }
         }

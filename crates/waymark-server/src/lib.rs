@@ -5,7 +5,6 @@
 pub mod admin;
 pub mod auth;
 mod background;
-mod budget;
 pub mod claude_code;
 mod convert;
 mod domain;

@@ -10,14 +10,15 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode, Uri, header};
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use futures::Stream;
-use serde::{Deserialize, Serialize};
-use waymark_proto::digest::{checkpoint_digest, is_sha256_hex};
+use serde::Deserialize;
+use waymark_proto::digest::is_sha256_hex;
 use waymark_proto::*;
-use waymark_store::CheckpointRow;
 
 use crate::auth::{Caller, CallerKind};
-use crate::domain::core::{task_for, task_wire};
-use crate::domain::decisions::close_decision;
+use crate::domain::core::task_for;
+use crate::domain::decisions::expire_overdue;
+use crate::domain::reads::{self, AuditEntry};
+use crate::domain::retention::{self, Pruned};
 use crate::error::{ApiError, ApiResult};
 use crate::extract::Query;
 use crate::{AppState, convert, now_ms};
@@ -46,69 +47,12 @@ pub(crate) async fn method_not_allowed(uri: Uri) -> ApiError {
     )
 }
 
-/// Verifies a task's hash chain: contiguous sequences from 1, each link pointing at its
-/// predecessor and recomputing to its stored digest.
-pub(crate) fn verify_chain(rows: &[CheckpointRow]) -> ChainStatus {
-    let mut prev: Option<&str> = None;
-    for (i, c) in rows.iter().enumerate() {
-        let broken = |reason: String| ChainStatus {
-            intact: false,
-            checked: i as i64 + 1,
-            broken_at: Some(c.sequence),
-            reason: Some(reason),
-        };
-        if c.sequence != i as i64 + 1 {
-            return broken(format!("expected sequence {}, found {}", i + 1, c.sequence));
-        }
-        if c.prev_digest.as_deref() != prev {
-            return broken(format!(
-                "checkpoint {} points at {:?}, but its predecessor's digest is {:?}",
-                c.sequence, c.prev_digest, prev
-            ));
-        }
-        let want = checkpoint_digest(
-            &c.task_id,
-            c.sequence,
-            &c.attempt_id,
-            c.fence,
-            &c.body,
-            prev,
-        );
-        if want != c.digest {
-            return broken(format!(
-                "checkpoint {} does not match its digest: its content was changed after it was written",
-                c.sequence
-            ));
-        }
-        prev = Some(&c.digest);
-    }
-    ChainStatus {
-        intact: true,
-        checked: rows.len() as i64,
-        broken_at: None,
-        reason: None,
-    }
-}
-
 #[utoipa::path(get, path = "/v1/snapshot", tag = "read", responses((status = 200, body = Snapshot)))]
 pub(crate) async fn snapshot(
     State(st): State<AppState>,
     caller: Caller,
 ) -> ApiResult<Out<Snapshot>> {
-    let mut tx = st.store.read().await?;
-    let cursor = tx.max_cursor().await?;
-    let mut tasks = Vec::new();
-    for row in tx.list_tasks(caller.owner_filter()).await? {
-        let pending_decisions = tx.pending_decision_count(&row.id).await?;
-        let last_sequence = tx.last_checkpoint(&row.id).await?.map_or(0, |c| c.sequence);
-        let task = task_wire(&mut tx, &row).await?;
-        tasks.push(TaskSummary {
-            task,
-            pending_decisions,
-            last_sequence,
-        });
-    }
-    Ok(Out(Snapshot { cursor, tasks }))
+    Ok(Out(reads::snapshot(&st, &caller).await?))
 }
 
 #[utoipa::path(get, path = "/v1/tasks/{task}", tag = "read", params(("task" = String, Path)),
@@ -118,64 +62,7 @@ pub(crate) async fn task_detail(
     caller: Caller,
     Path(task_id): Path<String>,
 ) -> ApiResult<Out<TaskDetail>> {
-    let mut tx = st.store.read().await?;
-    let cursor = tx.max_cursor().await?;
-    let row = task_for(&mut tx, &caller, &task_id).await?;
-    let task = task_wire(&mut tx, &row).await?;
-    let session = tx
-        .session(&row.session_id)
-        .await?
-        .map(|s| convert::session(&s))
-        .ok_or_else(|| ApiError::new(ErrorCode::Internal, "task without session"))?;
-    let cps = tx.list_checkpoints(&row.id).await?;
-    let chain = verify_chain(&cps);
-    if !chain.intact {
-        tracing::warn!(task = %row.id, reason = ?chain.reason, "checkpoint chain is broken");
-    }
-    let detail = TaskDetail {
-        cursor,
-        task,
-        session,
-        attempts: tx
-            .list_attempts(&row.id)
-            .await?
-            .iter()
-            .map(convert::attempt)
-            .collect::<Result<_, _>>()?,
-        checkpoints: cps.iter().map(convert::checkpoint).collect(),
-        chain,
-        effects: tx
-            .list_effects(&row.id)
-            .await?
-            .iter()
-            .map(convert::effect)
-            .collect::<Result<_, _>>()?,
-        decisions: tx
-            .list_decisions(&row.id)
-            .await?
-            .iter()
-            .map(convert::decision)
-            .collect::<Result<_, _>>()?,
-        artifacts: tx
-            .list_artifacts(&row.id)
-            .await?
-            .iter()
-            .map(convert::artifact)
-            .collect(),
-        test_receipts: tx
-            .list_receipts(&row.id)
-            .await?
-            .iter()
-            .map(convert::receipt)
-            .collect::<Result<_, _>>()?,
-        messages: tx
-            .list_messages(&row.session_id)
-            .await?
-            .iter()
-            .map(convert::message)
-            .collect(),
-    };
-    Ok(Out(detail))
+    Ok(Out(reads::task_detail(&st, &caller, task_id).await?))
 }
 
 /// `?wait=30s`: how long to hold the request open for an outcome.
@@ -202,55 +89,6 @@ fn parse_wait(st: &AppState, q: &WaitQuery) -> ApiResult<Duration> {
     Ok(d.min(st.config.max_wait))
 }
 
-/// Applies the default of every pending decision whose expiry has passed. Returns how many.
-/// One replica at a time sweeps; each decision closes in its own transaction, under its
-/// task's lock, re-checked there — so a decision expires once even with several replicas,
-/// and an answer that commits first wins.
-pub(crate) async fn expire_due(st: &AppState) -> ApiResult<usize> {
-    let now = now_ms();
-    let due = st.store.read().await?.due_decisions(now).await?;
-    if due.is_empty() {
-        return Ok(0);
-    }
-    let mut claim = st.store.read().await?;
-    if !claim.try_claim("expire-decisions").await? {
-        return Ok(0);
-    }
-    let mut n = 0;
-    for d in due {
-        if expire_decision(st, &d.id).await? {
-            n += 1;
-        }
-    }
-    drop(claim);
-    Ok(n)
-}
-
-/// Expires one decision if it is still pending and due. Returns whether it did.
-pub(crate) async fn expire_decision(st: &AppState, id: &str) -> ApiResult<bool> {
-    let mut tx = st.store.write().await?;
-    let Some(task_id) = tx.decision(id).await?.map(|d| d.task_id) else {
-        return Ok(false);
-    };
-    // Lock the task first (PostgreSQL: every task lock before the first event).
-    tx.task(&task_id).await?;
-    let Some(mut d) = tx.decision(id).await? else {
-        return Ok(false);
-    };
-    if d.status != DecisionStatus::Pending.as_str() || d.expires_at > now_ms() {
-        return Ok(false);
-    }
-    let outcome = DecisionOutcome {
-        option: d.default_option.clone(),
-        text: None,
-        by: "default".into(),
-        at: chrono::Utc::now(),
-    };
-    close_decision(&mut tx, &mut d, DecisionStatus::Expired, outcome).await?;
-    tx.commit().await?;
-    Ok(true)
-}
-
 #[utoipa::path(get, path = "/v1/tasks/{task}/decisions/{decision}", tag = "worker",
     params(("task" = String, Path), ("decision" = String, Path), WaitQuery),
     responses((status = 200, body = Decision)))]
@@ -275,7 +113,7 @@ pub(crate) async fn get_decision(
         let pending = d.status == DecisionStatus::Pending.as_str();
         let now = now_ms();
         if pending && d.expires_at <= now {
-            expire_decision(&st, &d.id).await?;
+            expire_overdue(&st, &d.id).await?;
             continue;
         }
         if !pending || tokio::time::Instant::now() >= deadline {
@@ -477,59 +315,13 @@ pub(crate) fn admin_only(caller: &Caller) -> ApiResult<()> {
     }
 }
 
-/// Reply of a prune.
-#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
-pub(crate) struct Pruned {
-    /// Events deleted now.
-    pub deleted: u64,
-    /// Every event at or below this cursor is gone.
-    pub pruned_through: i64,
-}
-
-/// Applies the retention bound: keeps the newest `event_retention` events.
-pub(crate) async fn prune(st: &AppState) -> ApiResult<Pruned> {
-    let mut tx = st.store.write().await?;
-    if !tx.try_claim("prune-events").await? {
-        return Ok(Pruned {
-            deleted: 0,
-            pruned_through: tx.pruned_through().await?,
-        });
-    }
-    let max = tx.max_cursor().await?;
-    let through = max - st.config.event_retention;
-    let already = tx.pruned_through().await?;
-    if through <= already {
-        return Ok(Pruned {
-            deleted: 0,
-            pruned_through: already,
-        });
-    }
-    let deleted = tx.prune_events_through(through).await?;
-    tx.commit().await?;
-    Ok(Pruned {
-        deleted,
-        pruned_through: through,
-    })
-}
-
 #[utoipa::path(post, path = "/v1/admin/events/prune", tag = "admin", responses((status = 200, body = Pruned)))]
 pub(crate) async fn admin_prune(
     State(st): State<AppState>,
     caller: Caller,
 ) -> ApiResult<Out<Pruned>> {
     admin_only(&caller)?;
-    Ok(Out(prune(&st).await?))
-}
-
-/// An audit entry.
-#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
-pub(crate) struct AuditEntry {
-    at: chrono::DateTime<chrono::Utc>,
-    actor: String,
-    action: String,
-    task_id: Option<String>,
-    code: String,
-    detail: String,
+    Ok(Out(retention::prune(&st).await?))
 }
 
 /// `?task=…&limit=…`.
@@ -550,21 +342,5 @@ pub(crate) async fn admin_audit(
 ) -> ApiResult<Out<Vec<AuditEntry>>> {
     admin_only(&caller)?;
     let limit = q.limit.unwrap_or(100).clamp(1, 1000);
-    let rows = st
-        .store
-        .read()
-        .await?
-        .list_audit(q.task.as_deref(), limit)
-        .await?;
-    Ok(Out(rows
-        .into_iter()
-        .map(|a| AuditEntry {
-            at: convert::dt(a.at),
-            actor: a.actor,
-            action: a.action,
-            task_id: a.task_id,
-            code: a.code,
-            detail: a.detail,
-        })
-        .collect()))
+    Ok(Out(reads::audit(&st, q.task.as_deref(), limit).await?))
 }

@@ -69,3 +69,47 @@ pub(crate) async fn append_checkpoint(
     })
     .await
 }
+
+/// Verifies a task's hash chain: contiguous sequences from 1, each link pointing at its
+/// predecessor and recomputing to its stored digest.
+pub(crate) fn verify_chain(rows: &[CheckpointRow]) -> ChainStatus {
+    let mut prev: Option<&str> = None;
+    for (i, c) in rows.iter().enumerate() {
+        let broken = |reason: String| ChainStatus {
+            intact: false,
+            checked: i as i64 + 1,
+            broken_at: Some(c.sequence),
+            reason: Some(reason),
+        };
+        if c.sequence != i as i64 + 1 {
+            return broken(format!("expected sequence {}, found {}", i + 1, c.sequence));
+        }
+        if c.prev_digest.as_deref() != prev {
+            return broken(format!(
+                "checkpoint {} points at {:?}, but its predecessor's digest is {:?}",
+                c.sequence, c.prev_digest, prev
+            ));
+        }
+        let want = checkpoint_digest(
+            &c.task_id,
+            c.sequence,
+            &c.attempt_id,
+            c.fence,
+            &c.body,
+            prev,
+        );
+        if want != c.digest {
+            return broken(format!(
+                "checkpoint {} does not match its digest: its content was changed after it was written",
+                c.sequence
+            ));
+        }
+        prev = Some(&c.digest);
+    }
+    ChainStatus {
+        intact: true,
+        checked: rows.len() as i64,
+        broken_at: None,
+        reason: None,
+    }
+}

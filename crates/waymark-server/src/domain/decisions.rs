@@ -2,6 +2,7 @@
 //! (answered, expired to their default, voided), and — for approvals a runtime holds — the
 //! runtime's own delivery and expiry.
 
+use serde_json::json;
 use waymark_proto::*;
 use waymark_store::*;
 
@@ -141,9 +142,7 @@ pub(crate) async fn close_decision(
     let wire = convert::decision(decision)?;
     let mut cursor = emit(tx, &task, EventKind::DecisionClosed, &wire).await?;
     if decision.kind == DecisionKind::Recovery.as_str() && status == DecisionStatus::Resolved {
-        return Ok(
-            cursor.max(crate::recovery::after_recovery_decision(tx, decision, &outcome).await?)
-        );
+        return Ok(cursor.max(after_recovery_decision(tx, decision, &outcome).await?));
     }
     let waiting = matches!(task.state.as_str(), "waiting_approval" | "waiting_human");
     if waiting && tx.pending_decision_count(&task.id).await? == 0 {
@@ -488,4 +487,98 @@ pub(crate) async fn expire_held(
         })
     })
     .await
+}
+
+/// What a resolved recovery decision does: resume, pause for a replan, cancel, or settle an
+/// effect whose outcome was unknown.
+pub(crate) async fn after_recovery_decision(
+    tx: &mut Tx,
+    d: &DecisionRow,
+    outcome: &DecisionOutcome,
+) -> ApiResult<i64> {
+    let Some(mut task) = tx.task(&d.task_id).await? else {
+        return Ok(0);
+    };
+    let option = outcome.option.as_deref().unwrap_or("");
+    let now = now_ms();
+    if let Some(effect_id) = &d.effect_id
+        && let Some(mut e) = tx.effect(effect_id).await?
+    {
+        match option {
+            "mark_confirmed" => {
+                e.status = EffectStatus::Confirmed.as_str().into();
+                e.receipt = Some(json!({"confirmed_by": outcome.by, "note": outcome.text}));
+                e.flag = None;
+            }
+            "mark_not_started" => {
+                e.status = EffectStatus::Intended.as_str().into();
+                e.flag = None;
+            }
+            _ => {}
+        }
+        e.updated_at = now;
+        tx.update_effect(&e).await?;
+        emit(tx, &task, EventKind::EffectUpdated, convert::effect(&e)?).await?;
+    }
+    match option {
+        "cancel" => {
+            task.state = TaskState::Cancelled.as_str().into();
+            task.outcome_summary = Some(format!("cancelled by {} during recovery", outcome.by));
+        }
+        "replan" => task.state = TaskState::Paused.as_str().into(),
+        _ if tx.pending_decision_count(&task.id).await? > 0 => {}
+        _ => task.state = TaskState::RecoveryCandidate.as_str().into(),
+    }
+    task.updated_at = now;
+    tx.update_task(&task).await?;
+    emit_task(tx, &task, EventKind::TaskUpdated).await
+}
+
+/// Applies the default of every pending decision whose expiry has passed. Returns how many.
+/// One replica at a time sweeps; each decision closes in its own transaction, under its
+/// task's lock, re-checked there — so a decision expires once even with several replicas,
+/// and an answer that commits first wins.
+pub(crate) async fn expire_due(st: &AppState) -> ApiResult<usize> {
+    let now = now_ms();
+    let due = st.store.read().await?.due_decisions(now).await?;
+    if due.is_empty() {
+        return Ok(0);
+    }
+    let mut claim = st.store.read().await?;
+    if !claim.try_claim("expire-decisions").await? {
+        return Ok(0);
+    }
+    let mut n = 0;
+    for d in due {
+        if expire_overdue(st, &d.id).await? {
+            n += 1;
+        }
+    }
+    drop(claim);
+    Ok(n)
+}
+
+/// Expires one decision if it is still pending and due. Returns whether it did.
+pub(crate) async fn expire_overdue(st: &AppState, id: &str) -> ApiResult<bool> {
+    let mut tx = st.store.write().await?;
+    let Some(task_id) = tx.decision(id).await?.map(|d| d.task_id) else {
+        return Ok(false);
+    };
+    // Lock the task first (PostgreSQL: every task lock before the first event).
+    tx.task(&task_id).await?;
+    let Some(mut d) = tx.decision(id).await? else {
+        return Ok(false);
+    };
+    if d.status != DecisionStatus::Pending.as_str() || d.expires_at > now_ms() {
+        return Ok(false);
+    }
+    let outcome = DecisionOutcome {
+        option: d.default_option.clone(),
+        text: None,
+        by: "default".into(),
+        at: chrono::Utc::now(),
+    };
+    close_decision(&mut tx, &mut d, DecisionStatus::Expired, outcome).await?;
+    tx.commit().await?;
+    Ok(true)
 }

@@ -198,7 +198,7 @@ pub(crate) async fn report_usage(
         task.updated_at = now_ms();
         tx.update_task(&task).await?;
         let mut cursor = emit_task(&mut tx, &task, EventKind::TaskUpdated).await?;
-        let budget_decision = match crate::budget::crossed(&mut tx, &task).await? {
+        let budget_decision = match crate::domain::budget::crossed(&mut tx, &task).await? {
             Some(row) => {
                 let w = open_decision(&mut tx, task.clone(), row).await?;
                 cursor = cursor.max(w.cursor);

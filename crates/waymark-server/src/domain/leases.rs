@@ -43,9 +43,10 @@ pub(crate) async fn start_attempt(
             .into_iter()
             .any(|a| a.state == AttemptState::Active.as_str() && a.expires_at > now);
         if !live {
-            let reasons = crate::recovery::admission(&mut tx, &task, &req).await?;
+            let reasons = crate::domain::recovery::admission(&mut tx, &task, &req).await?;
             if !reasons.is_empty() {
-                let refusal = crate::recovery::refuse_admission(&mut tx, task, &reasons).await?;
+                let refusal =
+                    crate::domain::recovery::refuse_admission(&mut tx, task, &reasons).await?;
                 tx.commit().await?;
                 return Err(refusal);
             }

@@ -3,6 +3,7 @@
 //! the Claude Code hook and the background work call the same functions. Grouped by what they
 //! decide; `core` is what every group uses. No module here imports another in a circle.
 
+pub(crate) mod budget;
 pub(crate) mod checkpoints;
 pub(crate) mod commands;
 pub(crate) mod controls;
@@ -12,5 +13,10 @@ pub(crate) mod devices;
 pub(crate) mod effects;
 pub(crate) mod evidence;
 pub(crate) mod fences;
+pub(crate) mod followups;
 pub(crate) mod leases;
+pub(crate) mod push;
+pub(crate) mod reads;
+pub(crate) mod recovery;
+pub(crate) mod retention;
 pub(crate) mod tasks;

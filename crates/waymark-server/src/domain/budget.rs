@@ -37,7 +37,7 @@ pub(crate) fn default_options() -> Vec<DecisionOption> {
 }
 
 /// The fraction of the tightest limit spent, and what was spent of each.
-fn spent(budget: &Budget, usage: &Usage) -> (f64, Vec<String>) {
+pub(crate) fn spent(budget: &Budget, usage: &Usage) -> (f64, Vec<String>) {
     let mut frac: f64 = 0.0;
     let mut parts = Vec::new();
     if let Some(m) = budget.max_tokens.filter(|m| *m > 0) {

@@ -1,0 +1,419 @@
+//! Push to devices that are not connected (SPEC §6): each registered channel follows its
+//! user's event log from its own cursor and gets a content-free push for what deserves one (a
+//! decision asked, a task finished, an effect whose outcome is unknown) — Web Push (RFC 8030,
+//! VAPID RFC 8292, aes128gcm RFC 8291, through the `web-push` crate) or a UnifiedPush/ntfy-style
+//! HTTP endpoint. Attempts, retries and failures are recorded on the channel, so a broken
+//! channel never stays silent.
+
+use crate::auth::{Caller, CallerKind};
+use crate::domain::core::invalid;
+use crate::error::{ApiError, ApiResult};
+use crate::{AppState, convert, now_ms};
+use std::time::Duration;
+use waymark_proto::signing::b64;
+use waymark_proto::*;
+use waymark_store::*;
+
+pub(crate) const VAPID_SECRET: &str = "vapid-private-key";
+
+/// The `sub` claim of VAPID tokens: who to contact about this sender.
+pub(crate) const VAPID_SUBJECT: &str = "mailto:operator@waymark.invalid";
+
+pub(crate) const BATCH: i64 = 50;
+
+pub(crate) fn wire(c: &PushChannelRow) -> PushChannel {
+    PushChannel {
+        id: c.id.clone(),
+        device_id: c.device_id.clone(),
+        kind: c.kind.clone(),
+        endpoint: c.endpoint.clone(),
+        delivered: c.delivered,
+        attempts: c.attempts,
+        failures: c.failures,
+        last_error: c.last_error.clone(),
+        last_attempt_at: c.last_attempt_at.map(convert::dt),
+        next_attempt_at: convert::dt(c.next_attempt_at),
+        revoked_at: c.revoked_at.map(convert::dt),
+    }
+}
+
+/// The server's VAPID private key (raw P-256 scalar, base64url), created once and shared by
+/// every replica through the store.
+pub(crate) async fn vapid_private(st: &AppState) -> ApiResult<String> {
+    if let Some(k) = st.store.read().await?.server_secret(VAPID_SECRET).await? {
+        return vapid_scalar(&k);
+    }
+    let (pair, _) = ece::generate_keypair_and_auth_secret().map_err(|e| {
+        ApiError::new(
+            ErrorCode::Internal,
+            format!("generating the VAPID key: {e}"),
+        )
+    })?;
+    let raw = pair
+        .raw_components()
+        .map_err(|e| ApiError::new(ErrorCode::Internal, format!("exporting the VAPID key: {e}")))?;
+    let key = vapid_scalar(&b64(raw.private_key()))?;
+    let mut tx = st.store.write().await?;
+    match tx.insert_server_secret(VAPID_SECRET, &key).await {
+        Ok(()) => {
+            tx.commit().await?;
+            return Ok(key);
+        }
+        Err(StoreError::Conflict(_)) => {
+            // Made first by another request or replica — perhaps in this very group commit,
+            // which this transaction sees and readers do not yet (SQLite); where the failed
+            // statement ended the transaction (PostgreSQL), the other one is committed.
+            if let Ok(Some(k)) = tx.server_secret(VAPID_SECRET).await {
+                tx.commit().await?;
+                return vapid_scalar(&k);
+            }
+        }
+        Err(e) => return Err(e.into()),
+    }
+    drop(tx);
+    match st.store.read().await?.server_secret(VAPID_SECRET).await? {
+        Some(k) => vapid_scalar(&k),
+        None => Err(ApiError::new(
+            ErrorCode::Internal,
+            "the VAPID key was made elsewhere but cannot be read",
+        )),
+    }
+}
+
+/// A P-256 scalar as the VAPID signer wants it: exactly 32 bytes. The key generator drops
+/// leading zero bytes (one key in 256 comes out 31 bytes long, which the signer refuses), so
+/// the scalar is padded back on every read, also for keys stored before this was known.
+pub(crate) fn vapid_scalar(stored: &str) -> ApiResult<String> {
+    let bad =
+        |why: String| ApiError::new(ErrorCode::Internal, format!("the stored VAPID key {why}"));
+    let raw = waymark_proto::signing::unb64(stored, "VAPID key").map_err(|e| bad(e.to_string()))?;
+    if raw.is_empty() || raw.len() > 32 {
+        return Err(bad(format!("is {} bytes, not a P-256 scalar", raw.len())));
+    }
+    let mut scalar = [0u8; 32];
+    scalar[32 - raw.len()..].copy_from_slice(&raw);
+    Ok(b64(&scalar))
+}
+
+pub(crate) async fn vapid(st: &AppState) -> ApiResult<VapidKey> {
+    let private = vapid_private(st).await?;
+    let builder = web_push::VapidSignatureBuilder::from_base64_no_sub(&private)
+        .map_err(|e| ApiError::new(ErrorCode::Internal, format!("the VAPID key: {e}")))?;
+    Ok(VapidKey {
+        public_key: b64(&builder.get_public_key()),
+    })
+}
+
+pub(crate) fn own_device(caller: &Caller, device: &str) -> ApiResult<()> {
+    let ok = caller.kind == CallerKind::Admin
+        || (caller.kind == CallerKind::Device && caller.name == device);
+    if ok {
+        Ok(())
+    } else {
+        Err(ApiError::new(
+            ErrorCode::Forbidden,
+            "a device manages its own push channels (with its read session)",
+        ))
+    }
+}
+
+pub(crate) async fn register(
+    st: &AppState,
+    caller: &Caller,
+    device_id: String,
+    req: RegisterPush,
+) -> ApiResult<PushChannel> {
+    own_device(caller, &device_id)?;
+    let url = url_ok(&req.endpoint)?;
+    let (p256dh, auth) = match (req.kind.as_str(), &req.keys) {
+        ("web_push", Some(k)) => {
+            let pk = waymark_proto::signing::unb64(&k.p256dh, "p256dh")
+                .map_err(|e| invalid(e.to_string()))?;
+            let au = waymark_proto::signing::unb64(&k.auth, "auth")
+                .map_err(|e| invalid(e.to_string()))?;
+            if pk.len() != 65 || au.len() != 16 {
+                return Err(invalid(
+                    "`keys.p256dh` is a 65-byte P-256 point and `keys.auth` 16 bytes, base64url",
+                ));
+            }
+            (Some(k.p256dh.clone()), Some(k.auth.clone()))
+        }
+        ("web_push", None) => {
+            return Err(invalid("a `web_push` channel needs `keys` (p256dh, auth)"));
+        }
+        ("unified_push", _) => (None, None),
+        (other, _) => {
+            return Err(invalid(format!(
+                "unknown push kind `{other}`: use `web_push` or `unified_push`"
+            )));
+        }
+    };
+    let mut tx = st.store.write().await?;
+    let device = tx
+        .device(&device_id)
+        .await?
+        .ok_or_else(|| ApiError::not_found("device", &device_id))?;
+    let now = now_ms();
+    let row = PushChannelRow {
+        id: ids::push(),
+        device_id: device.id.clone(),
+        user_id: device.user_id.clone(),
+        kind: req.kind.clone(),
+        endpoint: url,
+        p256dh,
+        auth,
+        // From now on: no backlog of old events.
+        cursor: tx.max_cursor().await?,
+        attempts: 0,
+        delivered: 0,
+        failures: 0,
+        consecutive_failures: 0,
+        last_error: None,
+        last_attempt_at: None,
+        next_attempt_at: now,
+        created_at: now,
+        revoked_at: None,
+    };
+    tx.insert_push_channel(&row).await?;
+    tx.commit().await?;
+    Ok(wire(&row))
+}
+
+/// An http(s) endpoint of sane length.
+pub(crate) fn url_ok(endpoint: &str) -> ApiResult<String> {
+    match url::Url::parse(endpoint) {
+        Ok(u) if matches!(u.scheme(), "http" | "https") && endpoint.len() <= 2048 => {
+            Ok(endpoint.to_owned())
+        }
+        _ => Err(invalid(format!("`{endpoint}` is not an http(s) URL"))),
+    }
+}
+
+pub(crate) async fn list(
+    st: &AppState,
+    caller: &Caller,
+    device_id: String,
+) -> ApiResult<Vec<PushChannel>> {
+    own_device(caller, &device_id)?;
+    let rows = st
+        .store
+        .read()
+        .await?
+        .push_channels(Some(&device_id))
+        .await?;
+    Ok(rows.iter().map(wire).collect())
+}
+
+/// Whether an event deserves a push.
+pub(crate) fn worth_a_push(e: &EventRow) -> bool {
+    match e.kind.as_str() {
+        "decision.requested" => true,
+        "task.updated" => e
+            .data
+            .get("state")
+            .and_then(|s| s.as_str())
+            .and_then(|s| s.parse::<TaskState>().ok())
+            .is_some_and(|s| s.is_terminal() || s == TaskState::NeedsHuman),
+        "effect.updated" => e.data.get("status").and_then(|s| s.as_str()) == Some("unknown"),
+        _ => false,
+    }
+}
+
+/// Delivers what each channel has not had yet. One replica at a time.
+pub(crate) async fn tick(st: &AppState) -> ApiResult<usize> {
+    let now = now_ms();
+    let channels: Vec<PushChannelRow> = st
+        .store
+        .read()
+        .await?
+        .push_channels(None)
+        .await?
+        .into_iter()
+        .filter(|c| c.next_attempt_at <= now)
+        .collect();
+    if channels.is_empty() {
+        return Ok(0);
+    }
+    let mut claim = st.store.read().await?;
+    if !claim.try_claim("push").await? {
+        return Ok(0);
+    }
+    let mut sent = 0;
+    for c in channels {
+        sent += deliver(st, c).await?;
+    }
+    drop(claim);
+    Ok(sent)
+}
+
+pub(crate) async fn deliver(st: &AppState, mut c: PushChannelRow) -> ApiResult<usize> {
+    let events = {
+        let mut tx = st.store.read().await?;
+        if c.cursor < tx.pruned_through().await? {
+            c.cursor = tx.pruned_through().await?;
+        }
+        tx.events_after(c.cursor, BATCH, Some(&c.user_id)).await?
+    };
+    let mut sent = 0;
+    for e in events {
+        if worth_a_push(&e) {
+            let payload = PushPayload {
+                v: 1,
+                kind: e.kind.clone(),
+                task_id: e.task_id.clone(),
+                cursor: e.cursor,
+            };
+            c.attempts += 1;
+            c.last_attempt_at = Some(now_ms());
+            match send(st, &c, &payload).await {
+                Ok(()) => {
+                    c.delivered += 1;
+                    c.consecutive_failures = 0;
+                    sent += 1;
+                }
+                Err(Failure::Gone(why)) => {
+                    c.failures += 1;
+                    c.last_error = Some(why);
+                    c.revoked_at = Some(now_ms());
+                    break;
+                }
+                Err(Failure::Retry(why)) => {
+                    c.failures += 1;
+                    c.consecutive_failures += 1;
+                    c.last_error = Some(why);
+                    let base = st.config.push_retry_base.as_millis() as i64;
+                    let backoff =
+                        base.saturating_mul(1 << (c.consecutive_failures - 1).clamp(0, 16));
+                    c.next_attempt_at = now_ms() + backoff.min(15 * 60 * 1000);
+                    break;
+                }
+            }
+        }
+        c.cursor = e.cursor;
+    }
+    let mut tx = st.store.write().await?;
+    tx.update_push_channel(&c).await?;
+    tx.commit().await?;
+    Ok(sent)
+}
+
+enum Failure {
+    /// Try again later.
+    Retry(String),
+    /// The push service says the subscription is gone (404/410).
+    Gone(String),
+}
+
+async fn send(
+    st: &AppState,
+    c: &PushChannelRow,
+    payload: &PushPayload,
+) -> Result<(), Failure> {
+    let body = serde_json::to_vec(payload).unwrap_or_default();
+    let http = reqwest_client();
+    let req = match c.kind.as_str() {
+        "web_push" => {
+            let private = vapid_private(st)
+                .await
+                .map_err(|e| Failure::Retry(e.problem.detail.clone()))?;
+            let info = web_push::SubscriptionInfo::new(
+                c.endpoint.clone(),
+                c.p256dh.clone().unwrap_or_default(),
+                c.auth.clone().unwrap_or_default(),
+            );
+            let mut sig = web_push::VapidSignatureBuilder::from_base64(&private, &info)
+                .map_err(|e| Failure::Retry(format!("VAPID: {e}")))?;
+            sig.add_claim("sub", VAPID_SUBJECT);
+            // RFC 8292: `aud` is the endpoint's origin, port included (the crate drops it).
+            let origin = url::Url::parse(&c.endpoint)
+                .map(|u| u.origin().ascii_serialization())
+                .map_err(|e| Failure::Retry(format!("bad endpoint: {e}")))?;
+            sig.add_claim("aud", origin.as_str());
+            let sig = sig
+                .build()
+                .map_err(|e| Failure::Retry(format!("VAPID: {e}")))?;
+            let mut b = web_push::WebPushMessageBuilder::new(&info);
+            b.set_payload(web_push::ContentEncoding::Aes128Gcm, &body);
+            b.set_vapid_signature(sig);
+            b.set_ttl(24 * 3600);
+            let msg = b
+                .build()
+                .map_err(|e| Failure::Retry(format!("encrypting the push: {e}")))?;
+            // The request RFC 8030 describes, as `web_push::request_builder` builds it.
+            let mut r = http
+                .post(msg.endpoint.to_string())
+                .header("TTL", msg.ttl.to_string());
+            if let Some(u) = msg.urgency {
+                r = r.header("Urgency", u.to_string());
+            }
+            if let Some(p) = msg.payload {
+                r = r
+                    .header("Content-Encoding", p.content_encoding.to_str())
+                    .header("Content-Type", "application/octet-stream");
+                for (k, v) in p.crypto_headers {
+                    r = r.header(k, v);
+                }
+                r = r.body(p.content);
+            }
+            r.build()
+                .map_err(|e| Failure::Retry(format!("building the push request: {e}")))?
+        }
+        _ => http
+            .post(&c.endpoint)
+            .header("content-type", "application/json")
+            .header("title", "Waymark")
+            .body(body)
+            .build()
+            .map_err(|e| Failure::Retry(e.to_string()))?,
+    };
+    match http.execute(req).await {
+        Ok(res) if res.status().is_success() => Ok(()),
+        Ok(res) if matches!(res.status().as_u16(), 404 | 410) => Err(Failure::Gone(format!(
+            "the push service answered {}: the subscription is gone",
+            res.status()
+        ))),
+        Ok(res) => Err(Failure::Retry(format!(
+            "the push service answered {}",
+            res.status()
+        ))),
+        Err(e) => Err(Failure::Retry(format!(
+            "cannot reach the push service: {e}"
+        ))),
+    }
+}
+
+pub(crate) fn reqwest_client() -> reqwest::Client {
+    static CLIENT: std::sync::OnceLock<reqwest::Client> = std::sync::OnceLock::new();
+    CLIENT
+        .get_or_init(|| {
+            reqwest::Client::builder()
+                .timeout(Duration::from_secs(10))
+                .build()
+                .unwrap_or_default()
+        })
+        .clone()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_scalar_that_came_out_short_is_padded_so_the_signer_takes_it() {
+        // One generated key in 256 starts with a zero byte, which the generator drops.
+        let short = b64(&[7u8; 31]);
+        let key = vapid_scalar(&short).unwrap();
+        let raw = waymark_proto::signing::unb64(&key, "key").unwrap();
+        assert_eq!(raw.len(), 32);
+        assert_eq!((raw[0], raw[1], raw[31]), (0, 7, 7));
+        web_push::VapidSignatureBuilder::from_base64_no_sub(&key)
+            .expect("the signer takes a 32-byte scalar");
+        // A full-length key is kept as it is.
+        let full = b64(&[9u8; 32]);
+        assert_eq!(vapid_scalar(&full).unwrap(), full);
+        // Nothing else is a scalar.
+        assert!(vapid_scalar(&b64(&[1u8; 33])).is_err());
+        assert!(vapid_scalar("").is_err());
+        assert!(vapid_scalar("not base64!").is_err());
+    }
+}

@@ -1,0 +1,125 @@
+//! What a caller may read: the snapshot of their tasks, one task in full (with its chain
+//! verified), and the audit log.
+
+use serde::{Deserialize, Serialize};
+use waymark_proto::*;
+
+use crate::AppState;
+use crate::auth::Caller;
+use crate::convert;
+use crate::domain::checkpoints::verify_chain;
+use crate::domain::core::{task_for, task_wire};
+use crate::error::{ApiError, ApiResult};
+
+pub(crate) async fn snapshot(st: &AppState, caller: &Caller) -> ApiResult<Snapshot> {
+    let mut tx = st.store.read().await?;
+    let cursor = tx.max_cursor().await?;
+    let mut tasks = Vec::new();
+    for row in tx.list_tasks(caller.owner_filter()).await? {
+        let pending_decisions = tx.pending_decision_count(&row.id).await?;
+        let last_sequence = tx.last_checkpoint(&row.id).await?.map_or(0, |c| c.sequence);
+        let task = task_wire(&mut tx, &row).await?;
+        tasks.push(TaskSummary {
+            task,
+            pending_decisions,
+            last_sequence,
+        });
+    }
+    Ok(Snapshot { cursor, tasks })
+}
+
+pub(crate) async fn task_detail(
+    st: &AppState,
+    caller: &Caller,
+    task_id: String,
+) -> ApiResult<TaskDetail> {
+    let mut tx = st.store.read().await?;
+    let cursor = tx.max_cursor().await?;
+    let row = task_for(&mut tx, caller, &task_id).await?;
+    let task = task_wire(&mut tx, &row).await?;
+    let session = tx
+        .session(&row.session_id)
+        .await?
+        .map(|s| convert::session(&s))
+        .ok_or_else(|| ApiError::new(ErrorCode::Internal, "task without session"))?;
+    let cps = tx.list_checkpoints(&row.id).await?;
+    let chain = verify_chain(&cps);
+    if !chain.intact {
+        tracing::warn!(task = %row.id, reason = ?chain.reason, "checkpoint chain is broken");
+    }
+    let detail = TaskDetail {
+        cursor,
+        task,
+        session,
+        attempts: tx
+            .list_attempts(&row.id)
+            .await?
+            .iter()
+            .map(convert::attempt)
+            .collect::<Result<_, _>>()?,
+        checkpoints: cps.iter().map(convert::checkpoint).collect(),
+        chain,
+        effects: tx
+            .list_effects(&row.id)
+            .await?
+            .iter()
+            .map(convert::effect)
+            .collect::<Result<_, _>>()?,
+        decisions: tx
+            .list_decisions(&row.id)
+            .await?
+            .iter()
+            .map(convert::decision)
+            .collect::<Result<_, _>>()?,
+        artifacts: tx
+            .list_artifacts(&row.id)
+            .await?
+            .iter()
+            .map(convert::artifact)
+            .collect(),
+        test_receipts: tx
+            .list_receipts(&row.id)
+            .await?
+            .iter()
+            .map(convert::receipt)
+            .collect::<Result<_, _>>()?,
+        messages: tx
+            .list_messages(&row.session_id)
+            .await?
+            .iter()
+            .map(convert::message)
+            .collect(),
+    };
+    Ok(detail)
+}
+
+/// An audit entry.
+#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
+pub(crate) struct AuditEntry {
+    pub(crate) at: chrono::DateTime<chrono::Utc>,
+    pub(crate) actor: String,
+    pub(crate) action: String,
+    pub(crate) task_id: Option<String>,
+    pub(crate) code: String,
+    pub(crate) detail: String,
+}
+
+/// The audit log, newest first: `task` narrows it to one task; at most `limit` (1–1000).
+pub(crate) async fn audit(
+    st: &AppState,
+    task: Option<&str>,
+    limit: i64,
+) -> ApiResult<Vec<AuditEntry>> {
+    let rows = st.store.read().await?.list_audit(task, limit).await?;
+    Ok(rows
+        .into_iter()
+        .map(|a| AuditEntry {
+            at: convert::dt(a.at),
+            actor: a.actor,
+            action: a.action,
+            task_id: a.task_id,
+            code: a.code,
+            detail: a.detail,
+        })
+        .collect())
+}
