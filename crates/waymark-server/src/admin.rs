@@ -10,7 +10,7 @@ use waymark_store::{Store, StoreError, TokenRow, UserRow};
 use waymark_store_sqlite::SqliteStore;
 
 use crate::auth::{CallerKind, new_secret, secret_hash};
-use crate::now_ms;
+use crate::state::now_ms;
 
 /// The user that owns what the admin creates, and worker tokens given no `--user`.
 pub const DEFAULT_USER: &str = "admin";

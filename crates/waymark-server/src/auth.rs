@@ -8,8 +8,8 @@ use base64::Engine;
 use rand::RngCore;
 use waymark_proto::{ErrorCode, digest::sha256_hex};
 
-use crate::AppState;
 use crate::error::ApiError;
+use crate::state::AppState;
 
 /// The kind of credential.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -41,6 +41,11 @@ pub struct Caller {
 pub struct WorkerCaller(pub Caller);
 
 impl Caller {
+    /// The credential its streams count against (`None`: the admin, counted only in all).
+    pub(crate) fn stream_credential(&self) -> Option<&str> {
+        (self.kind != CallerKind::Admin).then_some(&*self.credential)
+    }
+
     /// `None` for the admin (sees every owner), else the user whose tasks are visible.
     pub fn owner_filter(&self) -> Option<&str> {
         match self.kind {
@@ -155,7 +160,7 @@ async fn device_caller(
         .device_session(&secret_hash(secret))
         .await?
         .ok_or_else(expired)?;
-    if session.expires_at <= crate::now_ms() {
+    if session.expires_at <= crate::state::now_ms() {
         return Err(expired());
     }
     let device = tx.device(&session.device_id).await?.ok_or_else(expired)?;

@@ -2,7 +2,7 @@
 //! recovery, delivering due follow-ups, applying the default of expired decisions, and pruning
 //! the event log.
 
-use crate::AppState;
+use crate::state::AppState;
 
 pub(crate) fn spawn(st: AppState) {
     tokio::spawn(async move {

@@ -25,7 +25,7 @@ use crate::domain::decisions::approval_grants;
 use crate::domain::{checkpoints, decisions, effects, evidence, leases, tasks};
 use crate::error::{ApiError, ApiResult};
 use crate::extract::{Json, Query};
-use crate::{AppState, now_ms};
+use crate::state::{AppState, now_ms};
 
 /// The runtime name of tasks made from Claude Code sessions.
 pub const RUNTIME: &str = "claude-code";

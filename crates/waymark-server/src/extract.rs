@@ -8,8 +8,8 @@ use axum::http::request::Parts;
 use serde::de::DeserializeOwned;
 use waymark_proto::ErrorCode;
 
-use crate::AppState;
 use crate::error::ApiError;
+use crate::state::AppState;
 
 /// A JSON body: at most `max_json_bytes`, `application/json`, deserialised strictly.
 pub(crate) struct Json<T>(pub T);

@@ -5,11 +5,11 @@ use axum::Json as Out;
 use axum::extract::{Path, State};
 use waymark_proto::*;
 
-use crate::AppState;
 use crate::auth::{Caller, WorkerCaller};
 use crate::domain::followups::{self, NextQuery};
 use crate::error::ApiResult;
 use crate::extract::{Json, Query};
+use crate::state::AppState;
 use crate::worker::{Created, made};
 
 #[utoipa::path(post, path = "/v1/tasks/{task}/followups", tag = "worker", request_body = CreateFollowup,

@@ -25,7 +25,7 @@ use tokio_rustls::TlsAcceptor;
 use tokio_rustls::rustls::ServerConfig;
 use waymark_proto::{ErrorCode, Problem};
 
-use crate::Metrics;
+use crate::metrics::Metrics;
 
 /// Refusals (`503`) written at the same time at most; a connection beyond them is closed.
 const REFUSING_AT_ONCE: usize = 32;

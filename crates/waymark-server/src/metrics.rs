@@ -1,6 +1,7 @@
 //! Prometheus metrics at `/metrics`: requests by route and status, refusals by code, and the
 //! counters an operator watches (tasks, checkpoints, live SSE subscribers).
 
+use std::sync::Arc;
 use std::time::Instant;
 
 use axum::extract::{MatchedPath, Request, State};
@@ -13,8 +14,6 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
-
-use crate::AppState;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct RequestLabels {
@@ -132,7 +131,11 @@ impl Metrics {
     }
 }
 
-pub(crate) async fn track(State(st): State<AppState>, req: Request, next: Next) -> Response {
+pub(crate) async fn track(
+    State(metrics): State<Arc<Metrics>>,
+    req: Request,
+    next: Next,
+) -> Response {
     let route = req
         .extensions()
         .get::<MatchedPath>()
@@ -146,17 +149,17 @@ pub(crate) async fn track(State(st): State<AppState>, req: Request, next: Next) 
         route,
         status: res.status().as_u16(),
     };
-    st.metrics.requests.get_or_create(&labels).inc();
-    st.metrics
+    metrics.requests.get_or_create(&labels).inc();
+    metrics
         .latency
         .get_or_create(&labels)
         .observe(start.elapsed().as_secs_f64());
     res
 }
 
-pub(crate) async fn render(State(st): State<AppState>) -> Response {
+pub(crate) async fn render(State(metrics): State<Arc<Metrics>>) -> Response {
     let mut out = String::new();
-    if prometheus_client::encoding::text::encode(&mut out, &st.metrics.registry).is_err() {
+    if prometheus_client::encoding::text::encode(&mut out, &metrics.registry).is_err() {
         return axum::http::StatusCode::INTERNAL_SERVER_ERROR.into_response();
     }
     (

@@ -6,11 +6,11 @@ use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use waymark_proto::*;
 
-use crate::AppState;
 use crate::auth::Caller;
 use crate::domain::push;
 use crate::error::ApiResult;
 use crate::extract::Json;
+use crate::state::AppState;
 
 #[utoipa::path(get, path = "/v1/push/vapid", tag = "device", security(()), responses((status = 200, body = VapidKey)))]
 pub(crate) async fn vapid(State(st): State<AppState>) -> ApiResult<Out<VapidKey>> {

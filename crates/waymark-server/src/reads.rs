@@ -15,13 +15,14 @@ use waymark_proto::digest::is_sha256_hex;
 use waymark_proto::*;
 
 use crate::auth::{Caller, CallerKind};
+use crate::convert;
 use crate::domain::core::task_for;
 use crate::domain::decisions::expire_overdue;
 use crate::domain::reads::{self, AuditEntry};
 use crate::domain::retention::{self, Pruned};
 use crate::error::{ApiError, ApiResult};
 use crate::extract::Query;
-use crate::{AppState, convert, now_ms};
+use crate::state::{AppState, now_ms};
 
 #[utoipa::path(get, path = "/healthz", tag = "ops", security(()), responses((status = 200, body = Health)))]
 pub(crate) async fn healthz(State(st): State<AppState>) -> ApiResult<Out<Health>> {
@@ -171,7 +172,7 @@ pub(crate) async fn events(
     if after < pruned {
         return Err(cursor_expired(after, pruned));
     }
-    let slot = st.open_stream(&caller)?;
+    let slot = st.open_stream(caller.stream_credential())?;
     let stream = event_stream(st.clone(), caller, after, slot);
     let mut res = Sse::new(stream)
         .keep_alive(KeepAlive::new().interval(st.config.keep_alive))

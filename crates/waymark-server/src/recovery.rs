@@ -6,11 +6,11 @@ use axum::Json as Out;
 use axum::extract::{Path, State};
 use waymark_proto::*;
 
-use crate::AppState;
 use crate::auth::WorkerCaller;
 use crate::domain::recovery;
 use crate::error::ApiResult;
 use crate::extract::Json;
+use crate::state::AppState;
 
 #[utoipa::path(post, path = "/v1/tasks/{task}/reconciliation", tag = "worker", request_body = Reconcile,
     params(("task" = String, Path)),

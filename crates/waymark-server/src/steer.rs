@@ -15,7 +15,6 @@ use futures::Stream;
 use serde_json::json;
 use waymark_proto::*;
 
-use crate::AppState;
 use crate::auth::WorkerCaller;
 use crate::domain::commands::{self, LedgerEntry};
 use crate::domain::controls;
@@ -23,6 +22,7 @@ use crate::domain::core::task_for;
 use crate::domain::devices;
 use crate::error::{ApiError, ApiResult};
 use crate::extract::Json;
+use crate::state::AppState;
 
 pub use crate::domain::devices::{
     code_hash, create_pairing, list_devices, normalize_code, revoke_device,
@@ -101,7 +101,7 @@ pub(crate) async fn control_stream(
         .ok_or_else(|| ApiError::not_found("attempt", &attempt_id))?;
     task_for(&mut tx, &caller, &attempt.task_id).await?;
     drop(tx);
-    let slot = st.open_stream(&caller)?;
+    let slot = st.open_stream(caller.stream_credential())?;
     let stream = control_events(st.clone(), attempt.task_id, attempt_id, slot);
     Ok(Sse::new(stream)
         .keep_alive(KeepAlive::new().interval(st.config.keep_alive))

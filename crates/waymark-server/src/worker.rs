@@ -8,13 +8,13 @@ use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use waymark_proto::*;
 
-use crate::AppState;
 use crate::auth::WorkerCaller;
 use crate::domain::core::Made;
 use crate::domain::evidence::{ArtifactQuery, MessagesAppended};
 use crate::domain::{checkpoints, decisions, effects, evidence, leases, tasks};
 use crate::error::ApiResult;
 use crate::extract::{Json, Query, read_limited};
+use crate::state::AppState;
 
 /// `201 Created` for a new row, `200 OK` for one found again; the body carries the cursor.
 pub(crate) type Created<T> = (StatusCode, Out<Written<T>>);

@@ -8,7 +8,7 @@ use waymark_store::{DecisionRow, StoreTx, TaskRow};
 
 use crate::domain::core::to_value;
 use crate::error::ApiResult;
-use crate::now_ms;
+use crate::state::now_ms;
 
 /// The options offered when the worker gave none.
 pub(crate) fn default_options() -> Vec<DecisionOption> {

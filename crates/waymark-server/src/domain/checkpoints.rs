@@ -5,10 +5,11 @@ use waymark_proto::*;
 use waymark_store::*;
 
 use crate::auth::Caller;
+use crate::convert;
 use crate::domain::core::{Made, audited, created, emit, invalid, not_exact, task_for, to_value};
 use crate::domain::fences::fenced_attempt;
 use crate::error::{ApiError, ApiResult};
-use crate::{AppState, convert, now_ms};
+use crate::state::{AppState, now_ms};
 
 /// Appends a checkpoint by compare-and-set on the sequence (`last + 1`), linked to the chain,
 /// redacted.

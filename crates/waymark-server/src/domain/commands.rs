@@ -7,6 +7,7 @@ use serde_json::{Value, json};
 use waymark_proto::*;
 use waymark_store::*;
 
+use crate::convert;
 use crate::domain::core::{Tx, emit, record_refusal};
 use crate::domain::decisions::{approval_grants, close_decision};
 use crate::domain::devices::{
@@ -14,7 +15,7 @@ use crate::domain::devices::{
 };
 use crate::domain::tasks::validate_plan;
 use crate::error::{ApiError, ApiResult};
-use crate::{AppState, convert, now_ms};
+use crate::state::{AppState, now_ms};
 
 /// Verifies and applies a signed command, once: the ledger answers a repeat `duplicate` with
 /// the first result. Refusals and conflicts are audited; the result says which.

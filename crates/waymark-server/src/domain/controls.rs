@@ -4,10 +4,11 @@
 use waymark_proto::*;
 use waymark_store::*;
 
-use crate::AppState;
+use crate::convert;
 use crate::domain::core::{Tx, emit};
 use crate::error::ApiResult;
-use crate::{convert, now_ms};
+use crate::state::AppState;
+use crate::state::now_ms;
 
 pub(crate) fn control_wire(c: &ControlRow) -> ControlCommand {
     ControlCommand {

@@ -9,8 +9,9 @@ use waymark_proto::*;
 use waymark_store::*;
 
 use crate::auth::Caller;
+use crate::convert;
 use crate::error::{ApiError, ApiResult};
-use crate::{AppState, convert, now_ms};
+use crate::state::{AppState, now_ms};
 
 pub(crate) type Tx = Box<dyn StoreTx>;
 

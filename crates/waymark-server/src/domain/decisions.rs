@@ -7,13 +7,14 @@ use waymark_proto::*;
 use waymark_store::*;
 
 use crate::auth::{Caller, CallerKind};
+use crate::convert;
 use crate::domain::core::{
     Made, Tx, audited, check_text, created, emit, emit_task, field_digest, invalid,
     refuse_terminal, task_for, to_value,
 };
 use crate::domain::fences::optional_fence;
 use crate::error::{ApiError, ApiResult};
-use crate::{AppState, convert, now_ms};
+use crate::state::{AppState, now_ms};
 
 pub(crate) fn expiry_ms(st: &AppState, seconds: Option<u64>) -> ApiResult<i64> {
     let c = &st.config;

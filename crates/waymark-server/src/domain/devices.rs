@@ -9,9 +9,10 @@ use waymark_proto::*;
 use waymark_store::*;
 
 use crate::auth::{CallerKind, new_secret, secret_hash};
+use crate::convert;
 use crate::domain::core::record_refusal;
 use crate::error::{ApiError, ApiResult};
-use crate::{AppState, convert, now_ms};
+use crate::state::{AppState, now_ms};
 
 /// How far in the future a device clock may be.
 pub(crate) const SKEW_MS: i64 = 5 * 60 * 1000;
@@ -409,12 +410,12 @@ pub async fn create_pairing(
     user: &str,
     scopes: &[String],
     ttl_ms: i64,
-) -> Result<(String, i64), crate::AdminError> {
+) -> Result<(String, i64), crate::admin::AdminError> {
     use rand::Rng;
     const ALPHABET: &[u8] = b"0123456789ABCDEFGHJKMNPQRSTVWXYZ";
     for s in scopes {
         if !["view", "steer", "approve"].contains(&s.as_str()) {
-            return Err(crate::AdminError::InvalidScope(s.clone()));
+            return Err(crate::admin::AdminError::InvalidScope(s.clone()));
         }
     }
     let user = store
@@ -422,7 +423,7 @@ pub async fn create_pairing(
         .await?
         .user_by_name(user)
         .await?
-        .ok_or_else(|| crate::AdminError::UnknownUser(user.to_owned()))?;
+        .ok_or_else(|| crate::admin::AdminError::UnknownUser(user.to_owned()))?;
     let mut rng = rand::rngs::OsRng;
     let raw: String = (0..8)
         .map(|_| ALPHABET[rng.gen_range(0..ALPHABET.len())] as char)
@@ -445,7 +446,7 @@ pub async fn create_pairing(
 }
 
 /// `waymark admin device list`.
-pub async fn list_devices(store: &dyn Store) -> Result<Vec<Device>, crate::AdminError> {
+pub async fn list_devices(store: &dyn Store) -> Result<Vec<Device>, crate::admin::AdminError> {
     let mut tx = store.read().await?;
     let mut out = Vec::new();
     for d in tx.list_devices(None).await? {
@@ -460,12 +461,15 @@ pub async fn list_devices(store: &dyn Store) -> Result<Vec<Device>, crate::Admin
 }
 
 /// `waymark admin device revoke`: immediate; later sessions and commands are refused.
-pub async fn revoke_device(store: &dyn Store, id: &str) -> Result<Device, crate::AdminError> {
+pub async fn revoke_device(
+    store: &dyn Store,
+    id: &str,
+) -> Result<Device, crate::admin::AdminError> {
     let mut tx = store.write().await?;
     let mut d = tx
         .device(id)
         .await?
-        .ok_or_else(|| crate::AdminError::UnknownDevice(id.to_owned()))?;
+        .ok_or_else(|| crate::admin::AdminError::UnknownDevice(id.to_owned()))?;
     if d.revoked_at.is_none() {
         d.revoked_at = Some(now_ms());
         tx.update_device(&d).await?;

@@ -7,13 +7,14 @@ use waymark_proto::*;
 use waymark_store::*;
 
 use crate::auth::Caller;
+use crate::convert;
 use crate::domain::core::{
     Made, audited, check_text, created, emit, field_digest, found, not_exact, refuse_terminal,
     task_for,
 };
 use crate::domain::fences::fenced_attempt;
 use crate::error::{ApiError, ApiResult};
-use crate::{AppState, convert, now_ms};
+use crate::state::{AppState, now_ms};
 
 /// Declares an effect before it touches the world: the same key and body is the same effect;
 /// another body is `idempotency_mismatch`.

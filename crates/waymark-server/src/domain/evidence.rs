@@ -6,13 +6,14 @@ use waymark_proto::*;
 use waymark_store::*;
 
 use crate::auth::Caller;
+use crate::convert;
 use crate::domain::core::{
     Made, audited, check_text, created, emit, emit_task, invalid, task_for, task_wire, to_value,
 };
 use crate::domain::decisions::open_decision;
 use crate::domain::fences::{fenced_attempt, optional_fence};
 use crate::error::{ApiError, ApiResult};
-use crate::{AppState, convert, now_ms};
+use crate::state::{AppState, now_ms};
 
 /// Query of an artifact upload (the body is the raw content).
 #[derive(Debug, Deserialize, utoipa::IntoParams)]

@@ -6,7 +6,7 @@ use waymark_store::*;
 
 use crate::domain::core::{Tx, invalid};
 use crate::error::{ApiError, ApiResult};
-use crate::now_ms;
+use crate::state::now_ms;
 
 /// The fence check every write gateway makes: the attempt belongs to the task, carries the
 /// task's newest fence, is still active, and its lease has not run out.

@@ -5,13 +5,14 @@ use waymark_proto::*;
 use waymark_store::*;
 
 use crate::auth::Caller;
+use crate::convert;
 use crate::domain::core::{
     Made, audited, check_text, created, emit, emit_task, refuse_terminal, task_for, to_value,
 };
 use crate::domain::decisions::close_decision;
 use crate::domain::fences::check_fence;
 use crate::error::{ApiError, ApiResult};
-use crate::{AppState, convert, now_ms};
+use crate::state::{AppState, now_ms};
 
 /// The lease granted for a requested length, within the configured bounds.
 pub(crate) fn lease_ms(st: &AppState, requested: Option<u32>) -> i64 {

@@ -6,9 +6,10 @@
 //! channel never stays silent.
 
 use crate::auth::{Caller, CallerKind};
+use crate::convert;
 use crate::domain::core::invalid;
 use crate::error::{ApiError, ApiResult};
-use crate::{AppState, convert, now_ms};
+use crate::state::{AppState, now_ms};
 use std::time::Duration;
 use waymark_proto::signing::b64;
 use waymark_proto::*;
@@ -304,11 +305,7 @@ enum Failure {
     Gone(String),
 }
 
-async fn send(
-    st: &AppState,
-    c: &PushChannelRow,
-    payload: &PushPayload,
-) -> Result<(), Failure> {
+async fn send(st: &AppState, c: &PushChannelRow, payload: &PushPayload) -> Result<(), Failure> {
     let body = serde_json::to_vec(payload).unwrap_or_default();
     let http = reqwest_client();
     let req = match c.kind.as_str() {

@@ -4,12 +4,12 @@
 use serde::{Deserialize, Serialize};
 use waymark_proto::*;
 
-use crate::AppState;
 use crate::auth::Caller;
 use crate::convert;
 use crate::domain::checkpoints::verify_chain;
 use crate::domain::core::{task_for, task_wire};
 use crate::error::{ApiError, ApiResult};
+use crate::state::AppState;
 
 pub(crate) async fn snapshot(st: &AppState, caller: &Caller) -> ApiResult<Snapshot> {
     let mut tx = st.store.read().await?;

@@ -8,12 +8,13 @@ use waymark_proto::*;
 use waymark_store::*;
 
 use crate::auth::Caller;
+use crate::convert;
 use crate::domain::checkpoints::verify_chain;
 use crate::domain::core::*;
 use crate::domain::decisions::open_decision;
 use crate::domain::fences::fenced_attempt;
 use crate::error::{ApiError, ApiResult};
-use crate::{AppState, convert, now_ms};
+use crate::state::{AppState, now_ms};
 
 /// How long a recovery decision waits for a person.
 pub(crate) const RECOVERY_EXPIRY_MS: i64 = 7 * 24 * 3600 * 1000;

@@ -3,8 +3,8 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::AppState;
 use crate::error::ApiResult;
+use crate::state::AppState;
 
 /// Reply of a prune.
 #[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]

@@ -8,7 +8,7 @@ use crate::domain::core::{
     Made, Tx, check_text, created, emit, found, invalid, task_wire, to_value,
 };
 use crate::error::ApiResult;
-use crate::{AppState, now_ms};
+use crate::state::{AppState, now_ms};
 
 pub(crate) fn validate_plan(plan: &[PlanStep]) -> ApiResult<()> {
     let mut seen = std::collections::HashSet::new();

@@ -1,0 +1,186 @@
+//! What every handler and rule shares: the limits and timings of a control plane
+//! (`Config`), the state over its store (`AppState`: store, metrics, stream and rate limits,
+//! the shared event tail), and the server's clock.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::watch;
+use waymark_store::Store;
+
+use crate::error::ApiError;
+use crate::metrics::Metrics;
+use crate::redact::Redaction;
+use crate::tls::TlsFiles;
+use crate::{limits, tail};
+
+/// Limits and timings of a control plane.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Lease length when the worker asks for none.
+    pub lease_default: Duration,
+    /// Shortest lease granted (tests use short ones).
+    pub lease_min: Duration,
+    /// Longest lease granted.
+    pub lease_max: Duration,
+    /// Largest JSON body.
+    pub max_json_bytes: usize,
+    /// Largest artifact.
+    pub max_blob_bytes: usize,
+    /// How many events the log keeps; older cursors get 410 `cursor_expired`.
+    pub event_retention: i64,
+    /// SSE keep-alive interval.
+    pub keep_alive: Duration,
+    /// How often background work (expiry, retention) runs.
+    pub tick: Duration,
+    /// Decision expiry when the requester gives none.
+    pub decision_expiry_default: Duration,
+    /// Longest decision expiry accepted.
+    pub decision_expiry_max: Duration,
+    /// Longest long-poll wait.
+    pub max_wait: Duration,
+    /// First retry delay of a failed push (doubling, at most 15 minutes).
+    pub push_retry_base: Duration,
+    /// Secret patterns redacted from messages and checkpoints before they are stored.
+    pub redaction: Redaction,
+    /// Requests per second each worker token, device session or signing device may make…
+    pub rate_per_second: u32,
+    /// …with bursts up to this many.
+    pub rate_burst: u32,
+    /// Serve HTTPS with this certificate and key; plain HTTP when `None`.
+    pub tls: Option<TlsFiles>,
+    /// How long a client may take over the TLS handshake and over each request's headers (so
+    /// also how long an idle keep-alive connection stays open).
+    pub header_timeout: Duration,
+    /// How long a client may take to send a request body.
+    pub body_timeout: Duration,
+    /// Open event and control streams per credential (the admin's excepted)…
+    pub max_streams_per_credential: usize,
+    /// …and in all.
+    pub max_streams: usize,
+    /// Open client connections at most; beyond, new ones are refused (`503` over plain HTTP,
+    /// closed over TLS) while the open ones are served. Keep it above `max_streams` (each
+    /// stream holds a connection) and below the process's open-file limit.
+    pub max_connections: usize,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            lease_default: Duration::from_secs(30),
+            lease_min: Duration::from_secs(1),
+            lease_max: Duration::from_secs(3600),
+            max_json_bytes: 8 << 20,
+            max_blob_bytes: 32 << 20,
+            event_retention: 1_000_000,
+            keep_alive: Duration::from_secs(15),
+            tick: Duration::from_millis(500),
+            decision_expiry_default: Duration::from_secs(3600),
+            decision_expiry_max: Duration::from_secs(30 * 24 * 3600),
+            max_wait: Duration::from_secs(60),
+            push_retry_base: Duration::from_secs(2),
+            redaction: Redaction::default(),
+            rate_per_second: 1000,
+            rate_burst: 2000,
+            tls: None,
+            header_timeout: Duration::from_secs(20),
+            body_timeout: Duration::from_secs(120),
+            max_streams_per_credential: 32,
+            max_streams: 1024,
+            max_connections: 4096,
+        }
+    }
+}
+
+/// What every handler shares.
+#[derive(Clone)]
+pub struct AppState {
+    /// Storage.
+    pub store: Arc<dyn Store>,
+    /// Limits and timings.
+    pub config: Arc<Config>,
+    /// Prometheus metrics.
+    pub metrics: Arc<Metrics>,
+    /// Flips to `true` when the server shuts down, so streams end and background work stops.
+    pub(crate) stopping: Arc<watch::Sender<bool>>,
+    /// Per-credential request rate limits.
+    pub(crate) limiter: Arc<governor::DefaultKeyedRateLimiter<String>>,
+    /// Open SSE streams, per credential and in all.
+    pub(crate) streams: Arc<limits::Streams>,
+    /// The newest events, read once per commit and shared by every event stream.
+    pub(crate) tail: Arc<tail::Tail>,
+}
+
+fn config_rate(c: &Config) -> u32 {
+    c.rate_per_second.max(1)
+}
+
+impl AppState {
+    /// State over a store.
+    pub fn new(store: Arc<dyn Store>, config: Config) -> Self {
+        let quota = governor::Quota::per_second(
+            std::num::NonZeroU32::new(config_rate(&config)).unwrap_or(std::num::NonZeroU32::MIN),
+        )
+        .allow_burst(
+            std::num::NonZeroU32::new(config.rate_burst.max(1))
+                .unwrap_or(std::num::NonZeroU32::MIN),
+        );
+        let streams = limits::Streams::new(config.max_streams, config.max_streams_per_credential);
+        AppState {
+            store,
+            config: Arc::new(config),
+            metrics: Arc::new(Metrics::default()),
+            stopping: Arc::new(watch::channel(false).0),
+            limiter: Arc::new(governor::RateLimiter::keyed(quota)),
+            streams: Arc::new(streams),
+            tail: Arc::new(tail::Tail::new()),
+        }
+    }
+
+    pub(crate) fn cursor_watch(&self) -> watch::Receiver<i64> {
+        self.store.cursor_watch()
+    }
+
+    /// A slot for one more SSE stream of `credential` (`None`: the admin, counted only in
+    /// the total), or the refusal.
+    pub(crate) fn open_stream(
+        &self,
+        credential: Option<&str>,
+    ) -> Result<limits::StreamSlot, ApiError> {
+        self.streams.open(credential).inspect_err(|e| {
+            self.metrics.refusal_code(e.code().as_str());
+        })
+    }
+
+    /// Refuses a request beyond the credential's rate with 429 and when to retry.
+    pub(crate) fn rate_limit(&self, key: &str) -> Result<(), ApiError> {
+        match self.limiter.check_key(&key.to_owned()) {
+            Ok(()) => Ok(()),
+            Err(not_until) => {
+                use governor::clock::Clock;
+                let wait = not_until.wait_time_from(governor::clock::DefaultClock::default().now());
+                self.metrics.refusal_code("rate_limited");
+                Err(ApiError::new(
+                    waymark_proto::ErrorCode::RateLimited,
+                    format!(
+                        "too many requests from this credential; retry in {} ms",
+                        wait.as_millis().max(1)
+                    ),
+                )
+                .with("retry_after_ms", wait.as_millis().max(1) as u64))
+            }
+        }
+    }
+}
+
+/// Server time in unix milliseconds.
+pub fn now_ms() -> i64 {
+    chrono::Utc::now().timestamp_millis()
+}
+
+/// The metrics alone, for the `/metrics` route and the request-counting middleware.
+impl axum::extract::FromRef<AppState> for Arc<Metrics> {
+    fn from_ref(st: &AppState) -> Self {
+        st.metrics.clone()
+    }
+}
