@@ -464,6 +464,7 @@ async fn a_person_pairs_approves_and_steers_offline() {
         r.contains("conflict") && r.contains("revision 2")
     })
     .await;
+    other_device(&cli, &phone, &["sync"]);
     let ledger = other_device(&cli, &phone, &["show", &task]);
     assert_eq!(
         ledger["task"]["plan_revision"], 2,
