@@ -1,4 +1,5 @@
-//! Rows to wire types. The only place that knows both shapes.
+//! Rows to wire types: the one place that knows both shapes. A stored value it does not
+//! know is `StoreError::Corrupt`, never a default.
 
 use chrono::{DateTime, TimeZone, Utc};
 use serde::de::DeserializeOwned;
@@ -196,4 +197,78 @@ pub(crate) fn event(e: &s::EventRow) -> R<p::Event> {
         at: dt(e.at),
         data: e.data.clone(),
     })
+}
+
+/// A device as people see it (its user's name given).
+pub(crate) fn device(d: &s::DeviceRow, user: &str) -> R<p::Device> {
+    Ok(p::Device {
+        id: d.id.clone(),
+        user: user.to_owned(),
+        name: d.name.clone(),
+        scopes: json(&d.scopes, "device scopes")?,
+        public_key: d.public_key.clone(),
+        created_at: dt(d.created_at),
+        revoked_at: d.revoked_at.map(dt),
+    })
+}
+
+/// A control command as the worker sees it.
+pub(crate) fn control(c: &s::ControlRow) -> R<p::ControlCommand> {
+    Ok(p::ControlCommand {
+        command_id: c.command_id.clone(),
+        operation: parse(&c.operation, "control operation")?,
+        args: c.args.clone(),
+        plan_revision: c.plan_revision,
+        applied_at: dt(c.applied_at),
+        seq: c.seq,
+    })
+}
+
+/// A follow-up.
+pub(crate) fn followup(f: &s::FollowupRow) -> R<p::Followup> {
+    Ok(p::Followup {
+        id: f.id.clone(),
+        task_id: f.task_id.clone(),
+        schedule: json(&f.schedule, "follow-up schedule")?,
+        time_zone: f.time_zone.clone(),
+        catch_up: match f.catch_up.as_str() {
+            "skip" => p::CatchUp::Skip,
+            "run_once" => p::CatchUp::RunOnce,
+            other => return Err(StoreError::Corrupt(format!("follow-up catch-up `{other}`"))),
+        },
+        message: f.message.clone(),
+        state: f.state.clone(),
+        next_run_at: f.next_run_at.map(dt),
+        last_run_at: f.last_run_at.map(dt),
+        runs: f.runs,
+        missed: f.missed,
+        created_at: dt(f.created_at),
+    })
+}
+
+/// A push channel, with its delivery record.
+pub(crate) fn push_channel(c: &s::PushChannelRow) -> p::PushChannel {
+    p::PushChannel {
+        id: c.id.clone(),
+        device_id: c.device_id.clone(),
+        kind: c.kind.clone(),
+        endpoint: c.endpoint.clone(),
+        delivered: c.delivered,
+        attempts: c.attempts,
+        failures: c.failures,
+        last_error: c.last_error.clone(),
+        last_attempt_at: c.last_attempt_at.map(dt),
+        next_attempt_at: dt(c.next_attempt_at),
+        revoked_at: c.revoked_at.map(dt),
+    }
+}
+
+/// A task's state, decoded loudly: a value this build does not know is corruption.
+pub(crate) fn task_state(t: &s::TaskRow) -> R<p::TaskState> {
+    parse(&t.state, "task state")
+}
+
+/// An effect's status, decoded loudly.
+pub(crate) fn effect_status(e: &s::EffectRow) -> R<p::EffectStatus> {
+    parse(&e.status, "effect status")
 }

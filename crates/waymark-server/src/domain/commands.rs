@@ -117,7 +117,7 @@ pub(crate) async fn apply(
     };
     if let Some(task) = task {
         res.plan_revision = Some(task.plan_revision);
-        res.task_state = task.state.parse().ok();
+        res.task_state = Some(convert::task_state(&task)?);
         if res.status == CommandStatus::Applied {
             emit(&mut tx, &task, EventKind::CommandApplied, &res).await?;
             let wire = crate::domain::core::task_wire(&mut tx, &task).await?;
@@ -179,7 +179,7 @@ pub(crate) async fn decide(
             ),
         )));
     }
-    let state: TaskState = task.state.parse().unwrap_or(TaskState::Running);
+    let state: TaskState = convert::task_state(&task)?;
     if state.is_terminal() {
         return Ok(Err(reject(
             RejectReason::TaskTerminal,
@@ -235,7 +235,7 @@ pub(crate) async fn decide(
             revoke_attempts(tx, &task, now).await?;
             let mut flagged = Vec::new();
             for mut e in tx.list_effects(&task.id).await? {
-                let s: EffectStatus = e.status.parse().unwrap_or(EffectStatus::Unknown);
+                let s: EffectStatus = convert::effect_status(&e)?;
                 if !s.is_terminal() && s != EffectStatus::FailedCompensable {
                     e.flag =
                         Some("cancelled while under way: reconcile before anything else".into());

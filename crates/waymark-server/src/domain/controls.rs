@@ -10,17 +10,6 @@ use crate::error::ApiResult;
 use crate::state::AppState;
 use crate::state::now_ms;
 
-pub(crate) fn control_wire(c: &ControlRow) -> ControlCommand {
-    ControlCommand {
-        command_id: c.command_id.clone(),
-        operation: c.operation.parse().unwrap_or(Operation::Pause),
-        args: c.args.clone(),
-        plan_revision: c.plan_revision,
-        applied_at: convert::dt(c.applied_at),
-        seq: c.seq,
-    }
-}
-
 /// Control commands a worker has not acknowledged, and acknowledges the ones it reports.
 pub(crate) async fn exchange_controls(
     tx: &mut Tx,
@@ -43,8 +32,8 @@ pub(crate) async fn exchange_controls(
         .pending_controls(&task.id)
         .await?
         .iter()
-        .map(control_wire)
-        .collect())
+        .map(convert::control)
+        .collect::<Result<_, _>>()?)
 }
 
 /// The task's unacknowledged commands, in order, and the attempt as it stands (a stream ends
@@ -57,5 +46,9 @@ pub(crate) async fn pending(
     let mut tx = st.store.read().await?;
     let pending = tx.pending_controls(task_id).await?;
     let attempt = tx.attempt(attempt_id).await?;
-    Ok((pending.iter().map(control_wire).collect(), attempt))
+    let pending = pending
+        .iter()
+        .map(convert::control)
+        .collect::<Result<_, _>>()?;
+    Ok((pending, attempt))
 }

@@ -31,8 +31,8 @@ pub(crate) fn expiry_ms(st: &AppState, seconds: Option<u64>) -> ApiResult<i64> {
 }
 
 /// Moves a task into a waiting state when a decision opens.
-pub(crate) fn wait_state(task: &mut TaskRow, waiting: TaskState) {
-    let state: TaskState = task.state.parse().unwrap_or(TaskState::Running);
+pub(crate) fn wait_state(task: &mut TaskRow, waiting: TaskState) -> ApiResult<()> {
+    let state: TaskState = convert::task_state(task)?;
     if matches!(
         state,
         TaskState::Queued
@@ -43,6 +43,7 @@ pub(crate) fn wait_state(task: &mut TaskRow, waiting: TaskState) {
     ) {
         task.state = waiting.as_str().into();
     }
+    Ok(())
 }
 
 pub(crate) async fn open_decision(
@@ -56,7 +57,7 @@ pub(crate) async fn open_decision(
     } else {
         TaskState::WaitingHuman
     };
-    wait_state(&mut task, waiting);
+    wait_state(&mut task, waiting)?;
     task.updated_at = now_ms();
     tx.update_task(&task).await?;
     let wire = convert::decision(&row)?;

@@ -40,18 +40,6 @@ pub fn code_hash(code: &str) -> String {
     sha256_hex(normalize_code(code).as_bytes())
 }
 
-pub(crate) fn device_wire(d: &DeviceRow, user: &str) -> Device {
-    Device {
-        id: d.id.clone(),
-        user: user.to_owned(),
-        name: d.name.clone(),
-        scopes: serde_json::from_value(d.scopes.clone()).unwrap_or_default(),
-        public_key: d.public_key.clone(),
-        created_at: convert::dt(d.created_at),
-        revoked_at: d.revoked_at.map(convert::dt),
-    }
-}
-
 /// Pairs a device by a one-time code: its public key becomes the key its commands are
 /// verified with; the code is used up. Refusals are audited.
 pub(crate) async fn pair(st: &AppState, req: PairDevice) -> ApiResult<Device> {
@@ -144,7 +132,7 @@ pub(crate) async fn pair(st: &AppState, req: PairDevice) -> ApiResult<Device> {
     pairing.device_id = Some(device.id.clone());
     tx.update_pairing(&pairing).await?;
     tx.commit().await?;
-    Ok(device_wire(&device, &user))
+    Ok(convert::device(&device, &user)?)
 }
 
 /// A command whose signature, device and clock checked out.
@@ -455,7 +443,7 @@ pub async fn list_devices(store: &dyn Store) -> Result<Vec<Device>, crate::admin
             .await?
             .map(|u| u.name)
             .unwrap_or_default();
-        out.push(device_wire(&d, &user));
+        out.push(convert::device(&d, &user)?);
     }
     Ok(out)
 }
@@ -480,5 +468,5 @@ pub async fn revoke_device(
         .map(|u| u.name)
         .unwrap_or_default();
     tx.commit().await?;
-    Ok(device_wire(&d, &user))
+    Ok(convert::device(&d, &user)?)
 }

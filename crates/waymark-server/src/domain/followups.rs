@@ -26,28 +26,6 @@ pub(crate) fn on_time_window(plan: &Plan) -> i64 {
     }
 }
 
-pub(crate) fn wire(f: &FollowupRow) -> ApiResult<Followup> {
-    Ok(Followup {
-        id: f.id.clone(),
-        task_id: f.task_id.clone(),
-        schedule: serde_json::from_value(f.schedule.clone())
-            .map_err(|e| ApiError::new(ErrorCode::Internal, format!("corrupt schedule: {e}")))?,
-        time_zone: f.time_zone.clone(),
-        catch_up: if f.catch_up == "skip" {
-            CatchUp::Skip
-        } else {
-            CatchUp::RunOnce
-        },
-        message: f.message.clone(),
-        state: f.state.clone(),
-        next_run_at: f.next_run_at.map(convert::dt),
-        last_run_at: f.last_run_at.map(convert::dt),
-        runs: f.runs,
-        missed: f.missed,
-        created_at: convert::dt(f.created_at),
-    })
-}
-
 pub(crate) fn plan_of(f: &FollowupRow) -> ApiResult<Plan> {
     let s: Schedule = serde_json::from_value(f.schedule.clone())
         .map_err(|e| ApiError::new(ErrorCode::Internal, format!("corrupt schedule: {e}")))?;
@@ -93,7 +71,7 @@ pub(crate) async fn create(
         tx.insert_followup(&row).await?;
         let cursor = tx.max_cursor().await?;
         tx.commit().await?;
-        Ok(created(cursor, wire(&row)?))
+        Ok(created(cursor, convert::followup(&row)?))
     })
     .await
 }
@@ -136,7 +114,7 @@ pub(crate) async fn get(
         Vec::new()
     };
     Ok(FollowupPlan {
-        followup: wire(&f)?,
+        followup: convert::followup(&f)?,
         next,
     })
 }
@@ -229,7 +207,7 @@ pub(crate) async fn run_one(st: &AppState, id: &str, now: i64) -> ApiResult<bool
         tx.update_followup(&f).await?;
         if delivered || missed_now > 0 {
             let fired = FollowupFired {
-                followup: wire(&f)?,
+                followup: convert::followup(&f)?,
                 nominal_at: nominal,
                 missed_now,
             };

@@ -96,7 +96,7 @@ pub(crate) async fn start_attempt(
         };
         tx.insert_attempt(&attempt).await?;
         task.fence = attempt.fence;
-        let state: TaskState = task.state.parse().unwrap_or(TaskState::Queued);
+        let state: TaskState = convert::task_state(&task)?;
         if matches!(
             state,
             TaskState::Queued
@@ -159,7 +159,7 @@ pub(crate) async fn heartbeat(
         tx.commit().await?;
         Ok(HeartbeatReply {
             expires_at: convert::dt(attempt.expires_at),
-            task_state: task.state.parse().unwrap_or(TaskState::Running),
+            task_state: convert::task_state(&task)?,
             plan_revision: task.plan_revision,
             commands,
         })

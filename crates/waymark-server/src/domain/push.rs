@@ -22,22 +22,6 @@ pub(crate) const VAPID_SUBJECT: &str = "mailto:operator@waymark.invalid";
 
 pub(crate) const BATCH: i64 = 50;
 
-pub(crate) fn wire(c: &PushChannelRow) -> PushChannel {
-    PushChannel {
-        id: c.id.clone(),
-        device_id: c.device_id.clone(),
-        kind: c.kind.clone(),
-        endpoint: c.endpoint.clone(),
-        delivered: c.delivered,
-        attempts: c.attempts,
-        failures: c.failures,
-        last_error: c.last_error.clone(),
-        last_attempt_at: c.last_attempt_at.map(convert::dt),
-        next_attempt_at: convert::dt(c.next_attempt_at),
-        revoked_at: c.revoked_at.map(convert::dt),
-    }
-}
-
 /// The server's VAPID private key (raw P-256 scalar, base64url), created once and shared by
 /// every replica through the store.
 pub(crate) async fn vapid_private(st: &AppState) -> ApiResult<String> {
@@ -177,7 +161,7 @@ pub(crate) async fn register(
     };
     tx.insert_push_channel(&row).await?;
     tx.commit().await?;
-    Ok(wire(&row))
+    Ok(convert::push_channel(&row))
 }
 
 /// An http(s) endpoint of sane length.
@@ -202,7 +186,7 @@ pub(crate) async fn list(
         .await?
         .push_channels(Some(&device_id))
         .await?;
-    Ok(rows.iter().map(wire).collect())
+    Ok(rows.iter().map(convert::push_channel).collect())
 }
 
 /// Whether an event deserves a push.

@@ -41,7 +41,7 @@ pub(crate) async fn sweep_leases(st: &AppState) -> ApiResult<usize> {
             .attempt(&a.id)
             .await?
             .is_some_and(|x| x.state == "active" && x.expires_at <= now && x.fence == task.fence);
-        let state: TaskState = task.state.parse().unwrap_or(TaskState::Running);
+        let state: TaskState = convert::task_state(&task)?;
         let sweepable = matches!(
             state,
             TaskState::Queued
@@ -319,7 +319,7 @@ pub(crate) async fn reconcile(
                 .ok_or_else(|| {
                     invalid(format!("`{}` is not an effect of this task", r.effect_id))
                 })?;
-            let from: EffectStatus = e.status.parse().unwrap_or(EffectStatus::Unknown);
+            let from: EffectStatus = convert::effect_status(&e)?;
             if from.is_terminal() {
                 actions.push(ReconcileAction {
                     effect_id: e.id.clone(),
@@ -390,7 +390,7 @@ pub(crate) async fn reconcile(
                 convert::effect(&e)?,
             )
             .await?;
-            action.status = e.status.parse().unwrap_or(EffectStatus::Unknown);
+            action.status = convert::effect_status(&e)?;
             actions.push(action);
         }
         tx.commit().await?;

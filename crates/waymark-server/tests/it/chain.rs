@@ -62,3 +62,30 @@ async fn a_deleted_checkpoint_breaks_the_chain_at_the_gap() {
     assert_eq!(d["chain"]["intact"], false);
     assert_eq!(d["chain"]["broken_at"], 3);
 }
+
+/// A state this build does not know (a hand edit, a newer writer) is corruption said out
+/// loud: the heartbeat fails with `internal` and names it, instead of taking the task for
+/// `running` as a silent default once did.
+#[tokio::test]
+async fn a_task_state_edited_in_the_database_is_reported_never_taken_for_running() {
+    let h = Harness::start().await;
+    let task = h.create_task(&h.alice).await;
+    let (att, fence) = h.attempt(&h.alice, &task, 60).await;
+    let n = h
+        .raw_sql(
+            "UPDATE tasks SET state = 'sleeping' WHERE id = ?",
+            "UPDATE tasks SET state = 'sleeping' WHERE id = $1",
+            &task,
+        )
+        .await;
+    assert_eq!(n, 1);
+    let (s, v) = h
+        .post(
+            &h.alice,
+            &format!("/v1/attempts/{att}/heartbeat"),
+            serde_json::json!({"fence": fence}),
+        )
+        .await;
+    assert_eq!(s, StatusCode::INTERNAL_SERVER_ERROR, "{v}");
+    assert_eq!(v["code"], "internal", "{v}");
+}
