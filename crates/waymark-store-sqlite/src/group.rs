@@ -25,7 +25,7 @@ use sqlx::SqliteConnection;
 use tokio::sync::{Mutex, OwnedMutexGuard, watch};
 use waymark_store::{Result, StoreError};
 
-use crate::backend;
+use crate::rows::backend;
 
 /// Most transactions one `COMMIT` acknowledges.
 pub(crate) const MAX_BATCH: usize = 64;

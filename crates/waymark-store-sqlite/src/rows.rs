@@ -1,0 +1,345 @@
+//! Decoding rows. Column types follow migrations/server-sqlite: INTEGER as `i64`, JSON as
+//! TEXT (`get_json`), booleans as 0/1.
+
+use std::str::FromStr;
+
+use serde_json::Value;
+use sqlx::sqlite::SqliteRow;
+use sqlx::{Row, Sqlite};
+use waymark_store::*;
+
+pub(crate) fn json_text(v: &Value) -> String {
+    v.to_string()
+}
+
+pub(crate) fn get<'r, T>(row: &'r SqliteRow, col: &str) -> Result<T>
+where
+    T: sqlx::Decode<'r, Sqlite> + sqlx::Type<Sqlite>,
+{
+    row.try_get(col)
+        .map_err(|e| StoreError::Corrupt(format!("column `{col}`: {e}")))
+}
+
+pub(crate) fn get_json(row: &SqliteRow, col: &str) -> Result<Value> {
+    let s: String = get(row, col)?;
+    Value::from_str(&s).map_err(|e| StoreError::Corrupt(format!("column `{col}` is not JSON: {e}")))
+}
+
+pub(crate) fn get_json_opt(row: &SqliteRow, col: &str) -> Result<Option<Value>> {
+    let s: Option<String> = get(row, col)?;
+    s.map(|s| {
+        Value::from_str(&s)
+            .map_err(|e| StoreError::Corrupt(format!("column `{col}` is not JSON: {e}")))
+    })
+    .transpose()
+}
+
+pub(crate) fn user_row(r: &SqliteRow) -> Result<UserRow> {
+    Ok(UserRow {
+        id: get(r, "id")?,
+        name: get(r, "name")?,
+        created_at: get(r, "created_at")?,
+    })
+}
+
+pub(crate) fn token_row(r: &SqliteRow) -> Result<TokenRow> {
+    Ok(TokenRow {
+        id: get(r, "id")?,
+        kind: get(r, "kind")?,
+        name: get(r, "name")?,
+        user_id: get(r, "user_id")?,
+        secret_hash: get(r, "secret_hash")?,
+        created_at: get(r, "created_at")?,
+        revoked_at: get(r, "revoked_at")?,
+    })
+}
+
+pub(crate) fn task_row(r: &SqliteRow) -> Result<TaskRow> {
+    Ok(TaskRow {
+        id: get(r, "id")?,
+        owner_id: get(r, "owner_id")?,
+        title: get(r, "title")?,
+        goal: get(r, "goal")?,
+        runtime: get(r, "runtime")?,
+        state: get(r, "state")?,
+        plan: get_json(r, "plan")?,
+        plan_revision: get(r, "plan_revision")?,
+        budget: get_json(r, "budget")?,
+        usage: get_json(r, "usage")?,
+        materials: get_json(r, "materials")?,
+        session_id: get(r, "session_id")?,
+        fence: get(r, "fence")?,
+        outcome_summary: get(r, "outcome_summary")?,
+        created_at: get(r, "created_at")?,
+        updated_at: get(r, "updated_at")?,
+        parent_id: get(r, "parent_id")?,
+        external_key: get(r, "external_key")?,
+    })
+}
+
+pub(crate) fn session_row(r: &SqliteRow) -> Result<SessionRow> {
+    Ok(SessionRow {
+        id: get(r, "id")?,
+        task_id: get(r, "task_id")?,
+        parent_id: get(r, "parent_id")?,
+        created_at: get(r, "created_at")?,
+    })
+}
+
+pub(crate) fn attempt_row(r: &SqliteRow) -> Result<AttemptRow> {
+    Ok(AttemptRow {
+        id: get(r, "id")?,
+        task_id: get(r, "task_id")?,
+        worker: get(r, "worker")?,
+        fence: get(r, "fence")?,
+        expires_at: get(r, "expires_at")?,
+        state: get(r, "state")?,
+        manifest_digest: get(r, "manifest_digest")?,
+        started_at: get(r, "started_at")?,
+        ended_at: get(r, "ended_at")?,
+        outcome: get(r, "outcome")?,
+        released: get_json_opt(r, "released")?,
+    })
+}
+
+pub(crate) fn checkpoint_row(r: &SqliteRow) -> Result<CheckpointRow> {
+    Ok(CheckpointRow {
+        task_id: get(r, "task_id")?,
+        sequence: get(r, "sequence")?,
+        attempt_id: get(r, "attempt_id")?,
+        fence: get(r, "fence")?,
+        body: get_json(r, "body")?,
+        prev_digest: get(r, "prev_digest")?,
+        digest: get(r, "digest")?,
+        created_at: get(r, "created_at")?,
+    })
+}
+
+pub(crate) fn effect_row(r: &SqliteRow) -> Result<EffectRow> {
+    Ok(EffectRow {
+        id: get(r, "id")?,
+        task_id: get(r, "task_id")?,
+        idempotency_key: get(r, "idempotency_key")?,
+        body_digest: get(r, "body_digest")?,
+        kind: get(r, "kind")?,
+        step: get(r, "step")?,
+        resource_id: get(r, "resource_id")?,
+        intent: get_json(r, "intent")?,
+        intent_digest: get(r, "intent_digest")?,
+        status: get(r, "status")?,
+        receipt: get_json_opt(r, "receipt")?,
+        attempt_id: get(r, "attempt_id")?,
+        fence: get(r, "fence")?,
+        created_at: get(r, "created_at")?,
+        updated_at: get(r, "updated_at")?,
+        flag: get(r, "flag")?,
+    })
+}
+
+pub(crate) fn decision_row(r: &SqliteRow) -> Result<DecisionRow> {
+    Ok(DecisionRow {
+        id: get(r, "id")?,
+        task_id: get(r, "task_id")?,
+        kind: get(r, "kind")?,
+        status: get(r, "status")?,
+        step: get(r, "step")?,
+        question: get(r, "question")?,
+        options: get_json(r, "options")?,
+        default_option: get(r, "default_option")?,
+        intent: get_json_opt(r, "intent")?,
+        intent_digest: get(r, "intent_digest")?,
+        effect_id: get(r, "effect_id")?,
+        plan_revision: get(r, "plan_revision")?,
+        risky: get(r, "risky")?,
+        expires_at: get(r, "expires_at")?,
+        created_at: get(r, "created_at")?,
+        outcome: get_json_opt(r, "outcome")?,
+        durability: get(r, "durability")?,
+        delivery: get_json_opt(r, "delivery")?,
+    })
+}
+
+pub(crate) fn artifact_row(r: &SqliteRow) -> Result<ArtifactRow> {
+    Ok(ArtifactRow {
+        id: get(r, "id")?,
+        task_id: get(r, "task_id")?,
+        sha256: get(r, "sha256")?,
+        name: get(r, "name")?,
+        media_type: get(r, "media_type")?,
+        size: get(r, "size")?,
+        step: get(r, "step")?,
+        created_at: get(r, "created_at")?,
+    })
+}
+
+pub(crate) fn receipt_row(r: &SqliteRow) -> Result<ReceiptRow> {
+    Ok(ReceiptRow {
+        id: get(r, "id")?,
+        task_id: get(r, "task_id")?,
+        step: get(r, "step")?,
+        command: get(r, "command")?,
+        exit_code: get(r, "exit_code")?,
+        commit: get(r, "commit_id")?,
+        totals: get_json(r, "totals")?,
+        failures: get_json(r, "failures")?,
+        duration_seconds: get(r, "duration_seconds")?,
+        passed: get(r, "passed")?,
+        junit_sha256: get(r, "junit_sha256")?,
+        created_at: get(r, "created_at")?,
+    })
+}
+
+pub(crate) fn message_row(r: &SqliteRow) -> Result<MessageRow> {
+    Ok(MessageRow {
+        session_id: get(r, "session_id")?,
+        task_id: get(r, "task_id")?,
+        seq: get(r, "seq")?,
+        role: get(r, "role")?,
+        text: get(r, "text")?,
+        created_at: get(r, "created_at")?,
+    })
+}
+
+pub(crate) fn event_row(r: &SqliteRow) -> Result<EventRow> {
+    Ok(EventRow {
+        cursor: get(r, "cursor")?,
+        task_id: get(r, "task_id")?,
+        owner_id: get(r, "owner_id")?,
+        kind: get(r, "kind")?,
+        data: get_json(r, "data")?,
+        at: get(r, "at")?,
+    })
+}
+
+pub(crate) fn audit_row(r: &SqliteRow) -> Result<AuditRow> {
+    Ok(AuditRow {
+        at: get(r, "at")?,
+        actor: get(r, "actor")?,
+        action: get(r, "action")?,
+        task_id: get(r, "task_id")?,
+        code: get(r, "code")?,
+        detail: get(r, "detail")?,
+    })
+}
+
+pub(crate) fn device_row(r: &SqliteRow) -> Result<DeviceRow> {
+    Ok(DeviceRow {
+        id: get(r, "id")?,
+        user_id: get(r, "user_id")?,
+        name: get(r, "name")?,
+        public_key: get(r, "public_key")?,
+        scopes: get_json(r, "scopes")?,
+        created_at: get(r, "created_at")?,
+        revoked_at: get(r, "revoked_at")?,
+    })
+}
+
+pub(crate) fn pairing_row(r: &SqliteRow) -> Result<PairingRow> {
+    Ok(PairingRow {
+        code_hash: get(r, "code_hash")?,
+        user_id: get(r, "user_id")?,
+        scopes: get_json(r, "scopes")?,
+        created_at: get(r, "created_at")?,
+        expires_at: get(r, "expires_at")?,
+        used_at: get(r, "used_at")?,
+        device_id: get(r, "device_id")?,
+    })
+}
+
+pub(crate) fn device_session_row(r: &SqliteRow) -> Result<DeviceSessionRow> {
+    Ok(DeviceSessionRow {
+        token_hash: get(r, "token_hash")?,
+        device_id: get(r, "device_id")?,
+        created_at: get(r, "created_at")?,
+        expires_at: get(r, "expires_at")?,
+    })
+}
+
+pub(crate) fn command_row(r: &SqliteRow) -> Result<CommandRow> {
+    Ok(CommandRow {
+        command_id: get(r, "command_id")?,
+        task_id: get(r, "task_id")?,
+        device_id: get(r, "device_id")?,
+        body_digest: get(r, "body_digest")?,
+        operation: get(r, "operation")?,
+        envelope: get_json(r, "envelope")?,
+        status: get(r, "status")?,
+        result: get_json(r, "result")?,
+        created_at: get(r, "created_at")?,
+    })
+}
+
+pub(crate) fn control_row(r: &SqliteRow) -> Result<ControlRow> {
+    Ok(ControlRow {
+        command_id: get(r, "command_id")?,
+        task_id: get(r, "task_id")?,
+        operation: get(r, "operation")?,
+        args: get_json(r, "args")?,
+        plan_revision: get(r, "plan_revision")?,
+        applied_at: get(r, "applied_at")?,
+        acknowledged_at: get(r, "acknowledged_at")?,
+        acknowledged_by: get(r, "acknowledged_by")?,
+        seq: get(r, "seq")?,
+    })
+}
+
+pub(crate) fn followup_row(r: &SqliteRow) -> Result<FollowupRow> {
+    Ok(FollowupRow {
+        id: get(r, "id")?,
+        task_id: get(r, "task_id")?,
+        schedule: get_json(r, "schedule")?,
+        time_zone: get(r, "time_zone")?,
+        catch_up: get(r, "catch_up")?,
+        message: get(r, "message")?,
+        state: get(r, "state")?,
+        next_run_at: get(r, "next_run_at")?,
+        last_run_at: get(r, "last_run_at")?,
+        runs: get(r, "runs")?,
+        missed: get(r, "missed")?,
+        created_at: get(r, "created_at")?,
+    })
+}
+
+pub(crate) fn push_channel_row(r: &SqliteRow) -> Result<PushChannelRow> {
+    Ok(PushChannelRow {
+        id: get(r, "id")?,
+        device_id: get(r, "device_id")?,
+        user_id: get(r, "user_id")?,
+        kind: get(r, "kind")?,
+        endpoint: get(r, "endpoint")?,
+        p256dh: get(r, "p256dh")?,
+        auth: get(r, "auth")?,
+        cursor: get(r, "cursor")?,
+        attempts: get(r, "attempts")?,
+        delivered: get(r, "delivered")?,
+        failures: get(r, "failures")?,
+        consecutive_failures: get(r, "consecutive_failures")?,
+        last_error: get(r, "last_error")?,
+        last_attempt_at: get(r, "last_attempt_at")?,
+        next_attempt_at: get(r, "next_attempt_at")?,
+        created_at: get(r, "created_at")?,
+        revoked_at: get(r, "revoked_at")?,
+    })
+}
+
+/// A database error as the store says it: a unique key is `Conflict`, a busy database
+/// `Busy`.
+pub(crate) fn backend(e: sqlx::Error) -> StoreError {
+    if let sqlx::Error::Database(db) = &e {
+        if db.is_unique_violation() {
+            return StoreError::Conflict(db.message().to_owned());
+        }
+        // SQLITE_BUSY (5) and SQLITE_LOCKED (6), also in their extended forms.
+        let busy = db
+            .code()
+            .and_then(|c| c.parse::<i64>().ok())
+            .is_some_and(|n| n & 0xff == 5 || n & 0xff == 6);
+        if busy {
+            return StoreError::Busy(db.message().to_owned());
+        }
+    }
+    if matches!(e, sqlx::Error::PoolTimedOut) {
+        return StoreError::Busy("timed out waiting for a database connection".into());
+    }
+    StoreError::Backend(e.to_string())
+}

@@ -1,0 +1,1161 @@
+//! One transaction on SQLite: every `StoreTx` method as one or two statements, on a read-only
+//! reader (a snapshot) or as a member of the writer's current group.
+
+use async_trait::async_trait;
+use sqlx::sqlite::SqliteRow;
+use sqlx::{Sqlite, SqliteConnection, Transaction};
+use waymark_store::*;
+
+use crate::group;
+use crate::rows::*;
+
+pub(crate) struct SqliteTx {
+    pub(crate) tx: Tx,
+    /// The newest event cursor this transaction appended.
+    pub(crate) appended: Option<i64>,
+}
+
+pub(crate) enum Tx {
+    /// A snapshot on a reader connection.
+    Read(Transaction<'static, Sqlite>),
+    /// A savepoint on the writer connection, committed in a group.
+    Write(group::Member),
+}
+
+pub(crate) type Q<'q> = sqlx::query::Query<'q, Sqlite, sqlx::sqlite::SqliteArguments<'q>>;
+
+impl SqliteTx {
+    fn db(&mut self) -> &mut SqliteConnection {
+        match &mut self.tx {
+            Tx::Read(tx) => tx,
+            Tx::Write(member) => member.db(),
+        }
+    }
+
+    async fn one<'q, T>(
+        &mut self,
+        q: Q<'q>,
+        map: fn(&SqliteRow) -> Result<T>,
+    ) -> Result<Option<T>> {
+        q.fetch_optional(self.db())
+            .await
+            .map_err(backend)?
+            .as_ref()
+            .map(map)
+            .transpose()
+    }
+
+    async fn all<'q, T>(&mut self, q: Q<'q>, map: fn(&SqliteRow) -> Result<T>) -> Result<Vec<T>> {
+        q.fetch_all(self.db())
+            .await
+            .map_err(backend)?
+            .iter()
+            .map(map)
+            .collect()
+    }
+
+    async fn exec<'q>(&mut self, q: Q<'q>) -> Result<u64> {
+        Ok(q.execute(self.db()).await.map_err(backend)?.rows_affected())
+    }
+}
+
+#[async_trait]
+impl StoreTx for SqliteTx {
+    async fn commit(self: Box<Self>) -> Result<()> {
+        let SqliteTx { tx, appended } = *self;
+        match tx {
+            Tx::Read(tx) => tx.commit().await.map_err(backend),
+            // Returns once the group's COMMIT made it durable; the cursor watch moved then.
+            Tx::Write(member) => member.commit(appended).await,
+        }
+    }
+
+    async fn insert_user(&mut self, u: &UserRow) -> Result<()> {
+        self.exec(
+            sqlx::query("INSERT INTO users (id, name, created_at) VALUES (?, ?, ?)")
+                .bind(&u.id)
+                .bind(&u.name)
+                .bind(u.created_at),
+        )
+        .await
+        .map(drop)
+    }
+
+    async fn user_by_name(&mut self, name: &str) -> Result<Option<UserRow>> {
+        self.one(
+            sqlx::query("SELECT * FROM users WHERE name = ?").bind(name),
+            user_row,
+        )
+        .await
+    }
+
+    async fn user_by_id(&mut self, id: &str) -> Result<Option<UserRow>> {
+        self.one(
+            sqlx::query("SELECT * FROM users WHERE id = ?").bind(id),
+            user_row,
+        )
+        .await
+    }
+
+    async fn list_users(&mut self) -> Result<Vec<UserRow>> {
+        self.all(sqlx::query("SELECT * FROM users ORDER BY name"), user_row)
+            .await
+    }
+
+    async fn insert_token(&mut self, t: &TokenRow) -> Result<()> {
+        self.exec(
+            sqlx::query(
+                "INSERT INTO tokens (id, kind, name, user_id, secret_hash, created_at, revoked_at)
+                 VALUES (?, ?, ?, ?, ?, ?, ?)",
+            )
+            .bind(&t.id)
+            .bind(&t.kind)
+            .bind(&t.name)
+            .bind(&t.user_id)
+            .bind(&t.secret_hash)
+            .bind(t.created_at)
+            .bind(t.revoked_at),
+        )
+        .await
+        .map(drop)
+    }
+
+    async fn token_by_hash(&mut self, hash: &str) -> Result<Option<TokenRow>> {
+        self.one(
+            sqlx::query("SELECT * FROM tokens WHERE secret_hash = ?").bind(hash),
+            token_row,
+        )
+        .await
+    }
+
+    async fn list_tokens(&mut self, kind: &str) -> Result<Vec<TokenRow>> {
+        self.all(
+            sqlx::query("SELECT * FROM tokens WHERE kind = ? ORDER BY created_at, id").bind(kind),
+            token_row,
+        )
+        .await
+    }
+
+    async fn insert_task(&mut self, t: &TaskRow) -> Result<()> {
+        self.exec(
+            sqlx::query(
+                "INSERT INTO tasks (id, owner_id, title, goal, runtime, state, plan, plan_revision,
+                   budget, usage, materials, session_id, fence, outcome_summary, created_at, updated_at, parent_id,
+                   external_key)
+                 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            )
+            .bind(&t.id)
+            .bind(&t.owner_id)
+            .bind(&t.title)
+            .bind(&t.goal)
+            .bind(&t.runtime)
+            .bind(&t.state)
+            .bind(json_text(&t.plan))
+            .bind(t.plan_revision)
+            .bind(json_text(&t.budget))
+            .bind(json_text(&t.usage))
+            .bind(json_text(&t.materials))
+            .bind(&t.session_id)
+            .bind(t.fence)
+            .bind(&t.outcome_summary)
+            .bind(t.created_at)
+            .bind(t.updated_at)
+            .bind(&t.parent_id)
+            .bind(&t.external_key),
+        )
+        .await
+        .map(drop)
+    }
+
+    async fn task(&mut self, id: &str) -> Result<Option<TaskRow>> {
+        self.one(
+            sqlx::query("SELECT * FROM tasks WHERE id = ?").bind(id),
+            task_row,
+        )
+        .await
+    }
+
+    async fn update_task(&mut self, t: &TaskRow) -> Result<()> {
+        self.exec(
+            sqlx::query(
+                "UPDATE tasks SET title = ?, goal = ?, runtime = ?, state = ?, plan = ?,
+                   plan_revision = ?, budget = ?, usage = ?, materials = ?, fence = ?,
+                   outcome_summary = ?, updated_at = ?, parent_id = ?
+                 WHERE id = ?",
+            )
+            .bind(&t.title)
+            .bind(&t.goal)
+            .bind(&t.runtime)
+            .bind(&t.state)
+            .bind(json_text(&t.plan))
+            .bind(t.plan_revision)
+            .bind(json_text(&t.budget))
+            .bind(json_text(&t.usage))
+            .bind(json_text(&t.materials))
+            .bind(t.fence)
+            .bind(&t.outcome_summary)
+            .bind(t.updated_at)
+            .bind(&t.parent_id)
+            .bind(&t.id),
+        )
+        .await
+        .map(drop)
+    }
+
+    async fn task_by_external_key(
+        &mut self,
+        owner_id: &str,
+        runtime: &str,
+        key: &str,
+    ) -> Result<Option<TaskRow>> {
+        self.one(
+            sqlx::query(
+                "SELECT * FROM tasks WHERE owner_id = ? AND runtime = ? AND external_key = ?",
+            )
+            .bind(owner_id)
+            .bind(runtime)
+            .bind(key),
+            task_row,
+        )
+        .await
+    }
+
+    async fn list_tasks(&mut self, owner_id: Option<&str>) -> Result<Vec<TaskRow>> {
+        match owner_id {
+            Some(o) => {
+                self.all(
+                    sqlx::query(
+                        "SELECT * FROM tasks WHERE owner_id = ? ORDER BY created_at DESC, id DESC",
+                    )
+                    .bind(o),
+                    task_row,
+                )
+                .await
+            }
+            None => {
+                self.all(
+                    sqlx::query("SELECT * FROM tasks ORDER BY created_at DESC, id DESC"),
+                    task_row,
+                )
+                .await
+            }
+        }
+    }
+
+    async fn insert_session(&mut self, s: &SessionRow) -> Result<()> {
+        self.exec(
+            sqlx::query(
+                "INSERT INTO sessions (id, task_id, parent_id, created_at) VALUES (?, ?, ?, ?)",
+            )
+            .bind(&s.id)
+            .bind(&s.task_id)
+            .bind(&s.parent_id)
+            .bind(s.created_at),
+        )
+        .await
+        .map(drop)
+    }
+
+    async fn session(&mut self, id: &str) -> Result<Option<SessionRow>> {
+        self.one(
+            sqlx::query("SELECT * FROM sessions WHERE id = ?").bind(id),
+            session_row,
+        )
+        .await
+    }
+
+    async fn insert_attempt(&mut self, a: &AttemptRow) -> Result<()> {
+        self.exec(
+            sqlx::query(
+                "INSERT INTO attempts (id, task_id, worker, fence, expires_at, state, manifest_digest,
+                   started_at, ended_at, outcome, released)
+                 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            )
+            .bind(&a.id)
+            .bind(&a.task_id)
+            .bind(&a.worker)
+            .bind(a.fence)
+            .bind(a.expires_at)
+            .bind(&a.state)
+            .bind(&a.manifest_digest)
+            .bind(a.started_at)
+            .bind(a.ended_at)
+            .bind(&a.outcome)
+            .bind(a.released.as_ref().map(json_text)),
+        )
+        .await
+        .map(drop)
+    }
+
+    async fn attempt(&mut self, id: &str) -> Result<Option<AttemptRow>> {
+        self.one(
+            sqlx::query("SELECT * FROM attempts WHERE id = ?").bind(id),
+            attempt_row,
+        )
+        .await
+    }
+
+    async fn update_attempt(&mut self, a: &AttemptRow) -> Result<()> {
+        self.exec(
+            sqlx::query(
+                "UPDATE attempts SET expires_at = ?, state = ?, ended_at = ?, outcome = ?, released = ?
+                 WHERE id = ?",
+            )
+            .bind(a.expires_at)
+            .bind(&a.state)
+            .bind(a.ended_at)
+            .bind(&a.outcome)
+            .bind(a.released.as_ref().map(json_text))
+            .bind(&a.id),
+        )
+        .await
+        .map(drop)
+    }
+
+    async fn list_attempts(&mut self, task_id: &str) -> Result<Vec<AttemptRow>> {
+        self.all(
+            sqlx::query("SELECT * FROM attempts WHERE task_id = ? ORDER BY fence").bind(task_id),
+            attempt_row,
+        )
+        .await
+    }
+
+    async fn expired_leases(&mut self, now_ms: i64) -> Result<Vec<AttemptRow>> {
+        self.all(
+            sqlx::query(
+                "SELECT a.* FROM attempts a JOIN tasks t ON t.id = a.task_id
+                 WHERE a.state = 'active' AND a.expires_at <= ?
+                   AND t.state IN ('queued', 'running', 'verifying', 'waiting_approval', 'waiting_human')
+                 ORDER BY a.expires_at, a.id",
+            )
+            .bind(now_ms),
+            attempt_row,
+        )
+        .await
+    }
+
+    async fn insert_checkpoint(&mut self, c: &CheckpointRow) -> Result<()> {
+        self.exec(
+            sqlx::query(
+                "INSERT INTO checkpoints (task_id, sequence, attempt_id, fence, body, prev_digest,
+                   digest, created_at)
+                 VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            )
+            .bind(&c.task_id)
+            .bind(c.sequence)
+            .bind(&c.attempt_id)
+            .bind(c.fence)
+            .bind(json_text(&c.body))
+            .bind(&c.prev_digest)
+            .bind(&c.digest)
+            .bind(c.created_at),
+        )
+        .await
+        .map(drop)
+    }
+
+    async fn last_checkpoint(&mut self, task_id: &str) -> Result<Option<CheckpointRow>> {
+        self.one(
+            sqlx::query(
+                "SELECT * FROM checkpoints WHERE task_id = ? ORDER BY sequence DESC LIMIT 1",
+            )
+            .bind(task_id),
+            checkpoint_row,
+        )
+        .await
+    }
+
+    async fn list_checkpoints(&mut self, task_id: &str) -> Result<Vec<CheckpointRow>> {
+        self.all(
+            sqlx::query("SELECT * FROM checkpoints WHERE task_id = ? ORDER BY sequence")
+                .bind(task_id),
+            checkpoint_row,
+        )
+        .await
+    }
+
+    async fn insert_effect(&mut self, e: &EffectRow) -> Result<()> {
+        self.exec(
+            sqlx::query(
+                "INSERT INTO effects (id, task_id, idempotency_key, body_digest, kind, step, resource_id,
+                   intent, intent_digest, status, receipt, attempt_id, fence, created_at, updated_at, flag)
+                 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            )
+            .bind(&e.id)
+            .bind(&e.task_id)
+            .bind(&e.idempotency_key)
+            .bind(&e.body_digest)
+            .bind(&e.kind)
+            .bind(&e.step)
+            .bind(&e.resource_id)
+            .bind(json_text(&e.intent))
+            .bind(&e.intent_digest)
+            .bind(&e.status)
+            .bind(e.receipt.as_ref().map(json_text))
+            .bind(&e.attempt_id)
+            .bind(e.fence)
+            .bind(e.created_at)
+            .bind(e.updated_at)
+            .bind(&e.flag),
+        )
+        .await
+        .map(drop)
+    }
+
+    async fn effect(&mut self, id: &str) -> Result<Option<EffectRow>> {
+        self.one(
+            sqlx::query("SELECT * FROM effects WHERE id = ?").bind(id),
+            effect_row,
+        )
+        .await
+    }
+
+    async fn effect_by_key(&mut self, task_id: &str, key: &str) -> Result<Option<EffectRow>> {
+        self.one(
+            sqlx::query("SELECT * FROM effects WHERE task_id = ? AND idempotency_key = ?")
+                .bind(task_id)
+                .bind(key),
+            effect_row,
+        )
+        .await
+    }
+
+    async fn update_effect(&mut self, e: &EffectRow) -> Result<()> {
+        self.exec(
+            sqlx::query(
+                "UPDATE effects SET resource_id = ?, status = ?, receipt = ?, attempt_id = ?, fence = ?,
+                   updated_at = ?, flag = ?
+                 WHERE id = ?",
+            )
+            .bind(&e.resource_id)
+            .bind(&e.status)
+            .bind(e.receipt.as_ref().map(json_text))
+            .bind(&e.attempt_id)
+            .bind(e.fence)
+            .bind(e.updated_at)
+            .bind(&e.flag)
+            .bind(&e.id),
+        )
+        .await
+        .map(drop)
+    }
+
+    async fn list_effects(&mut self, task_id: &str) -> Result<Vec<EffectRow>> {
+        self.all(
+            sqlx::query("SELECT * FROM effects WHERE task_id = ? ORDER BY created_at, id")
+                .bind(task_id),
+            effect_row,
+        )
+        .await
+    }
+
+    async fn insert_decision(&mut self, d: &DecisionRow) -> Result<()> {
+        self.exec(
+            sqlx::query(
+                "INSERT INTO decisions (id, task_id, kind, status, step, question, options,
+                   default_option, intent, intent_digest, effect_id, plan_revision, risky, expires_at,
+                   created_at, outcome, durability, delivery)
+                 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            )
+            .bind(&d.id)
+            .bind(&d.task_id)
+            .bind(&d.kind)
+            .bind(&d.status)
+            .bind(&d.step)
+            .bind(&d.question)
+            .bind(json_text(&d.options))
+            .bind(&d.default_option)
+            .bind(d.intent.as_ref().map(json_text))
+            .bind(&d.intent_digest)
+            .bind(&d.effect_id)
+            .bind(d.plan_revision)
+            .bind(d.risky)
+            .bind(d.expires_at)
+            .bind(d.created_at)
+            .bind(d.outcome.as_ref().map(json_text))
+            .bind(&d.durability)
+            .bind(d.delivery.as_ref().map(json_text)),
+        )
+        .await
+        .map(drop)
+    }
+
+    async fn decision(&mut self, id: &str) -> Result<Option<DecisionRow>> {
+        self.one(
+            sqlx::query("SELECT * FROM decisions WHERE id = ?").bind(id),
+            decision_row,
+        )
+        .await
+    }
+
+    async fn update_decision(&mut self, d: &DecisionRow) -> Result<()> {
+        self.exec(
+            sqlx::query(
+                "UPDATE decisions SET status = ?, expires_at = ?, outcome = ?, delivery = ?
+                 WHERE id = ?",
+            )
+            .bind(&d.status)
+            .bind(d.expires_at)
+            .bind(d.outcome.as_ref().map(json_text))
+            .bind(d.delivery.as_ref().map(json_text))
+            .bind(&d.id),
+        )
+        .await
+        .map(drop)
+    }
+
+    async fn list_decisions(&mut self, task_id: &str) -> Result<Vec<DecisionRow>> {
+        self.all(
+            sqlx::query("SELECT * FROM decisions WHERE task_id = ? ORDER BY created_at, id")
+                .bind(task_id),
+            decision_row,
+        )
+        .await
+    }
+
+    async fn due_decisions(&mut self, now_ms: i64) -> Result<Vec<DecisionRow>> {
+        self.all(
+            sqlx::query(
+                "SELECT * FROM decisions WHERE status = 'pending' AND expires_at <= ?
+                 ORDER BY expires_at, id",
+            )
+            .bind(now_ms),
+            decision_row,
+        )
+        .await
+    }
+
+    async fn pending_decision_count(&mut self, task_id: &str) -> Result<i64> {
+        sqlx::query_scalar(
+            "SELECT COUNT(*) FROM decisions WHERE task_id = ? AND status = 'pending'",
+        )
+        .bind(task_id)
+        .fetch_one(self.db())
+        .await
+        .map_err(backend)
+    }
+
+    async fn put_blob(&mut self, sha256: &str, data: &[u8]) -> Result<()> {
+        self.exec(
+            sqlx::query(
+                "INSERT INTO blobs (sha256, size, data) VALUES (?, ?, ?) ON CONFLICT DO NOTHING",
+            )
+            .bind(sha256)
+            .bind(data.len() as i64)
+            .bind(data),
+        )
+        .await
+        .map(drop)
+    }
+
+    async fn blob(&mut self, sha256: &str) -> Result<Option<Vec<u8>>> {
+        sqlx::query_scalar("SELECT data FROM blobs WHERE sha256 = ?")
+            .bind(sha256)
+            .fetch_optional(self.db())
+            .await
+            .map_err(backend)
+    }
+
+    async fn insert_artifact(&mut self, a: &ArtifactRow) -> Result<()> {
+        self.exec(
+            sqlx::query(
+                "INSERT INTO artifacts (id, task_id, sha256, name, media_type, size, step, created_at)
+                 VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            )
+            .bind(&a.id)
+            .bind(&a.task_id)
+            .bind(&a.sha256)
+            .bind(&a.name)
+            .bind(&a.media_type)
+            .bind(a.size)
+            .bind(&a.step)
+            .bind(a.created_at),
+        )
+        .await
+        .map(drop)
+    }
+
+    async fn list_artifacts(&mut self, task_id: &str) -> Result<Vec<ArtifactRow>> {
+        self.all(
+            sqlx::query("SELECT * FROM artifacts WHERE task_id = ? ORDER BY created_at, id")
+                .bind(task_id),
+            artifact_row,
+        )
+        .await
+    }
+
+    async fn blob_visible(&mut self, sha256: &str, owner_id: Option<&str>) -> Result<bool> {
+        let n: i64 = sqlx::query_scalar(
+            "SELECT COUNT(*) FROM artifacts a JOIN tasks t ON t.id = a.task_id
+             WHERE a.sha256 = ? AND (? IS NULL OR t.owner_id = ?)",
+        )
+        .bind(sha256)
+        .bind(owner_id)
+        .bind(owner_id)
+        .fetch_one(self.db())
+        .await
+        .map_err(backend)?;
+        Ok(n > 0)
+    }
+
+    async fn insert_receipt(&mut self, r: &ReceiptRow) -> Result<()> {
+        self.exec(
+            sqlx::query(
+                "INSERT INTO test_receipts (id, task_id, step, command, exit_code, commit_id, totals,
+                   failures, duration_seconds, passed, junit_sha256, created_at)
+                 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            )
+            .bind(&r.id)
+            .bind(&r.task_id)
+            .bind(&r.step)
+            .bind(&r.command)
+            .bind(r.exit_code)
+            .bind(&r.commit)
+            .bind(json_text(&r.totals))
+            .bind(json_text(&r.failures))
+            .bind(r.duration_seconds)
+            .bind(r.passed)
+            .bind(&r.junit_sha256)
+            .bind(r.created_at),
+        )
+        .await
+        .map(drop)
+    }
+
+    async fn list_receipts(&mut self, task_id: &str) -> Result<Vec<ReceiptRow>> {
+        self.all(
+            sqlx::query("SELECT * FROM test_receipts WHERE task_id = ? ORDER BY created_at, id")
+                .bind(task_id),
+            receipt_row,
+        )
+        .await
+    }
+
+    async fn insert_message(&mut self, m: &MessageRow) -> Result<i64> {
+        let seq: i64 = sqlx::query_scalar(
+            "INSERT INTO messages (session_id, seq, task_id, role, text, created_at)
+             VALUES (?, (SELECT COALESCE(MAX(seq), 0) + 1 FROM messages WHERE session_id = ?), ?, ?, ?, ?)
+             RETURNING seq",
+        )
+        .bind(&m.session_id)
+        .bind(&m.session_id)
+        .bind(&m.task_id)
+        .bind(&m.role)
+        .bind(&m.text)
+        .bind(m.created_at)
+        .fetch_one(self.db())
+        .await
+        .map_err(backend)?;
+        Ok(seq)
+    }
+
+    async fn list_messages(&mut self, session_id: &str) -> Result<Vec<MessageRow>> {
+        self.all(
+            sqlx::query("SELECT * FROM messages WHERE session_id = ? ORDER BY seq")
+                .bind(session_id),
+            message_row,
+        )
+        .await
+    }
+
+    async fn append_event(&mut self, e: &NewEvent) -> Result<i64> {
+        let cursor: i64 = sqlx::query_scalar(
+            "INSERT INTO events (task_id, owner_id, kind, data, at) VALUES (?, ?, ?, ?, ?)
+             RETURNING cursor",
+        )
+        .bind(&e.task_id)
+        .bind(&e.owner_id)
+        .bind(&e.kind)
+        .bind(json_text(&e.data))
+        .bind(e.at)
+        .fetch_one(self.db())
+        .await
+        .map_err(backend)?;
+        self.appended = Some(cursor);
+        Ok(cursor)
+    }
+
+    async fn events_after(
+        &mut self,
+        cursor: i64,
+        limit: i64,
+        owner_id: Option<&str>,
+    ) -> Result<Vec<EventRow>> {
+        match owner_id {
+            Some(o) => {
+                self.all(
+                    sqlx::query(
+                        "SELECT * FROM events WHERE owner_id = ? AND cursor > ? ORDER BY cursor LIMIT ?",
+                    )
+                    .bind(o)
+                    .bind(cursor)
+                    .bind(limit),
+                    event_row,
+                )
+                .await
+            }
+            None => {
+                self.all(
+                    sqlx::query("SELECT * FROM events WHERE cursor > ? ORDER BY cursor LIMIT ?")
+                        .bind(cursor)
+                        .bind(limit),
+                    event_row,
+                )
+                .await
+            }
+        }
+    }
+
+    async fn max_cursor(&mut self) -> Result<i64> {
+        // The sequence table remembers the newest cursor even after pruning deleted it.
+        sqlx::query_scalar(
+            "SELECT MAX(COALESCE((SELECT MAX(cursor) FROM events), 0),
+                        (SELECT pruned_through FROM event_retention WHERE id = 1))",
+        )
+        .fetch_one(self.db())
+        .await
+        .map_err(backend)
+    }
+
+    async fn pruned_through(&mut self) -> Result<i64> {
+        sqlx::query_scalar("SELECT pruned_through FROM event_retention WHERE id = 1")
+            .fetch_one(self.db())
+            .await
+            .map_err(backend)
+    }
+
+    async fn prune_events_through(&mut self, cursor: i64) -> Result<u64> {
+        let n = self
+            .exec(sqlx::query("DELETE FROM events WHERE cursor <= ?").bind(cursor))
+            .await?;
+        self.exec(
+            sqlx::query(
+                "UPDATE event_retention SET pruned_through = MAX(pruned_through, ?) WHERE id = 1",
+            )
+            .bind(cursor),
+        )
+        .await?;
+        Ok(n)
+    }
+
+    async fn insert_audit(&mut self, a: &AuditRow) -> Result<()> {
+        self.exec(
+            sqlx::query(
+                "INSERT INTO audit (at, actor, action, task_id, code, detail) VALUES (?, ?, ?, ?, ?, ?)",
+            )
+            .bind(a.at)
+            .bind(&a.actor)
+            .bind(&a.action)
+            .bind(&a.task_id)
+            .bind(&a.code)
+            .bind(&a.detail),
+        )
+        .await
+        .map(drop)
+    }
+
+    async fn list_audit(&mut self, task_id: Option<&str>, limit: i64) -> Result<Vec<AuditRow>> {
+        self.all(
+            sqlx::query(
+                "SELECT * FROM audit WHERE (? IS NULL OR task_id = ?) ORDER BY id DESC LIMIT ?",
+            )
+            .bind(task_id)
+            .bind(task_id)
+            .bind(limit),
+            audit_row,
+        )
+        .await
+    }
+
+    async fn insert_device(&mut self, d: &DeviceRow) -> Result<()> {
+        self.exec(
+            sqlx::query(
+                "INSERT INTO devices (id, user_id, name, public_key, scopes, created_at, revoked_at)
+                 VALUES (?, ?, ?, ?, ?, ?, ?)",
+            )
+            .bind(&d.id)
+            .bind(&d.user_id)
+            .bind(&d.name)
+            .bind(&d.public_key)
+            .bind(json_text(&d.scopes))
+            .bind(d.created_at)
+            .bind(d.revoked_at),
+        )
+        .await
+        .map(drop)
+    }
+
+    async fn device(&mut self, id: &str) -> Result<Option<DeviceRow>> {
+        self.one(
+            sqlx::query("SELECT * FROM devices WHERE id = ?").bind(id),
+            device_row,
+        )
+        .await
+    }
+
+    async fn list_devices(&mut self, user_id: Option<&str>) -> Result<Vec<DeviceRow>> {
+        self.all(
+            sqlx::query(
+                "SELECT * FROM devices WHERE (? IS NULL OR user_id = ?) ORDER BY created_at, id",
+            )
+            .bind(user_id)
+            .bind(user_id),
+            device_row,
+        )
+        .await
+    }
+
+    async fn update_device(&mut self, d: &DeviceRow) -> Result<()> {
+        self.exec(
+            sqlx::query("UPDATE devices SET name = ?, scopes = ?, revoked_at = ? WHERE id = ?")
+                .bind(&d.name)
+                .bind(json_text(&d.scopes))
+                .bind(d.revoked_at)
+                .bind(&d.id),
+        )
+        .await
+        .map(drop)
+    }
+
+    async fn insert_pairing(&mut self, p: &PairingRow) -> Result<()> {
+        self.exec(
+            sqlx::query(
+                "INSERT INTO pairing_codes (code_hash, user_id, scopes, created_at, expires_at, used_at, device_id)
+                 VALUES (?, ?, ?, ?, ?, ?, ?)",
+            )
+            .bind(&p.code_hash)
+            .bind(&p.user_id)
+            .bind(json_text(&p.scopes))
+            .bind(p.created_at)
+            .bind(p.expires_at)
+            .bind(p.used_at)
+            .bind(&p.device_id),
+        )
+        .await
+        .map(drop)
+    }
+
+    async fn pairing(&mut self, code_hash: &str) -> Result<Option<PairingRow>> {
+        self.one(
+            sqlx::query("SELECT * FROM pairing_codes WHERE code_hash = ?").bind(code_hash),
+            pairing_row,
+        )
+        .await
+    }
+
+    async fn update_pairing(&mut self, p: &PairingRow) -> Result<()> {
+        self.exec(
+            sqlx::query("UPDATE pairing_codes SET used_at = ?, device_id = ? WHERE code_hash = ?")
+                .bind(p.used_at)
+                .bind(&p.device_id)
+                .bind(&p.code_hash),
+        )
+        .await
+        .map(drop)
+    }
+
+    async fn insert_device_session(&mut self, d: &DeviceSessionRow) -> Result<()> {
+        self.exec(
+            sqlx::query(
+                "INSERT INTO device_sessions (token_hash, device_id, created_at, expires_at) VALUES (?, ?, ?, ?)",
+            )
+            .bind(&d.token_hash)
+            .bind(&d.device_id)
+            .bind(d.created_at)
+            .bind(d.expires_at),
+        )
+        .await
+        .map(drop)
+    }
+
+    async fn device_session(&mut self, token_hash: &str) -> Result<Option<DeviceSessionRow>> {
+        self.one(
+            sqlx::query("SELECT * FROM device_sessions WHERE token_hash = ?").bind(token_hash),
+            device_session_row,
+        )
+        .await
+    }
+
+    async fn insert_command(&mut self, c: &CommandRow) -> Result<()> {
+        self.exec(
+            sqlx::query(
+                "INSERT INTO commands (command_id, task_id, device_id, body_digest, operation, envelope,
+                   status, result, created_at)
+                 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            )
+            .bind(&c.command_id)
+            .bind(&c.task_id)
+            .bind(&c.device_id)
+            .bind(&c.body_digest)
+            .bind(&c.operation)
+            .bind(json_text(&c.envelope))
+            .bind(&c.status)
+            .bind(json_text(&c.result))
+            .bind(c.created_at),
+        )
+        .await
+        .map(drop)
+    }
+
+    async fn command(&mut self, command_id: &str) -> Result<Option<CommandRow>> {
+        self.one(
+            sqlx::query("SELECT * FROM commands WHERE command_id = ?").bind(command_id),
+            command_row,
+        )
+        .await
+    }
+
+    async fn insert_followup(&mut self, f: &FollowupRow) -> Result<()> {
+        self.exec(
+            sqlx::query(
+                "INSERT INTO followups (id, task_id, schedule, time_zone, catch_up, message, state,
+                   next_run_at, last_run_at, runs, missed, created_at)
+                 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            )
+            .bind(&f.id)
+            .bind(&f.task_id)
+            .bind(json_text(&f.schedule))
+            .bind(&f.time_zone)
+            .bind(&f.catch_up)
+            .bind(&f.message)
+            .bind(&f.state)
+            .bind(f.next_run_at)
+            .bind(f.last_run_at)
+            .bind(f.runs)
+            .bind(f.missed)
+            .bind(f.created_at),
+        )
+        .await
+        .map(drop)
+    }
+
+    async fn followup(&mut self, id: &str) -> Result<Option<FollowupRow>> {
+        self.one(
+            sqlx::query("SELECT * FROM followups WHERE id = ?").bind(id),
+            followup_row,
+        )
+        .await
+    }
+
+    async fn update_followup(&mut self, f: &FollowupRow) -> Result<()> {
+        self.exec(
+            sqlx::query(
+                "UPDATE followups SET state = ?, next_run_at = ?, last_run_at = ?, runs = ?, missed = ?
+                 WHERE id = ?",
+            )
+            .bind(&f.state)
+            .bind(f.next_run_at)
+            .bind(f.last_run_at)
+            .bind(f.runs)
+            .bind(f.missed)
+            .bind(&f.id),
+        )
+        .await
+        .map(drop)
+    }
+
+    async fn due_followups(&mut self, now_ms: i64) -> Result<Vec<FollowupRow>> {
+        self.all(
+            sqlx::query(
+                "SELECT * FROM followups WHERE state = 'active' AND next_run_at <= ?
+                 ORDER BY next_run_at, id",
+            )
+            .bind(now_ms),
+            followup_row,
+        )
+        .await
+    }
+
+    async fn list_followups(&mut self, task_id: &str) -> Result<Vec<FollowupRow>> {
+        self.all(
+            sqlx::query("SELECT * FROM followups WHERE task_id = ? ORDER BY created_at, id")
+                .bind(task_id),
+            followup_row,
+        )
+        .await
+    }
+
+    async fn insert_followup_run(
+        &mut self,
+        followup_id: &str,
+        nominal_at: i64,
+        ran_at: i64,
+        missed: i64,
+    ) -> Result<bool> {
+        let n = self
+            .exec(
+                sqlx::query(
+                    "INSERT INTO followup_runs (followup_id, nominal_at, ran_at, missed) VALUES (?, ?, ?, ?)
+                     ON CONFLICT DO NOTHING",
+                )
+                .bind(followup_id)
+                .bind(nominal_at)
+                .bind(ran_at)
+                .bind(missed),
+            )
+            .await?;
+        Ok(n == 1)
+    }
+
+    async fn insert_push_channel(&mut self, c: &PushChannelRow) -> Result<()> {
+        self.exec(
+            sqlx::query(
+                "INSERT INTO push_channels (id, device_id, user_id, kind, endpoint, p256dh, auth, cursor,
+                   attempts, delivered, failures, consecutive_failures, last_error, last_attempt_at,
+                   next_attempt_at, created_at, revoked_at)
+                 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            )
+            .bind(&c.id)
+            .bind(&c.device_id)
+            .bind(&c.user_id)
+            .bind(&c.kind)
+            .bind(&c.endpoint)
+            .bind(&c.p256dh)
+            .bind(&c.auth)
+            .bind(c.cursor)
+            .bind(c.attempts)
+            .bind(c.delivered)
+            .bind(c.failures)
+            .bind(c.consecutive_failures)
+            .bind(&c.last_error)
+            .bind(c.last_attempt_at)
+            .bind(c.next_attempt_at)
+            .bind(c.created_at)
+            .bind(c.revoked_at),
+        )
+        .await
+        .map(drop)
+    }
+
+    async fn push_channels(&mut self, device_id: Option<&str>) -> Result<Vec<PushChannelRow>> {
+        match device_id {
+            Some(d) => {
+                self.all(
+                    sqlx::query("SELECT * FROM push_channels WHERE device_id = ? ORDER BY created_at, id").bind(d),
+                    push_channel_row,
+                )
+                .await
+            }
+            None => {
+                self.all(
+                    sqlx::query("SELECT * FROM push_channels WHERE revoked_at IS NULL ORDER BY created_at, id"),
+                    push_channel_row,
+                )
+                .await
+            }
+        }
+    }
+
+    async fn update_push_channel(&mut self, c: &PushChannelRow) -> Result<()> {
+        self.exec(
+            sqlx::query(
+                "UPDATE push_channels SET cursor = ?, attempts = ?, delivered = ?, failures = ?,
+                   consecutive_failures = ?, last_error = ?, last_attempt_at = ?, next_attempt_at = ?,
+                   revoked_at = ?
+                 WHERE id = ?",
+            )
+            .bind(c.cursor)
+            .bind(c.attempts)
+            .bind(c.delivered)
+            .bind(c.failures)
+            .bind(c.consecutive_failures)
+            .bind(&c.last_error)
+            .bind(c.last_attempt_at)
+            .bind(c.next_attempt_at)
+            .bind(c.revoked_at)
+            .bind(&c.id),
+        )
+        .await
+        .map(drop)
+    }
+
+    async fn server_secret(&mut self, name: &str) -> Result<Option<String>> {
+        sqlx::query_scalar("SELECT value FROM server_secrets WHERE name = ?")
+            .bind(name)
+            .fetch_optional(self.db())
+            .await
+            .map_err(backend)
+    }
+
+    async fn insert_server_secret(&mut self, name: &str, value: &str) -> Result<()> {
+        self.exec(
+            sqlx::query("INSERT INTO server_secrets (name, value) VALUES (?, ?)")
+                .bind(name)
+                .bind(value),
+        )
+        .await
+        .map(drop)
+    }
+
+    async fn try_claim(&mut self, _job: &str) -> Result<bool> {
+        // One file, one writer: a write transaction already excludes every other.
+        Ok(true)
+    }
+
+    async fn list_commands(&mut self, task_id: &str) -> Result<Vec<CommandRow>> {
+        self.all(
+            sqlx::query("SELECT * FROM commands WHERE task_id = ? ORDER BY created_at, command_id")
+                .bind(task_id),
+            command_row,
+        )
+        .await
+    }
+
+    async fn insert_control(&mut self, c: &ControlRow) -> Result<i64> {
+        // The task's row is this writer's alone until commit, so MAX + 1 cannot race.
+        self.one(
+            sqlx::query(
+                "INSERT INTO control_commands (command_id, task_id, operation, args, plan_revision, applied_at,
+                   acknowledged_at, acknowledged_by, seq)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8,
+                   (SELECT COALESCE(MAX(seq), 0) + 1 FROM control_commands WHERE task_id = ?2))
+                 RETURNING seq",
+            )
+            .bind(&c.command_id)
+            .bind(&c.task_id)
+            .bind(&c.operation)
+            .bind(json_text(&c.args))
+            .bind(c.plan_revision)
+            .bind(c.applied_at)
+            .bind(c.acknowledged_at)
+            .bind(&c.acknowledged_by),
+            |r| get(r, "seq"),
+        )
+        .await?
+        .ok_or_else(|| StoreError::Conflict("control_commands: the row was not written".into()))
+    }
+
+    async fn pending_controls(&mut self, task_id: &str) -> Result<Vec<ControlRow>> {
+        self.all(
+            sqlx::query(
+                "SELECT * FROM control_commands WHERE task_id = ? AND acknowledged_at IS NULL
+                 ORDER BY seq",
+            )
+            .bind(task_id),
+            control_row,
+        )
+        .await
+    }
+
+    async fn ack_control(
+        &mut self,
+        task_id: &str,
+        command_id: &str,
+        at: i64,
+        attempt_id: &str,
+    ) -> Result<bool> {
+        let n = self
+            .exec(
+                sqlx::query(
+                    "UPDATE control_commands SET acknowledged_at = ?, acknowledged_by = ?
+                     WHERE task_id = ? AND command_id = ? AND acknowledged_at IS NULL",
+                )
+                .bind(at)
+                .bind(attempt_id)
+                .bind(task_id)
+                .bind(command_id),
+            )
+            .await?;
+        Ok(n == 1)
+    }
+}
