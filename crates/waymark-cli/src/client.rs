@@ -488,64 +488,34 @@ pub(crate) async fn run(cmd: ClientCommand, json: bool) -> CliResult {
             expected_revision,
             intent_digest,
         } => {
-            let seen = seen_decision(&c, &decision, expected_revision, intent_digest).await?;
-            report_seen(
-                json,
-                &seen,
-                c.answer(&decision, Operation::Approve, None, None, &seen.seen)
-                    .await,
-            )
+            let shown = (expected_revision, intent_digest);
+            decide(&c, json, &decision, Operation::Approve, None, None, shown).await
         }
         ClientCommand::Deny {
             decision,
             expected_revision,
             intent_digest,
         } => {
-            let seen = seen_decision(&c, &decision, expected_revision, intent_digest).await?;
-            report_seen(
-                json,
-                &seen,
-                c.answer(&decision, Operation::Deny, None, None, &seen.seen)
-                    .await,
-            )
+            let shown = (expected_revision, intent_digest);
+            decide(&c, json, &decision, Operation::Deny, None, None, shown).await
         }
         ClientCommand::Answer {
             decision,
             text,
             expected_revision,
         } => {
-            let seen = seen_decision(&c, &decision, expected_revision, None).await?;
-            report_seen(
-                json,
-                &seen,
-                c.answer(
-                    &decision,
-                    Operation::AnswerQuestion,
-                    None,
-                    Some(&text),
-                    &seen.seen,
-                )
-                .await,
-            )
+            let shown = (expected_revision, None);
+            let op = Operation::AnswerQuestion;
+            decide(&c, json, &decision, op, None, Some(&text), shown).await
         }
         ClientCommand::Choose {
             decision,
             option,
             expected_revision,
         } => {
-            let seen = seen_decision(&c, &decision, expected_revision, None).await?;
-            report_seen(
-                json,
-                &seen,
-                c.answer(
-                    &decision,
-                    Operation::ChooseOption,
-                    Some(&option),
-                    None,
-                    &seen.seen,
-                )
-                .await,
-            )
+            let shown = (expected_revision, None);
+            let op = Operation::ChooseOption;
+            decide(&c, json, &decision, op, Some(&option), None, shown).await
         }
         ClientCommand::Steer {
             task,
@@ -641,6 +611,25 @@ async fn seen_task(c: &Companion, task: &str, flag: Option<i64>) -> Result<SeenH
         seen: Seen::revision(t.plan_revision),
         from: "mirror",
     })
+}
+
+/// Answers a decision with what the person named (`--expected-revision`, `--intent-digest`),
+/// else what the mirror holds now, and says which.
+async fn decide(
+    c: &Companion,
+    json: bool,
+    decision: &str,
+    op: Operation,
+    option: Option<&str>,
+    text: Option<&str>,
+    (revision, digest): (Option<i64>, Option<String>),
+) -> CliResult {
+    let seen = seen_decision(c, decision, revision, digest).await?;
+    report_seen(
+        json,
+        &seen,
+        c.answer(decision, op, option, text, &seen.seen).await,
+    )
 }
 
 /// A decision's revision (its task's) and intent digest: as named, else the mirror's now.

@@ -74,6 +74,18 @@ fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
 }
 
+/// A data dir with the user alice and a worker token acting for her (returned).
+fn alice_and_her_agent(data: &Path) -> String {
+    admin(data, &["user", "add", "alice"]);
+    admin(
+        data,
+        &["worker-token", "--name", "agent", "--user", "alice"],
+    )["token"]
+        .as_str()
+        .unwrap()
+        .to_owned()
+}
+
 /// A task with an attempt and a pending deploy approval, made by a worker over HTTP.
 fn agent_waits_for_approval(url: &str, token: &str) -> (String, String) {
     let rt = tokio::runtime::Runtime::new().unwrap();
@@ -130,14 +142,7 @@ fn pair_sync_and_approve_with_the_key_in_a_real_secret_service() {
     }
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("srv");
-    admin(&data, &["user", "add", "alice"]);
-    let token = admin(
-        &data,
-        &["worker-token", "--name", "agent", "--user", "alice"],
-    )["token"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let token = alice_and_her_agent(&data);
     let s = serve(&data);
     let (task, approval) = agent_waits_for_approval(&s.1, &token);
     let link = admin(&data, &["pair", "--user", "alice"])["link"]
@@ -199,14 +204,7 @@ fn the_client_reads_offline_queues_offline_and_says_so_with_exit_codes() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("srv");
     let home = dir.path().join("home");
-    admin(&data, &["user", "add", "alice"]);
-    let token = admin(
-        &data,
-        &["worker-token", "--name", "agent", "--user", "alice"],
-    )["token"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let token = alice_and_her_agent(&data);
 
     let out = client(&home, &["sync"]);
     assert_eq!(out.status.code(), Some(1));
@@ -376,14 +374,7 @@ fn sync_follow_prints_events_and_one_notification_per_decision() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("srv");
     let home = dir.path().join("home");
-    admin(&data, &["user", "add", "alice"]);
-    let token = admin(
-        &data,
-        &["worker-token", "--name", "agent", "--user", "alice"],
-    )["token"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let token = alice_and_her_agent(&data);
     let s = serve(&data);
     let link = admin(&data, &["pair", "--user", "alice"])["link"]
         .as_str()
@@ -456,14 +447,7 @@ fn expected_revision_signs_the_revision_shown_and_a_moved_plan_is_a_conflict() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("srv");
     let home = dir.path().join("home");
-    admin(&data, &["user", "add", "alice"]);
-    let token = admin(
-        &data,
-        &["worker-token", "--name", "agent", "--user", "alice"],
-    )["token"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let token = alice_and_her_agent(&data);
     let s = serve(&data);
     let (task, approval) = agent_waits_for_approval(&s.1, &token);
     let link = admin(&data, &["pair", "--user", "alice"])["link"]

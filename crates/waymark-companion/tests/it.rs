@@ -375,26 +375,7 @@ async fn offline_an_approve_comes_back_as_a_conflict_and_a_pause_applies_once() 
 
     // Meanwhile another device replans.
     s.restart().await;
-    let other_home = tempfile::tempdir().unwrap();
-    let other = Companion::open_with_keystore(other_home.path(), "file-insecure")
-        .await
-        .unwrap();
-    other
-        .pair(&s.url(), &s.pairing_code().await, "phone")
-        .await
-        .unwrap();
-    other.sync_once().await.unwrap();
-    let e = other
-        .command(
-            &task,
-            Operation::Replan,
-            json!({"instructions": "report only"}),
-            vec![],
-            shown(&other, &task).await,
-        )
-        .await
-        .unwrap();
-    assert_eq!(e.status, "delivered");
+    another_device_replans(&s, &task).await;
 
     let r = c.sync_once().await.unwrap();
     assert_eq!(r.delivered.len(), 2);
@@ -826,26 +807,7 @@ async fn a_sync_between_render_and_tap_gives_a_conflict_not_a_command_at_the_new
     assert_eq!(panel, 1);
 
     // Another device replans; this device's background sync lands before the tap.
-    let other_home = tempfile::tempdir().unwrap();
-    let other = Companion::open_with_keystore(other_home.path(), "file-insecure")
-        .await
-        .unwrap();
-    other
-        .pair(&s.url(), &s.pairing_code().await, "phone")
-        .await
-        .unwrap();
-    other.sync_once().await.unwrap();
-    let moved = other
-        .command(
-            &task,
-            Operation::Replan,
-            json!({"instructions": "report only"}),
-            vec![],
-            shown(&other, &task).await,
-        )
-        .await
-        .unwrap();
-    assert_eq!(moved.status, "delivered");
+    another_device_replans(&s, &task).await;
     c.sync_once().await.unwrap();
     assert_eq!(
         shown(&c, &task).await,
@@ -912,4 +874,28 @@ async fn a_sync_between_render_and_tap_gives_a_conflict_not_a_command_at_the_new
         .await
         .unwrap_err();
     assert!(matches!(err, Error::Invalid(_)), "{err}");
+}
+
+/// A second device of alice's pairs, syncs and replans `task` at the revision it shows.
+async fn another_device_replans(s: &Server, task: &str) {
+    let home = tempfile::tempdir().unwrap();
+    let other = Companion::open_with_keystore(home.path(), "file-insecure")
+        .await
+        .unwrap();
+    other
+        .pair(&s.url(), &s.pairing_code().await, "phone")
+        .await
+        .unwrap();
+    other.sync_once().await.unwrap();
+    let e = other
+        .command(
+            task,
+            Operation::Replan,
+            json!({"instructions": "report only"}),
+            vec![],
+            shown(&other, task).await,
+        )
+        .await
+        .unwrap();
+    assert_eq!(e.status, "delivered");
 }
