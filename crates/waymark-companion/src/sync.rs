@@ -292,7 +292,7 @@ impl Companion {
         on_batch: &(dyn Fn(&[Event]) + Sync),
     ) -> Result<(), Error> {
         let mut stop = stop;
-        let mut backoff = Duration::from_millis(250);
+        let mut delays = reconnect_delays();
         loop {
             let run = self.sync_inner(Some(on_batch));
             let r = tokio::select! {
@@ -310,18 +310,29 @@ impl Companion {
                 {
                     return Err(Error::Refused { code, detail });
                 }
-                Ok(_) => backoff = Duration::from_millis(250),
+                Ok(_) => delays = reconnect_delays(),
                 Err(e) => tracing::info!(error = %e, "sync interrupted; reconnecting"),
             }
             *self.session.lock().await = None;
-            let jitter =
-                rand::Rng::gen_range(&mut rand::thread_rng(), 0..=backoff.as_millis() as u64 / 2);
-            let wait = backoff + Duration::from_millis(jitter);
+            let wait = delays.next().unwrap_or(RECONNECT_MAX);
             tokio::select! {
                 _ = tokio::time::sleep(wait) => {}
                 _ = stop.wait_for(|s| *s) => return Ok(()),
             }
-            backoff = (backoff * 2).min(Duration::from_secs(30));
         }
     }
+}
+
+/// The longest pause between two reconnects (before jitter).
+const RECONNECT_MAX: Duration = Duration::from_secs(30);
+
+/// Pauses between reconnects: from 250 ms, doubling up to 30 s, each with jitter (backon).
+fn reconnect_delays() -> backon::ExponentialBackoff {
+    use backon::BackoffBuilder;
+    backon::ExponentialBuilder::default()
+        .with_min_delay(Duration::from_millis(250))
+        .with_max_delay(RECONNECT_MAX)
+        .with_jitter()
+        .without_max_times()
+        .build()
 }

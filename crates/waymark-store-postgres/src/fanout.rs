@@ -7,6 +7,7 @@
 
 use std::time::Duration;
 
+use backon::{BackoffBuilder, ExponentialBuilder};
 use sqlx::PgPool;
 use sqlx::postgres::PgListener;
 use tokio::sync::watch;
@@ -45,7 +46,14 @@ pub(crate) async fn run(
     first: PgListener,
 ) {
     let mut listener = Some(first);
-    let mut retry = RETRY_FIRST;
+    let retries = || {
+        ExponentialBuilder::default()
+            .with_min_delay(RETRY_FIRST)
+            .with_max_delay(RETRY_MAX)
+            .without_max_times()
+            .build()
+    };
+    let mut delays = retries();
     loop {
         let mut current = match listener.take() {
             Some(l) => l,
@@ -62,15 +70,15 @@ pub(crate) async fn run(
                     }
                     Err(sqlx::Error::PoolClosed) => return,
                     Err(e) => {
+                        let retry = delays.next().unwrap_or(RETRY_MAX);
                         tracing::warn!(error = %e, retry_in = ?retry, "cannot listen for commits");
                         tokio::time::sleep(retry).await;
-                        retry = (retry * 2).min(RETRY_MAX);
                         continue;
                     }
                 }
             }
         };
-        retry = RETRY_FIRST;
+        delays = retries();
         loop {
             match current.try_recv().await {
                 Ok(Some(n)) => match n.payload().parse::<i64>() {

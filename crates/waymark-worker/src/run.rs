@@ -7,6 +7,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use backon::{BackoffBuilder, ExponentialBuilder};
 use eventsource_stream::Eventsource;
 use futures::StreamExt;
 use reqwest::Method;
@@ -287,7 +288,15 @@ async fn heartbeat_loop(shared: Arc<Shared>) {
 /// is not a cancel). A server without the route leaves control to the heartbeat replies.
 async fn control_loop(shared: Arc<Shared>) {
     let path = format!("/v1/attempts/{}/control", shared.attempt.id);
-    let mut pause = Duration::from_millis(250);
+    let reconnects = || {
+        ExponentialBuilder::default()
+            .with_min_delay(Duration::from_millis(250))
+            .with_max_delay(Duration::from_secs(5))
+            .with_jitter()
+            .without_max_times()
+            .build()
+    };
+    let mut pauses = reconnects();
     loop {
         if shared.stop.is_cancelled() || shared.cancel.is_cancelled() {
             return;
@@ -315,7 +324,7 @@ async fn control_loop(shared: Arc<Shared>) {
                 }
             }
             Ok(r) => {
-                pause = Duration::from_millis(250);
+                pauses = reconnects();
                 let mut bound = waymark_proto::sse::EventBound::default();
                 let mut events = r
                     .bytes_stream()
@@ -355,11 +364,11 @@ async fn control_loop(shared: Arc<Shared>) {
                 }
             }
         }
+        let pause = pauses.next().unwrap_or(Duration::from_secs(5));
         tokio::select! {
             _ = shared.stop.cancelled() => return,
             _ = tokio::time::sleep(pause) => {}
         }
-        pause = (pause * 2).min(Duration::from_secs(5));
     }
 }
 

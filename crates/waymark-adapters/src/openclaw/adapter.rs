@@ -1509,27 +1509,27 @@ fn str_of(v: &Value, fields: &[&str]) -> Option<String> {
         .map(str::to_owned)
 }
 
-/// Reconnect pauses: 250 ms doubling to 30 s, each jittered to between half and all of it.
-#[derive(Debug)]
-struct Backoff {
-    next: Duration,
-}
+/// Pauses between reconnects to the gateway: from 250 ms, doubling up to 30 s, each with
+/// jitter so many adapters do not reconnect in step (backon's exponential backoff).
+struct Backoff(backon::ExponentialBackoff);
 
 impl Default for Backoff {
     fn default() -> Self {
-        Backoff {
-            next: Duration::from_millis(250),
-        }
+        use backon::BackoffBuilder;
+        Backoff(
+            backon::ExponentialBuilder::default()
+                .with_min_delay(Duration::from_millis(250))
+                .with_max_delay(Duration::from_secs(30))
+                .with_jitter()
+                .without_max_times()
+                .build(),
+        )
     }
 }
 
 impl Backoff {
     fn next(&mut self) -> Duration {
-        use rand::Rng;
-        let base = self.next;
-        self.next = (self.next * 2).min(Duration::from_secs(30));
-        let half = base / 2;
-        half + rand::thread_rng().gen_range(Duration::ZERO..=half)
+        self.0.next().unwrap_or(Duration::from_secs(30))
     }
 
     fn reset(&mut self) {
@@ -1688,15 +1688,16 @@ mod tests {
 
     #[test]
     fn backoff_grows_jittered_and_is_capped() {
+        // Jitter adds up to the delay itself: [d, 2d).
         let mut b = Backoff::default();
         let first = b.next();
-        assert!(first >= Duration::from_millis(125) && first <= Duration::from_millis(250));
+        assert!(first >= Duration::from_millis(250) && first < Duration::from_millis(500));
         for _ in 0..20 {
-            assert!(b.next() <= Duration::from_secs(30));
+            assert!(b.next() < Duration::from_secs(60));
         }
-        assert!(b.next() >= Duration::from_secs(15));
+        assert!(b.next() >= Duration::from_secs(30));
         b.reset();
-        assert!(b.next() <= Duration::from_millis(250));
+        assert!(b.next() < Duration::from_millis(500));
     }
 
     #[test]
