@@ -71,8 +71,8 @@ pub struct TaskView {
     pub goal: String,
     /// Agent runtime.
     pub runtime: Option<String>,
-    /// Wire spelling of the state (`running`, `waiting_approval`, …).
-    pub state: String,
+    /// Where the task stands.
+    pub state: TaskState,
     /// Whether the state is terminal.
     pub terminal: bool,
     /// Plan revision (approvals are bound to it).
@@ -114,7 +114,7 @@ impl From<Task> for TaskView {
             title: t.title,
             goal: t.goal,
             runtime: t.runtime,
-            state: t.state.as_str().into(),
+            state: t.state,
             terminal,
             plan_revision: t.plan_revision,
             fence: t.fence,
@@ -157,7 +157,7 @@ pub struct EffectRefView {
     /// `eff_…`.
     pub effect_id: String,
     /// Status then.
-    pub status: String,
+    pub status: EffectStatus,
 }
 
 /// A checkpoint of the timeline.
@@ -220,7 +220,7 @@ impl From<Checkpoint> for CheckpointView {
                 .into_iter()
                 .map(|e| EffectRefView {
                     effect_id: e.effect_id,
-                    status: e.status.as_str().into(),
+                    status: e.status,
                 })
                 .collect(),
             summary: b.summary,
@@ -249,9 +249,8 @@ pub struct EffectView {
     pub intent: Value,
     /// Its digest.
     pub intent_digest: String,
-    /// `intended`, `in_progress`, `confirmed`, `failed`, `failed_compensable`, `unknown`,
-    /// `compensated`.
-    pub status: String,
+    /// Where the effect stands (`unknown` is never guessed).
+    pub status: EffectStatus,
     /// The provider's receipt.
     pub receipt: Option<Value>,
     /// Why it needs reconciliation.
@@ -272,7 +271,7 @@ impl From<Effect> for EffectView {
             idempotency_key: e.idempotency_key,
             intent: e.intent,
             intent_digest: e.intent_digest,
-            status: e.status.as_str().into(),
+            status: e.status,
             receipt: e.receipt,
             flag: e.flag,
             fence: e.fence,
@@ -314,10 +313,10 @@ pub struct DecisionView {
     pub id: String,
     /// Its task.
     pub task_id: String,
-    /// `approval`, `question`, `budget`, `recovery`.
-    pub kind: String,
-    /// `pending`, `resolved`, `expired`, `void`.
-    pub status: String,
+    /// Approval, question, budget or recovery.
+    pub kind: DecisionKind,
+    /// Pending, resolved, expired or void.
+    pub status: DecisionStatus,
     /// Plan step.
     pub step: Option<String>,
     /// What is asked.
@@ -342,8 +341,8 @@ pub struct DecisionView {
     pub created_at: i64,
     /// The outcome.
     pub outcome: Option<OutcomeView>,
-    /// For approvals a runtime holds: `durable`, `connection_bound`, `fail_open_hook`.
-    pub durability: Option<String>,
+    /// For approvals a runtime holds: how long it holds them.
+    pub durability: Option<ApprovalDurability>,
     /// For answered runtime approvals: `pending` (not yet taken), `acknowledged`, `lost`.
     pub delivery: Option<String>,
     /// What the runtime said when it took (or lost) the answer.
@@ -355,8 +354,8 @@ impl From<Decision> for DecisionView {
         DecisionView {
             id: d.id,
             task_id: d.task_id,
-            kind: d.kind.as_str().into(),
-            status: d.status.as_str().into(),
+            kind: d.kind,
+            status: d.status,
             step: d.step,
             question: d.question,
             options: d
@@ -383,7 +382,7 @@ impl From<Decision> for DecisionView {
                 by: o.by,
                 at: ms(o.at),
             }),
-            durability: d.durability.map(|x| x.as_str().to_owned()),
+            durability: d.durability,
             delivery: d.delivery.as_ref().map(|x| x.state.as_str().to_owned()),
             delivery_detail: d.delivery.and_then(|x| x.detail),
         }
@@ -552,8 +551,8 @@ pub struct AttemptView {
     pub worker: String,
     /// Fence.
     pub fence: i64,
-    /// `active`, `ended`, …
-    pub state: String,
+    /// Active, finished, superseded, revoked…
+    pub state: AttemptState,
     /// Outcome.
     pub outcome: Option<String>,
     /// Started (unix ms).
@@ -570,7 +569,7 @@ impl From<Attempt> for AttemptView {
             id: a.id,
             worker: a.worker,
             fence: a.fence,
-            state: a.state.as_str().into(),
+            state: a.state,
             outcome: a.outcome.map(|o| o.as_str().into()),
             started_at: ms(a.started_at),
             ended_at: a.ended_at.map(ms),

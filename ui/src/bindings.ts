@@ -68,6 +68,15 @@ export type AppError = {
 	message: string,
 };
 
+/**  How long the runtime behind an approval keeps it open (docs/adapters.md). */
+export type ApprovalDurability = 
+/**  The runtime waits across process exits (Claude Code `defer` + resume). */
+"durable" | 
+/**  Open only while the adapter's connection lives (Codex, ACP, OpenClaw). */
+"connection_bound" | 
+/**  A hook that fails open: on timeout the runtime proceeds with its own prompt. */
+"fail_open_hook";
+
 /**  An artifact's text for the viewers. */
 export type ArtifactText = {
 	/**  UTF-8 (lossy) content, cut at the viewer's limit. */
@@ -98,6 +107,17 @@ export type ArtifactView = {
 	created_at: number,
 };
 
+/**  The life of one execution try. */
+export type AttemptState = 
+/**  Holds (or held, until it expires) the task's lease. */
+"active" | 
+/**  Ended by its worker through `finish`. */
+"finished" | 
+/**  Its lease ran out and a newer attempt took the task over. */
+"superseded" | 
+/**  Its lease was revoked (cancel, take-over). */
+"revoked";
+
 /**  An execution try. */
 export type AttemptView = {
 	/**  `att_…`. */
@@ -106,8 +126,8 @@ export type AttemptView = {
 	worker: string,
 	/**  Fence. */
 	fence: number,
-	/**  `active`, `ended`, … */
-	state: string,
+	/**  Active, finished, superseded, revoked… */
+	state: AttemptState,
 	/**  Outcome. */
 	outcome: string | null,
 	/**  Started (unix ms). */
@@ -185,16 +205,36 @@ export type DecideOp =
 /**  Answer a question with text. */
 "answer";
 
+/**  What a decision asks a person. */
+export type DecisionKind = 
+/**  Approve or deny one intent, bound to its digest and the plan revision. */
+"approval" | 
+/**  A free question with optional options. */
+"question" | 
+/**  A budget threshold was reached: options say what each gives up. */
+"budget" | 
+/**  Recovery needs a human (admission failed, an effect is unknown). */
+"recovery";
+
+/**  Where a decision stands. */
+export type DecisionStatus = "pending" | 
+/**  A person (or an admin) answered. */
+"resolved" | 
+/**  Nobody answered in time; the stated default applied. */
+"expired" | 
+/**  A newer plan revision or a cancel made it moot. */
+"void";
+
 /**  An approval, question, budget choice or recovery decision. */
 export type DecisionView = {
 	/**  `dec_…`. */
 	id: string,
 	/**  Its task. */
 	task_id: string,
-	/**  `approval`, `question`, `budget`, `recovery`. */
-	kind: string,
-	/**  `pending`, `resolved`, `expired`, `void`. */
-	status: string,
+	/**  Approval, question, budget or recovery. */
+	kind: DecisionKind,
+	/**  Pending, resolved, expired or void. */
+	status: DecisionStatus,
 	/**  Plan step. */
 	step: string | null,
 	/**  What is asked. */
@@ -219,8 +259,8 @@ export type DecisionView = {
 	created_at: number,
 	/**  The outcome. */
 	outcome: OutcomeView | null,
-	/**  For approvals a runtime holds: `durable`, `connection_bound`, `fail_open_hook`. */
-	durability: string | null,
+	/**  For approvals a runtime holds: how long it holds them. */
+	durability: ApprovalDurability | null,
 	/**  For answered runtime approvals: `pending` (not yet taken), `acknowledged`, `lost`. */
 	delivery: string | null,
 	/**  What the runtime said when it took (or lost) the answer. */
@@ -250,8 +290,11 @@ export type EffectRefView = {
 	/**  `eff_…`. */
 	effect_id: string,
 	/**  Status then. */
-	status: string,
+	status: EffectStatus,
 };
+
+/**  An external effect's reconciliation status (SPEC §2, §4). */
+export type EffectStatus = "intended" | "in_progress" | "confirmed" | "failed" | "failed_compensable" | "unknown" | "compensated";
 
 /**  A change in the outside world. */
 export type EffectView = {
@@ -269,11 +312,8 @@ export type EffectView = {
 	intent: Value,
 	/**  Its digest. */
 	intent_digest: string,
-	/**
-	 *  `intended`, `in_progress`, `confirmed`, `failed`, `failed_compensable`, `unknown`,
-	 *  `compensated`.
-	 */
-	status: string,
+	/**  Where the effect stands (`unknown` is never guessed). */
+	status: EffectStatus,
 	/**  The provider's receipt. */
 	receipt: Value | null,
 	/**  Why it needs reconciliation. */
@@ -516,6 +556,9 @@ export type SyncView = {
 	cursor: number,
 };
 
+/**  Where a task stands (SPEC §2). */
+export type TaskState = "queued" | "running" | "waiting_approval" | "waiting_human" | "paused" | "recovery_candidate" | "needs_human" | "verifying" | "completed" | "partially_delivered" | "cancelled" | "failed";
+
 /**  A task. */
 export type TaskView = {
 	/**  `task_…`. */
@@ -526,8 +569,8 @@ export type TaskView = {
 	goal: string,
 	/**  Agent runtime. */
 	runtime: string | null,
-	/**  Wire spelling of the state (`running`, `waiting_approval`, …). */
-	state: string,
+	/**  Where the task stands. */
+	state: TaskState,
 	/**  Whether the state is terminal. */
 	terminal: boolean,
 	/**  Plan revision (approvals are bound to it). */

@@ -8,6 +8,7 @@ macro_rules! str_enum {
     ($(#[$m:meta])* pub enum $name:ident { $($(#[$vm:meta])* $variant:ident => $s:literal),* $(,)? }) => {
         $(#[$m])*
         #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
+        #[cfg_attr(feature = "specta", derive(specta::Type))]
         #[serde(rename_all = "snake_case")]
         pub enum $name { $($(#[$vm])* $variant),* }
 
