@@ -64,7 +64,8 @@ pub(crate) enum ClientCommand {
         /// mirror's current one is used and printed. A plan that moved on is a conflict.
         #[arg(long, value_name = "N")]
         expected_revision: Option<i64>,
-        /// The intent digest you were shown (`waymark inbox`); without it, the mirror's.
+        /// The intent digest you were shown (`waymark inbox`; its first 8+ hex digits will do);
+        /// without it, the mirror's. Another intent is refused before anything is signed.
         #[arg(long, value_name = "SHA256")]
         intent_digest: Option<String>,
     },
@@ -76,7 +77,8 @@ pub(crate) enum ClientCommand {
         /// mirror's current one is used and printed. A plan that moved on is a conflict.
         #[arg(long, value_name = "N")]
         expected_revision: Option<i64>,
-        /// The intent digest you were shown (`waymark inbox`); without it, the mirror's.
+        /// The intent digest you were shown (`waymark inbox`; its first 8+ hex digits will do);
+        /// without it, the mirror's. Another intent is refused before anything is signed.
         #[arg(long, value_name = "SHA256")]
         intent_digest: Option<String>,
     },
@@ -650,8 +652,34 @@ async fn seen_decision(
             )))
         })?;
     let mut here = seen_task(c, &d.task_id, revision).await?;
-    here.seen.intent_digest = digest.or(d.intent_digest);
+    here.seen.intent_digest = match (digest, d.intent_digest) {
+        (None, held) => held,
+        // `waymark inbox` prints the digest's first hex digits: a prefix of the one held
+        // names it; anything else means the intent is not the one the person read.
+        (Some(named), Some(held)) if digest_names(&named, &held) => Some(held),
+        (Some(named), held) => {
+            return Err(Failure::new(
+                Exit::Refused,
+                "intent_changed",
+                format!(
+                    "`{decision}` asks about intent {} now, not {named}: review it again (`waymark inbox`)",
+                    held.as_deref().map_or("(none)".into(), |h| short(h, 12))
+                ),
+            ));
+        }
+    };
     Ok(here)
+}
+
+/// Whether `named` (a full `sha256:…` digest or at least 8 of its hex digits, as `waymark
+/// inbox` prints them) names `held`.
+fn digest_names(named: &str, held: &str) -> bool {
+    let named = named
+        .trim()
+        .trim_start_matches("sha256:")
+        .to_ascii_lowercase();
+    let held = held.trim_start_matches("sha256:");
+    named.len() >= 8 && named.chars().all(|c| c.is_ascii_hexdigit()) && held.starts_with(&named)
 }
 
 /// Prints a command's outcome and maps it to an exit code, saying which revision (and digest)

@@ -459,6 +459,54 @@ fn expected_revision_signs_the_revision_shown_and_a_moved_plan_is_a_conflict() {
     let out = client(&home, &["show", &task]);
     assert!(String::from_utf8_lossy(&out.stdout).contains("plan revision 1"));
 
+    // The digest as `waymark inbox` prints it names the intent; another one is refused
+    // before anything is signed.
+    let out = client(&home, &["inbox"]);
+    let inbox = String::from_utf8_lossy(&out.stdout).into_owned();
+    let shown = inbox
+        .split("digest ")
+        .nth(1)
+        .and_then(|s| s.split('…').next())
+        .unwrap_or_else(|| panic!("the inbox prints the digest: {inbox}"))
+        .to_owned();
+    let queued_before = client(&home, &["outbox", "--json"]).stdout;
+    let out = client(
+        &home,
+        &["deny", &approval, "--intent-digest", "sha256:00000000"],
+    );
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains(&format!("asks about intent {shown} now")),
+        "{}",
+        stderr(&out)
+    );
+    assert_eq!(
+        client(&home, &["outbox", "--json"]).stdout,
+        queued_before,
+        "nothing was signed"
+    );
+    let out = client(
+        &home,
+        &[
+            "deny",
+            &approval,
+            "--intent-digest",
+            &shown,
+            "--expected-revision",
+            "1",
+            "--json",
+        ],
+    );
+    let first: Value =
+        serde_json::from_str(String::from_utf8_lossy(&out.stdout).lines().next().unwrap()).unwrap();
+    assert!(
+        first["signed_with"]["intent_digest"]
+            .as_str()
+            .unwrap()
+            .starts_with(&format!("sha256:{shown}")),
+        "the prefix signs the full digest: {first}"
+    );
+
     // The plan moves on (this device replans, naming what it saw).
     let out = client(
         &home,
