@@ -181,20 +181,6 @@ fn outbox_line(e: &OutboxEntry) -> String {
     line
 }
 
-/// A conflict, rejection or expiry is a refusal (exit code), with what changed.
-fn refused_status(status: &str, e: &OutboxEntry) -> CliResult {
-    match status {
-        "conflict" | "rejected" | "expired" => Err(Failure::new(
-            Exit::Refused,
-            "refused",
-            e.what_changed
-                .clone()
-                .unwrap_or_else(|| format!("the command was {status}")),
-        )),
-        _ => Ok(()),
-    }
-}
-
 fn confirm(question: &str) -> bool {
     use std::io::{BufRead, IsTerminal, Write};
     if !std::io::stdin().is_terminal() {
@@ -699,7 +685,17 @@ fn report_seen(json: bool, seen: &SeenHere, r: Result<OutboxEntry, Error>) -> Cl
         "from": seen.from,
     });
     emit(json, &v, || outbox_line(&e));
-    refused_status(&e.status, &e)
+    // A conflict, rejection or expiry is a refusal (exit code), with what changed.
+    match e.status.as_str() {
+        "conflict" | "rejected" | "expired" => Err(Failure::new(
+            Exit::Refused,
+            "refused",
+            e.what_changed
+                .clone()
+                .unwrap_or_else(|| format!("the command was {}", e.status)),
+        )),
+        _ => Ok(()),
+    }
 }
 
 fn render_thread(t: &waymark_companion::ThreadDetail) -> String {

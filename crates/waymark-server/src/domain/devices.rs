@@ -40,6 +40,20 @@ pub fn code_hash(code: &str) -> String {
     sha256_hex(normalize_code(code).as_bytes())
 }
 
+/// Records a refused pairing in the audit log (its own transaction) and returns the refusal.
+async fn refused_pairing(st: &AppState, e: ApiError) -> ApiError {
+    record_refusal(
+        st,
+        "device:unpaired",
+        "device.pair",
+        None,
+        e.code().as_str(),
+        &e.problem.detail,
+    )
+    .await;
+    e
+}
+
 /// Pairs a device by a one-time code: its public key becomes the key its commands are
 /// verified with; the code is used up. Refusals are audited.
 pub(crate) async fn pair(st: &AppState, req: PairDevice) -> ApiResult<Device> {
@@ -64,16 +78,7 @@ pub(crate) async fn pair(st: &AppState, req: PairDevice) -> ApiResult<Device> {
             ErrorCode::PairingCodeInvalid,
             "no such pairing code — check it, or ask for a new one with `waymark admin pair --user NAME`",
         );
-        record_refusal(
-            st,
-            "device:unpaired",
-            "device.pair",
-            None,
-            e.code().as_str(),
-            &e.problem.detail,
-        )
-        .await;
-        return Err(e);
+        return Err(refused_pairing(st, e).await);
     };
     let user = tx
         .user_by_id(&pairing.user_id)
@@ -99,16 +104,7 @@ pub(crate) async fn pair(st: &AppState, req: PairDevice) -> ApiResult<Device> {
     };
     if let Some(e) = err {
         drop(tx);
-        record_refusal(
-            st,
-            "device:unpaired",
-            "device.pair",
-            None,
-            e.code().as_str(),
-            &e.problem.detail,
-        )
-        .await;
-        return Err(e);
+        return Err(refused_pairing(st, e).await);
     }
     let device = DeviceRow {
         id: ids::device(),
