@@ -32,14 +32,14 @@ pub enum Schedule {
     },
 }
 
-/// What happens to periods missed while the control plane was down.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum CatchUp {
-    /// Missed periods are counted and dropped; the next on-time period runs.
-    Skip,
-    /// Missed periods run once, together (counted), then the schedule goes on.
-    RunOnce,
+str_enum! {
+    /// What happens to periods missed while the control plane was down.
+    pub enum CatchUp {
+        /// Missed periods are counted and dropped; the next on-time period runs.
+        Skip => "skip",
+        /// Missed periods run once, together (counted), then the schedule goes on.
+        RunOnce => "run_once",
+    }
 }
 
 /// `POST /v1/tasks/{task}/followups`.
@@ -75,8 +75,8 @@ pub struct Followup {
     pub catch_up: CatchUp,
     /// What it delivers.
     pub message: String,
-    /// `active` or `done`.
-    pub state: String,
+    /// Whether it still runs.
+    pub state: crate::FollowupState,
     /// The next nominal run (UTC).
     pub next_run_at: Option<DateTime<Utc>>,
     /// The last nominal time that ran.

@@ -2,6 +2,9 @@
 //! events, error documents), the state machines of the four objects, and the digests that
 //! bind them. No I/O lives here, so adapters and clients can depend on it cheaply.
 
+#[macro_use]
+mod macros;
+
 pub mod api;
 pub mod digest;
 pub mod error;
@@ -19,7 +22,7 @@ pub use event::{Event, EventKind};
 pub use followup::*;
 pub use state::{
     ApprovalDurability, AttemptState, DecisionKind, DecisionStatus, DeliveryState, EffectStatus,
-    FinishOutcome, Operation, TaskState,
+    FinishOutcome, FollowupState, Operation, PushKind, TaskState,
 };
 pub use steer::*;
 

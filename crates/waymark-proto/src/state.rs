@@ -1,45 +1,6 @@
 //! The state machines of Task, Attempt, Effect and Decision. Legal transitions are decided
 //! here, once, so every store backend and client agrees on them.
 
-use serde::{Deserialize, Serialize};
-use utoipa::ToSchema;
-
-macro_rules! str_enum {
-    ($(#[$m:meta])* pub enum $name:ident { $($(#[$vm:meta])* $variant:ident => $s:literal),* $(,)? }) => {
-        $(#[$m])*
-        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
-        #[cfg_attr(feature = "specta", derive(specta::Type))]
-        #[serde(rename_all = "snake_case")]
-        pub enum $name { $($(#[$vm])* $variant),* }
-
-        impl $name {
-            /// Every value, in declaration order.
-            pub const ALL: &'static [$name] = &[$($name::$variant),*];
-
-            /// The wire spelling.
-            pub fn as_str(self) -> &'static str {
-                match self { $($name::$variant => $s),* }
-            }
-        }
-
-        impl std::str::FromStr for $name {
-            type Err = UnknownValue;
-            fn from_str(s: &str) -> Result<Self, Self::Err> {
-                match s {
-                    $($s => Ok($name::$variant),)*
-                    other => Err(UnknownValue { kind: stringify!($name), value: other.to_owned() }),
-                }
-            }
-        }
-
-        impl std::fmt::Display for $name {
-            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                f.write_str(self.as_str())
-            }
-        }
-    };
-}
-
 /// A string that names no value of the enum it was parsed as.
 #[derive(Debug, Clone, thiserror::Error)]
 #[error("unknown {kind} `{value}`")]
@@ -242,6 +203,26 @@ impl FinishOutcome {
             FinishOutcome::Cancelled => TaskState::Cancelled,
             FinishOutcome::Released => TaskState::Queued,
         }
+    }
+}
+
+str_enum! {
+    /// Whether a follow-up still runs.
+    pub enum FollowupState {
+        /// Scheduled: it runs at its next time.
+        Active => "active",
+        /// Finished (a one-off that ran, or cancelled with its task); it runs no more.
+        Done => "done",
+    }
+}
+
+str_enum! {
+    /// How a device is reached when it is not connected.
+    pub enum PushKind {
+        /// Web Push (RFC 8030 with VAPID, RFC 8292; aes128gcm payloads, RFC 8291).
+        WebPush => "web_push",
+        /// A plain HTTP endpoint (UnifiedPush, e.g. a self-hosted ntfy).
+        UnifiedPush => "unified_push",
     }
 }
 

@@ -64,18 +64,18 @@ pub struct SignedEnvelope {
     pub signature: Signature,
 }
 
-/// How a command ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum CommandStatus {
-    /// Applied now.
-    Applied,
-    /// This id was seen before with the same body; `original` is its result.
-    Duplicate,
-    /// The plan moved on: nothing was applied; the current revision and state are given.
-    Conflict,
-    /// Refused; `reason` says why.
-    Rejected,
+str_enum! {
+    /// How a command ended.
+    pub enum CommandStatus {
+        /// Applied now.
+        Applied => "applied",
+        /// This id was seen before with the same body; `original` is its result.
+        Duplicate => "duplicate",
+        /// The plan moved on: nothing was applied; the current revision and state are given.
+        Conflict => "conflict",
+        /// Refused; `reason` says why.
+        Rejected => "rejected",
+    }
 }
 
 /// Why a command was refused. Stable codes; each refusal is audited with it.

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use waymark_proto::ids;
-use waymark_store::{Store, StoreError, TokenRow, UserRow};
+use waymark_store::{Store, StoreError, TokenKind, TokenRow, UserRow};
 use waymark_store_sqlite::SqliteStore;
 
 use crate::auth::{CallerKind, new_secret, secret_hash};
@@ -185,7 +185,7 @@ impl DataDir {
         let mut tx = store.write().await?;
         tx.insert_token(&TokenRow {
             id: ids::token(),
-            kind: "admin".into(),
+            kind: TokenKind::Admin,
             name: "admin".into(),
             user_id: user.id,
             secret_hash: secret_hash(&secret),
@@ -288,7 +288,7 @@ pub async fn create_worker_token(
     let mut tx = store.write().await?;
     tx.insert_token(&TokenRow {
         id: ids::token(),
-        kind: "worker".into(),
+        kind: TokenKind::Worker,
         name: name.to_owned(),
         user_id: user.id.clone(),
         secret_hash: secret_hash(&secret),

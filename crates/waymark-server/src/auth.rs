@@ -7,6 +7,7 @@ use axum::http::request::Parts;
 use base64::Engine;
 use rand::RngCore;
 use waymark_proto::{ErrorCode, digest::sha256_hex};
+use waymark_store::TokenKind;
 
 use crate::error::ApiError;
 use crate::state::AppState;
@@ -129,9 +130,9 @@ impl FromRequestParts<AppState> for Caller {
                 "unknown or revoked token",
             ));
         };
-        let kind = match token.kind.as_str() {
-            "admin" => CallerKind::Admin,
-            _ => CallerKind::Worker,
+        let kind = match token.kind {
+            TokenKind::Admin => CallerKind::Admin,
+            TokenKind::Worker => CallerKind::Worker,
         };
         let credential = format!("token:{}", token.id);
         if kind == CallerKind::Worker {

@@ -267,7 +267,7 @@ async fn ensure_session(st: &AppState, caller: &Caller, input: &HookInput) -> Ap
         tx.list_attempts(&task.id)
             .await?
             .into_iter()
-            .find(|a| a.state == AttemptState::Active.as_str() && a.expires_at > now_ms())
+            .find(|a| a.state == AttemptState::Active && a.expires_at > now_ms())
     };
     if let Some(a) = live {
         let renewed = leases::heartbeat(
@@ -396,10 +396,7 @@ async fn finish_tool(
         tx.effect_by_key(&s.task_id, &key).await?
     };
     let effect_id = match effect {
-        Some(e)
-            if e.status == EffectStatus::Confirmed.as_str()
-                || e.status == EffectStatus::Failed.as_str() =>
-        {
+        Some(e) if e.status == EffectStatus::Confirmed || e.status == EffectStatus::Failed => {
             return Ok(());
         }
         Some(e) => e.id,
@@ -576,7 +573,7 @@ async fn wait_closed(
                 .await?
                 .ok_or_else(|| ApiError::not_found("decision", decision_id))?
         };
-        if d.status != DecisionStatus::Pending.as_str() {
+        if d.status != DecisionStatus::Pending {
             return Ok(Some(d));
         }
         tokio::select! {
@@ -674,13 +671,13 @@ async fn hold_for_answer(
         return Ok(tx
             .decision(&d.id)
             .await?
-            .filter(|x| x.status == DecisionStatus::Resolved.as_str()));
+            .filter(|x| x.status == DecisionStatus::Resolved));
     }
     Ok(closed)
 }
 
 fn chosen(d: &DecisionRow) -> Option<String> {
-    if d.status != DecisionStatus::Resolved.as_str() {
+    if d.status != DecisionStatus::Resolved {
         return None;
     }
     d.outcome
@@ -777,7 +774,7 @@ async fn gate_tool(
                 .rfind(|d| d.effect_id.as_deref() == Some(effect.as_str()))
         };
         if let Some(d) = earlier {
-            if d.status == DecisionStatus::Pending.as_str() {
+            if d.status == DecisionStatus::Pending {
                 return Ok(pre_tool_answer(
                     "defer",
                     "waiting for a decision in Waymark".into(),

@@ -14,11 +14,6 @@ pub(crate) fn dt(ms: i64) -> DateTime<Utc> {
     Utc.timestamp_millis_opt(ms).single().unwrap_or_default()
 }
 
-fn parse<T: std::str::FromStr>(v: &str, what: &str) -> R<T> {
-    v.parse()
-        .map_err(|_| StoreError::Corrupt(format!("{what} `{v}`")))
-}
-
 fn json<T: DeserializeOwned>(v: &Value, what: &str) -> R<T> {
     serde_json::from_value(v.clone()).map_err(|e| StoreError::Corrupt(format!("{what}: {e}")))
 }
@@ -30,7 +25,7 @@ pub(crate) fn task(t: &s::TaskRow, owner: &str) -> R<p::Task> {
         title: t.title.clone(),
         goal: t.goal.clone(),
         runtime: t.runtime.clone(),
-        state: parse(&t.state, "task state")?,
+        state: t.state,
         plan: json(&t.plan, "plan")?,
         plan_revision: t.plan_revision,
         budget: json(&t.budget, "budget")?,
@@ -62,15 +57,11 @@ pub(crate) fn attempt(a: &s::AttemptRow) -> R<p::Attempt> {
         worker: a.worker.clone(),
         fence: a.fence,
         expires_at: dt(a.expires_at),
-        state: parse(&a.state, "attempt state")?,
+        state: a.state,
         manifest_digest: a.manifest_digest.clone(),
         started_at: dt(a.started_at),
         ended_at: a.ended_at.map(dt),
-        outcome: a
-            .outcome
-            .as_deref()
-            .map(|o| parse(o, "attempt outcome"))
-            .transpose()?,
+        outcome: a.outcome,
         released: a
             .released
             .as_ref()
@@ -104,7 +95,7 @@ pub(crate) fn effect(e: &s::EffectRow) -> R<p::Effect> {
         resource_id: e.resource_id.clone(),
         intent: e.intent.clone(),
         intent_digest: e.intent_digest.clone(),
-        status: parse(&e.status, "effect status")?,
+        status: e.status,
         receipt: e.receipt.clone(),
         attempt_id: e.attempt_id.clone(),
         fence: e.fence,
@@ -118,8 +109,8 @@ pub(crate) fn decision(d: &s::DecisionRow) -> R<p::Decision> {
     Ok(p::Decision {
         id: d.id.clone(),
         task_id: d.task_id.clone(),
-        kind: parse(&d.kind, "decision kind")?,
-        status: parse(&d.status, "decision status")?,
+        kind: d.kind,
+        status: d.status,
         step: d.step.clone(),
         question: d.question.clone(),
         options: json(&d.options, "decision options")?,
@@ -136,11 +127,7 @@ pub(crate) fn decision(d: &s::DecisionRow) -> R<p::Decision> {
             .as_ref()
             .map(|o| json(o, "decision outcome"))
             .transpose()?,
-        durability: d
-            .durability
-            .as_deref()
-            .map(|x| parse(x, "approval durability"))
-            .transpose()?,
+        durability: d.durability,
         delivery: d
             .delivery
             .as_ref()
@@ -193,7 +180,7 @@ pub(crate) fn event(e: &s::EventRow) -> R<p::Event> {
     Ok(p::Event {
         cursor: e.cursor,
         task_id: e.task_id.clone(),
-        kind: parse(&e.kind, "event kind")?,
+        kind: e.kind,
         at: dt(e.at),
         data: e.data.clone(),
     })
@@ -216,7 +203,7 @@ pub(crate) fn device(d: &s::DeviceRow, user: &str) -> R<p::Device> {
 pub(crate) fn control(c: &s::ControlRow) -> R<p::ControlCommand> {
     Ok(p::ControlCommand {
         command_id: c.command_id.clone(),
-        operation: parse(&c.operation, "control operation")?,
+        operation: c.operation,
         args: c.args.clone(),
         plan_revision: c.plan_revision,
         applied_at: dt(c.applied_at),
@@ -231,13 +218,9 @@ pub(crate) fn followup(f: &s::FollowupRow) -> R<p::Followup> {
         task_id: f.task_id.clone(),
         schedule: json(&f.schedule, "follow-up schedule")?,
         time_zone: f.time_zone.clone(),
-        catch_up: match f.catch_up.as_str() {
-            "skip" => p::CatchUp::Skip,
-            "run_once" => p::CatchUp::RunOnce,
-            other => return Err(StoreError::Corrupt(format!("follow-up catch-up `{other}`"))),
-        },
+        catch_up: f.catch_up,
         message: f.message.clone(),
-        state: f.state.clone(),
+        state: f.state,
         next_run_at: f.next_run_at.map(dt),
         last_run_at: f.last_run_at.map(dt),
         runs: f.runs,
@@ -251,7 +234,7 @@ pub(crate) fn push_channel(c: &s::PushChannelRow) -> p::PushChannel {
     p::PushChannel {
         id: c.id.clone(),
         device_id: c.device_id.clone(),
-        kind: c.kind.clone(),
+        kind: c.kind.as_str().to_owned(),
         endpoint: c.endpoint.clone(),
         delivered: c.delivered,
         attempts: c.attempts,
@@ -261,14 +244,4 @@ pub(crate) fn push_channel(c: &s::PushChannelRow) -> p::PushChannel {
         next_attempt_at: dt(c.next_attempt_at),
         revoked_at: c.revoked_at.map(dt),
     }
-}
-
-/// A task's state, decoded loudly: a value this build does not know is corruption.
-pub(crate) fn task_state(t: &s::TaskRow) -> R<p::TaskState> {
-    parse(&t.state, "task state")
-}
-
-/// An effect's status, decoded loudly.
-pub(crate) fn effect_status(e: &s::EffectRow) -> R<p::EffectStatus> {
-    parse(&e.status, "effect status")
 }

@@ -111,7 +111,7 @@ pub(crate) async fn get_decision(
             .filter(|d| d.task_id == task.id)
             .ok_or_else(|| ApiError::not_found("decision", &decision_id))?;
         drop(tx);
-        let pending = d.status == DecisionStatus::Pending.as_str();
+        let pending = d.status == DecisionStatus::Pending;
         let now = now_ms();
         if pending && d.expires_at <= now {
             expire_overdue(&st, &d.id).await?;

@@ -129,7 +129,7 @@ fn control_events(
                 }
             }
             match attempt {
-                Some(a) if a.state == AttemptState::Active.as_str() => {}
+                Some(a) if a.state == AttemptState::Active => {}
                 Some(a) => {
                     yield Ok(SseEvent::default().event("revoked").data(json!({"attempt_id": a.id, "state": a.state}).to_string()));
                     break;

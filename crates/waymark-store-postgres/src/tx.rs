@@ -178,7 +178,7 @@ impl StoreTx for PgTx {
                  VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT DO NOTHING",
             )
             .bind(&t.id)
-            .bind(&t.kind)
+            .bind(t.kind.as_str())
             .bind(&t.name)
             .bind(&t.user_id)
             .bind(&t.secret_hash)
@@ -196,9 +196,10 @@ impl StoreTx for PgTx {
         .await
     }
 
-    async fn list_tokens(&mut self, kind: &str) -> Result<Vec<TokenRow>> {
+    async fn list_tokens(&mut self, kind: TokenKind) -> Result<Vec<TokenRow>> {
         self.all(
-            sqlx::query("SELECT * FROM tokens WHERE kind = $1 ORDER BY created_at, id").bind(kind),
+            sqlx::query("SELECT * FROM tokens WHERE kind = $1 ORDER BY created_at, id")
+                .bind(kind.as_str()),
             token_row,
         )
         .await
@@ -219,7 +220,7 @@ impl StoreTx for PgTx {
             .bind(&t.title)
             .bind(&t.goal)
             .bind(&t.runtime)
-            .bind(&t.state)
+            .bind(t.state.as_str())
             .bind(&t.plan)
             .bind(t.plan_revision)
             .bind(&t.budget)
@@ -258,7 +259,7 @@ impl StoreTx for PgTx {
             .bind(&t.title)
             .bind(&t.goal)
             .bind(&t.runtime)
-            .bind(&t.state)
+            .bind(t.state.as_str())
             .bind(&t.plan)
             .bind(t.plan_revision)
             .bind(&t.budget)
@@ -340,11 +341,11 @@ impl StoreTx for PgTx {
             .bind(&a.worker)
             .bind(a.fence)
             .bind(a.expires_at)
-            .bind(&a.state)
+            .bind(a.state.as_str())
             .bind(&a.manifest_digest)
             .bind(a.started_at)
             .bind(a.ended_at)
-            .bind(&a.outcome)
+            .bind(a.outcome.map(|x| x.as_str()))
             .bind(&a.released),
         )
         .await
@@ -366,9 +367,9 @@ impl StoreTx for PgTx {
                  WHERE id = $6",
             )
             .bind(a.expires_at)
-            .bind(&a.state)
+            .bind(a.state.as_str())
             .bind(a.ended_at)
-            .bind(&a.outcome)
+            .bind(a.outcome.map(|x| x.as_str()))
             .bind(&a.released)
             .bind(&a.id),
         )
@@ -451,12 +452,12 @@ impl StoreTx for PgTx {
             .bind(&e.task_id)
             .bind(&e.idempotency_key)
             .bind(&e.body_digest)
-            .bind(&e.kind)
+            .bind(e.kind.as_str())
             .bind(&e.step)
             .bind(&e.resource_id)
             .bind(&e.intent)
             .bind(&e.intent_digest)
-            .bind(&e.status)
+            .bind(e.status.as_str())
             .bind(&e.receipt)
             .bind(&e.attempt_id)
             .bind(e.fence)
@@ -493,7 +494,7 @@ impl StoreTx for PgTx {
                  WHERE id = $8",
             )
             .bind(&e.resource_id)
-            .bind(&e.status)
+            .bind(e.status.as_str())
             .bind(&e.receipt)
             .bind(&e.attempt_id)
             .bind(e.fence)
@@ -526,8 +527,8 @@ impl StoreTx for PgTx {
             )
             .bind(&d.id)
             .bind(&d.task_id)
-            .bind(&d.kind)
-            .bind(&d.status)
+            .bind(d.kind.as_str())
+            .bind(d.status.as_str())
             .bind(&d.step)
             .bind(&d.question)
             .bind(&d.options)
@@ -540,7 +541,7 @@ impl StoreTx for PgTx {
             .bind(d.expires_at)
             .bind(d.created_at)
             .bind(&d.outcome)
-            .bind(&d.durability)
+            .bind(d.durability.map(|x| x.as_str()))
             .bind(&d.delivery),
         )
         .await
@@ -560,7 +561,7 @@ impl StoreTx for PgTx {
                 "UPDATE decisions SET status = $1, expires_at = $2, outcome = $3, delivery = $4
                  WHERE id = $5",
             )
-            .bind(&d.status)
+            .bind(d.status.as_str())
             .bind(d.expires_at)
             .bind(&d.outcome)
             .bind(&d.delivery)
@@ -746,7 +747,7 @@ impl StoreTx for PgTx {
         )
         .bind(&e.task_id)
         .bind(&e.owner_id)
-        .bind(&e.kind)
+        .bind(e.kind.as_str())
         .bind(&e.data)
         .bind(e.at)
         .fetch_one(&mut *self.tx)
@@ -972,9 +973,9 @@ impl StoreTx for PgTx {
             .bind(&c.task_id)
             .bind(&c.device_id)
             .bind(&c.body_digest)
-            .bind(&c.operation)
+            .bind(c.operation.as_str())
             .bind(&c.envelope)
-            .bind(&c.status)
+            .bind(c.status.as_str())
             .bind(&c.result)
             .bind(c.created_at),
         )
@@ -1013,7 +1014,7 @@ impl StoreTx for PgTx {
             )
             .bind(&c.command_id)
             .bind(&c.task_id)
-            .bind(&c.operation)
+            .bind(c.operation.as_str())
             .bind(&c.args)
             .bind(c.plan_revision)
             .bind(c.applied_at)
@@ -1050,9 +1051,9 @@ impl StoreTx for PgTx {
             .bind(&f.task_id)
             .bind(&f.schedule)
             .bind(&f.time_zone)
-            .bind(&f.catch_up)
+            .bind(f.catch_up.as_str())
             .bind(&f.message)
-            .bind(&f.state)
+            .bind(f.state.as_str())
             .bind(f.next_run_at)
             .bind(f.last_run_at)
             .bind(f.runs)
@@ -1078,7 +1079,7 @@ impl StoreTx for PgTx {
                    missed = $5
                  WHERE id = $6",
             )
-            .bind(&f.state)
+            .bind(f.state.as_str())
             .bind(f.next_run_at)
             .bind(f.last_run_at)
             .bind(f.runs)
@@ -1143,7 +1144,7 @@ impl StoreTx for PgTx {
             .bind(&c.id)
             .bind(&c.device_id)
             .bind(&c.user_id)
-            .bind(&c.kind)
+            .bind(c.kind.as_str())
             .bind(&c.endpoint)
             .bind(&c.p256dh)
             .bind(&c.auth)

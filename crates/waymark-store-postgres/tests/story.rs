@@ -79,7 +79,7 @@ fn task(id: &str, owner: &str) -> TaskRow {
         title: "t".into(),
         goal: "g".into(),
         runtime: None,
-        state: "queued".into(),
+        state: TaskState::Queued,
         plan: json!([]),
         plan_revision: 1,
         budget: json!({}),
@@ -99,7 +99,7 @@ fn event(task_id: &str, n: i64) -> NewEvent {
     NewEvent {
         task_id: task_id.into(),
         owner_id: "usr_alice".into(),
-        kind: "task.updated".into(),
+        kind: EventKind::TaskUpdated,
         data: json!({ "n": n }),
         at: n,
     }
@@ -132,6 +132,30 @@ async fn store_story() {
     let store = db.store().await;
     assert_eq!(store.backend(), "postgres");
     waymark_store::story::run_store_story(&store).await;
+    db.drop_db(&[&store]).await;
+}
+
+#[tokio::test]
+async fn a_value_no_enum_knows_is_corruption_never_a_default() {
+    let db = TestDb::new().await;
+    let store = db.store().await;
+    seed(&store).await;
+    let mut conn = db.conn().await;
+    sqlx::query("UPDATE tasks SET state = 'sideways' WHERE id = 'task_1'")
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    conn.close().await.unwrap();
+    let err = store
+        .read()
+        .await
+        .unwrap()
+        .task("task_1")
+        .await
+        .unwrap_err();
+    assert!(matches!(err, StoreError::Corrupt(_)), "{err}");
+    assert!(err.to_string().contains("`state`"), "{err}");
+    assert!(err.to_string().contains("sideways"), "{err}");
     db.drop_db(&[&store]).await;
 }
 

@@ -197,4 +197,29 @@ mod tests {
         );
         assert!(err.to_string().contains("upgrade waymark"), "{err}");
     }
+    #[tokio::test]
+    async fn a_value_no_enum_knows_is_corruption_never_a_default() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("waymark.db");
+        let store = SqliteStore::open(&path).await.unwrap();
+        waymark_store::story::seed_one_task(&store, "task_1").await;
+        let pool = SqlitePool::connect_with(SqliteConnectOptions::new().filename(&path))
+            .await
+            .unwrap();
+        sqlx::query("UPDATE tasks SET state = 'sideways' WHERE id = 'task_1'")
+            .execute(&pool)
+            .await
+            .unwrap();
+        pool.close().await;
+        let err = store
+            .read()
+            .await
+            .unwrap()
+            .task("task_1")
+            .await
+            .unwrap_err();
+        assert!(matches!(err, StoreError::Corrupt(_)), "{err}");
+        assert!(err.to_string().contains("`state`"), "{err}");
+        assert!(err.to_string().contains("sideways"), "{err}");
+    }
 }

@@ -34,6 +34,28 @@ pub(crate) fn get_json_opt(row: &SqliteRow, col: &str) -> Result<Option<Value>> 
     .transpose()
 }
 
+/// A column holding one of an enum's values; a value the enum does not know is corruption.
+pub(crate) fn get_enum<T: FromStr>(row: &SqliteRow, col: &str) -> Result<T>
+where
+    T::Err: std::fmt::Display,
+{
+    let s: String = get(row, col)?;
+    s.parse()
+        .map_err(|e| StoreError::Corrupt(format!("column `{col}`: {e}")))
+}
+
+pub(crate) fn get_enum_opt<T: FromStr>(row: &SqliteRow, col: &str) -> Result<Option<T>>
+where
+    T::Err: std::fmt::Display,
+{
+    let s: Option<String> = get(row, col)?;
+    s.map(|s| {
+        s.parse()
+            .map_err(|e| StoreError::Corrupt(format!("column `{col}`: {e}")))
+    })
+    .transpose()
+}
+
 pub(crate) fn user_row(r: &SqliteRow) -> Result<UserRow> {
     Ok(UserRow {
         id: get(r, "id")?,
@@ -45,7 +67,7 @@ pub(crate) fn user_row(r: &SqliteRow) -> Result<UserRow> {
 pub(crate) fn token_row(r: &SqliteRow) -> Result<TokenRow> {
     Ok(TokenRow {
         id: get(r, "id")?,
-        kind: get(r, "kind")?,
+        kind: get_enum(r, "kind")?,
         name: get(r, "name")?,
         user_id: get(r, "user_id")?,
         secret_hash: get(r, "secret_hash")?,
@@ -61,7 +83,7 @@ pub(crate) fn task_row(r: &SqliteRow) -> Result<TaskRow> {
         title: get(r, "title")?,
         goal: get(r, "goal")?,
         runtime: get(r, "runtime")?,
-        state: get(r, "state")?,
+        state: get_enum(r, "state")?,
         plan: get_json(r, "plan")?,
         plan_revision: get(r, "plan_revision")?,
         budget: get_json(r, "budget")?,
@@ -93,11 +115,11 @@ pub(crate) fn attempt_row(r: &SqliteRow) -> Result<AttemptRow> {
         worker: get(r, "worker")?,
         fence: get(r, "fence")?,
         expires_at: get(r, "expires_at")?,
-        state: get(r, "state")?,
+        state: get_enum(r, "state")?,
         manifest_digest: get(r, "manifest_digest")?,
         started_at: get(r, "started_at")?,
         ended_at: get(r, "ended_at")?,
-        outcome: get(r, "outcome")?,
+        outcome: get_enum_opt(r, "outcome")?,
         released: get_json_opt(r, "released")?,
     })
 }
@@ -126,7 +148,7 @@ pub(crate) fn effect_row(r: &SqliteRow) -> Result<EffectRow> {
         resource_id: get(r, "resource_id")?,
         intent: get_json(r, "intent")?,
         intent_digest: get(r, "intent_digest")?,
-        status: get(r, "status")?,
+        status: get_enum(r, "status")?,
         receipt: get_json_opt(r, "receipt")?,
         attempt_id: get(r, "attempt_id")?,
         fence: get(r, "fence")?,
@@ -140,8 +162,8 @@ pub(crate) fn decision_row(r: &SqliteRow) -> Result<DecisionRow> {
     Ok(DecisionRow {
         id: get(r, "id")?,
         task_id: get(r, "task_id")?,
-        kind: get(r, "kind")?,
-        status: get(r, "status")?,
+        kind: get_enum(r, "kind")?,
+        status: get_enum(r, "status")?,
         step: get(r, "step")?,
         question: get(r, "question")?,
         options: get_json(r, "options")?,
@@ -154,7 +176,7 @@ pub(crate) fn decision_row(r: &SqliteRow) -> Result<DecisionRow> {
         expires_at: get(r, "expires_at")?,
         created_at: get(r, "created_at")?,
         outcome: get_json_opt(r, "outcome")?,
-        durability: get(r, "durability")?,
+        durability: get_enum_opt(r, "durability")?,
         delivery: get_json_opt(r, "delivery")?,
     })
 }
@@ -205,7 +227,7 @@ pub(crate) fn event_row(r: &SqliteRow) -> Result<EventRow> {
         cursor: get(r, "cursor")?,
         task_id: get(r, "task_id")?,
         owner_id: get(r, "owner_id")?,
-        kind: get(r, "kind")?,
+        kind: get_enum(r, "kind")?,
         data: get_json(r, "data")?,
         at: get(r, "at")?,
     })
@@ -261,9 +283,9 @@ pub(crate) fn command_row(r: &SqliteRow) -> Result<CommandRow> {
         task_id: get(r, "task_id")?,
         device_id: get(r, "device_id")?,
         body_digest: get(r, "body_digest")?,
-        operation: get(r, "operation")?,
+        operation: get_enum(r, "operation")?,
         envelope: get_json(r, "envelope")?,
-        status: get(r, "status")?,
+        status: get_enum(r, "status")?,
         result: get_json(r, "result")?,
         created_at: get(r, "created_at")?,
     })
@@ -273,7 +295,7 @@ pub(crate) fn control_row(r: &SqliteRow) -> Result<ControlRow> {
     Ok(ControlRow {
         command_id: get(r, "command_id")?,
         task_id: get(r, "task_id")?,
-        operation: get(r, "operation")?,
+        operation: get_enum(r, "operation")?,
         args: get_json(r, "args")?,
         plan_revision: get(r, "plan_revision")?,
         applied_at: get(r, "applied_at")?,
@@ -289,9 +311,9 @@ pub(crate) fn followup_row(r: &SqliteRow) -> Result<FollowupRow> {
         task_id: get(r, "task_id")?,
         schedule: get_json(r, "schedule")?,
         time_zone: get(r, "time_zone")?,
-        catch_up: get(r, "catch_up")?,
+        catch_up: get_enum(r, "catch_up")?,
         message: get(r, "message")?,
-        state: get(r, "state")?,
+        state: get_enum(r, "state")?,
         next_run_at: get(r, "next_run_at")?,
         last_run_at: get(r, "last_run_at")?,
         runs: get(r, "runs")?,
@@ -305,7 +327,7 @@ pub(crate) fn push_channel_row(r: &SqliteRow) -> Result<PushChannelRow> {
         id: get(r, "id")?,
         device_id: get(r, "device_id")?,
         user_id: get(r, "user_id")?,
-        kind: get(r, "kind")?,
+        kind: get_enum(r, "kind")?,
         endpoint: get(r, "endpoint")?,
         p256dh: get(r, "p256dh")?,
         auth: get(r, "auth")?,

@@ -109,7 +109,7 @@ impl StoreTx for SqliteTx {
                  VALUES (?, ?, ?, ?, ?, ?, ?)",
             )
             .bind(&t.id)
-            .bind(&t.kind)
+            .bind(t.kind.as_str())
             .bind(&t.name)
             .bind(&t.user_id)
             .bind(&t.secret_hash)
@@ -128,9 +128,10 @@ impl StoreTx for SqliteTx {
         .await
     }
 
-    async fn list_tokens(&mut self, kind: &str) -> Result<Vec<TokenRow>> {
+    async fn list_tokens(&mut self, kind: TokenKind) -> Result<Vec<TokenRow>> {
         self.all(
-            sqlx::query("SELECT * FROM tokens WHERE kind = ? ORDER BY created_at, id").bind(kind),
+            sqlx::query("SELECT * FROM tokens WHERE kind = ? ORDER BY created_at, id")
+                .bind(kind.as_str()),
             token_row,
         )
         .await
@@ -149,7 +150,7 @@ impl StoreTx for SqliteTx {
             .bind(&t.title)
             .bind(&t.goal)
             .bind(&t.runtime)
-            .bind(&t.state)
+            .bind(t.state.as_str())
             .bind(json_text(&t.plan))
             .bind(t.plan_revision)
             .bind(json_text(&t.budget))
@@ -186,7 +187,7 @@ impl StoreTx for SqliteTx {
             .bind(&t.title)
             .bind(&t.goal)
             .bind(&t.runtime)
-            .bind(&t.state)
+            .bind(t.state.as_str())
             .bind(json_text(&t.plan))
             .bind(t.plan_revision)
             .bind(json_text(&t.budget))
@@ -276,11 +277,11 @@ impl StoreTx for SqliteTx {
             .bind(&a.worker)
             .bind(a.fence)
             .bind(a.expires_at)
-            .bind(&a.state)
+            .bind(a.state.as_str())
             .bind(&a.manifest_digest)
             .bind(a.started_at)
             .bind(a.ended_at)
-            .bind(&a.outcome)
+            .bind(a.outcome.map(|x| x.as_str()))
             .bind(a.released.as_ref().map(json_text)),
         )
         .await
@@ -302,9 +303,9 @@ impl StoreTx for SqliteTx {
                  WHERE id = ?",
             )
             .bind(a.expires_at)
-            .bind(&a.state)
+            .bind(a.state.as_str())
             .bind(a.ended_at)
-            .bind(&a.outcome)
+            .bind(a.outcome.map(|x| x.as_str()))
             .bind(a.released.as_ref().map(json_text))
             .bind(&a.id),
         )
@@ -385,12 +386,12 @@ impl StoreTx for SqliteTx {
             .bind(&e.task_id)
             .bind(&e.idempotency_key)
             .bind(&e.body_digest)
-            .bind(&e.kind)
+            .bind(e.kind.as_str())
             .bind(&e.step)
             .bind(&e.resource_id)
             .bind(json_text(&e.intent))
             .bind(&e.intent_digest)
-            .bind(&e.status)
+            .bind(e.status.as_str())
             .bind(e.receipt.as_ref().map(json_text))
             .bind(&e.attempt_id)
             .bind(e.fence)
@@ -428,7 +429,7 @@ impl StoreTx for SqliteTx {
                  WHERE id = ?",
             )
             .bind(&e.resource_id)
-            .bind(&e.status)
+            .bind(e.status.as_str())
             .bind(e.receipt.as_ref().map(json_text))
             .bind(&e.attempt_id)
             .bind(e.fence)
@@ -459,8 +460,8 @@ impl StoreTx for SqliteTx {
             )
             .bind(&d.id)
             .bind(&d.task_id)
-            .bind(&d.kind)
-            .bind(&d.status)
+            .bind(d.kind.as_str())
+            .bind(d.status.as_str())
             .bind(&d.step)
             .bind(&d.question)
             .bind(json_text(&d.options))
@@ -473,7 +474,7 @@ impl StoreTx for SqliteTx {
             .bind(d.expires_at)
             .bind(d.created_at)
             .bind(d.outcome.as_ref().map(json_text))
-            .bind(&d.durability)
+            .bind(d.durability.map(|x| x.as_str()))
             .bind(d.delivery.as_ref().map(json_text)),
         )
         .await
@@ -494,7 +495,7 @@ impl StoreTx for SqliteTx {
                 "UPDATE decisions SET status = ?, expires_at = ?, outcome = ?, delivery = ?
                  WHERE id = ?",
             )
-            .bind(&d.status)
+            .bind(d.status.as_str())
             .bind(d.expires_at)
             .bind(d.outcome.as_ref().map(json_text))
             .bind(d.delivery.as_ref().map(json_text))
@@ -665,7 +666,7 @@ impl StoreTx for SqliteTx {
         )
         .bind(&e.task_id)
         .bind(&e.owner_id)
-        .bind(&e.kind)
+        .bind(e.kind.as_str())
         .bind(json_text(&e.data))
         .bind(e.at)
         .fetch_one(self.db())
@@ -887,9 +888,9 @@ impl StoreTx for SqliteTx {
             .bind(&c.task_id)
             .bind(&c.device_id)
             .bind(&c.body_digest)
-            .bind(&c.operation)
+            .bind(c.operation.as_str())
             .bind(json_text(&c.envelope))
-            .bind(&c.status)
+            .bind(c.status.as_str())
             .bind(json_text(&c.result))
             .bind(c.created_at),
         )
@@ -916,9 +917,9 @@ impl StoreTx for SqliteTx {
             .bind(&f.task_id)
             .bind(json_text(&f.schedule))
             .bind(&f.time_zone)
-            .bind(&f.catch_up)
+            .bind(f.catch_up.as_str())
             .bind(&f.message)
-            .bind(&f.state)
+            .bind(f.state.as_str())
             .bind(f.next_run_at)
             .bind(f.last_run_at)
             .bind(f.runs)
@@ -943,7 +944,7 @@ impl StoreTx for SqliteTx {
                 "UPDATE followups SET state = ?, next_run_at = ?, last_run_at = ?, runs = ?, missed = ?
                  WHERE id = ?",
             )
-            .bind(&f.state)
+            .bind(f.state.as_str())
             .bind(f.next_run_at)
             .bind(f.last_run_at)
             .bind(f.runs)
@@ -1008,7 +1009,7 @@ impl StoreTx for SqliteTx {
             .bind(&c.id)
             .bind(&c.device_id)
             .bind(&c.user_id)
-            .bind(&c.kind)
+            .bind(c.kind.as_str())
             .bind(&c.endpoint)
             .bind(&c.p256dh)
             .bind(&c.auth)
@@ -1113,7 +1114,7 @@ impl StoreTx for SqliteTx {
             )
             .bind(&c.command_id)
             .bind(&c.task_id)
-            .bind(&c.operation)
+            .bind(c.operation.as_str())
             .bind(json_text(&c.args))
             .bind(c.plan_revision)
             .bind(c.applied_at)

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::json;
-use waymark_store::{NewEvent, Store, StoreError, UserRow};
+use waymark_store::{EventKind, NewEvent, Store, StoreError, UserRow};
 use waymark_store_sqlite::SqliteStore;
 
 fn user(name: &str) -> UserRow {
@@ -23,7 +23,7 @@ fn event(name: &str) -> NewEvent {
     NewEvent {
         task_id: format!("t-{name}"),
         owner_id: format!("u-{name}"),
-        kind: "task_created".into(),
+        kind: EventKind::TaskCreated,
         data: json!({"name": name}),
         at: 1,
     }

@@ -86,7 +86,7 @@ pub trait StoreTx: Send {
     /// A credential by the sha256 of its secret.
     async fn token_by_hash(&mut self, hash: &str) -> Result<Option<TokenRow>>;
     /// Credentials of one kind.
-    async fn list_tokens(&mut self, kind: &str) -> Result<Vec<TokenRow>>;
+    async fn list_tokens(&mut self, kind: TokenKind) -> Result<Vec<TokenRow>>;
 
     // tasks, sessions, attempts
     /// Adds a task.

@@ -1,6 +1,45 @@
-//! Storage rows. Times are unix milliseconds (server clock); structured columns are JSON.
+//! Storage rows. Times are unix milliseconds (server clock); structured columns are JSON;
+//! states, statuses, kinds and operations are the domain's enums, so a backend that reads a
+//! value it does not know says so (`StoreError::Corrupt`) instead of passing a string on.
 
 use serde_json::Value;
+pub use waymark_proto::{
+    ApprovalDurability, AttemptState, CatchUp, CommandStatus, DecisionKind, DecisionStatus,
+    EffectStatus, EventKind, FinishOutcome, FollowupState, Operation, PushKind, TaskState,
+};
+
+/// What a bearer token is for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum TokenKind {
+    /// The operator's token: every route.
+    Admin,
+    /// A worker's token: the worker routes, as its user.
+    Worker,
+}
+
+impl TokenKind {
+    /// The stored spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TokenKind::Admin => "admin",
+            TokenKind::Worker => "worker",
+        }
+    }
+}
+
+impl std::str::FromStr for TokenKind {
+    type Err = waymark_proto::state::UnknownValue;
+    fn from_str(s: &str) -> std::result::Result<Self, Self::Err> {
+        match s {
+            "admin" => Ok(TokenKind::Admin),
+            "worker" => Ok(TokenKind::Worker),
+            other => Err(waymark_proto::state::UnknownValue {
+                kind: "TokenKind",
+                value: other.to_owned(),
+            }),
+        }
+    }
+}
 
 /// A person who owns tasks.
 #[derive(Debug, Clone, PartialEq)]
@@ -14,8 +53,7 @@ pub struct UserRow {
 #[derive(Debug, Clone, PartialEq)]
 pub struct TokenRow {
     pub id: String,
-    /// `admin` or `worker`.
-    pub kind: String,
+    pub kind: TokenKind,
     pub name: String,
     pub user_id: String,
     pub secret_hash: String,
@@ -31,7 +69,7 @@ pub struct TaskRow {
     pub title: String,
     pub goal: String,
     pub runtime: Option<String>,
-    pub state: String,
+    pub state: TaskState,
     /// JSON array of plan steps.
     pub plan: Value,
     pub plan_revision: i64,
@@ -70,11 +108,11 @@ pub struct AttemptRow {
     pub worker: String,
     pub fence: i64,
     pub expires_at: i64,
-    pub state: String,
+    pub state: AttemptState,
     pub manifest_digest: Option<String>,
     pub started_at: i64,
     pub ended_at: Option<i64>,
-    pub outcome: Option<String>,
+    pub outcome: Option<FinishOutcome>,
     /// JSON array of temporary resources the worker reported released.
     pub released: Option<Value>,
 }
@@ -106,7 +144,7 @@ pub struct EffectRow {
     pub resource_id: Option<String>,
     pub intent: Value,
     pub intent_digest: String,
-    pub status: String,
+    pub status: EffectStatus,
     pub receipt: Option<Value>,
     pub attempt_id: String,
     pub fence: i64,
@@ -121,8 +159,8 @@ pub struct EffectRow {
 pub struct DecisionRow {
     pub id: String,
     pub task_id: String,
-    pub kind: String,
-    pub status: String,
+    pub kind: DecisionKind,
+    pub status: DecisionStatus,
     pub step: Option<String>,
     pub question: String,
     /// JSON array of options.
@@ -137,8 +175,8 @@ pub struct DecisionRow {
     pub created_at: i64,
     /// JSON outcome once closed.
     pub outcome: Option<Value>,
-    /// For approvals held by a runtime: `durable`, `connection_bound`, `fail_open_hook`.
-    pub durability: Option<String>,
+    /// For approvals held by a runtime: how the runtime holds it.
+    pub durability: Option<ApprovalDurability>,
     /// JSON `Delivery`: whether the runtime took the answer.
     pub delivery: Option<Value>,
 }
@@ -192,7 +230,7 @@ pub struct NewEvent {
     pub task_id: String,
     /// The task owner, so streams can filter by user.
     pub owner_id: String,
-    pub kind: String,
+    pub kind: EventKind,
     pub data: Value,
     pub at: i64,
 }
@@ -203,7 +241,7 @@ pub struct EventRow {
     pub cursor: i64,
     pub task_id: String,
     pub owner_id: String,
-    pub kind: String,
+    pub kind: EventKind,
     pub data: Value,
     pub at: i64,
 }
@@ -266,10 +304,10 @@ pub struct CommandRow {
     pub device_id: String,
     /// sha256 of the command's canonical JSON: a repeat must match it.
     pub body_digest: String,
-    pub operation: String,
+    pub operation: Operation,
     /// JSON of the signed envelope, kept as evidence.
     pub envelope: Value,
-    pub status: String,
+    pub status: CommandStatus,
     /// JSON of the result.
     pub result: Value,
     pub created_at: i64,
@@ -280,7 +318,7 @@ pub struct CommandRow {
 pub struct ControlRow {
     pub command_id: String,
     pub task_id: String,
-    pub operation: String,
+    pub operation: Operation,
     pub args: Value,
     pub plan_revision: i64,
     pub applied_at: i64,
@@ -300,10 +338,9 @@ pub struct FollowupRow {
     /// JSON schedule.
     pub schedule: Value,
     pub time_zone: String,
-    pub catch_up: String,
+    pub catch_up: CatchUp,
     pub message: String,
-    /// `active` or `done`.
-    pub state: String,
+    pub state: FollowupState,
     pub next_run_at: Option<i64>,
     pub last_run_at: Option<i64>,
     pub runs: i64,
@@ -317,8 +354,7 @@ pub struct PushChannelRow {
     pub id: String,
     pub device_id: String,
     pub user_id: String,
-    /// `web_push` or `unified_push`.
-    pub kind: String,
+    pub kind: PushKind,
     pub endpoint: String,
     /// Web Push subscription keys (base64url).
     pub p256dh: Option<String>,

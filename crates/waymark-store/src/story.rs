@@ -21,7 +21,7 @@ fn task(id: &str, owner: &str) -> TaskRow {
         title: "fix the flaky deploy".into(),
         goal: "green CI, staging deployed".into(),
         runtime: Some("story".into()),
-        state: "queued".into(),
+        state: TaskState::Queued,
         plan: json!([{"id": "fix"}, {"id": "deploy", "depends_on": ["fix"]}]),
         plan_revision: 1,
         budget: json!({"max_tokens": 1000}),
@@ -35,6 +35,15 @@ fn task(id: &str, owner: &str) -> TaskRow {
         parent_id: None,
         external_key: None,
     }
+}
+
+/// A user `usr_a` and one queued task `id`, committed: for a backend's own tests that then
+/// change the row underneath the store.
+pub async fn seed_one_task(store: &dyn Store, id: &str) {
+    let mut tx = store.write().await.unwrap();
+    tx.insert_user(&user("usr_a", "a")).await.unwrap();
+    tx.insert_task(&task(id, "usr_a")).await.unwrap();
+    tx.commit().await.unwrap();
 }
 
 fn checkpoint(task_id: &str, sequence: i64) -> CheckpointRow {
@@ -61,7 +70,7 @@ fn effect(id: &str, task_id: &str, key: &str) -> EffectRow {
         resource_id: None,
         intent: json!({"target": "staging"}),
         intent_digest: "sha256:i".into(),
-        status: "intended".into(),
+        status: EffectStatus::Intended,
         receipt: None,
         attempt_id: "att_1".into(),
         fence: 1,
@@ -71,12 +80,12 @@ fn effect(id: &str, task_id: &str, key: &str) -> EffectRow {
     }
 }
 
-fn event(task_id: &str, owner: &str, kind: &str) -> NewEvent {
+fn event(task_id: &str, owner: &str, kind: EventKind) -> NewEvent {
     NewEvent {
         task_id: task_id.into(),
         owner_id: owner.into(),
-        kind: kind.into(),
-        data: json!({"k": kind}),
+        kind,
+        data: json!({"k": kind.as_str()}),
         at: 40,
     }
 }
@@ -109,7 +118,7 @@ pub async fn run_store_story(store: &dyn Store) {
     let mut tx = store.write().await.unwrap();
     let token = TokenRow {
         id: "tok_1".into(),
-        kind: "worker".into(),
+        kind: TokenKind::Worker,
         name: "ci".into(),
         user_id: "usr_a".into(),
         secret_hash: "h1".into(),
@@ -121,13 +130,13 @@ pub async fn run_store_story(store: &dyn Store) {
     let mut r = store.read().await.unwrap();
     assert_eq!(r.token_by_hash("h1").await.unwrap(), Some(token.clone()));
     assert!(r.token_by_hash("h2").await.unwrap().is_none());
-    assert_eq!(r.list_tokens("worker").await.unwrap(), vec![token]);
+    assert_eq!(r.list_tokens(TokenKind::Worker).await.unwrap(), vec![token]);
     drop(r);
 
     // a dropped transaction leaves nothing behind
     let mut tx = store.write().await.unwrap();
     tx.insert_task(&task("task_gone", "usr_a")).await.unwrap();
-    tx.append_event(&event("task_gone", "usr_a", "task.created"))
+    tx.append_event(&event("task_gone", "usr_a", EventKind::TaskCreated))
         .await
         .unwrap();
     drop(tx);
@@ -161,7 +170,7 @@ pub async fn run_store_story(store: &dyn Store) {
         worker: "w1".into(),
         fence: 1,
         expires_at: 1000,
-        state: "active".into(),
+        state: AttemptState::Active,
         manifest_digest: Some("m".into()),
         started_at: 11,
         ended_at: None,
@@ -172,15 +181,15 @@ pub async fn run_store_story(store: &dyn Store) {
     tx.commit().await.unwrap();
 
     let mut tx = store.write().await.unwrap();
-    t.state = "running".into();
+    t.state = TaskState::Running;
     t.fence = 1;
     t.usage = json!({"tokens": 5, "cost_usd": 0.25, "wall_seconds": 3});
     t.updated_at = 12;
     t.parent_id = Some("task_2".into());
     tx.update_task(&t).await.unwrap();
-    attempt.state = "finished".into();
+    attempt.state = AttemptState::Finished;
     attempt.ended_at = Some(99);
-    attempt.outcome = Some("completed".into());
+    attempt.outcome = Some(FinishOutcome::Completed);
     attempt.released = Some(json!(["worktree:/tmp/w"]));
     tx.update_attempt(&attempt).await.unwrap();
     tx.commit().await.unwrap();
@@ -193,7 +202,7 @@ pub async fn run_store_story(store: &dyn Store) {
         worker: "w2".into(),
         fence: 1,
         expires_at: 500,
-        state: "active".into(),
+        state: AttemptState::Active,
         manifest_digest: None,
         started_at: 11,
         ended_at: None,
@@ -202,7 +211,7 @@ pub async fn run_store_story(store: &dyn Store) {
     };
     tx.insert_attempt(&live).await.unwrap();
     let mut t2 = tx.task("task_2").await.unwrap().unwrap();
-    t2.state = "running".into();
+    t2.state = TaskState::Running;
     tx.update_task(&t2).await.unwrap();
     tx.commit().await.unwrap();
     let mut r = store.read().await.unwrap();
@@ -272,7 +281,7 @@ pub async fn run_store_story(store: &dyn Store) {
     let mut tx = store.write().await.unwrap();
     let mut e = tx.effect_by_key("task_1", "k1").await.unwrap().unwrap();
     assert_eq!(e, effect("eff_1", "task_1", "k1"));
-    e.status = "confirmed".into();
+    e.status = EffectStatus::Confirmed;
     e.receipt = Some(json!({"deploy_id": 7}));
     e.updated_at = 31;
     e.flag = Some("cancelled: reconcile".into());
@@ -288,8 +297,8 @@ pub async fn run_store_story(store: &dyn Store) {
     let mut d = DecisionRow {
         id: "dec_1".into(),
         task_id: "task_1".into(),
-        kind: "approval".into(),
-        status: "pending".into(),
+        kind: DecisionKind::Approval,
+        status: DecisionStatus::Pending,
         step: Some("deploy".into()),
         question: "deploy to staging?".into(),
         options: json!([{"id": "approve", "label": "Approve", "gives_up": ""}]),
@@ -311,7 +320,7 @@ pub async fn run_store_story(store: &dyn Store) {
     assert_eq!(tx.pending_decision_count("task_1").await.unwrap(), 1);
     assert!(tx.due_decisions(499).await.unwrap().is_empty());
     assert_eq!(tx.due_decisions(500).await.unwrap(), vec![d.clone()]);
-    d.status = "expired".into();
+    d.status = DecisionStatus::Expired;
     d.outcome = Some(json!({"option": "deny", "by": "default"}));
     tx.update_decision(&d).await.unwrap();
     tx.commit().await.unwrap();
@@ -393,7 +402,7 @@ pub async fn run_store_story(store: &dyn Store) {
     for i in 0..10 {
         let owner = if i % 2 == 0 { "usr_a" } else { "usr_b" };
         cursors.push(
-            tx.append_event(&event("task_1", owner, "task.updated"))
+            tx.append_event(&event("task_1", owner, EventKind::TaskUpdated))
                 .await
                 .unwrap(),
         );
@@ -435,7 +444,7 @@ pub async fn run_store_story(store: &dyn Store) {
     // new cursors keep increasing after a prune
     let mut tx = store.write().await.unwrap();
     let next = tx
-        .append_event(&event("task_1", "usr_a", "task.updated"))
+        .append_event(&event("task_1", "usr_a", EventKind::TaskUpdated))
         .await
         .unwrap();
     tx.commit().await.unwrap();
@@ -532,9 +541,9 @@ pub async fn run_store_story(store: &dyn Store) {
         task_id: Some("task_1".into()),
         device_id: "dev_1".into(),
         body_digest: "bd".into(),
-        operation: "pause".into(),
+        operation: Operation::Pause,
         envelope: json!({"command": {}}),
-        status: "applied".into(),
+        status: CommandStatus::Applied,
         result: json!({"status": "applied"}),
         created_at: 100,
     };
@@ -583,9 +592,9 @@ pub async fn run_store_story(store: &dyn Store) {
         task_id: "task_1".into(),
         schedule: json!({"every": "PT1H"}),
         time_zone: "Europe/Paris".into(),
-        catch_up: "run_once".into(),
+        catch_up: CatchUp::RunOnce,
         message: "check the canary".into(),
-        state: "active".into(),
+        state: FollowupState::Active,
         next_run_at: Some(1000),
         last_run_at: None,
         runs: 0,
@@ -625,7 +634,7 @@ pub async fn run_store_story(store: &dyn Store) {
         id: "push_1".into(),
         device_id: "dev_1".into(),
         user_id: "usr_a".into(),
-        kind: "web_push".into(),
+        kind: PushKind::WebPush,
         endpoint: "https://push.example/abc".into(),
         p256dh: Some("pk".into()),
         auth: Some("au".into()),
@@ -680,7 +689,7 @@ pub async fn run_store_story(store: &dyn Store) {
             .insert_control(&ControlRow {
                 command_id: id.into(),
                 task_id: "task_1".into(),
-                operation: "pause".into(),
+                operation: Operation::Pause,
                 args: json!({}),
                 plan_revision: 1,
                 applied_at: 100,

@@ -74,19 +74,14 @@ pub(crate) async fn crossed(
         return Ok(None);
     };
     let asked = tx.list_decisions(&task.id).await?.into_iter().any(|d| {
-        d.kind == "budget"
+        d.kind == DecisionKind::Budget
             && d.intent
                 .as_ref()
                 .and_then(|i| i.get("threshold"))
                 .and_then(|t| t.as_f64())
                 .is_some_and(|t| t >= threshold)
     });
-    if asked
-        || task
-            .state
-            .parse::<TaskState>()
-            .is_ok_and(TaskState::is_terminal)
-    {
+    if asked || task.state.is_terminal() {
         return Ok(None);
     }
     let options = if budget.options.is_empty() {
@@ -109,8 +104,8 @@ pub(crate) async fn crossed(
     Ok(Some(DecisionRow {
         id: ids::decision(),
         task_id: task.id.clone(),
-        kind: DecisionKind::Budget.as_str().into(),
-        status: DecisionStatus::Pending.as_str().into(),
+        kind: DecisionKind::Budget,
+        status: DecisionStatus::Pending,
         step: None,
         question: format!(
             "{:.0}% of the budget is spent ({})",

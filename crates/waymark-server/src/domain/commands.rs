@@ -117,7 +117,7 @@ pub(crate) async fn apply(
     };
     if let Some(task) = task {
         res.plan_revision = Some(task.plan_revision);
-        res.task_state = Some(convert::task_state(&task)?);
+        res.task_state = Some(task.state);
         if res.status == CommandStatus::Applied {
             emit(&mut tx, &task, EventKind::CommandApplied, &res).await?;
             let wire = crate::domain::core::task_wire(&mut tx, &task).await?;
@@ -129,12 +129,9 @@ pub(crate) async fn apply(
         task_id: cmd.task_id.clone(),
         device_id: v.device.id.clone(),
         body_digest: v.body_digest.clone(),
-        operation: cmd.operation.as_str().into(),
+        operation: cmd.operation,
         envelope: serde_json::to_value(env).unwrap_or_default(),
-        status: serde_json::to_value(res.status)
-            .ok()
-            .and_then(|s| s.as_str().map(str::to_owned))
-            .unwrap_or_default(),
+        status: res.status,
         result: serde_json::to_value(&res).unwrap_or_default(),
         created_at: now_ms(),
     })
@@ -179,7 +176,7 @@ pub(crate) async fn decide(
             ),
         )));
     }
-    let state: TaskState = convert::task_state(&task)?;
+    let state: TaskState = task.state;
     if state.is_terminal() {
         return Ok(Err(reject(
             RejectReason::TaskTerminal,
@@ -208,7 +205,7 @@ pub(crate) async fn decide(
     let mut control: Option<Value> = None;
     match cmd.operation {
         Operation::Pause => {
-            task.state = TaskState::Paused.as_str().into();
+            task.state = TaskState::Paused;
             control = Some(json!({}));
             res.detail = match cmd.expected_plan_revision {
                 Some(e) if e != task.plan_revision => format!(
@@ -225,17 +222,17 @@ pub(crate) async fn decide(
                     format!("the task is {state}, not paused"),
                 )));
             }
-            task.state = resumed_state(tx, &task).await?.as_str().into();
+            task.state = resumed_state(tx, &task).await?;
             control = Some(json!({}));
             res.detail = "resumed".into();
         }
         Operation::Cancel => {
-            task.state = TaskState::Cancelled.as_str().into();
+            task.state = TaskState::Cancelled;
             task.outcome_summary = Some(format!("cancelled by {by}"));
             revoke_attempts(tx, &task, now).await?;
             let mut flagged = Vec::new();
             for mut e in tx.list_effects(&task.id).await? {
-                let s: EffectStatus = convert::effect_status(&e)?;
+                let s: EffectStatus = e.status;
                 if !s.is_terminal() && s != EffectStatus::FailedCompensable {
                     e.flag =
                         Some("cancelled while under way: reconcile before anything else".into());
@@ -283,7 +280,7 @@ pub(crate) async fn decide(
                 .to_owned();
             task.plan_revision += 1;
             for mut e in tx.list_effects(&task.id).await? {
-                if e.status == EffectStatus::Intended.as_str() && e.flag.is_none() {
+                if e.status == EffectStatus::Intended && e.flag.is_none() {
                     e.flag = Some(format!(
                         "superseded by plan revision {}: declare it again under the new plan",
                         task.plan_revision
@@ -297,7 +294,7 @@ pub(crate) async fn decide(
             if matches!(state, TaskState::WaitingApproval | TaskState::WaitingHuman)
                 && tx.pending_decision_count(&task.id).await? == 0
             {
-                task.state = TaskState::Running.as_str().into();
+                task.state = TaskState::Running;
             }
             control =
                 Some(json!({"instructions": instructions, "scope": cmd.scope, "plan": task.plan}));
@@ -320,7 +317,7 @@ pub(crate) async fn decide(
         }
         Operation::TakeOver => {
             revoke_attempts(tx, &task, now).await?;
-            task.state = TaskState::Paused.as_str().into();
+            task.state = TaskState::Paused;
             control = Some(json!({"new_owner": by}));
             res.detail = format!("{by} holds control; the agent's attempt is fenced off");
         }
@@ -332,7 +329,7 @@ pub(crate) async fn decide(
         tx.insert_control(&ControlRow {
             command_id: cmd.command_id.clone(),
             task_id: task.id.clone(),
-            operation: cmd.operation.as_str().into(),
+            operation: cmd.operation,
             args,
             plan_revision: task.plan_revision,
             applied_at: now,
@@ -349,8 +346,11 @@ pub(crate) async fn decide(
 /// holds a live lease, else queued for one.
 pub(crate) async fn resumed_state(tx: &mut Tx, task: &TaskRow) -> ApiResult<TaskState> {
     let decisions = tx.list_decisions(&task.id).await?;
-    let pending: Vec<_> = decisions.iter().filter(|d| d.status == "pending").collect();
-    if pending.iter().any(|d| d.kind == "approval") {
+    let pending: Vec<_> = decisions
+        .iter()
+        .filter(|d| d.status == DecisionStatus::Pending)
+        .collect();
+    if pending.iter().any(|d| d.kind == DecisionKind::Approval) {
         return Ok(TaskState::WaitingApproval);
     }
     if !pending.is_empty() {
@@ -361,7 +361,7 @@ pub(crate) async fn resumed_state(tx: &mut Tx, task: &TaskRow) -> ApiResult<Task
         .list_attempts(&task.id)
         .await?
         .iter()
-        .any(|a| a.state == "active" && a.expires_at > now);
+        .any(|a| a.state == AttemptState::Active && a.expires_at > now);
     Ok(if live {
         TaskState::Running
     } else {
@@ -371,8 +371,8 @@ pub(crate) async fn resumed_state(tx: &mut Tx, task: &TaskRow) -> ApiResult<Task
 
 pub(crate) async fn revoke_attempts(tx: &mut Tx, task: &TaskRow, now: i64) -> ApiResult<()> {
     for mut a in tx.list_attempts(&task.id).await? {
-        if a.state == AttemptState::Active.as_str() {
-            a.state = AttemptState::Revoked.as_str().into();
+        if a.state == AttemptState::Active {
+            a.state = AttemptState::Revoked;
             a.ended_at = Some(now);
             tx.update_attempt(&a).await?;
             emit(tx, task, EventKind::AttemptEnded, convert::attempt(&a)?).await?;
@@ -390,7 +390,9 @@ pub(crate) async fn void_decisions(
 ) -> ApiResult<usize> {
     let mut n = 0;
     for mut d in tx.list_decisions(task_id).await? {
-        if d.status != "pending" || (approvals_only && d.kind != "approval") {
+        if d.status != DecisionStatus::Pending
+            || (approvals_only && d.kind != DecisionKind::Approval)
+        {
             continue;
         }
         let text = if approvals_only {
@@ -435,7 +437,7 @@ pub(crate) async fn answer(
             format!("no decision `{decision_id}` on this task"),
         )));
     };
-    if d.status != "pending" {
+    if d.status != DecisionStatus::Pending {
         return Ok(Err(reject(
             RejectReason::DecisionClosed,
             format!("the decision is {}", d.status),
@@ -447,7 +449,7 @@ pub(crate) async fn answer(
             "the decision expired; its default applies",
         )));
     }
-    let is_approval = d.kind == "approval";
+    let is_approval = d.kind == DecisionKind::Approval;
     let (option, text) = match cmd.operation {
         Operation::Approve | Operation::Deny => {
             if !is_approval {
@@ -565,8 +567,8 @@ pub(crate) async fn answer(
 pub(crate) struct LedgerEntry {
     command_id: String,
     device_id: String,
-    operation: String,
-    status: String,
+    operation: Operation,
+    status: CommandStatus,
     envelope: SignedEnvelope,
     result: CommandResult,
     at: chrono::DateTime<Utc>,

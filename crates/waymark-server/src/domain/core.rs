@@ -51,7 +51,7 @@ pub(crate) async fn emit(
         .append_event(&NewEvent {
             task_id: task.id.clone(),
             owner_id: task.owner_id.clone(),
-            kind: kind.as_str().to_owned(),
+            kind,
             data,
             at: now_ms(),
         })
@@ -155,16 +155,12 @@ pub(crate) fn check_text(field: &str, value: &str, max: usize, required: bool) -
 }
 
 pub(crate) fn refuse_terminal(task: &TaskRow) -> ApiResult<()> {
-    if task
-        .state
-        .parse::<TaskState>()
-        .is_ok_and(TaskState::is_terminal)
-    {
+    if task.state.is_terminal() {
         return Err(ApiError::new(
             ErrorCode::TaskTerminal,
             format!("task `{}` is {}", task.id, task.state),
         )
-        .with("state", &task.state)
+        .with("state", task.state)
         .on_task(&task.id));
     }
     Ok(())

@@ -32,7 +32,7 @@ pub(crate) fn expiry_ms(st: &AppState, seconds: Option<u64>) -> ApiResult<i64> {
 
 /// Moves a task into a waiting state when a decision opens.
 pub(crate) fn wait_state(task: &mut TaskRow, waiting: TaskState) -> ApiResult<()> {
-    let state: TaskState = convert::task_state(task)?;
+    let state: TaskState = task.state;
     if matches!(
         state,
         TaskState::Queued
@@ -41,7 +41,7 @@ pub(crate) fn wait_state(task: &mut TaskRow, waiting: TaskState) -> ApiResult<()
             | TaskState::WaitingHuman
             | TaskState::WaitingApproval
     ) {
-        task.state = waiting.as_str().into();
+        task.state = waiting;
     }
     Ok(())
 }
@@ -52,7 +52,7 @@ pub(crate) async fn open_decision(
     row: DecisionRow,
 ) -> ApiResult<Made<Decision>> {
     tx.insert_decision(&row).await?;
-    let waiting = if row.kind == "approval" {
+    let waiting = if row.kind == DecisionKind::Approval {
         TaskState::WaitingApproval
     } else {
         TaskState::WaitingHuman
@@ -126,7 +126,7 @@ pub(crate) async fn close_decision(
     status: DecisionStatus,
     outcome: DecisionOutcome,
 ) -> ApiResult<i64> {
-    decision.status = status.as_str().into();
+    decision.status = status;
     if decision.durability.is_some() && status == DecisionStatus::Resolved {
         // Answered here; it counts once the runtime's adapter reports the runtime took it.
         decision.delivery = Some(to_value(&Delivery {
@@ -143,12 +143,15 @@ pub(crate) async fn close_decision(
         .ok_or_else(|| ApiError::new(ErrorCode::Internal, "decision without task"))?;
     let wire = convert::decision(decision)?;
     let mut cursor = emit(tx, &task, EventKind::DecisionClosed, &wire).await?;
-    if decision.kind == DecisionKind::Recovery.as_str() && status == DecisionStatus::Resolved {
+    if decision.kind == DecisionKind::Recovery && status == DecisionStatus::Resolved {
         return Ok(cursor.max(after_recovery_decision(tx, decision, &outcome).await?));
     }
-    let waiting = matches!(task.state.as_str(), "waiting_approval" | "waiting_human");
+    let waiting = matches!(
+        task.state,
+        TaskState::WaitingApproval | TaskState::WaitingHuman
+    );
     if waiting && tx.pending_decision_count(&task.id).await? == 0 {
-        task.state = TaskState::Running.as_str().into();
+        task.state = TaskState::Running;
         task.updated_at = now_ms();
         tx.update_task(&task).await?;
         cursor = emit_task(tx, &task, EventKind::TaskUpdated).await?;
@@ -216,8 +219,8 @@ pub(crate) async fn request_approval(
         let row = DecisionRow {
             id: ids::decision(),
             task_id: task.id.clone(),
-            kind: DecisionKind::Approval.as_str().into(),
-            status: DecisionStatus::Pending.as_str().into(),
+            kind: DecisionKind::Approval,
+            status: DecisionStatus::Pending,
             step: req.step.clone(),
             question: req.summary.clone(),
             options: to_value(&options),
@@ -230,7 +233,7 @@ pub(crate) async fn request_approval(
             expires_at,
             created_at: now_ms(),
             outcome: None,
-            durability: req.durability.map(|d| d.as_str().to_owned()),
+            durability: req.durability,
             delivery: None,
         };
         let out = open_decision(&mut tx, task, row).await?;
@@ -283,8 +286,8 @@ pub(crate) async fn request_decision(
         let row = DecisionRow {
             id: ids::decision(),
             task_id: task.id.clone(),
-            kind: req.kind.as_str().into(),
-            status: DecisionStatus::Pending.as_str().into(),
+            kind: req.kind,
+            status: DecisionStatus::Pending,
             step: req.step.clone(),
             question: req.question.clone(),
             options: to_value(&req.options),
@@ -327,12 +330,12 @@ pub(crate) async fn admin_resolve(
             .await?
             .ok_or_else(|| ApiError::not_found("decision", &decision_id))?;
         let task = task_for(&mut tx, caller, &d.task_id).await?;
-        if d.status != DecisionStatus::Pending.as_str() {
+        if d.status != DecisionStatus::Pending {
             return Err(ApiError::new(
                 ErrorCode::DecisionClosed,
                 format!("decision `{}` is {}", d.id, d.status),
             )
-            .with("status", &d.status)
+            .with("status", d.status)
             .on_task(&task.id));
         }
         if d.expires_at <= now_ms() {
@@ -342,7 +345,7 @@ pub(crate) async fn admin_resolve(
             )
             .on_task(&task.id));
         }
-        if d.kind == "approval" && d.plan_revision != task.plan_revision {
+        if d.kind == DecisionKind::Approval && d.plan_revision != task.plan_revision {
             return Err(ApiError::new(
                 ErrorCode::RevisionConflict,
                 format!(
@@ -430,7 +433,7 @@ pub(crate) async fn report_delivery(
                         d.id, d.status
                     ),
                 )
-                .with("status", &d.status)
+                .with("status", d.status)
                 .on_task(&task.id));
             }
         }
@@ -466,12 +469,12 @@ pub(crate) async fn expire_held(
         let task = task_for(&mut tx, caller, &task_id).await?;
         optional_fence(&mut tx, &task, &req.attempt_id, req.fence).await?;
         let mut d = runtime_decision(&mut tx, &task, &decision_id).await?;
-        if d.status != DecisionStatus::Pending.as_str() {
+        if d.status != DecisionStatus::Pending {
             return Err(ApiError::new(
                 ErrorCode::DecisionClosed,
                 format!("decision `{}` is {}", d.id, d.status),
             )
-            .with("status", &d.status)
+            .with("status", d.status)
             .on_task(&task.id));
         }
         // No option applies: the runtime decides on its own, and nothing is reported approved.
@@ -508,12 +511,12 @@ pub(crate) async fn after_recovery_decision(
     {
         match option {
             "mark_confirmed" => {
-                e.status = EffectStatus::Confirmed.as_str().into();
+                e.status = EffectStatus::Confirmed;
                 e.receipt = Some(json!({"confirmed_by": outcome.by, "note": outcome.text}));
                 e.flag = None;
             }
             "mark_not_started" => {
-                e.status = EffectStatus::Intended.as_str().into();
+                e.status = EffectStatus::Intended;
                 e.flag = None;
             }
             _ => {}
@@ -524,12 +527,12 @@ pub(crate) async fn after_recovery_decision(
     }
     match option {
         "cancel" => {
-            task.state = TaskState::Cancelled.as_str().into();
+            task.state = TaskState::Cancelled;
             task.outcome_summary = Some(format!("cancelled by {} during recovery", outcome.by));
         }
-        "replan" => task.state = TaskState::Paused.as_str().into(),
+        "replan" => task.state = TaskState::Paused,
         _ if tx.pending_decision_count(&task.id).await? > 0 => {}
-        _ => task.state = TaskState::RecoveryCandidate.as_str().into(),
+        _ => task.state = TaskState::RecoveryCandidate,
     }
     task.updated_at = now;
     tx.update_task(&task).await?;
@@ -571,7 +574,7 @@ pub(crate) async fn expire_overdue(st: &AppState, id: &str) -> ApiResult<bool> {
     let Some(mut d) = tx.decision(id).await? else {
         return Ok(false);
     };
-    if d.status != DecisionStatus::Pending.as_str() || d.expires_at > now_ms() {
+    if d.status != DecisionStatus::Pending || d.expires_at > now_ms() {
         return Ok(false);
     }
     let outcome = DecisionOutcome {

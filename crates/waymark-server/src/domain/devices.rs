@@ -374,9 +374,9 @@ pub(crate) async fn open_session(
         task_id: None,
         device_id: v.device.id.clone(),
         body_digest: v.body_digest,
-        operation: Operation::OpenSession.as_str().into(),
+        operation: Operation::OpenSession,
         envelope: serde_json::to_value(env).unwrap_or_default(),
-        status: "applied".into(),
+        status: CommandStatus::Applied,
         result: serde_json::to_value(&res).unwrap_or_default(),
         created_at: now_ms(),
     })

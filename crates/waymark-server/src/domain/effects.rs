@@ -52,7 +52,7 @@ pub(crate) async fn declare_effect(
             let effect = convert::effect(&existing)?;
             return Ok(found(cursor, EffectDeclared { created: false, effect }));
         }
-        if task.state == TaskState::Paused.as_str() {
+        if task.state == TaskState::Paused {
             return Err(ApiError::new(
                 ErrorCode::TaskPaused,
                 "the task is paused: no new effect may start until it is resumed",
@@ -70,7 +70,7 @@ pub(crate) async fn declare_effect(
             resource_id: req.resource_id.clone(),
             intent: req.intent.clone(),
             intent_digest,
-            status: EffectStatus::Intended.as_str().into(),
+            status: EffectStatus::Intended,
             receipt: None,
             attempt_id: req.attempt_id.clone(),
             fence: req.fence,
@@ -108,10 +108,7 @@ pub(crate) async fn update_effect(
             .ok_or_else(|| ApiError::not_found("effect", &effect_id))?;
         let task = task_for(&mut tx, caller, &effect.task_id).await?;
         fenced_attempt(&mut tx, &task, &req.attempt_id, req.fence).await?;
-        let from: EffectStatus = effect
-            .status
-            .parse()
-            .map_err(|_| ApiError::new(ErrorCode::Internal, "corrupt effect status"))?;
+        let from = effect.status;
         let to = req.status;
         let illegal = |detail: String| {
             Err(ApiError::new(ErrorCode::IllegalTransition, detail)
@@ -146,7 +143,7 @@ pub(crate) async fn update_effect(
                 effect.id
             ));
         }
-        effect.status = to.as_str().into();
+        effect.status = to;
         if req.receipt.is_some() {
             effect.receipt = req.receipt.clone();
         }

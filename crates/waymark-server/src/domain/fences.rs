@@ -43,9 +43,9 @@ pub(crate) fn check_fence(
             ),
         );
     }
-    match attempt.state.as_str() {
-        "active" => {}
-        "finished" => {
+    match attempt.state {
+        AttemptState::Active => {}
+        AttemptState::Finished => {
             return refuse(
                 ErrorCode::AttemptClosed,
                 format!("attempt `{}` has finished", attempt.id),

@@ -55,13 +55,9 @@ pub(crate) async fn create(
             task_id: task.id.clone(),
             schedule: to_value(&req.schedule),
             time_zone: tz.clone(),
-            catch_up: if req.catch_up == Some(CatchUp::Skip) {
-                "skip".into()
-            } else {
-                "run_once".into()
-            },
+            catch_up: req.catch_up.unwrap_or(CatchUp::RunOnce),
             message: req.message.clone(),
-            state: "active".into(),
+            state: FollowupState::Active,
             next_run_at: Some(next.timestamp_millis()),
             last_run_at: None,
             runs: 0,
@@ -104,7 +100,7 @@ pub(crate) async fn get(
     task_for(&mut tx, caller, &f.task_id)
         .await
         .map_err(|_| ApiError::not_found("follow-up", &id))?;
-    let next = if f.state == "active" {
+    let next = if f.state == FollowupState::Active {
         let from = f
             .last_run_at
             .map_or_else(|| convert::dt(now_ms()), convert::dt)
@@ -152,7 +148,7 @@ pub(crate) async fn run_one(st: &AppState, id: &str, now: i64) -> ApiResult<bool
     let Some(mut f) = tx.followup(id).await? else {
         return Ok(false);
     };
-    if f.state != "active" || f.next_run_at.is_none_or(|n| n > now) {
+    if f.state != FollowupState::Active || f.next_run_at.is_none_or(|n| n > now) {
         return Ok(false);
     }
     let plan = plan_of(&f)?;
@@ -161,7 +157,7 @@ pub(crate) async fn run_one(st: &AppState, id: &str, now: i64) -> ApiResult<bool
     let mut delivered = false;
     if let Some(nominal) = last {
         let late = now - nominal.timestamp_millis();
-        let run = f.catch_up == "run_once" || late <= on_time_window(&plan);
+        let run = f.catch_up == CatchUp::RunOnce || late <= on_time_window(&plan);
         let missed_now = count as i64 - i64::from(run);
         if run
             && tx
@@ -169,7 +165,7 @@ pub(crate) async fn run_one(st: &AppState, id: &str, now: i64) -> ApiResult<bool
                 .await?
         {
             let mut text = f.message.clone();
-            if missed_now > 0 && f.catch_up == "run_once" {
+            if missed_now > 0 && f.catch_up == CatchUp::RunOnce {
                 text.push_str(&format!(
                     " ({missed_now} earlier period(s) were missed while the control plane was down: they run once, now)"
                 ));
@@ -202,7 +198,7 @@ pub(crate) async fn run_one(st: &AppState, id: &str, now: i64) -> ApiResult<bool
         let next = schedule::next_after(&plan, nominal.max(convert::dt(now)));
         f.next_run_at = next.map(|t| t.timestamp_millis());
         if next.is_none() {
-            f.state = "done".into();
+            f.state = FollowupState::Done;
         }
         tx.update_followup(&f).await?;
         if delivered || missed_now > 0 {
@@ -216,7 +212,7 @@ pub(crate) async fn run_one(st: &AppState, id: &str, now: i64) -> ApiResult<bool
     } else {
         f.next_run_at = schedule::next_after(&plan, convert::dt(now)).map(|t| t.timestamp_millis());
         if f.next_run_at.is_none() {
-            f.state = "done".into();
+            f.state = FollowupState::Done;
         }
         tx.update_followup(&f).await?;
     }

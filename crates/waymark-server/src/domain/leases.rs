@@ -42,7 +42,7 @@ pub(crate) async fn start_attempt(
             .list_attempts(&task.id)
             .await?
             .into_iter()
-            .any(|a| a.state == AttemptState::Active.as_str() && a.expires_at > now);
+            .any(|a| a.state == AttemptState::Active && a.expires_at > now);
         if !live {
             let reasons = crate::domain::recovery::admission(&mut tx, &task, &req).await?;
             if !reasons.is_empty() {
@@ -53,7 +53,7 @@ pub(crate) async fn start_attempt(
             }
         }
         for mut prev in tx.list_attempts(&task.id).await? {
-            if prev.state != AttemptState::Active.as_str() {
+            if prev.state != AttemptState::Active {
                 continue;
             }
             if prev.expires_at > now {
@@ -70,7 +70,7 @@ pub(crate) async fn start_attempt(
                 .with("expires_at", convert::dt(prev.expires_at))
                 .on_task(&task.id));
             }
-            prev.state = AttemptState::Superseded.as_str().into();
+            prev.state = AttemptState::Superseded;
             prev.ended_at = Some(now);
             tx.update_attempt(&prev).await?;
             emit(
@@ -87,7 +87,7 @@ pub(crate) async fn start_attempt(
             worker: req.worker.clone(),
             fence: task.fence + 1,
             expires_at: now + lease_ms(st, req.lease_seconds),
-            state: AttemptState::Active.as_str().into(),
+            state: AttemptState::Active,
             manifest_digest: req.manifest_digest.clone(),
             started_at: now,
             ended_at: None,
@@ -96,7 +96,7 @@ pub(crate) async fn start_attempt(
         };
         tx.insert_attempt(&attempt).await?;
         task.fence = attempt.fence;
-        let state: TaskState = convert::task_state(&task)?;
+        let state: TaskState = task.state;
         if matches!(
             state,
             TaskState::Queued
@@ -104,7 +104,7 @@ pub(crate) async fn start_attempt(
                 | TaskState::NeedsHuman
                 | TaskState::Verifying
         ) {
-            task.state = TaskState::Running.as_str().into();
+            task.state = TaskState::Running;
         }
         task.updated_at = now;
         tx.update_task(&task).await?;
@@ -159,7 +159,7 @@ pub(crate) async fn heartbeat(
         tx.commit().await?;
         Ok(HeartbeatReply {
             expires_at: convert::dt(attempt.expires_at),
-            task_state: convert::task_state(&task)?,
+            task_state: task.state,
             plan_revision: task.plan_revision,
             commands,
         })
@@ -186,15 +186,15 @@ pub(crate) async fn finish(
         let mut task = task_for(&mut tx, caller, &attempt.task_id).await?;
         check_fence(&task, &attempt, req.fence, now_ms())?;
         let now = now_ms();
-        attempt.state = AttemptState::Finished.as_str().into();
+        attempt.state = AttemptState::Finished;
         attempt.ended_at = Some(now);
-        attempt.outcome = Some(req.outcome.as_str().into());
+        attempt.outcome = Some(req.outcome);
         if !req.released.is_empty() {
             attempt.released = Some(to_value(&req.released));
         }
         tx.update_attempt(&attempt).await?;
         let next = req.outcome.task_state();
-        task.state = next.as_str().into();
+        task.state = next;
         if req.summary.is_some() {
             task.outcome_summary = req.summary.clone();
         }
@@ -202,7 +202,7 @@ pub(crate) async fn finish(
         tx.update_task(&task).await?;
         if next.is_terminal() {
             for mut d in tx.list_decisions(&task.id).await? {
-                if d.status == DecisionStatus::Pending.as_str() {
+                if d.status == DecisionStatus::Pending {
                     let outcome = DecisionOutcome {
                         option: None,
                         text: Some(format!("the task ended {next}")),

@@ -110,8 +110,14 @@ pub(crate) async fn register(
 ) -> ApiResult<PushChannel> {
     own_device(caller, &device_id)?;
     let url = url_ok(&req.endpoint)?;
-    let (p256dh, auth) = match (req.kind.as_str(), &req.keys) {
-        ("web_push", Some(k)) => {
+    let kind: PushKind = req.kind.parse().map_err(|_| {
+        invalid(format!(
+            "unknown push kind `{}`: use `web_push` or `unified_push`",
+            req.kind
+        ))
+    })?;
+    let (p256dh, auth) = match (kind, &req.keys) {
+        (PushKind::WebPush, Some(k)) => {
             let pk = waymark_proto::signing::unb64(&k.p256dh, "p256dh")
                 .map_err(|e| invalid(e.to_string()))?;
             let au = waymark_proto::signing::unb64(&k.auth, "auth")
@@ -123,15 +129,10 @@ pub(crate) async fn register(
             }
             (Some(k.p256dh.clone()), Some(k.auth.clone()))
         }
-        ("web_push", None) => {
+        (PushKind::WebPush, None) => {
             return Err(invalid("a `web_push` channel needs `keys` (p256dh, auth)"));
         }
-        ("unified_push", _) => (None, None),
-        (other, _) => {
-            return Err(invalid(format!(
-                "unknown push kind `{other}`: use `web_push` or `unified_push`"
-            )));
-        }
+        (PushKind::UnifiedPush, _) => (None, None),
     };
     let mut tx = st.store.write().await?;
     let device = tx
@@ -143,7 +144,7 @@ pub(crate) async fn register(
         id: ids::push(),
         device_id: device.id.clone(),
         user_id: device.user_id.clone(),
-        kind: req.kind.clone(),
+        kind,
         endpoint: url,
         p256dh,
         auth,
@@ -191,15 +192,17 @@ pub(crate) async fn list(
 
 /// Whether an event deserves a push.
 pub(crate) fn worth_a_push(e: &EventRow) -> bool {
-    match e.kind.as_str() {
-        "decision.requested" => true,
-        "task.updated" => e
+    match e.kind {
+        EventKind::DecisionRequested => true,
+        EventKind::TaskUpdated => e
             .data
             .get("state")
             .and_then(|s| s.as_str())
             .and_then(|s| s.parse::<TaskState>().ok())
             .is_some_and(|s| s.is_terminal() || s == TaskState::NeedsHuman),
-        "effect.updated" => e.data.get("status").and_then(|s| s.as_str()) == Some("unknown"),
+        EventKind::EffectUpdated => {
+            e.data.get("status").and_then(|s| s.as_str()) == Some("unknown")
+        }
         _ => false,
     }
 }
@@ -244,7 +247,7 @@ pub(crate) async fn deliver(st: &AppState, mut c: PushChannelRow) -> ApiResult<u
         if worth_a_push(&e) {
             let payload = PushPayload {
                 v: 1,
-                kind: e.kind.clone(),
+                kind: e.kind.as_str().to_owned(),
                 task_id: e.task_id.clone(),
                 cursor: e.cursor,
             };
@@ -292,8 +295,8 @@ enum Failure {
 async fn send(st: &AppState, c: &PushChannelRow, payload: &PushPayload) -> Result<(), Failure> {
     let body = serde_json::to_vec(payload).unwrap_or_default();
     let http = reqwest_client();
-    let req = match c.kind.as_str() {
-        "web_push" => {
+    let req = match c.kind {
+        PushKind::WebPush => {
             let private = vapid_private(st)
                 .await
                 .map_err(|e| Failure::Retry(e.problem.detail.clone()))?;
@@ -339,7 +342,7 @@ async fn send(st: &AppState, c: &PushChannelRow, payload: &PushPayload) -> Resul
             r.build()
                 .map_err(|e| Failure::Retry(format!("building the push request: {e}")))?
         }
-        _ => http
+        PushKind::UnifiedPush => http
             .post(&c.endpoint)
             .header("content-type", "application/json")
             .header("title", "Waymark")

@@ -37,11 +37,10 @@ pub(crate) async fn sweep_leases(st: &AppState) -> ApiResult<usize> {
         let Some(mut task) = tx.task(&a.task_id).await? else {
             continue;
         };
-        let still = tx
-            .attempt(&a.id)
-            .await?
-            .is_some_and(|x| x.state == "active" && x.expires_at <= now && x.fence == task.fence);
-        let state: TaskState = convert::task_state(&task)?;
+        let still = tx.attempt(&a.id).await?.is_some_and(|x| {
+            x.state == AttemptState::Active && x.expires_at <= now && x.fence == task.fence
+        });
+        let state: TaskState = task.state;
         let sweepable = matches!(
             state,
             TaskState::Queued
@@ -53,7 +52,7 @@ pub(crate) async fn sweep_leases(st: &AppState) -> ApiResult<usize> {
         if !still || !sweepable {
             continue;
         }
-        task.state = TaskState::RecoveryCandidate.as_str().into();
+        task.state = TaskState::RecoveryCandidate;
         task.updated_at = now_ms();
         tx.update_task(&task).await?;
         emit_task(&mut tx, &task, EventKind::TaskUpdated).await?;
@@ -90,9 +89,9 @@ pub(crate) async fn admission(
     let overridden = decisions
         .iter()
         .rev()
-        .find(|d| d.kind == "recovery" && d.effect_id.is_none())
+        .find(|d| d.kind == DecisionKind::Recovery && d.effect_id.is_none())
         .is_some_and(|d| {
-            d.status == "resolved"
+            d.status == DecisionStatus::Resolved
                 && outcome_option(d).as_deref() == Some("resume_anyway")
                 && d.created_at >= last_start
         });
@@ -158,7 +157,7 @@ pub(crate) async fn admission(
             None => reasons.push(format!(
                 "the approval `{id}` the checkpoint waits on does not exist"
             )),
-            Some(d) if d.status == "void" || d.status == "expired" => {
+            Some(d) if d.status == DecisionStatus::Void || d.status == DecisionStatus::Expired => {
                 reasons.push(format!(
                     "the approval `{id}` is {}; the agent must ask again",
                     d.status
@@ -168,11 +167,11 @@ pub(crate) async fn admission(
                 "the approval `{id}` was given at plan revision {}, the plan is at {}",
                 d.plan_revision, task.plan_revision
             )),
-            Some(d) if d.status == "pending" && d.expires_at <= now => {
+            Some(d) if d.status == DecisionStatus::Pending && d.expires_at <= now => {
                 reasons.push(format!("the approval `{id}` has expired"));
             }
             Some(d)
-                if d.status == "resolved"
+                if d.status == DecisionStatus::Resolved
                     && outcome_option(d).as_deref() == Some("approve")
                     && d.expires_at <= now =>
             {
@@ -220,11 +219,11 @@ pub(crate) async fn refuse_admission(
     task: TaskRow,
     reasons: &[String],
 ) -> ApiResult<ApiError> {
-    let existing = tx
-        .list_decisions(&task.id)
-        .await?
-        .into_iter()
-        .find(|d| d.kind == "recovery" && d.effect_id.is_none() && d.status == "pending");
+    let existing = tx.list_decisions(&task.id).await?.into_iter().find(|d| {
+        d.kind == DecisionKind::Recovery
+            && d.effect_id.is_none()
+            && d.status == DecisionStatus::Pending
+    });
     let decision_id = match existing {
         Some(d) => d.id,
         None => {
@@ -251,8 +250,8 @@ pub(crate) async fn refuse_admission(
             let row = DecisionRow {
                 id: ids::decision(),
                 task_id: task.id.clone(),
-                kind: DecisionKind::Recovery.as_str().into(),
-                status: DecisionStatus::Pending.as_str().into(),
+                kind: DecisionKind::Recovery,
+                status: DecisionStatus::Pending,
                 step: None,
                 question: format!(
                     "Resuming “{}” needs you: {}",
@@ -274,14 +273,14 @@ pub(crate) async fn refuse_admission(
             };
             let id = row.id.clone();
             let mut t = task.clone();
-            t.state = TaskState::NeedsHuman.as_str().into();
+            t.state = TaskState::NeedsHuman;
             tx.update_task(&t).await?;
             let _ = open_decision(tx, t, row).await?;
             id
         }
     };
     let mut t = tx.task(&task.id).await?.unwrap_or(task);
-    t.state = TaskState::NeedsHuman.as_str().into();
+    t.state = TaskState::NeedsHuman;
     t.updated_at = now_ms();
     tx.update_task(&t).await?;
     emit_task(tx, &t, EventKind::TaskUpdated).await?;
@@ -319,7 +318,7 @@ pub(crate) async fn reconcile(
                 .ok_or_else(|| {
                     invalid(format!("`{}` is not an effect of this task", r.effect_id))
                 })?;
-            let from: EffectStatus = convert::effect_status(&e)?;
+            let from: EffectStatus = e.status;
             if from.is_terminal() {
                 actions.push(ReconcileAction {
                     effect_id: e.id.clone(),
@@ -339,27 +338,27 @@ pub(crate) async fn reconcile(
             };
             match r.provider_status {
                 ProviderStatus::NotStarted => {
-                    e.status = EffectStatus::Intended.as_str().into();
+                    e.status = EffectStatus::Intended;
                     e.flag = None;
                     action.action = "continue".into();
                 }
                 ProviderStatus::Confirmed => {
-                    e.status = EffectStatus::Confirmed.as_str().into();
+                    e.status = EffectStatus::Confirmed;
                     e.receipt = r.receipt.clone().or(e.receipt.take());
                     e.flag = None;
                     action.action = "recorded".into();
                 }
                 ProviderStatus::InProgress => {
-                    e.status = EffectStatus::InProgress.as_str().into();
+                    e.status = EffectStatus::InProgress;
                     action.action = "wait".into();
                 }
                 ProviderStatus::Failed => {
-                    e.status = EffectStatus::Failed.as_str().into();
+                    e.status = EffectStatus::Failed;
                     e.receipt = r.receipt.clone().or(e.receipt.take());
                     action.action = "failed".into();
                 }
                 ProviderStatus::Unknown => {
-                    e.status = EffectStatus::Unknown.as_str().into();
+                    e.status = EffectStatus::Unknown;
                     e.flag = Some(
                         "frozen: the provider cannot say whether it happened; a person decides"
                             .into(),
@@ -368,7 +367,7 @@ pub(crate) async fn reconcile(
                     action.decision_id = Some(freeze(&mut tx, &e, r.detail.as_deref()).await?);
                 }
                 ProviderStatus::FailedCompensable => {
-                    e.status = EffectStatus::FailedCompensable.as_str().into();
+                    e.status = EffectStatus::FailedCompensable;
                     e.receipt = r.receipt.clone().or(e.receipt.take());
                     let comp = compensation_task(&mut tx, &task, &e).await?;
                     e.flag = Some(format!(
@@ -390,7 +389,7 @@ pub(crate) async fn reconcile(
                 convert::effect(&e)?,
             )
             .await?;
-            action.status = convert::effect_status(&e)?;
+            action.status = e.status;
             actions.push(action);
         }
         tx.commit().await?;
@@ -403,8 +402,8 @@ pub(crate) async fn reconcile(
 pub(crate) async fn freeze(tx: &mut Tx, e: &EffectRow, detail: Option<&str>) -> ApiResult<String> {
     if let Some(d) = tx.list_decisions(&e.task_id).await?.into_iter().find(|d| {
         d.effect_id.as_deref() == Some(e.id.as_str())
-            && d.kind == "recovery"
-            && d.status == "pending"
+            && d.kind == DecisionKind::Recovery
+            && d.status == DecisionStatus::Pending
     }) {
         return Ok(d.id);
     }
@@ -435,8 +434,8 @@ pub(crate) async fn freeze(tx: &mut Tx, e: &EffectRow, detail: Option<&str>) -> 
     let row = DecisionRow {
         id: ids::decision(),
         task_id: e.task_id.clone(),
-        kind: DecisionKind::Recovery.as_str().into(),
-        status: DecisionStatus::Pending.as_str().into(),
+        kind: DecisionKind::Recovery,
+        status: DecisionStatus::Pending,
         step: e.step.clone(),
         question: format!(
             "Did the {} `{}` happen? The provider cannot say{}",
@@ -486,7 +485,7 @@ pub(crate) async fn compensation_task(
             e.resource_id.as_deref().unwrap_or("unknown")
         ),
         runtime: parent.runtime.clone(),
-        state: TaskState::Queued.as_str().into(),
+        state: TaskState::Queued,
         plan: json!([{"id": "compensate", "title": format!("compensate the {}", e.kind)}]),
         plan_revision: 1,
         budget: parent.budget.clone(),
@@ -517,8 +516,8 @@ pub(crate) async fn compensation_task(
     let approval = DecisionRow {
         id: ids::decision(),
         task_id: id.clone(),
-        kind: DecisionKind::Approval.as_str().into(),
-        status: DecisionStatus::Pending.as_str().into(),
+        kind: DecisionKind::Approval,
+        status: DecisionStatus::Pending,
         step: Some("compensate".into()),
         question: format!("Compensate the failed {} `{}`?", e.kind, e.idempotency_key),
         options: to_value(&vec![

@@ -131,7 +131,7 @@ pub(crate) async fn create_task(
         title: req.title,
         goal: req.goal,
         runtime: req.runtime,
-        state: TaskState::Queued.as_str().into(),
+        state: TaskState::Queued,
         plan: to_value(&req.plan),
         plan_revision: 1,
         budget: to_value(&req.budget),

@@ -345,7 +345,7 @@ async fn a_decision_due_while_both_replicas_run_expires_once() {
     for id in &ids {
         let closes = events
             .iter()
-            .filter(|e| e.kind == "decision.closed" && e.data["id"] == id.as_str())
+            .filter(|e| e.kind.as_str() == "decision.closed" && e.data["id"] == id.as_str())
             .count();
         assert_eq!(closes, 1, "decision {id} closed {closes} times");
     }
@@ -374,7 +374,7 @@ async fn a_follow_up_due_while_both_replicas_run_fires_once_per_period() {
         .unwrap();
     let fired: Vec<&str> = events
         .iter()
-        .filter(|e| e.kind == "followup.fired")
+        .filter(|e| e.kind.as_str() == "followup.fired")
         .map(|e| e.data["nominal_at"].as_str().unwrap())
         .collect();
     let unique: BTreeSet<&str> = fired.iter().copied().collect();
@@ -382,7 +382,7 @@ async fn a_follow_up_due_while_both_replicas_run_fires_once_per_period() {
     assert_eq!(unique.len(), fired.len(), "a period fired twice: {fired:?}");
     let messages = events
         .iter()
-        .filter(|e| e.kind == "messages.appended")
+        .filter(|e| e.kind.as_str() == "messages.appended")
         .flat_map(|e| e.data["messages"].as_array().unwrap().clone())
         .filter(|m| m["role"] == "followup")
         .count();

@@ -242,7 +242,7 @@ async fn an_answer_counts_once_the_runtime_acknowledges_it() {
     let events = tx.events_after(0, 10_000, None).await.unwrap();
     let updated: Vec<_> = events
         .iter()
-        .filter(|e| e.kind == "decision.updated")
+        .filter(|e| e.kind.as_str() == "decision.updated")
         .collect();
     assert_eq!(updated.len(), 1, "one update for one acknowledgement");
     assert_eq!(updated[0].data["delivery"]["state"], "acknowledged");
