@@ -132,7 +132,7 @@ impl Shared {
             .outbox(None)
             .await?
             .iter()
-            .filter(|e| e.status == "queued")
+            .filter(|e| e.status == waymark_companion::OutboxStatus::Queued)
             .count() as i64;
         let pending = c.mirror().inbox().await?.len() as i64;
         let muted = self.muted_until.load(Ordering::Relaxed);

@@ -7,7 +7,9 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use specta::Type;
-use waymark_companion::{InboxItem, OutboxEntry, Stage, ThreadDetail, ThreadRow};
+use waymark_companion::{
+    InboxItem, OutboxEntry, OutboxStatus, Stage, StageStatus, ThreadDetail, ThreadRow,
+};
 use waymark_proto::*;
 
 fn ms(t: chrono::DateTime<chrono::Utc>) -> i64 {
@@ -26,8 +28,8 @@ pub struct StageView {
     pub step: String,
     /// For people.
     pub title: String,
-    /// `done`, `in_flight` or `pending`.
-    pub status: String,
+    /// Where it stands.
+    pub status: StageStatus,
     /// Verified when done.
     pub verified: bool,
 }
@@ -586,11 +588,11 @@ pub struct OutboxView {
     /// Its task.
     pub task_id: String,
     /// Operation.
-    pub operation: String,
+    pub operation: Operation,
     /// Plan revision the person saw.
     pub based_on_revision: Option<i64>,
-    /// `queued`, `delivered`, `acknowledged`, `conflict`, `rejected`, `expired`.
-    pub status: String,
+    /// Where it stands.
+    pub status: OutboxStatus,
     /// The server's words.
     pub detail: Option<String>,
     /// The plan revision the server met.

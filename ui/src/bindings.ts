@@ -379,6 +379,31 @@ export type Navigate = {
 	link: string | null,
 };
 
+/**  What a signed steer command asks (SPEC §5). */
+export type Operation = 
+/**  Stop claiming new steps; keep the checkpoint. Always applies. */
+"pause" | 
+/**  Continue after a pause. */
+"resume" | 
+/**  Revoke the lease, stop the runner, reconcile effects. */
+"cancel" | 
+/**  Suspend the run and replan: new plan revision, old approvals void. */
+"suspend_and_replan" | 
+/**  Replan: new plan revision, old approvals void. */
+"replan" | 
+/**  Answer a question decision. */
+"answer_question" | 
+/**  Approve an approval (bound to its intent digest and plan revision). */
+"approve" | 
+/**  Deny an approval. */
+"deny" | 
+/**  Choose an option of a decision (budget and others). */
+"choose_option" | 
+/**  A new owner takes control; the old one is fenced off. */
+"take_over" | 
+/**  Not a steer: a signed request for a read session token. */
+"open_session";
+
 /**  One option of a decision and what it gives up. */
 export type OptionView = {
 	/**  Option id. */
@@ -391,6 +416,21 @@ export type OptionView = {
 	cost: string | null,
 };
 
+/**  Where a command made on this device stands. */
+export type OutboxStatus = 
+/**  Signed and waiting to be sent. */
+"queued" | 
+/**  The server applied it (or had already). */
+"delivered" | 
+/**  The agent saw it. */
+"acknowledged" | 
+/**  The plan moved on before it arrived: nothing was applied. */
+"conflict" | 
+/**  Refused. */
+"rejected" | 
+/**  It arrived after its signed lifetime. */
+"expired";
+
 /**  A command signed on this device and where it stands. */
 export type OutboxView = {
 	/**  The command. */
@@ -398,11 +438,11 @@ export type OutboxView = {
 	/**  Its task. */
 	task_id: string,
 	/**  Operation. */
-	operation: string,
+	operation: Operation,
 	/**  Plan revision the person saw. */
 	based_on_revision: number | null,
-	/**  `queued`, `delivered`, `acknowledged`, `conflict`, `rejected`, `expired`. */
-	status: string,
+	/**  Where it stands. */
+	status: OutboxStatus,
 	/**  The server's words. */
 	detail: string | null,
 	/**  The plan revision the server met. */
@@ -478,14 +518,23 @@ export type SeenView = {
 	intent_digest: string | null,
 };
 
+/**  Where a plan step stands, from checkpoints. */
+export type StageStatus = 
+/**  A checkpoint recorded it done. */
+"done" | 
+/**  The newest checkpoint names it as the step under way. */
+"in_flight" | 
+/**  Not started. */
+"pending";
+
 /**  A plan step as progress shows it. */
 export type StageView = {
 	/**  Plan step id. */
 	step: string,
 	/**  For people. */
 	title: string,
-	/**  `done`, `in_flight` or `pending`. */
-	status: string,
+	/**  Where it stands. */
+	status: StageStatus,
 	/**  Verified when done. */
 	verified: boolean,
 };

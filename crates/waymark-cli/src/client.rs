@@ -4,7 +4,7 @@
 
 use clap::{Args, Subcommand, ValueEnum};
 use serde_json::json;
-use waymark_companion::{Companion, Error, OutboxEntry, Seen};
+use waymark_companion::{Companion, Error, OutboxEntry, Seen, StageStatus};
 use waymark_proto::Operation;
 
 use crate::output::{CliResult, Exit, Failure, emit};
@@ -338,7 +338,11 @@ pub(crate) async fn run(cmd: ClientCommand, json: bool) -> CliResult {
                         out.push_str(&format!("(mirror current to an event from {})\n", ago(h)));
                     }
                     for r in &rows {
-                        let done = r.stages.iter().filter(|s| s.status == "done").count();
+                        let done = r
+                            .stages
+                            .iter()
+                            .filter(|s| s.status == StageStatus::Done)
+                            .count();
                         let flag = match (r.pending_decisions, r.unknown_effects) {
                             (0, 0) => String::new(),
                             (p, 0) => format!("  ⚑ {p} decision(s)"),
@@ -715,11 +719,11 @@ fn render_thread(t: &waymark_companion::ThreadDetail) -> String {
         u.tokens, u.cost_usd, u.wall_seconds
     ));
     for s in &t.stages {
-        let mark = match s.status.as_str() {
-            "done" if s.verified => "✔",
-            "done" => "✓",
-            "in_flight" => "▶",
-            _ => "·",
+        let mark = match s.status {
+            StageStatus::Done if s.verified => "✔",
+            StageStatus::Done => "✓",
+            StageStatus::InFlight => "▶",
+            StageStatus::Pending => "·",
         };
         o.push_str(&format!("  {mark} {} {}\n", s.step, s.title));
     }

@@ -18,7 +18,9 @@ use tokio::sync::{Mutex, watch};
 
 pub use api::decode_events;
 pub use keystore::{Backend, Keystore};
-pub use mirror::{InboxItem, Mirror, OutboxEntry, Stage, ThreadDetail, ThreadRow};
+pub use mirror::{
+    InboxItem, Mirror, OutboxEntry, OutboxStatus, Stage, StageStatus, ThreadDetail, ThreadRow,
+};
 pub use pairing::{Identity, PairingLink, parse_pairing_link};
 pub use steer::Seen;
 pub use sync::{LinkHealth, SyncReport};

@@ -23,10 +23,86 @@ pub struct Stage {
     pub step: String,
     /// Its title.
     pub title: String,
-    /// `done`, `in_flight` or `pending`.
-    pub status: String,
+    /// Where it stands.
+    pub status: StageStatus,
     /// Verified (tests passed) when done.
     pub verified: bool,
+}
+
+/// Where a plan step stands, from checkpoints.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "specta", derive(specta::Type))]
+#[serde(rename_all = "snake_case")]
+pub enum StageStatus {
+    /// A checkpoint recorded it done.
+    Done,
+    /// The newest checkpoint names it as the step under way.
+    InFlight,
+    /// Not started.
+    Pending,
+}
+
+impl std::fmt::Display for StageStatus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.pad(match self {
+            StageStatus::Done => "done",
+            StageStatus::InFlight => "in_flight",
+            StageStatus::Pending => "pending",
+        })
+    }
+}
+
+/// Where a command made on this device stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "specta", derive(specta::Type))]
+#[serde(rename_all = "snake_case")]
+pub enum OutboxStatus {
+    /// Signed and waiting to be sent.
+    Queued,
+    /// The server applied it (or had already).
+    Delivered,
+    /// The agent saw it.
+    Acknowledged,
+    /// The plan moved on before it arrived: nothing was applied.
+    Conflict,
+    /// Refused.
+    Rejected,
+    /// It arrived after its signed lifetime.
+    Expired,
+}
+
+impl OutboxStatus {
+    /// The stored spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OutboxStatus::Queued => "queued",
+            OutboxStatus::Delivered => "delivered",
+            OutboxStatus::Acknowledged => "acknowledged",
+            OutboxStatus::Conflict => "conflict",
+            OutboxStatus::Rejected => "rejected",
+            OutboxStatus::Expired => "expired",
+        }
+    }
+
+    fn parse(s: &str) -> Result<Self, Error> {
+        [
+            OutboxStatus::Queued,
+            OutboxStatus::Delivered,
+            OutboxStatus::Acknowledged,
+            OutboxStatus::Conflict,
+            OutboxStatus::Rejected,
+            OutboxStatus::Expired,
+        ]
+        .into_iter()
+        .find(|v| v.as_str() == s)
+        .ok_or_else(|| Error::Mirror(format!("corrupt mirror row: outbox status `{s}`")))
+    }
+}
+
+impl std::fmt::Display for OutboxStatus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.pad(self.as_str())
+    }
 }
 
 /// A thread in the list.
@@ -94,11 +170,11 @@ pub struct OutboxEntry {
     /// Its task.
     pub task_id: String,
     /// Its operation.
-    pub operation: String,
+    pub operation: Operation,
     /// The plan revision the person saw.
     pub based_on_revision: Option<i64>,
-    /// `queued`, `delivered`, `acknowledged`, `conflict`, `rejected`, `expired`.
-    pub status: String,
+    /// Where it stands.
+    pub status: OutboxStatus,
     /// The server's answer.
     pub result: Option<CommandResult>,
     /// For a conflict or rejection: what changed, for people.
@@ -157,14 +233,16 @@ pub fn stages(task: &Task, checkpoints: &[Checkpoint]) -> Vec<Stage> {
         .iter()
         .map(|p| {
             let (status, verified) = match done.get(&p.id) {
-                Some(v) => ("done", *v),
-                None if in_flight.as_deref() == Some(p.id.as_str()) => ("in_flight", false),
-                None => ("pending", false),
+                Some(v) => (StageStatus::Done, *v),
+                None if in_flight.as_deref() == Some(p.id.as_str()) => {
+                    (StageStatus::InFlight, false)
+                }
+                None => (StageStatus::Pending, false),
             };
             Stage {
                 step: p.id.clone(),
                 title: p.title.clone(),
-                status: status.into(),
+                status,
                 verified,
             }
         })
@@ -526,11 +604,11 @@ impl Mirror {
     pub(crate) async fn record_result(
         &self,
         command_id: &str,
-        status: &str,
+        status: OutboxStatus,
         result: &CommandResult,
     ) -> Result<(), Error> {
         sqlx::query("UPDATE outbox SET status = ?, result = ?, delivered_at = ? WHERE command_id = ? AND status = 'queued'")
-            .bind(status)
+            .bind(status.as_str())
             .bind(text(result))
             .bind(chrono::Utc::now().timestamp_millis())
             .bind(command_id)
@@ -555,23 +633,29 @@ impl Mirror {
                 .get::<Option<String>, _>("result")
                 .map(|s| parse(&s))
                 .transpose()?;
-            let status: String = r.get("status");
+            let status = OutboxStatus::parse(r.get("status"))?;
+            let operation: String = r.get("operation");
+            let operation: Operation = operation
+                .parse()
+                .map_err(|e| Error::Mirror(format!("corrupt mirror row: outbox operation: {e}")))?;
             let based_on: Option<i64> = r.get("based_on_revision");
-            let what_changed = match (&result, status.as_str()) {
-                (Some(res), "conflict") => Some(format!(
+            let what_changed = match (&result, status) {
+                (Some(res), OutboxStatus::Conflict) => Some(format!(
                     "you decided at plan revision {}; the plan is now at revision {} ({}) — review the thread and decide again",
                     based_on.map_or("?".into(), |b| b.to_string()),
                     res.plan_revision.map_or("?".into(), |p| p.to_string()),
                     res.task_state
                         .map_or("unknown state".into(), |s| s.to_string()),
                 )),
-                (Some(res), "rejected" | "expired") => Some(res.detail.clone()),
+                (Some(res), OutboxStatus::Rejected | OutboxStatus::Expired) => {
+                    Some(res.detail.clone())
+                }
                 _ => None,
             };
             out.push(OutboxEntry {
                 command_id: r.get("command_id"),
                 task_id: r.get("task_id"),
-                operation: r.get("operation"),
+                operation,
                 based_on_revision: based_on,
                 status,
                 result,

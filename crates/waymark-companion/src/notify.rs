@@ -5,7 +5,7 @@
 use serde::{Deserialize, Serialize};
 use waymark_proto::*;
 
-use crate::mirror::ThreadDetail;
+use crate::mirror::{StageStatus, ThreadDetail};
 use crate::steer::Seen;
 
 /// An action a notification offers.
@@ -230,7 +230,11 @@ fn finished_with(thread: &ThreadDetail, stats: &[(String, DiffStat)]) -> Option<
         TaskState::Cancelled => "Cancelled",
         _ => "Failed",
     };
-    let done = thread.stages.iter().filter(|s| s.status == "done").count();
+    let done = thread
+        .stages
+        .iter()
+        .filter(|s| s.status == StageStatus::Done)
+        .count();
     let verified = thread.stages.iter().filter(|s| s.verified).count();
     let mut lines = vec![
         format!(

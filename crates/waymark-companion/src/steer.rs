@@ -7,7 +7,7 @@ use chrono::Utc;
 use serde::{Deserialize, Serialize};
 use waymark_proto::*;
 
-use crate::mirror::OutboxEntry;
+use crate::mirror::{OutboxEntry, OutboxStatus};
 use crate::{COMMAND_LIFETIME, Companion, Error, Identity, Keystore};
 
 /// What the person was shown when they decided. The command is signed with exactly this: if
@@ -58,12 +58,12 @@ impl Companion {
                 _ => res.clone(),
             };
             let status = match effective.status {
-                CommandStatus::Applied | CommandStatus::Duplicate => "delivered",
-                CommandStatus::Conflict => "conflict",
+                CommandStatus::Applied | CommandStatus::Duplicate => OutboxStatus::Delivered,
+                CommandStatus::Conflict => OutboxStatus::Conflict,
                 CommandStatus::Rejected if effective.reason == Some(RejectReason::Expired) => {
-                    "expired"
+                    OutboxStatus::Expired
                 }
-                CommandStatus::Rejected => "rejected",
+                CommandStatus::Rejected => OutboxStatus::Rejected,
             };
             self.mirror
                 .record_result(&command_id, status, &effective)

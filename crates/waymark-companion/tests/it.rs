@@ -7,7 +7,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use waymark_companion::{Companion, Error, Seen, parse_pairing_link};
+use waymark_companion::{Companion, Error, OutboxStatus, Seen, StageStatus, parse_pairing_link};
 use waymark_proto::Operation;
 use waymark_server::{Config, DataDir, Running, TlsFiles};
 
@@ -237,7 +237,7 @@ async fn a_full_sync_mirrors_every_thread_and_answers_offline() {
     assert_eq!(threads.len(), 30);
     let t = c.mirror().thread(&tasks[5]).await.unwrap().unwrap();
     assert_eq!(t.checkpoints.len(), 3);
-    assert_eq!(t.stages[0].status, "done");
+    assert_eq!(t.stages[0].status, StageStatus::Done);
     assert_eq!(c.mirror().inbox().await.unwrap().len(), 10);
     let err = c.sync_once().await.unwrap_err();
     assert!(
@@ -303,7 +303,10 @@ async fn an_expired_cursor_resnapshots_and_leaves_the_outbox_alone() {
         .await
         .unwrap_err();
     assert!(err.to_string().contains("queued"), "{err}");
-    assert_eq!(c.mirror().outbox(None).await.unwrap()[0].status, "queued");
+    assert_eq!(
+        c.mirror().outbox(None).await.unwrap()[0].status,
+        OutboxStatus::Queued
+    );
     s.restart().await;
     for seq in 2..=30 {
         s.checkpoint(&task, &att, seq).await;
@@ -329,7 +332,7 @@ async fn an_expired_cursor_resnapshots_and_leaves_the_outbox_alone() {
     );
     let outbox = c.mirror().outbox(None).await.unwrap();
     assert_eq!(outbox.len(), 1);
-    assert_eq!(outbox[0].status, "delivered", "{outbox:?}");
+    assert_eq!(outbox[0].status, OutboxStatus::Delivered, "{outbox:?}");
 }
 
 #[tokio::test]
@@ -363,15 +366,15 @@ async fn offline_an_approve_comes_back_as_a_conflict_and_a_pause_applies_once() 
         .await
         .is_err()
     );
-    let queued: Vec<String> = c
+    let queued: Vec<OutboxStatus> = c
         .mirror()
         .outbox(None)
         .await
         .unwrap()
         .iter()
-        .map(|e| e.status.clone())
+        .map(|e| e.status)
         .collect();
-    assert_eq!(queued, vec!["queued", "queued"]);
+    assert_eq!(queued, vec![OutboxStatus::Queued, OutboxStatus::Queued]);
 
     // Meanwhile another device replans.
     s.restart().await;
@@ -380,9 +383,15 @@ async fn offline_an_approve_comes_back_as_a_conflict_and_a_pause_applies_once() 
     let r = c.sync_once().await.unwrap();
     assert_eq!(r.delivered.len(), 2);
     let outbox = c.mirror().outbox(Some(&task)).await.unwrap();
-    let approve = outbox.iter().find(|e| e.operation == "approve").unwrap();
-    let pause = outbox.iter().find(|e| e.operation == "pause").unwrap();
-    assert_eq!(approve.status, "conflict", "{approve:?}");
+    let approve = outbox
+        .iter()
+        .find(|e| e.operation == Operation::Approve)
+        .unwrap();
+    let pause = outbox
+        .iter()
+        .find(|e| e.operation == Operation::Pause)
+        .unwrap();
+    assert_eq!(approve.status, OutboxStatus::Conflict, "{approve:?}");
     assert!(
         approve
             .what_changed
@@ -391,7 +400,7 @@ async fn offline_an_approve_comes_back_as_a_conflict_and_a_pause_applies_once() 
             .contains("revision 2"),
         "{approve:?}"
     );
-    assert_eq!(pause.status, "delivered", "{pause:?}");
+    assert_eq!(pause.status, OutboxStatus::Delivered, "{pause:?}");
     assert_eq!(pause.result.as_ref().unwrap().based_on_revision, Some(1));
     assert_eq!(pause.result.as_ref().unwrap().plan_revision, Some(2));
 
@@ -444,7 +453,7 @@ async fn a_crash_between_sending_and_recording_resends_and_applies_once() {
     // On restart the outbox resends; the server answers duplicate with the first result.
     let delivered = c.deliver_outbox().await.unwrap();
     assert_eq!(delivered.len(), 1);
-    assert_eq!(delivered[0].status, "delivered");
+    assert_eq!(delivered[0].status, OutboxStatus::Delivered);
     assert_eq!(
         delivered[0].result.as_ref().unwrap().status,
         waymark_proto::CommandStatus::Applied
@@ -490,7 +499,7 @@ async fn acknowledgements_reach_the_outbox_and_blobs_are_cached_for_offline_revi
         )
         .await
         .unwrap();
-    assert_eq!(e.status, "delivered");
+    assert_eq!(e.status, OutboxStatus::Delivered);
     let hb: Value = s
         .post(
             &format!("/v1/attempts/{att}/heartbeat"),
@@ -501,7 +510,8 @@ async fn acknowledgements_reach_the_outbox_and_blobs_are_cached_for_offline_revi
     c.sync_once().await.unwrap();
     let e = c.mirror().outbox(None).await.unwrap().remove(0);
     assert_eq!(
-        e.status, "acknowledged",
+        e.status,
+        OutboxStatus::Acknowledged,
         "queued → delivered → acknowledged: {e:?}"
     );
     assert!(e.acknowledged_at.is_some());
@@ -765,7 +775,7 @@ async fn a_runtime_choice_on_an_approval_is_sent_as_approve_or_deny_with_that_op
         )
         .await
         .unwrap();
-    assert_eq!(sent.operation, "approve");
+    assert_eq!(sent.operation, Operation::Approve);
     c.sync_once().await.unwrap();
     let d = c.mirror().decision(&id).await.unwrap().unwrap();
     let outcome = d.outcome.expect("answered");
@@ -826,7 +836,7 @@ async fn a_sync_between_render_and_tap_gives_a_conflict_not_a_command_at_the_new
         )
         .await
         .unwrap();
-    assert_eq!(replan.status, "conflict", "{replan:?}");
+    assert_eq!(replan.status, OutboxStatus::Conflict, "{replan:?}");
     assert_eq!(replan.based_on_revision, Some(1));
     assert!(
         replan
@@ -840,7 +850,7 @@ async fn a_sync_between_render_and_tap_gives_a_conflict_not_a_command_at_the_new
         .answer(&approval, Operation::Approve, None, None, &card)
         .await
         .unwrap();
-    assert_ne!(approve.status, "delivered", "{approve:?}");
+    assert_ne!(approve.status, OutboxStatus::Delivered, "{approve:?}");
     assert_eq!(approve.based_on_revision, Some(1));
 
     // The server applied nothing from this device at revision 2.
@@ -897,5 +907,5 @@ async fn another_device_replans(s: &Server, task: &str) {
         )
         .await
         .unwrap();
-    assert_eq!(e.status, "delivered");
+    assert_eq!(e.status, OutboxStatus::Delivered);
 }

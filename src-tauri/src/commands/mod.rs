@@ -30,7 +30,7 @@ pub(crate) async fn queued_ok(
                 .outbox(Some(task_id))
                 .await?
                 .into_iter()
-                .find(|e| e.status == "queued");
+                .find(|e| e.status == waymark_companion::OutboxStatus::Queued);
             match newest {
                 Some(e) => Ok(e.into()),
                 None => Err(Error::Unreachable(why).into()),

@@ -4,7 +4,7 @@ import { describe, expect, it } from "vitest";
 import { render, screen, within } from "@testing-library/react";
 import userEvent from "@testing-library/user-event";
 import type { ReactElement } from "react";
-import type { ArtifactText, DecideOp, OutboxView, SeenView, SteerOp } from "../bindings";
+import type { ArtifactText, DecideOp, Operation, OutboxView, SeenView, SteerOp } from "../bindings";
 import { I18nProvider, translate, type Lang } from "../i18n";
 import { en } from "../i18n/en";
 import { zh } from "../i18n/zh";
@@ -24,6 +24,9 @@ function ui(el: ReactElement, lang: Lang = "en") {
 
 type Call = { id: string; op: DecideOp; option: string | null; text: string | null };
 
+/** The signed operation each answer becomes, as the companion signs it. */
+const SIGNED: Record<DecideOp, Operation> = { approve: "approve", deny: "deny", answer: "answer_question", choose: "choose_option" };
+
 /** Records answers; plays the server's compare-and-set against the plan revision `serverAt`. */
 function recorder(serverAt = 1) {
   const calls: Call[] = [];
@@ -32,8 +35,8 @@ function recorder(serverAt = 1) {
     calls.push({ id, op, option, text });
     seen.push(s);
     return s.plan_revision === serverAt
-      ? outbox({ operation: op, status: "delivered", based_on_revision: s.plan_revision })
-      : outbox({ operation: op, status: "conflict", based_on_revision: s.plan_revision, met_revision: serverAt, what_changed: `the plan moved on: you decided at revision ${s.plan_revision}, it is now at revision ${serverAt}` });
+      ? outbox({ operation: SIGNED[op], status: "delivered", based_on_revision: s.plan_revision })
+      : outbox({ operation: SIGNED[op], status: "conflict", based_on_revision: s.plan_revision, met_revision: serverAt, what_changed: `the plan moved on: you decided at revision ${s.plan_revision}, it is now at revision ${serverAt}` });
   };
   return { calls, seen, decide };
 }
