@@ -10,7 +10,7 @@ use waymark_store::{Store, StoreError, TokenKind, TokenRow, UserRow};
 use waymark_store_sqlite::SqliteStore;
 
 use crate::auth::{CallerKind, new_secret, secret_hash};
-use crate::state::now_ms;
+use crate::clock::Clock;
 
 /// The user that owns what the admin creates, and worker tokens given no `--user`.
 pub const DEFAULT_USER: &str = "admin";
@@ -189,7 +189,7 @@ impl DataDir {
             name: "admin".into(),
             user_id: user.id,
             secret_hash: secret_hash(&secret),
-            created_at: now_ms(),
+            created_at: Clock::system().now_ms(),
             revoked_at: None,
         })
         .await?;
@@ -239,7 +239,7 @@ async fn ensure_user(store: &dyn Store, name: &str) -> Result<UserRow, AdminErro
     let user = UserRow {
         id: ids::user(),
         name: name.to_owned(),
-        created_at: now_ms(),
+        created_at: Clock::system().now_ms(),
     };
     tx.insert_user(&user).await?;
     tx.commit().await?;
@@ -256,7 +256,7 @@ pub async fn add_user(store: &dyn Store, name: &str) -> Result<UserRow, AdminErr
     let user = UserRow {
         id: ids::user(),
         name: name.to_owned(),
-        created_at: now_ms(),
+        created_at: Clock::system().now_ms(),
     };
     tx.insert_user(&user).await?;
     tx.commit().await?;
@@ -292,7 +292,7 @@ pub async fn create_worker_token(
         name: name.to_owned(),
         user_id: user.id.clone(),
         secret_hash: secret_hash(&secret),
-        created_at: now_ms(),
+        created_at: Clock::system().now_ms(),
         revoked_at: None,
     })
     .await?;

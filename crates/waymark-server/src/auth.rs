@@ -119,7 +119,7 @@ impl FromRequestParts<AppState> for Caller {
             })?;
         let mut tx = state.store.read().await?;
         if secret.starts_with("wmk_s_") {
-            let caller = device_caller(&mut tx, secret).await?;
+            let caller = device_caller(&mut tx, secret, state.now_ms()).await?;
             state.rate_limit(&caller.credential)?;
             return Ok(caller);
         }
@@ -150,6 +150,7 @@ impl FromRequestParts<AppState> for Caller {
 async fn device_caller(
     tx: &mut Box<dyn waymark_store::StoreTx>,
     secret: &str,
+    now_ms: i64,
 ) -> Result<Caller, ApiError> {
     let expired = || {
         ApiError::new(
@@ -161,7 +162,7 @@ async fn device_caller(
         .device_session(&secret_hash(secret))
         .await?
         .ok_or_else(expired)?;
-    if session.expires_at <= crate::state::now_ms() {
+    if session.expires_at <= now_ms {
         return Err(expired());
     }
     let device = tx.device(&session.device_id).await?.ok_or_else(expired)?;

@@ -15,22 +15,29 @@ pub(crate) fn spawn(st: AppState) {
                 _ = tick.tick() => {}
                 _ = stopping.wait_for(|s| *s) => break,
             }
-            st.limiter.retain_recent();
-            if let Err(e) = crate::domain::recovery::sweep_leases(&st).await {
-                tracing::warn!(error = %e.problem, "sweeping expired leases failed");
-            }
-            if let Err(e) = crate::domain::followups::tick(&st).await {
-                tracing::warn!(error = %e.problem, "running follow-ups failed");
-            }
-            if let Err(e) = crate::domain::push::tick(&st).await {
-                tracing::warn!(error = %e.problem, "push delivery failed");
-            }
-            if let Err(e) = crate::domain::decisions::expire_due(&st).await {
-                tracing::warn!(error = %e.problem, "applying decision defaults failed");
-            }
-            if let Err(e) = crate::domain::retention::prune(&st).await {
-                tracing::warn!(error = %e.problem, "pruning the event log failed");
-            }
+            pass(&st).await;
         }
     });
+}
+
+/// One pass of the background work, on the clock's current time. Passes never overlap (the
+/// timer's and one a test asks for after moving the clock).
+pub(crate) async fn pass(st: &AppState) {
+    let _one_at_a_time = st.background.lock().await;
+    st.limiter.retain_recent();
+    if let Err(e) = crate::domain::recovery::sweep_leases(st).await {
+        tracing::warn!(error = %e.problem, "sweeping expired leases failed");
+    }
+    if let Err(e) = crate::domain::followups::tick(st).await {
+        tracing::warn!(error = %e.problem, "running follow-ups failed");
+    }
+    if let Err(e) = crate::domain::push::tick(st).await {
+        tracing::warn!(error = %e.problem, "push delivery failed");
+    }
+    if let Err(e) = crate::domain::decisions::expire_due(st).await {
+        tracing::warn!(error = %e.problem, "applying decision defaults failed");
+    }
+    if let Err(e) = crate::domain::retention::prune(st).await {
+        tracing::warn!(error = %e.problem, "pruning the event log failed");
+    }
 }

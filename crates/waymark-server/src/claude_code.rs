@@ -20,12 +20,12 @@ use waymark_proto::*;
 use waymark_store::DecisionRow;
 
 use crate::auth::{Caller, WorkerCaller};
-use crate::domain::core::invalid;
+use crate::domain::core::{Tx, invalid};
 use crate::domain::decisions::approval_grants;
 use crate::domain::{checkpoints, decisions, effects, evidence, leases, tasks};
 use crate::error::{ApiError, ApiResult};
 use crate::extract::{Json, Query};
-use crate::state::{AppState, now_ms};
+use crate::state::AppState;
 
 /// The runtime name of tasks made from Claude Code sessions.
 pub const RUNTIME: &str = "claude-code";
@@ -263,11 +263,11 @@ async fn ensure_session(st: &AppState, caller: &Caller, input: &HookInput) -> Ap
     .await?;
     let task = task.value;
     let live = {
-        let mut tx = st.store.read().await?;
+        let mut tx = Tx::read(st).await?;
         tx.list_attempts(&task.id)
             .await?
             .into_iter()
-            .find(|a| a.state == AttemptState::Active && a.expires_at > now_ms())
+            .find(|a| a.state == AttemptState::Active && a.expires_at > st.now_ms())
     };
     if let Some(a) = live {
         let renewed = leases::heartbeat(
@@ -392,7 +392,7 @@ async fn finish_tool(
         return Ok(());
     };
     let effect = {
-        let mut tx = st.store.read().await?;
+        let mut tx = Tx::read(st).await?;
         tx.effect_by_key(&s.task_id, &key).await?
     };
     let effect_id = match effect {
@@ -438,7 +438,7 @@ async fn checkpoint(
     input: &HookInput,
 ) -> ApiResult<()> {
     let (sequence, plan_revision) = {
-        let mut tx = st.store.read().await?;
+        let mut tx = Tx::read(st).await?;
         let last = tx
             .last_checkpoint(&s.task_id)
             .await?
@@ -568,7 +568,7 @@ async fn wait_closed(
     loop {
         watch.borrow_and_update();
         let d = {
-            let mut tx = st.store.read().await?;
+            let mut tx = Tx::read(st).await?;
             tx.decision(decision_id)
                 .await?
                 .ok_or_else(|| ApiError::not_found("decision", decision_id))?
@@ -667,7 +667,7 @@ async fn hold_for_answer(
         )
         .await?;
         // An answer may have won the race with the expiry.
-        let mut tx = st.store.read().await?;
+        let mut tx = Tx::read(st).await?;
         return Ok(tx
             .decision(&d.id)
             .await?
@@ -767,7 +767,7 @@ async fn gate_tool(
     // A call asked about before (a deferred run resumed): answer from its decision.
     if let Some(effect) = &effect_id {
         let earlier = {
-            let mut tx = st.store.read().await?;
+            let mut tx = Tx::read(st).await?;
             tx.list_decisions(&s.task_id)
                 .await?
                 .into_iter()
@@ -833,7 +833,7 @@ async fn settle_deliveries(
     input: &HookInput,
 ) -> ApiResult<()> {
     let waiting: Vec<DecisionRow> = {
-        let mut tx = st.store.read().await?;
+        let mut tx = Tx::read(st).await?;
         tx.list_decisions(&s.task_id)
             .await?
             .into_iter()
@@ -854,7 +854,7 @@ async fn settle_deliveries(
     let this_call = json_digest(&tool_intent(input)).ok();
     let this_effect = match effect_key(input) {
         Some(k) => {
-            let mut tx = st.store.read().await?;
+            let mut tx = Tx::read(st).await?;
             tx.effect_by_key(&s.task_id, &k).await?.map(|e| e.id)
         }
         None => None,

@@ -6,6 +6,7 @@ pub mod admin;
 pub mod auth;
 mod background;
 pub mod claude_code;
+mod clock;
 mod convert;
 mod domain;
 pub mod error;
@@ -36,10 +37,11 @@ use tokio::net::TcpListener;
 use waymark_store::Store;
 
 pub use admin::{AdminError, DataDir};
+pub use clock::{Clock, NotDriven};
 pub use metrics::Metrics;
 pub use openapi::openapi_json;
 pub use redact::{Redaction, RedactionError};
-pub use state::{AppState, Config, now_ms};
+pub use state::{AppState, Config};
 pub use tls::{TlsError, TlsFiles};
 
 /// The HTTP API v1 router.
@@ -164,6 +166,15 @@ impl Running {
             "http"
         };
         format!("{scheme}://{}", self.addr)
+    }
+
+    /// Moves a driven clock (`Config::clock`) forward, then runs the background work once on
+    /// the new time — lease sweep, follow-ups, pushes, decision defaults, retention — and
+    /// returns when it is done. What tests use instead of waiting for time to pass.
+    pub async fn advance(&self, by: std::time::Duration) -> Result<(), NotDriven> {
+        self.state.config.clock.advance(by)?;
+        background::pass(&self.state).await;
+        Ok(())
     }
 
     /// Stops accepting, lets open requests finish, and waits.

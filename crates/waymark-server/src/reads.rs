@@ -16,17 +16,17 @@ use waymark_proto::*;
 
 use crate::auth::{Caller, CallerKind};
 use crate::convert;
-use crate::domain::core::task_for;
+use crate::domain::core::{Tx, task_for};
 use crate::domain::decisions::expire_overdue;
 use crate::domain::reads::{self, AuditEntry};
 use crate::domain::retention::{self, Pruned};
 use crate::error::{ApiError, ApiResult};
 use crate::extract::Query;
-use crate::state::{AppState, now_ms};
+use crate::state::AppState;
 
 #[utoipa::path(get, path = "/healthz", tag = "ops", security(()), responses((status = 200, body = Health)))]
 pub(crate) async fn healthz(State(st): State<AppState>) -> ApiResult<Out<Health>> {
-    let cursor = st.store.read().await?.max_cursor().await?;
+    let cursor = Tx::read(&st).await?.max_cursor().await?;
     Ok(Out(Health {
         status: "ok".into(),
         version: env!("CARGO_PKG_VERSION").into(),
@@ -103,7 +103,7 @@ pub(crate) async fn get_decision(
     let mut watch = st.cursor_watch();
     loop {
         watch.borrow_and_update();
-        let mut tx = st.store.read().await?;
+        let mut tx = Tx::read(&st).await?;
         let task = task_for(&mut tx, &caller, &task_id).await?;
         let d = tx
             .decision(&decision_id)
@@ -112,7 +112,7 @@ pub(crate) async fn get_decision(
             .ok_or_else(|| ApiError::not_found("decision", &decision_id))?;
         drop(tx);
         let pending = d.status == DecisionStatus::Pending;
-        let now = now_ms();
+        let now = st.now_ms();
         if pending && d.expires_at <= now {
             expire_overdue(&st, &d.id).await?;
             continue;
@@ -168,7 +168,7 @@ pub(crate) async fn events(
             "a cursor is never negative",
         ));
     }
-    let pruned = st.store.read().await?.pruned_through().await?;
+    let pruned = Tx::read(&st).await?.pruned_through().await?;
     if after < pruned {
         return Err(cursor_expired(after, pruned));
     }
@@ -220,7 +220,7 @@ fn event_stream(
             } else {
                 // Behind the tail: a page from the database.
                 let page = async {
-                    let mut tx = st.store.read().await?;
+                    let mut tx = Tx::read(&st).await?;
                     let pruned = tx.pruned_through().await?;
                     let rows = tx.events_after(last, PAGE, owner.as_deref()).await?;
                     Ok::<_, waymark_store::StoreError>((pruned, rows))
@@ -277,7 +277,7 @@ pub(crate) async fn blob(
             "a blob is named by 64 lower-case hex digits (sha256)",
         ));
     }
-    let mut tx = st.store.read().await?;
+    let mut tx = Tx::read(&st).await?;
     if !tx.blob_visible(&sha, caller.owner_filter()).await? {
         return Err(ApiError::not_found("blob", &sha));
     }

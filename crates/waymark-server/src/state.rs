@@ -8,6 +8,7 @@ use std::time::Duration;
 use tokio::sync::watch;
 use waymark_store::Store;
 
+use crate::clock::Clock;
 use crate::error::ApiError;
 use crate::metrics::Metrics;
 use crate::redact::Redaction;
@@ -62,6 +63,8 @@ pub struct Config {
     /// closed over TLS) while the open ones are served. Keep it above `max_streams` (each
     /// stream holds a connection) and below the process's open-file limit.
     pub max_connections: usize,
+    /// What "now" is for every rule: the system clock, or a driven one in tests.
+    pub clock: Clock,
 }
 
 impl Default for Config {
@@ -88,6 +91,7 @@ impl Default for Config {
             max_streams_per_credential: 32,
             max_streams: 1024,
             max_connections: 4096,
+            clock: Clock::system(),
         }
     }
 }
@@ -109,6 +113,8 @@ pub struct AppState {
     pub(crate) streams: Arc<limits::Streams>,
     /// The newest events, read once per commit and shared by every event stream.
     pub(crate) tail: Arc<tail::Tail>,
+    /// Held by a background pass, so passes never overlap.
+    pub(crate) background: Arc<tokio::sync::Mutex<()>>,
 }
 
 fn config_rate(c: &Config) -> u32 {
@@ -134,6 +140,7 @@ impl AppState {
             limiter: Arc::new(governor::RateLimiter::keyed(quota)),
             streams: Arc::new(streams),
             tail: Arc::new(tail::Tail::new()),
+            background: Arc::new(tokio::sync::Mutex::new(())),
         }
     }
 
@@ -173,9 +180,16 @@ impl AppState {
     }
 }
 
-/// Server time in unix milliseconds.
-pub fn now_ms() -> i64 {
-    chrono::Utc::now().timestamp_millis()
+impl AppState {
+    /// Server time in unix milliseconds, from the configured clock.
+    pub fn now_ms(&self) -> i64 {
+        self.config.clock.now_ms()
+    }
+
+    /// Server time, from the configured clock.
+    pub fn now(&self) -> chrono::DateTime<chrono::Utc> {
+        self.config.clock.now()
+    }
 }
 
 /// The metrics alone, for the `/metrics` route and the request-counting middleware.

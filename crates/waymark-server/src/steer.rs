@@ -18,7 +18,7 @@ use waymark_proto::*;
 use crate::auth::WorkerCaller;
 use crate::domain::commands::{self, LedgerEntry};
 use crate::domain::controls;
-use crate::domain::core::task_for;
+use crate::domain::core::{Tx, task_for};
 use crate::domain::devices;
 use crate::error::{ApiError, ApiResult};
 use crate::extract::Json;
@@ -94,7 +94,7 @@ pub(crate) async fn control_stream(
     WorkerCaller(caller): WorkerCaller,
     Path(attempt_id): Path<String>,
 ) -> ApiResult<Response> {
-    let mut tx = st.store.read().await?;
+    let mut tx = Tx::read(&st).await?;
     let attempt = tx
         .attempt(&attempt_id)
         .await?

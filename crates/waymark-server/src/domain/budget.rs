@@ -4,11 +4,10 @@
 
 use serde_json::json;
 use waymark_proto::*;
-use waymark_store::{DecisionRow, StoreTx, TaskRow};
+use waymark_store::{DecisionRow, TaskRow};
 
-use crate::domain::core::to_value;
+use crate::domain::core::{Tx, to_value};
 use crate::error::ApiResult;
-use crate::state::now_ms;
 
 /// The options offered when the worker gave none.
 pub(crate) fn default_options() -> Vec<DecisionOption> {
@@ -57,10 +56,7 @@ pub(crate) fn spent(budget: &Budget, usage: &Usage) -> (f64, Vec<String>) {
 
 /// The budget decision to open now, if spend crossed a threshold not asked about yet (the
 /// highest one crossed, so a big jump asks once).
-pub(crate) async fn crossed(
-    tx: &mut Box<dyn StoreTx>,
-    task: &TaskRow,
-) -> ApiResult<Option<DecisionRow>> {
+pub(crate) async fn crossed(tx: &mut Tx, task: &TaskRow) -> ApiResult<Option<DecisionRow>> {
     let budget: Budget = serde_json::from_value(task.budget.clone()).unwrap_or_default();
     let usage: Usage = serde_json::from_value(task.usage.clone()).unwrap_or_default();
     let (frac, parts) = spent(&budget, &usage);
@@ -100,7 +96,7 @@ pub(crate) async fn crossed(
                 .map(|o| o.id.clone())
         })
         .or_else(|| options.last().map(|o| o.id.clone()));
-    let now = now_ms();
+    let now = tx.now;
     Ok(Some(DecisionRow {
         id: ids::decision(),
         task_id: task.id.clone(),

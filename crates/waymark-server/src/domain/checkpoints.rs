@@ -6,10 +6,12 @@ use waymark_store::*;
 
 use crate::auth::Caller;
 use crate::convert;
-use crate::domain::core::{Made, audited, created, emit, invalid, not_exact, task_for, to_value};
+use crate::domain::core::{
+    Made, Tx, audited, created, emit, invalid, not_exact, task_for, to_value,
+};
 use crate::domain::fences::fenced_attempt;
 use crate::error::{ApiError, ApiResult};
-use crate::state::{AppState, now_ms};
+use crate::state::AppState;
 
 /// Appends a checkpoint by compare-and-set on the sequence (`last + 1`), linked to the chain,
 /// redacted.
@@ -25,7 +27,7 @@ pub(crate) async fn append_checkpoint(
     // The chain link must say exactly what it covers.
     check_exact(&to_value(&req.body)).map_err(|e| not_exact("body", e))?;
     audited(st, caller, "checkpoint.append", async {
-        let mut tx = st.store.write().await?;
+        let mut tx = Tx::write(st).await?;
         let task = task_for(&mut tx, caller, &task_id).await?;
         fenced_attempt(&mut tx, &task, &req.attempt_id, req.fence).await?;
         let last = tx.last_checkpoint(&task.id).await?;
@@ -56,7 +58,7 @@ pub(crate) async fn append_checkpoint(
             digest: checkpoint_digest(&task.id, req.sequence, &req.attempt_id, req.fence, &body, prev.as_deref()),
             body,
             prev_digest: prev,
-            created_at: now_ms(),
+            created_at: st.now_ms(),
         };
         match tx.insert_checkpoint(&row).await {
             Err(StoreError::Conflict(_)) => return Err(sequence_conflict()),

@@ -15,7 +15,7 @@ use crate::domain::devices::{
 };
 use crate::domain::tasks::validate_plan;
 use crate::error::{ApiError, ApiResult};
-use crate::state::{AppState, now_ms};
+use crate::state::AppState;
 
 /// Verifies and applies a signed command, once: the ledger answers a repeat `duplicate` with
 /// the first result. Refusals and conflicts are audited; the result says which.
@@ -73,7 +73,7 @@ pub(crate) async fn apply(
     env: &SignedEnvelope,
     v: Verified,
 ) -> ApiResult<CommandResult> {
-    let mut tx = st.store.write().await?;
+    let mut tx = Tx::write(st).await?;
     let cmd = &v.command;
     if let Some(prev) = tx.command(&cmd.command_id).await? {
         if prev.body_digest == v.body_digest {
@@ -133,7 +133,7 @@ pub(crate) async fn apply(
         envelope: serde_json::to_value(env).unwrap_or_default(),
         status: res.status,
         result: serde_json::to_value(&res).unwrap_or_default(),
-        created_at: now_ms(),
+        created_at: st.now_ms(),
     })
     .await?;
     tx.commit().await?;
@@ -200,7 +200,7 @@ pub(crate) async fn decide(
             return Ok(Ok(()));
         }
     }
-    let now = now_ms();
+    let now = tx.now;
     let by = format!("user:{}", v.user.name);
     let mut control: Option<Value> = None;
     match cmd.operation {
@@ -356,7 +356,7 @@ pub(crate) async fn resumed_state(tx: &mut Tx, task: &TaskRow) -> ApiResult<Task
     if !pending.is_empty() {
         return Ok(TaskState::WaitingHuman);
     }
-    let now = now_ms();
+    let now = tx.now;
     let live = tx
         .list_attempts(&task.id)
         .await?
@@ -404,7 +404,7 @@ pub(crate) async fn void_decisions(
             option: None,
             text: Some(text.into()),
             by: by.to_owned(),
-            at: Utc::now(),
+            at: tx.now_utc(),
         };
         close_decision(tx, &mut d, DecisionStatus::Void, outcome).await?;
         n += 1;
@@ -556,7 +556,7 @@ pub(crate) async fn answer(
         option,
         text,
         by: by.to_owned(),
-        at: Utc::now(),
+        at: tx.now_utc(),
     };
     close_decision(tx, &mut d, DecisionStatus::Resolved, outcome).await?;
     Ok(Ok(()))
@@ -576,7 +576,7 @@ pub(crate) struct LedgerEntry {
 
 /// A task's command ledger, oldest first: the signed envelopes are the evidence.
 pub(crate) async fn ledger(st: &AppState, task_id: &str) -> ApiResult<Vec<LedgerEntry>> {
-    let rows = st.store.read().await?.list_commands(task_id).await?;
+    let rows = Tx::read(st).await?.list_commands(task_id).await?;
     let mut out = Vec::with_capacity(rows.len());
     for r in rows {
         out.push(LedgerEntry {

@@ -8,7 +8,6 @@ use crate::convert;
 use crate::domain::core::{Tx, emit};
 use crate::error::ApiResult;
 use crate::state::AppState;
-use crate::state::now_ms;
 
 /// Control commands a worker has not acknowledged, and acknowledges the ones it reports.
 pub(crate) async fn exchange_controls(
@@ -17,13 +16,14 @@ pub(crate) async fn exchange_controls(
     attempt_id: &str,
     acknowledged: &[String],
 ) -> ApiResult<Vec<ControlCommand>> {
+    let now = tx.now;
     for id in acknowledged {
-        if tx.ack_control(&task.id, id, now_ms(), attempt_id).await? {
+        if tx.ack_control(&task.id, id, now, attempt_id).await? {
             let ack = CommandAck {
                 command_id: id.clone(),
                 task_id: task.id.clone(),
                 attempt_id: attempt_id.to_owned(),
-                at: chrono::Utc::now(),
+                at: tx.now_utc(),
             };
             emit(tx, task, EventKind::CommandAcknowledged, ack).await?;
         }
@@ -43,7 +43,7 @@ pub(crate) async fn pending(
     task_id: &str,
     attempt_id: &str,
 ) -> Result<(Vec<ControlCommand>, Option<AttemptRow>), StoreError> {
-    let mut tx = st.store.read().await?;
+    let mut tx = Tx::read(st).await?;
     let pending = tx.pending_controls(task_id).await?;
     let attempt = tx.attempt(attempt_id).await?;
     let pending = pending

@@ -11,9 +11,58 @@ use waymark_store::*;
 use crate::auth::Caller;
 use crate::convert;
 use crate::error::{ApiError, ApiResult};
-use crate::state::{AppState, now_ms};
+use crate::state::AppState;
 
-pub(crate) type Tx = Box<dyn StoreTx>;
+/// A store transaction and the one "now" every rule in it sees, read from the server's
+/// clock once the transaction is open (after any wait for the writer).
+pub(crate) struct Tx {
+    inner: Box<dyn StoreTx>,
+    /// Now, in unix milliseconds.
+    pub(crate) now: i64,
+}
+
+impl Tx {
+    /// A read-write transaction.
+    pub(crate) async fn write(st: &AppState) -> Result<Tx, StoreError> {
+        let inner = st.store.write().await?;
+        Ok(Tx {
+            inner,
+            now: st.now_ms(),
+        })
+    }
+
+    /// A read-only transaction.
+    pub(crate) async fn read(st: &AppState) -> Result<Tx, StoreError> {
+        let inner = st.store.read().await?;
+        Ok(Tx {
+            inner,
+            now: st.now_ms(),
+        })
+    }
+
+    /// Commits; the change is durable when this returns.
+    pub(crate) async fn commit(self) -> Result<(), StoreError> {
+        self.inner.commit().await
+    }
+
+    /// Now, as a time.
+    pub(crate) fn now_utc(&self) -> chrono::DateTime<chrono::Utc> {
+        convert::dt(self.now)
+    }
+}
+
+impl std::ops::Deref for Tx {
+    type Target = dyn StoreTx;
+    fn deref(&self) -> &Self::Target {
+        &*self.inner
+    }
+}
+
+impl std::ops::DerefMut for Tx {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        &mut *self.inner
+    }
+}
 
 /// Loads a task the caller may access; others' tasks look absent.
 pub(crate) async fn task_for(tx: &mut Tx, caller: &Caller, id: &str) -> ApiResult<TaskRow> {
@@ -47,13 +96,14 @@ pub(crate) async fn emit(
             "the server could not record the change",
         )
     })?;
+    let at = tx.now;
     Ok(tx
         .append_event(&NewEvent {
             task_id: task.id.clone(),
             owner_id: task.owner_id.clone(),
             kind,
             data,
-            at: now_ms(),
+            at,
         })
         .await?)
 }
@@ -91,7 +141,7 @@ pub(crate) async fn record_refusal(
 ) {
     st.metrics.refusal_code(code);
     let row = AuditRow {
-        at: now_ms(),
+        at: st.now_ms(),
         actor: actor.to_owned(),
         action: action.to_owned(),
         task_id: task_id.map(str::to_owned),
@@ -99,7 +149,7 @@ pub(crate) async fn record_refusal(
         detail: detail.to_owned(),
     };
     let res = async {
-        let mut tx = st.store.write().await?;
+        let mut tx = Tx::write(st).await?;
         tx.insert_audit(&row).await?;
         tx.commit().await
     }

@@ -14,7 +14,7 @@ use crate::domain::core::{
 };
 use crate::domain::fences::optional_fence;
 use crate::error::{ApiError, ApiResult};
-use crate::state::{AppState, now_ms};
+use crate::state::AppState;
 
 pub(crate) fn expiry_ms(st: &AppState, seconds: Option<u64>) -> ApiResult<i64> {
     let c = &st.config;
@@ -27,7 +27,7 @@ pub(crate) fn expiry_ms(st: &AppState, seconds: Option<u64>) -> ApiResult<i64> {
             c.decision_expiry_max.as_secs()
         )));
     }
-    Ok(now_ms() + want.as_millis() as i64)
+    Ok(st.now_ms() + want.as_millis() as i64)
 }
 
 /// Moves a task into a waiting state when a decision opens.
@@ -58,7 +58,7 @@ pub(crate) async fn open_decision(
         TaskState::WaitingHuman
     };
     wait_state(&mut task, waiting)?;
-    task.updated_at = now_ms();
+    task.updated_at = tx.now;
     tx.update_task(&task).await?;
     let wire = convert::decision(&row)?;
     let cursor = emit(tx, &task, EventKind::DecisionRequested, &wire).await?;
@@ -152,7 +152,7 @@ pub(crate) async fn close_decision(
     );
     if waiting && tx.pending_decision_count(&task.id).await? == 0 {
         task.state = TaskState::Running;
-        task.updated_at = now_ms();
+        task.updated_at = tx.now;
         tx.update_task(&task).await?;
         cursor = emit_task(tx, &task, EventKind::TaskUpdated).await?;
     }
@@ -205,7 +205,7 @@ pub(crate) async fn request_approval(
     let options = approval_options(&req.options)?;
     let expires_at = expiry_ms(st, req.expires_in_seconds)?;
     audited(st, caller, "approval.request", async {
-        let mut tx = st.store.write().await?;
+        let mut tx = Tx::write(st).await?;
         let task = task_for(&mut tx, caller, &task_id).await?;
         refuse_terminal(&task)?;
         optional_fence(&mut tx, &task, &req.attempt_id, req.fence).await?;
@@ -231,7 +231,7 @@ pub(crate) async fn request_approval(
             plan_revision: task.plan_revision,
             risky: req.risky,
             expires_at,
-            created_at: now_ms(),
+            created_at: st.now_ms(),
             outcome: None,
             durability: req.durability,
             delivery: None,
@@ -279,7 +279,7 @@ pub(crate) async fn request_decision(
     }
     let expires_at = expiry_ms(st, req.expires_in_seconds)?;
     audited(st, caller, "decision.request", async {
-        let mut tx = st.store.write().await?;
+        let mut tx = Tx::write(st).await?;
         let task = task_for(&mut tx, caller, &task_id).await?;
         refuse_terminal(&task)?;
         optional_fence(&mut tx, &task, &req.attempt_id, req.fence).await?;
@@ -298,7 +298,7 @@ pub(crate) async fn request_decision(
             plan_revision: task.plan_revision,
             risky: false,
             expires_at,
-            created_at: now_ms(),
+            created_at: st.now_ms(),
             outcome: None,
             durability: None,
             delivery: None,
@@ -324,7 +324,7 @@ pub(crate) async fn admin_resolve(
         ));
     }
     audited(st, caller, "decision.resolve", async {
-        let mut tx = st.store.write().await?;
+        let mut tx = Tx::write(st).await?;
         let mut d = tx
             .decision(&decision_id)
             .await?
@@ -338,7 +338,7 @@ pub(crate) async fn admin_resolve(
             .with("status", d.status)
             .on_task(&task.id));
         }
-        if d.expires_at <= now_ms() {
+        if d.expires_at <= st.now_ms() {
             return Err(ApiError::new(
                 ErrorCode::DecisionClosed,
                 format!("decision `{}` has expired", d.id),
@@ -374,7 +374,7 @@ pub(crate) async fn admin_resolve(
             option: req.option.clone(),
             text: req.text.clone(),
             by: "admin".into(),
-            at: chrono::Utc::now(),
+            at: st.now(),
         };
         let cursor = close_decision(&mut tx, &mut d, DecisionStatus::Resolved, outcome).await?;
         tx.commit().await?;
@@ -401,7 +401,7 @@ pub(crate) async fn report_delivery(
         check_text("detail", d, 2000, false)?;
     }
     audited(st, caller, "decision.delivery", async {
-        let mut tx = st.store.write().await?;
+        let mut tx = Tx::write(st).await?;
         let task = task_for(&mut tx, caller, &task_id).await?;
         optional_fence(&mut tx, &task, &req.attempt_id, req.fence).await?;
         let mut d = runtime_decision(&mut tx, &task, &decision_id).await?;
@@ -440,7 +440,7 @@ pub(crate) async fn report_delivery(
         d.delivery = Some(to_value(&Delivery {
             state: req.state,
             detail: req.detail.clone(),
-            at: chrono::Utc::now(),
+            at: st.now(),
         }));
         tx.update_decision(&d).await?;
         let wire = convert::decision(&d)?;
@@ -465,7 +465,7 @@ pub(crate) async fn expire_held(
 ) -> ApiResult<Written<Decision>> {
     check_text("reason", &req.reason, 2000, true)?;
     audited(st, caller, "decision.expire", async {
-        let mut tx = st.store.write().await?;
+        let mut tx = Tx::write(st).await?;
         let task = task_for(&mut tx, caller, &task_id).await?;
         optional_fence(&mut tx, &task, &req.attempt_id, req.fence).await?;
         let mut d = runtime_decision(&mut tx, &task, &decision_id).await?;
@@ -482,7 +482,7 @@ pub(crate) async fn expire_held(
             option: None,
             text: Some(req.reason.clone()),
             by: "runtime".into(),
-            at: chrono::Utc::now(),
+            at: st.now(),
         };
         let cursor = close_decision(&mut tx, &mut d, DecisionStatus::Expired, outcome).await?;
         tx.commit().await?;
@@ -505,7 +505,7 @@ pub(crate) async fn after_recovery_decision(
         return Ok(0);
     };
     let option = outcome.option.as_deref().unwrap_or("");
-    let now = now_ms();
+    let now = tx.now;
     if let Some(effect_id) = &d.effect_id
         && let Some(mut e) = tx.effect(effect_id).await?
     {
@@ -544,12 +544,12 @@ pub(crate) async fn after_recovery_decision(
 /// task's lock, re-checked there — so a decision expires once even with several replicas,
 /// and an answer that commits first wins.
 pub(crate) async fn expire_due(st: &AppState) -> ApiResult<usize> {
-    let now = now_ms();
-    let due = st.store.read().await?.due_decisions(now).await?;
+    let now = st.now_ms();
+    let due = Tx::read(st).await?.due_decisions(now).await?;
     if due.is_empty() {
         return Ok(0);
     }
-    let mut claim = st.store.read().await?;
+    let mut claim = Tx::read(st).await?;
     if !claim.try_claim("expire-decisions").await? {
         return Ok(0);
     }
@@ -565,7 +565,7 @@ pub(crate) async fn expire_due(st: &AppState) -> ApiResult<usize> {
 
 /// Expires one decision if it is still pending and due. Returns whether it did.
 pub(crate) async fn expire_overdue(st: &AppState, id: &str) -> ApiResult<bool> {
-    let mut tx = st.store.write().await?;
+    let mut tx = Tx::write(st).await?;
     let Some(task_id) = tx.decision(id).await?.map(|d| d.task_id) else {
         return Ok(false);
     };
@@ -574,14 +574,14 @@ pub(crate) async fn expire_overdue(st: &AppState, id: &str) -> ApiResult<bool> {
     let Some(mut d) = tx.decision(id).await? else {
         return Ok(false);
     };
-    if d.status != DecisionStatus::Pending || d.expires_at > now_ms() {
+    if d.status != DecisionStatus::Pending || d.expires_at > st.now_ms() {
         return Ok(false);
     }
     let outcome = DecisionOutcome {
         option: d.default_option.clone(),
         text: None,
         by: "default".into(),
-        at: chrono::Utc::now(),
+        at: st.now(),
     };
     close_decision(&mut tx, &mut d, DecisionStatus::Expired, outcome).await?;
     tx.commit().await?;

@@ -9,10 +9,11 @@ use waymark_proto::*;
 use waymark_store::*;
 
 use crate::auth::{CallerKind, new_secret, secret_hash};
+use crate::clock::Clock;
 use crate::convert;
-use crate::domain::core::record_refusal;
+use crate::domain::core::{Tx, record_refusal};
 use crate::error::{ApiError, ApiResult};
-use crate::state::{AppState, now_ms};
+use crate::state::AppState;
 
 /// How far in the future a device clock may be.
 pub(crate) const SKEW_MS: i64 = 5 * 60 * 1000;
@@ -70,7 +71,7 @@ pub(crate) async fn pair(st: &AppState, req: PairDevice) -> ApiResult<Device> {
             format!("`public_key`: {e} (32 bytes, base64url)"),
         )
     })?;
-    let mut tx = st.store.write().await?;
+    let mut tx = Tx::write(st).await?;
     let refuse = |code: ErrorCode, detail: &str| ApiError::new(code, detail.to_owned());
     let Some(mut pairing) = tx.pairing(&code_hash(&req.code)).await? else {
         drop(tx);
@@ -92,7 +93,7 @@ pub(crate) async fn pair(st: &AppState, req: PairDevice) -> ApiResult<Device> {
                 "this pairing code was used already — ask for a new one with `waymark admin pair --user {user}`"
             ),
         ))
-    } else if pairing.expires_at <= now_ms() {
+    } else if pairing.expires_at <= st.now_ms() {
         Some(refuse(
             ErrorCode::PairingCodeExpired,
             &format!(
@@ -112,7 +113,7 @@ pub(crate) async fn pair(st: &AppState, req: PairDevice) -> ApiResult<Device> {
         name: name.to_owned(),
         public_key: signing::public_key_b64(&key),
         scopes: pairing.scopes.clone(),
-        created_at: now_ms(),
+        created_at: st.now_ms(),
         revoked_at: None,
     };
     match tx.insert_device(&device).await {
@@ -124,7 +125,7 @@ pub(crate) async fn pair(st: &AppState, req: PairDevice) -> ApiResult<Device> {
         }
         r => r?,
     }
-    pairing.used_at = Some(now_ms());
+    pairing.used_at = Some(st.now_ms());
     pairing.device_id = Some(device.id.clone());
     tx.update_pairing(&pairing).await?;
     tx.commit().await?;
@@ -174,7 +175,7 @@ pub(crate) async fn verify_envelope(
         )
     })?;
     let lookup = async {
-        let mut tx = st.store.read().await?;
+        let mut tx = Tx::read(st).await?;
         let device = tx.device(&env.signature.key_id).await?;
         let user = match &device {
             Some(d) => tx.user_by_id(&d.user_id).await?,
@@ -226,7 +227,7 @@ pub(crate) async fn verify_envelope(
             format!("{e}: the command was changed or not signed by this device"),
         ),
     })?;
-    let now = now_ms();
+    let now = st.now_ms();
     let issued = command.issued_at.timestamp_millis();
     let expires = command.expires_at.timestamp_millis();
     if issued > now + SKEW_MS {
@@ -341,7 +342,7 @@ pub(crate) async fn open_session(
         )
         .await;
     }
-    let mut tx = st.store.write().await?;
+    let mut tx = Tx::write(st).await?;
     if tx.command(&v.command.command_id).await?.is_some() {
         drop(tx);
         return refused(
@@ -355,11 +356,11 @@ pub(crate) async fn open_session(
         .await;
     }
     let token = new_secret(CallerKind::Device);
-    let expires_at = now_ms() + SESSION_MS;
+    let expires_at = st.now_ms() + SESSION_MS;
     tx.insert_device_session(&DeviceSessionRow {
         token_hash: secret_hash(&token),
         device_id: v.device.id.clone(),
-        created_at: now_ms(),
+        created_at: st.now_ms(),
         expires_at,
     })
     .await?;
@@ -378,7 +379,7 @@ pub(crate) async fn open_session(
         envelope: serde_json::to_value(env).unwrap_or_default(),
         status: CommandStatus::Applied,
         result: serde_json::to_value(&res).unwrap_or_default(),
-        created_at: now_ms(),
+        created_at: st.now_ms(),
     })
     .await?;
     tx.commit().await?;
@@ -413,7 +414,9 @@ pub async fn create_pairing(
         .map(|_| ALPHABET[rng.gen_range(0..ALPHABET.len())] as char)
         .collect();
     let code = format!("{}-{}", &raw[..4], &raw[4..]);
-    let now = now_ms();
+    // An admin act outside the server's rules: the system clock (the server checks expiry
+    // against its own).
+    let now = Clock::system().now_ms();
     let mut tx = store.write().await?;
     tx.insert_pairing(&PairingRow {
         code_hash: code_hash(&code),
@@ -455,7 +458,7 @@ pub async fn revoke_device(
         .await?
         .ok_or_else(|| crate::admin::AdminError::UnknownDevice(id.to_owned()))?;
     if d.revoked_at.is_none() {
-        d.revoked_at = Some(now_ms());
+        d.revoked_at = Some(Clock::system().now_ms());
         tx.update_device(&d).await?;
     }
     let user = tx

@@ -9,12 +9,12 @@ use waymark_store::*;
 use crate::auth::Caller;
 use crate::convert;
 use crate::domain::core::{
-    Made, audited, check_text, created, emit, field_digest, found, not_exact, refuse_terminal,
+    Made, Tx, audited, check_text, created, emit, field_digest, found, not_exact, refuse_terminal,
     task_for,
 };
 use crate::domain::fences::fenced_attempt;
 use crate::error::{ApiError, ApiResult};
-use crate::state::{AppState, now_ms};
+use crate::state::AppState;
 
 /// Declares an effect before it touches the world: the same key and body is the same effect;
 /// another body is `idempotency_mismatch`.
@@ -27,7 +27,7 @@ pub(crate) async fn declare_effect(
     check_text("idempotency_key", &req.idempotency_key, 256, true)?;
     check_text("kind", &req.kind, 128, true)?;
     audited(st, caller, "effect.declare", async {
-        let mut tx = st.store.write().await?;
+        let mut tx = Tx::write(st).await?;
         let task = task_for(&mut tx, caller, &task_id).await?;
         refuse_terminal(&task)?;
         fenced_attempt(&mut tx, &task, &req.attempt_id, req.fence).await?;
@@ -59,7 +59,7 @@ pub(crate) async fn declare_effect(
             )
             .on_task(&task.id));
         }
-        let now = now_ms();
+        let now = st.now_ms();
         let row = EffectRow {
             id: ids::effect(),
             task_id: task.id.clone(),
@@ -101,7 +101,7 @@ pub(crate) async fn update_effect(
     req: UpdateEffect,
 ) -> ApiResult<Written<Effect>> {
     audited(st, caller, "effect.update", async {
-        let mut tx = st.store.write().await?;
+        let mut tx = Tx::write(st).await?;
         let mut effect = tx
             .effect(&effect_id)
             .await?
@@ -152,7 +152,7 @@ pub(crate) async fn update_effect(
         }
         effect.attempt_id = req.attempt_id.clone();
         effect.fence = req.fence;
-        effect.updated_at = now_ms();
+        effect.updated_at = st.now_ms();
         tx.update_effect(&effect).await?;
         let wire = convert::effect(&effect)?;
         let cursor = emit(&mut tx, &task, EventKind::EffectUpdated, &wire).await?;

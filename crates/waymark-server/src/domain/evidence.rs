@@ -8,12 +8,12 @@ use waymark_store::*;
 use crate::auth::Caller;
 use crate::convert;
 use crate::domain::core::{
-    Made, audited, check_text, created, emit, emit_task, invalid, task_for, task_wire, to_value,
+    Made, Tx, audited, check_text, created, emit, emit_task, invalid, task_for, task_wire, to_value,
 };
 use crate::domain::decisions::open_decision;
 use crate::domain::fences::{fenced_attempt, optional_fence};
 use crate::error::{ApiError, ApiResult};
-use crate::state::{AppState, now_ms};
+use crate::state::AppState;
 
 /// Query of an artifact upload (the body is the raw content).
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
@@ -48,7 +48,7 @@ pub(crate) async fn upload_artifact(
     check_text("name", &q.name, 255, true)?;
     let sha = sha256_hex(bytes);
     audited(st, caller, "artifact.upload", async {
-        let mut tx = st.store.write().await?;
+        let mut tx = Tx::write(st).await?;
         let task = task_for(&mut tx, caller, &task_id).await?;
         optional_fence(&mut tx, &task, &q.attempt_id, q.fence).await?;
         tx.put_blob(&sha, bytes).await?;
@@ -60,7 +60,7 @@ pub(crate) async fn upload_artifact(
             media_type: media_type.clone(),
             size: bytes.len() as i64,
             step: q.step.clone(),
-            created_at: now_ms(),
+            created_at: st.now_ms(),
         };
         tx.insert_artifact(&row).await?;
         let wire = convert::artifact(&row);
@@ -88,10 +88,10 @@ pub(crate) async fn submit_test_receipt(
     let parsed = crate::junit::parse(&req.junit_xml)
         .map_err(|e| invalid(format!("`junit_xml` is not JUnit XML: {e}")))?;
     audited(st, caller, "test_receipt.submit", async {
-        let mut tx = st.store.write().await?;
+        let mut tx = Tx::write(st).await?;
         let task = task_for(&mut tx, caller, &task_id).await?;
         fenced_attempt(&mut tx, &task, &req.attempt_id, req.fence).await?;
-        let now = now_ms();
+        let now = st.now_ms();
         let sha = sha256_hex(req.junit_xml.as_bytes());
         tx.put_blob(&sha, req.junit_xml.as_bytes()).await?;
         let receipt_id = ids::receipt();
@@ -152,10 +152,10 @@ pub(crate) async fn append_messages(
         check_text("messages[].text", &m.text, 1 << 20, false)?;
     }
     audited(st, caller, "messages.append", async {
-        let mut tx = st.store.write().await?;
+        let mut tx = Tx::write(st).await?;
         let task = task_for(&mut tx, caller, &task_id).await?;
         optional_fence(&mut tx, &task, &req.attempt_id, req.fence).await?;
-        let now = now_ms();
+        let now = st.now_ms();
         let mut out = Vec::with_capacity(req.messages.len());
         for m in &req.messages {
             let mut row = MessageRow {
@@ -188,7 +188,7 @@ pub(crate) async fn report_usage(
         return Err(invalid("`cost_usd` must be a non-negative number"));
     }
     audited(st, caller, "usage.report", async {
-        let mut tx = st.store.write().await?;
+        let mut tx = Tx::write(st).await?;
         let mut task = task_for(&mut tx, caller, &task_id).await?;
         optional_fence(&mut tx, &task, &req.attempt_id, req.fence).await?;
         let mut usage: Usage = serde_json::from_value(task.usage.clone()).unwrap_or_default();
@@ -196,7 +196,7 @@ pub(crate) async fn report_usage(
         usage.cost_usd += req.cost_usd;
         usage.wall_seconds = usage.wall_seconds.saturating_add(req.wall_seconds);
         task.usage = to_value(&usage);
-        task.updated_at = now_ms();
+        task.updated_at = st.now_ms();
         tx.update_task(&task).await?;
         let mut cursor = emit_task(&mut tx, &task, EventKind::TaskUpdated).await?;
         let budget_decision = match crate::domain::budget::crossed(&mut tx, &task).await? {

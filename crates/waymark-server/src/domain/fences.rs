@@ -6,7 +6,6 @@ use waymark_store::*;
 
 use crate::domain::core::{Tx, invalid};
 use crate::error::{ApiError, ApiResult};
-use crate::state::now_ms;
 
 /// The fence check every write gateway makes: the attempt belongs to the task, carries the
 /// task's newest fence, is still active, and its lease has not run out.
@@ -80,7 +79,7 @@ pub(crate) async fn fenced_attempt(
         .attempt(attempt_id)
         .await?
         .ok_or_else(|| ApiError::not_found("attempt", attempt_id).on_task(&task.id))?;
-    check_fence(task, &attempt, fence, now_ms())?;
+    check_fence(task, &attempt, fence, tx.now)?;
     Ok(attempt)
 }
 

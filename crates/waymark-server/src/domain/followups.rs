@@ -11,7 +11,7 @@ use crate::auth::Caller;
 use crate::convert;
 use crate::domain::core::*;
 use crate::error::{ApiError, ApiResult};
-use crate::state::{AppState, now_ms};
+use crate::state::AppState;
 
 use crate::schedule::{self, Plan};
 
@@ -43,12 +43,12 @@ pub(crate) async fn create(
         return Err(invalid("`message` must be 1–20000 bytes"));
     }
     let tz = req.time_zone.clone().unwrap_or_else(|| "UTC".into());
-    let now = now_ms();
+    let now = st.now_ms();
     let plan = schedule::plan(&req.schedule, &tz, convert::dt(now)).map_err(invalid)?;
     let next = schedule::next_after(&plan, convert::dt(now))
         .ok_or_else(|| invalid("the schedule has no run in the future"))?;
     audited(st, caller, "followup.create", async {
-        let mut tx = st.store.write().await?;
+        let mut tx = Tx::write(st).await?;
         let task = task_for(&mut tx, caller, &task_id).await?;
         let row = FollowupRow {
             id: ids::followup(),
@@ -92,7 +92,7 @@ pub(crate) async fn get(
             "`next` is at most 1000",
         ));
     }
-    let mut tx = st.store.read().await?;
+    let mut tx = Tx::read(st).await?;
     let f = tx
         .followup(&id)
         .await?
@@ -103,8 +103,8 @@ pub(crate) async fn get(
     let next = if f.state == FollowupState::Active {
         let from = f
             .last_run_at
-            .map_or_else(|| convert::dt(now_ms()), convert::dt)
-            .max(convert::dt(now_ms()));
+            .map_or_else(|| convert::dt(st.now_ms()), convert::dt)
+            .max(convert::dt(st.now_ms()));
         schedule::upcoming(&plan_of(&f)?, from, n)
     } else {
         Vec::new()
@@ -118,12 +118,12 @@ pub(crate) async fn get(
 /// Runs every due follow-up once (by the catch-up rule). One replica at a time; each in its
 /// own transaction, where the run row makes a second delivery of a nominal time impossible.
 pub(crate) async fn tick(st: &AppState) -> ApiResult<usize> {
-    let now = now_ms();
-    let due = st.store.read().await?.due_followups(now).await?;
+    let now = st.now_ms();
+    let due = Tx::read(st).await?.due_followups(now).await?;
     if due.is_empty() {
         return Ok(0);
     }
-    let mut claim = st.store.read().await?;
+    let mut claim = Tx::read(st).await?;
     if !claim.try_claim("followups").await? {
         return Ok(0);
     }
@@ -138,7 +138,7 @@ pub(crate) async fn tick(st: &AppState) -> ApiResult<usize> {
 }
 
 pub(crate) async fn run_one(st: &AppState, id: &str, now: i64) -> ApiResult<bool> {
-    let mut tx = st.store.write().await?;
+    let mut tx = Tx::write(st).await?;
     let Some(task_id) = tx.followup(id).await?.map(|f| f.task_id) else {
         return Ok(false);
     };

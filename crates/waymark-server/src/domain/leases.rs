@@ -7,12 +7,12 @@ use waymark_store::*;
 use crate::auth::Caller;
 use crate::convert;
 use crate::domain::core::{
-    Made, audited, check_text, created, emit, emit_task, refuse_terminal, task_for, to_value,
+    Made, Tx, audited, check_text, created, emit, emit_task, refuse_terminal, task_for, to_value,
 };
 use crate::domain::decisions::close_decision;
 use crate::domain::fences::check_fence;
 use crate::error::{ApiError, ApiResult};
-use crate::state::{AppState, now_ms};
+use crate::state::AppState;
 
 /// The lease granted for a requested length, within the configured bounds.
 pub(crate) fn lease_ms(st: &AppState, requested: Option<u32>) -> i64 {
@@ -33,10 +33,10 @@ pub(crate) async fn start_attempt(
 ) -> ApiResult<Made<Attempt>> {
     check_text("worker", &req.worker, 128, true)?;
     audited(st, caller, "attempt.start", async {
-        let mut tx = st.store.write().await?;
+        let mut tx = Tx::write(st).await?;
         let mut task = task_for(&mut tx, caller, &task_id).await?;
         refuse_terminal(&task)?;
-        let now = now_ms();
+        let now = st.now_ms();
         let mut cursor = 0;
         let live = tx
             .list_attempts(&task.id)
@@ -126,13 +126,13 @@ pub(crate) async fn heartbeat(
     req: Heartbeat,
 ) -> ApiResult<HeartbeatReply> {
     audited(st, caller, "attempt.heartbeat", async {
-        let mut tx = st.store.write().await?;
+        let mut tx = Tx::write(st).await?;
         let mut attempt = tx
             .attempt(&attempt_id)
             .await?
             .ok_or_else(|| ApiError::not_found("attempt", &attempt_id))?;
         let task = task_for(&mut tx, caller, &attempt.task_id).await?;
-        if let Err(e) = check_fence(&task, &attempt, req.fence, now_ms()) {
+        if let Err(e) = check_fence(&task, &attempt, req.fence, st.now_ms()) {
             // A revoked worker still reports what it saw (e.g. the cancel that revoked it):
             // record the acknowledgements, then refuse the renewal.
             if attempt.fence == req.fence && !req.acknowledged.is_empty() {
@@ -147,7 +147,7 @@ pub(crate) async fn heartbeat(
             }
             return Err(e);
         }
-        attempt.expires_at = now_ms() + lease_ms(st, req.lease_seconds);
+        attempt.expires_at = st.now_ms() + lease_ms(st, req.lease_seconds);
         tx.update_attempt(&attempt).await?;
         let commands = crate::domain::controls::exchange_controls(
             &mut tx,
@@ -178,14 +178,14 @@ pub(crate) async fn finish(
         check_text("summary", s, 20_000, false)?;
     }
     audited(st, caller, "attempt.finish", async {
-        let mut tx = st.store.write().await?;
+        let mut tx = Tx::write(st).await?;
         let mut attempt = tx
             .attempt(&attempt_id)
             .await?
             .ok_or_else(|| ApiError::not_found("attempt", &attempt_id))?;
         let mut task = task_for(&mut tx, caller, &attempt.task_id).await?;
-        check_fence(&task, &attempt, req.fence, now_ms())?;
-        let now = now_ms();
+        check_fence(&task, &attempt, req.fence, st.now_ms())?;
+        let now = st.now_ms();
         attempt.state = AttemptState::Finished;
         attempt.ended_at = Some(now);
         attempt.outcome = Some(req.outcome);
@@ -207,7 +207,7 @@ pub(crate) async fn finish(
                         option: None,
                         text: Some(format!("the task ended {next}")),
                         by: "server".into(),
-                        at: chrono::Utc::now(),
+                        at: st.now(),
                     };
                     close_decision(&mut tx, &mut d, DecisionStatus::Void, outcome).await?;
                 }

@@ -7,9 +7,9 @@
 
 use crate::auth::{Caller, CallerKind};
 use crate::convert;
-use crate::domain::core::invalid;
+use crate::domain::core::{Tx, invalid};
 use crate::error::{ApiError, ApiResult};
-use crate::state::{AppState, now_ms};
+use crate::state::AppState;
 use std::time::Duration;
 use waymark_proto::signing::b64;
 use waymark_proto::*;
@@ -25,7 +25,7 @@ pub(crate) const BATCH: i64 = 50;
 /// The server's VAPID private key (raw P-256 scalar, base64url), created once and shared by
 /// every replica through the store.
 pub(crate) async fn vapid_private(st: &AppState) -> ApiResult<String> {
-    if let Some(k) = st.store.read().await?.server_secret(VAPID_SECRET).await? {
+    if let Some(k) = Tx::read(st).await?.server_secret(VAPID_SECRET).await? {
         return vapid_scalar(&k);
     }
     let (pair, _) = ece::generate_keypair_and_auth_secret().map_err(|e| {
@@ -38,7 +38,7 @@ pub(crate) async fn vapid_private(st: &AppState) -> ApiResult<String> {
         .raw_components()
         .map_err(|e| ApiError::new(ErrorCode::Internal, format!("exporting the VAPID key: {e}")))?;
     let key = vapid_scalar(&b64(raw.private_key()))?;
-    let mut tx = st.store.write().await?;
+    let mut tx = Tx::write(st).await?;
     match tx.insert_server_secret(VAPID_SECRET, &key).await {
         Ok(()) => {
             tx.commit().await?;
@@ -56,7 +56,7 @@ pub(crate) async fn vapid_private(st: &AppState) -> ApiResult<String> {
         Err(e) => return Err(e.into()),
     }
     drop(tx);
-    match st.store.read().await?.server_secret(VAPID_SECRET).await? {
+    match Tx::read(st).await?.server_secret(VAPID_SECRET).await? {
         Some(k) => vapid_scalar(&k),
         None => Err(ApiError::new(
             ErrorCode::Internal,
@@ -134,12 +134,12 @@ pub(crate) async fn register(
         }
         (PushKind::UnifiedPush, _) => (None, None),
     };
-    let mut tx = st.store.write().await?;
+    let mut tx = Tx::write(st).await?;
     let device = tx
         .device(&device_id)
         .await?
         .ok_or_else(|| ApiError::not_found("device", &device_id))?;
-    let now = now_ms();
+    let now = st.now_ms();
     let row = PushChannelRow {
         id: ids::push(),
         device_id: device.id.clone(),
@@ -209,7 +209,7 @@ pub(crate) fn worth_a_push(e: &EventRow) -> bool {
 
 /// Delivers what each channel has not had yet. One replica at a time.
 pub(crate) async fn tick(st: &AppState) -> ApiResult<usize> {
-    let now = now_ms();
+    let now = st.now_ms();
     let channels: Vec<PushChannelRow> = st
         .store
         .read()
@@ -222,7 +222,7 @@ pub(crate) async fn tick(st: &AppState) -> ApiResult<usize> {
     if channels.is_empty() {
         return Ok(0);
     }
-    let mut claim = st.store.read().await?;
+    let mut claim = Tx::read(st).await?;
     if !claim.try_claim("push").await? {
         return Ok(0);
     }
@@ -236,7 +236,7 @@ pub(crate) async fn tick(st: &AppState) -> ApiResult<usize> {
 
 pub(crate) async fn deliver(st: &AppState, mut c: PushChannelRow) -> ApiResult<usize> {
     let events = {
-        let mut tx = st.store.read().await?;
+        let mut tx = Tx::read(st).await?;
         if c.cursor < tx.pruned_through().await? {
             c.cursor = tx.pruned_through().await?;
         }
@@ -252,7 +252,7 @@ pub(crate) async fn deliver(st: &AppState, mut c: PushChannelRow) -> ApiResult<u
                 cursor: e.cursor,
             };
             c.attempts += 1;
-            c.last_attempt_at = Some(now_ms());
+            c.last_attempt_at = Some(st.now_ms());
             match send(st, &c, &payload).await {
                 Ok(()) => {
                     c.delivered += 1;
@@ -262,7 +262,7 @@ pub(crate) async fn deliver(st: &AppState, mut c: PushChannelRow) -> ApiResult<u
                 Err(Failure::Gone(why)) => {
                     c.failures += 1;
                     c.last_error = Some(why);
-                    c.revoked_at = Some(now_ms());
+                    c.revoked_at = Some(st.now_ms());
                     break;
                 }
                 Err(Failure::Retry(why)) => {
@@ -272,14 +272,14 @@ pub(crate) async fn deliver(st: &AppState, mut c: PushChannelRow) -> ApiResult<u
                     let base = st.config.push_retry_base.as_millis() as i64;
                     let backoff =
                         base.saturating_mul(1 << (c.consecutive_failures - 1).clamp(0, 16));
-                    c.next_attempt_at = now_ms() + backoff.min(15 * 60 * 1000);
+                    c.next_attempt_at = st.now_ms() + backoff.min(15 * 60 * 1000);
                     break;
                 }
             }
         }
         c.cursor = e.cursor;
     }
-    let mut tx = st.store.write().await?;
+    let mut tx = Tx::write(st).await?;
     tx.update_push_channel(&c).await?;
     tx.commit().await?;
     Ok(sent)

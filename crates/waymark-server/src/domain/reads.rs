@@ -7,12 +7,12 @@ use waymark_proto::*;
 use crate::auth::Caller;
 use crate::convert;
 use crate::domain::checkpoints::verify_chain;
-use crate::domain::core::{task_for, task_wire};
+use crate::domain::core::{Tx, task_for, task_wire};
 use crate::error::{ApiError, ApiResult};
 use crate::state::AppState;
 
 pub(crate) async fn snapshot(st: &AppState, caller: &Caller) -> ApiResult<Snapshot> {
-    let mut tx = st.store.read().await?;
+    let mut tx = Tx::read(st).await?;
     let cursor = tx.max_cursor().await?;
     let mut tasks = Vec::new();
     for row in tx.list_tasks(caller.owner_filter()).await? {
@@ -33,7 +33,7 @@ pub(crate) async fn task_detail(
     caller: &Caller,
     task_id: String,
 ) -> ApiResult<TaskDetail> {
-    let mut tx = st.store.read().await?;
+    let mut tx = Tx::read(st).await?;
     let cursor = tx.max_cursor().await?;
     let row = task_for(&mut tx, caller, &task_id).await?;
     let task = task_wire(&mut tx, &row).await?;
@@ -110,7 +110,7 @@ pub(crate) async fn audit(
     task: Option<&str>,
     limit: i64,
 ) -> ApiResult<Vec<AuditEntry>> {
-    let rows = st.store.read().await?.list_audit(task, limit).await?;
+    let rows = Tx::read(st).await?.list_audit(task, limit).await?;
     Ok(rows
         .into_iter()
         .map(|a| AuditEntry {

@@ -14,7 +14,7 @@ use crate::domain::core::*;
 use crate::domain::decisions::open_decision;
 use crate::domain::fences::fenced_attempt;
 use crate::error::{ApiError, ApiResult};
-use crate::state::{AppState, now_ms};
+use crate::state::AppState;
 
 /// How long a recovery decision waits for a person.
 pub(crate) const RECOVERY_EXPIRY_MS: i64 = 7 * 24 * 3600 * 1000;
@@ -22,18 +22,18 @@ pub(crate) const RECOVERY_EXPIRY_MS: i64 = 7 * 24 * 3600 * 1000;
 /// Moves tasks whose worker's lease ran out to `recovery_candidate`. One replica sweeps at a
 /// time; each task changes in its own transaction under its lock, re-checked there.
 pub(crate) async fn sweep_leases(st: &AppState) -> ApiResult<usize> {
-    let now = now_ms();
-    let expired = st.store.read().await?.expired_leases(now).await?;
+    let now = st.now_ms();
+    let expired = Tx::read(st).await?.expired_leases(now).await?;
     if expired.is_empty() {
         return Ok(0);
     }
-    let mut claim = st.store.read().await?;
+    let mut claim = Tx::read(st).await?;
     if !claim.try_claim("sweep-leases").await? {
         return Ok(0);
     }
     let mut n = 0;
     for a in expired {
-        let mut tx = st.store.write().await?;
+        let mut tx = Tx::write(st).await?;
         let Some(mut task) = tx.task(&a.task_id).await? else {
             continue;
         };
@@ -53,7 +53,7 @@ pub(crate) async fn sweep_leases(st: &AppState) -> ApiResult<usize> {
             continue;
         }
         task.state = TaskState::RecoveryCandidate;
-        task.updated_at = now_ms();
+        task.updated_at = st.now_ms();
         tx.update_task(&task).await?;
         emit_task(&mut tx, &task, EventKind::TaskUpdated).await?;
         tx.commit().await?;
@@ -141,7 +141,7 @@ pub(crate) async fn admission(
             "the materials changed: the checkpoint was written at {was}, the worker has {now}"
         ));
     }
-    let now = now_ms();
+    let now = tx.now;
     // A pending step written under an older plan revision was superseded by a replan: the
     // worker follows the new plan, so that step's approval is no reason to stop.
     let current_plan = last
@@ -265,8 +265,8 @@ pub(crate) async fn refuse_admission(
                 effect_id: None,
                 plan_revision: task.plan_revision,
                 risky: false,
-                expires_at: now_ms() + RECOVERY_EXPIRY_MS,
-                created_at: now_ms(),
+                expires_at: tx.now + RECOVERY_EXPIRY_MS,
+                created_at: tx.now,
                 outcome: None,
                 durability: None,
                 delivery: None,
@@ -281,7 +281,7 @@ pub(crate) async fn refuse_admission(
     };
     let mut t = tx.task(&task.id).await?.unwrap_or(task);
     t.state = TaskState::NeedsHuman;
-    t.updated_at = now_ms();
+    t.updated_at = tx.now;
     tx.update_task(&t).await?;
     emit_task(tx, &t, EventKind::TaskUpdated).await?;
     Ok(ApiError::new(
@@ -306,7 +306,7 @@ pub(crate) async fn reconcile(
         return Err(invalid("send between 1 and 1000 reports"));
     }
     audited(st, caller, "effects.reconcile", async {
-        let mut tx = st.store.write().await?;
+        let mut tx = Tx::write(st).await?;
         let task = task_for(&mut tx, caller, &task_id).await?;
         fenced_attempt(&mut tx, &task, &req.attempt_id, req.fence).await?;
         let mut actions = Vec::with_capacity(req.reports.len());
@@ -379,7 +379,7 @@ pub(crate) async fn reconcile(
             }
             e.attempt_id = req.attempt_id.clone();
             e.fence = req.fence;
-            e.updated_at = now_ms();
+            e.updated_at = st.now_ms();
             tx.update_effect(&e).await?;
             let current = tx.task(&task.id).await?.unwrap_or_else(|| task.clone());
             emit(
@@ -450,8 +450,8 @@ pub(crate) async fn freeze(tx: &mut Tx, e: &EffectRow, detail: Option<&str>) -> 
         effect_id: Some(e.id.clone()),
         plan_revision: task.plan_revision,
         risky: true,
-        expires_at: now_ms() + RECOVERY_EXPIRY_MS,
-        created_at: now_ms(),
+        expires_at: tx.now + RECOVERY_EXPIRY_MS,
+        created_at: tx.now,
         outcome: None,
         durability: None,
         delivery: None,
@@ -467,7 +467,7 @@ pub(crate) async fn compensation_task(
     parent: &TaskRow,
     e: &EffectRow,
 ) -> ApiResult<String> {
-    let now = now_ms();
+    let now = tx.now;
     let id = ids::task();
     let session_id = ids::session();
     let row = TaskRow {
@@ -566,7 +566,7 @@ pub(crate) async fn released(
         ));
     }
     audited(st, caller, "attempt.released", async {
-        let mut tx = st.store.write().await?;
+        let mut tx = Tx::write(st).await?;
         let mut a = tx
             .attempt(&attempt_id)
             .await?

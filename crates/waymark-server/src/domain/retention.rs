@@ -3,6 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::domain::core::Tx;
 use crate::error::ApiResult;
 use crate::state::AppState;
 
@@ -17,7 +18,7 @@ pub(crate) struct Pruned {
 
 /// Applies the retention bound: keeps the newest `event_retention` events.
 pub(crate) async fn prune(st: &AppState) -> ApiResult<Pruned> {
-    let mut tx = st.store.write().await?;
+    let mut tx = Tx::write(st).await?;
     if !tx.try_claim("prune-events").await? {
         return Ok(Pruned {
             deleted: 0,

@@ -8,7 +8,7 @@ use crate::domain::core::{
     Made, Tx, check_text, created, emit, found, invalid, task_wire, to_value,
 };
 use crate::error::ApiResult;
-use crate::state::{AppState, now_ms};
+use crate::state::AppState;
 
 pub(crate) fn validate_plan(plan: &[PlanStep]) -> ApiResult<()> {
     let mut seen = std::collections::HashSet::new();
@@ -75,7 +75,7 @@ pub(crate) async fn existing_task(
     if runtime.is_none() || key.is_none() {
         return Ok(None);
     }
-    let mut tx = st.store.read().await?;
+    let mut tx = Tx::read(st).await?;
     existing_task_in(&mut tx, caller, runtime, key).await
 }
 
@@ -122,7 +122,7 @@ pub(crate) async fn create_task(
     if let Some(found) = existing_task(st, caller, &req.runtime, &req.external_key).await? {
         return Ok(found);
     }
-    let now = now_ms();
+    let now = st.now_ms();
     let task_id = ids::task();
     let session_id = ids::session();
     let row = TaskRow {
@@ -145,7 +145,7 @@ pub(crate) async fn create_task(
         parent_id: None,
         external_key: req.external_key,
     };
-    let mut tx = st.store.write().await?;
+    let mut tx = Tx::write(st).await?;
     if let Err(e) = tx.insert_task(&row).await {
         // Another request created the same runtime key in the meantime: that task is the one.
         // It may sit in the same group commit, not yet visible to readers (SQLite): this write

@@ -108,7 +108,8 @@ async fn an_interval_runs_into_the_session_and_a_long_outage_runs_once_then_neve
     let task = h.create_task(&h.alice).await;
     let f = followup(&h, &task, json!({"schedule": {"every": "PT1S"}, "catch_up": "run_once", "message": "poll the canary"})).await;
     let id = f["id"].as_str().unwrap().to_owned();
-    tokio::time::sleep(Duration::from_millis(2400)).await;
+    h.advance(Duration::from_millis(1200)).await;
+    h.advance(Duration::from_millis(1200)).await;
     let before = plan(&h, &id, 1).await["followup"].clone();
     assert!(before["runs"].as_i64().unwrap() >= 2, "{before}");
     assert_eq!(
@@ -118,7 +119,6 @@ async fn an_interval_runs_into_the_session_and_a_long_outage_runs_once_then_neve
 
     // Down for three and a half periods.
     h.restart_after(Duration::from_millis(3500)).await;
-    tokio::time::sleep(Duration::from_millis(600)).await;
     let after = plan(&h, &id, 1).await["followup"].clone();
     let missed = after["missed"].as_i64().unwrap() - before["missed"].as_i64().unwrap();
     assert!((2..=4).contains(&missed), "missed {missed}: {after}");
@@ -158,10 +158,9 @@ async fn with_catch_up_skip_missed_periods_are_counted_not_run() {
     )
     .await;
     let id = f["id"].as_str().unwrap().to_owned();
-    tokio::time::sleep(Duration::from_millis(1300)).await;
+    h.advance(Duration::from_millis(1300)).await;
     let before = plan(&h, &id, 1).await["followup"].clone();
     h.restart_after(Duration::from_millis(3500)).await;
-    tokio::time::sleep(Duration::from_millis(300)).await;
     let after = plan(&h, &id, 1).await["followup"].clone();
     assert!(
         after["missed"].as_i64().unwrap() - before["missed"].as_i64().unwrap() >= 2,

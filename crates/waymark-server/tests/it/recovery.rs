@@ -8,16 +8,6 @@ use serde_json::{Value, json};
 
 use crate::support::{Harness, assert_problem};
 
-async fn wait_state(h: &Harness, task: &str, want: &str) {
-    for _ in 0..100 {
-        if h.detail(task).await["task"]["state"] == want {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    panic!("task never became {want}: {}", h.detail(task).await["task"]);
-}
-
 async fn checkpoint_with(h: &Harness, task: &str, att: &str, fence: i64, seq: i64, body: Value) {
     let (s, v) = h
         .post(
@@ -40,14 +30,21 @@ async fn an_expired_lease_makes_the_task_a_recovery_candidate() {
     let task = h.create_task(&h.alice).await;
     let (_att, _) = h.attempt(&h.alice, &task, 1).await;
     assert_eq!(h.detail(&task).await["task"]["state"], "running");
-    wait_state(&h, &task, "recovery_candidate").await;
+    h.advance(Duration::from_millis(900)).await;
+    assert_eq!(
+        h.detail(&task).await["task"]["state"],
+        "running",
+        "the lease is live"
+    );
+    h.advance(Duration::from_millis(200)).await;
+    assert_eq!(h.detail(&task).await["task"]["state"], "recovery_candidate");
     // A paused task is left alone.
     let other = h.create_task(&h.alice).await;
     h.attempt(&h.alice, &other, 1).await;
     let d = h.pair_device("alice", &["view", "steer"]).await;
     h.submit(&d.sign(&d.command(&other, None, waymark_proto::Operation::Pause, json!({}))))
         .await;
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    h.advance(Duration::from_millis(1500)).await;
     assert_eq!(h.detail(&other).await["task"]["state"], "paused");
 }
 
@@ -59,7 +56,7 @@ async fn a_resume_with_changed_materials_or_manifest_needs_a_person_who_may_resu
     assert_eq!(s, StatusCode::CREATED, "{a}");
     let att = a["id"].as_str().unwrap();
     checkpoint_with(&h, &task, att, 1, 1, json!({"reason": "step_completed", "manifest_digest": "sha256:m1", "materials": {"repo": "demo", "commit": "abc123"}})).await;
-    tokio::time::sleep(Duration::from_millis(1200)).await;
+    h.advance(Duration::from_millis(1200)).await;
 
     let (s, v) = start(&h, &task, json!({"worker": "w2", "manifest_digest": "sha256:m2", "materials": {"repo": "demo", "commit": "fff999"}})).await;
     assert_problem(s, &v, 409, "admission_failed");
@@ -170,7 +167,7 @@ async fn a_spent_budget_a_broken_chain_and_a_void_approval_each_stop_a_resume() 
         &task,
     )
     .await;
-    tokio::time::sleep(Duration::from_millis(1200)).await;
+    h.advance(Duration::from_millis(1200)).await;
     let (s, v) = start(&h, &task, json!({"worker": "w2"})).await;
     assert_problem(s, &v, 409, "admission_failed");
     let reasons: Vec<String> = v["context"]["reasons"]
@@ -234,7 +231,7 @@ async fn reconciliation_applies_what_each_provider_says() {
         effects.push(id);
     }
     // The worker dies mid-effects; a new one resumes and asks each provider.
-    tokio::time::sleep(Duration::from_millis(1200)).await;
+    h.advance(Duration::from_millis(1200)).await;
     let (new, f2) = h.attempt(&h.alice, &task, 60).await;
     let reports = json!([
         {"effect_id": effects[0], "provider_status": "not_started"},

@@ -11,12 +11,14 @@ use futures::StreamExt;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 use waymark_proto::Operation;
-use waymark_server::{Config, DataDir, Running};
+use waymark_server::{Clock, Config, DataDir, Running};
 
 use crate::support::{TestDevice, test_config};
 
 struct Replicas {
     _dirs: Vec<tempfile::TempDir>,
+    /// One clock for every replica, as one machine's would be.
+    clock: Clock,
     nodes: Vec<Option<Running>>,
     worker: String,
     http: reqwest::Client,
@@ -27,12 +29,14 @@ impl Replicas {
         let url = waymark_store_postgres::testing::fresh_database().await;
         let mut dirs = Vec::new();
         let mut nodes = Vec::new();
+        let clock = Clock::driven();
         for _ in 0..n {
             let dir = tempfile::tempdir().unwrap();
             let data = DataDir::new(dir.path());
             let store = data.open_store(Some(&url)).await.unwrap();
             let cfg = Config {
                 tick: Duration::from_millis(100),
+                clock: clock.clone(),
                 ..test_config()
             };
             nodes.push(Some(
@@ -52,10 +56,24 @@ impl Replicas {
                 .unwrap();
         Replicas {
             _dirs: dirs,
+            clock,
             nodes,
             worker,
             http: reqwest::Client::new(),
         }
+    }
+
+    /// Moves the shared clock forward, then runs every running replica's background work
+    /// at the same time, so they race for what fell due.
+    async fn advance(&self, by: Duration) {
+        self.clock.advance(by).unwrap();
+        futures::future::join_all(
+            self.nodes
+                .iter()
+                .flatten()
+                .map(|n| async { n.advance(Duration::ZERO).await.unwrap() }),
+        )
+        .await;
     }
 
     fn node(&self, i: usize) -> &Running {
@@ -333,7 +351,7 @@ async fn a_decision_due_while_both_replicas_run_expires_once() {
         assert_eq!(s, StatusCode::CREATED, "{d}");
         ids.push(d["id"].as_str().unwrap().to_owned());
     }
-    tokio::time::sleep(Duration::from_millis(2500)).await;
+    r.advance(Duration::from_millis(1500)).await;
     let store = r.node(0).state.store.clone();
     let events = store
         .read()
@@ -363,7 +381,9 @@ async fn a_follow_up_due_while_both_replicas_run_fires_once_per_period() {
         )
         .await;
     assert_eq!(s, StatusCode::CREATED, "{f}");
-    tokio::time::sleep(Duration::from_millis(3600)).await;
+    for _ in 0..3 {
+        r.advance(Duration::from_millis(1200)).await;
+    }
     let store = r.node(0).state.store.clone();
     let events = store
         .read()

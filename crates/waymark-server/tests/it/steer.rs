@@ -55,10 +55,10 @@ async fn a_pairing_code_is_single_use_and_expires_with_a_hint() {
         .await;
     assert_problem(s, &v, 409, "pairing_code_used");
 
-    let (code, _) = waymark_server::steer::create_pairing(&*store, "alice", &scopes, 1)
+    let (code, _) = waymark_server::steer::create_pairing(&*store, "alice", &scopes, 1000)
         .await
         .unwrap();
-    tokio::time::sleep(Duration::from_millis(20)).await;
+    h.advance(Duration::from_millis(1001)).await;
     let (s, v) = h
         .post(
             "",

@@ -2,7 +2,7 @@ use std::time::Duration;
 
 use reqwest::StatusCode;
 use serde_json::{Value, json};
-use waymark_server::{Config, DataDir, Running};
+use waymark_server::{Clock, Config, DataDir, Running};
 
 pub struct Harness {
     pub dir: tempfile::TempDir,
@@ -17,9 +17,11 @@ pub struct Harness {
     pub bob: String,
 }
 
+/// A driven clock: tests move time with `Harness::advance` instead of sleeping.
 pub fn test_config() -> Config {
     Config {
         tick: Duration::from_millis(100),
+        clock: Clock::driven(),
         ..Config::default()
     }
 }
@@ -67,6 +69,15 @@ impl Harness {
             alice,
             bob,
         }
+    }
+
+    /// Moves the server's clock forward and runs its background work (lease sweep,
+    /// follow-ups, pushes, decision defaults) once on the new time.
+    pub async fn advance(&self, by: Duration) {
+        self.server
+            .advance(by)
+            .await
+            .expect("the harness runs on a driven clock");
     }
 
     pub fn url(&self, path: &str) -> String {
@@ -175,7 +186,8 @@ impl Harness {
 
 impl Harness {
     /// Stops the server (as a crash would, between requests) and starts it again on the same
-    /// address and database after `down`.
+    /// address and database `down` later on its clock; the restarted server has run its
+    /// background work once when this returns.
     pub async fn restart_after(&mut self, down: Duration) {
         let addr = self.server.addr;
         let config = (*self.server.state.config).clone();
@@ -193,7 +205,10 @@ impl Harness {
         };
         let old = std::mem::replace(&mut self.server, placeholder);
         old.shutdown().await.unwrap();
-        tokio::time::sleep(down).await;
+        config
+            .clock
+            .advance(down)
+            .expect("the harness runs on a driven clock");
         let store = data.open_store(self.database_url.as_deref()).await.unwrap();
         let mut tries = 0;
         let fresh = loop {
@@ -209,6 +224,7 @@ impl Harness {
         };
         let placeholder = std::mem::replace(&mut self.server, fresh);
         placeholder.shutdown().await.unwrap();
+        self.advance(Duration::ZERO).await;
     }
 
     /// Runs SQL behind the server's back, on whichever backend it uses.

@@ -23,7 +23,7 @@ async fn a_live_lease_is_exclusive_and_an_expired_one_is_taken_over_with_a_highe
     assert_problem(s, &v, 409, "lease_held");
     assert_eq!(v["context"]["attempt_id"], old.as_str());
 
-    tokio::time::sleep(Duration::from_millis(1200)).await;
+    h.advance(Duration::from_millis(1200)).await;
     let (new, f2) = h.attempt(&h.alice, &task, 30).await;
     assert_eq!(f2, 2, "takeover gets fence + 1");
 
@@ -52,7 +52,7 @@ async fn every_fenced_write_of_a_stale_attempt_is_refused_and_audited() {
     assert_eq!(s, StatusCode::CREATED, "{eff}");
     let effect_id = eff["effect"]["id"].as_str().unwrap().to_owned();
 
-    tokio::time::sleep(Duration::from_millis(1200)).await;
+    h.advance(Duration::from_millis(1200)).await;
     // Even before anyone takes over, an expired lease writes nothing.
     let (s, v) = h.checkpoint(&h.alice, &task, &old, f1, 2).await;
     assert_problem(s, &v, 409, "lease_expired");
@@ -222,8 +222,8 @@ async fn effects_are_idempotent_by_key_and_move_only_along_legal_transitions() {
         .await;
     assert_eq!(s, StatusCode::OK, "{v}");
 
-    // The server never resolves `unknown` on its own, whatever time passes.
-    tokio::time::sleep(Duration::from_millis(400)).await;
+    // The server never resolves `unknown` on its own, whatever time passes (within the lease).
+    h.advance(Duration::from_secs(50)).await;
     assert_eq!(h.detail(&task).await["effects"][0]["status"], "unknown");
 
     let (s, v) = h
@@ -389,12 +389,11 @@ async fn an_unanswered_decision_takes_its_stated_default_on_expiry() {
     assert_eq!(s, StatusCode::CREATED, "{d}");
     assert_eq!(h.detail(&task).await["task"]["state"], "waiting_human");
     let id = d["id"].as_str().unwrap();
-    let (s, v) = h
-        .get(
-            &h.alice,
-            &format!("/v1/tasks/{task}/decisions/{id}?wait=10s"),
-        )
-        .await;
+    let path = format!("/v1/tasks/{task}/decisions/{id}");
+    h.advance(Duration::from_millis(900)).await;
+    assert_eq!(h.get(&h.alice, &path).await.1["status"], "pending");
+    h.advance(Duration::from_millis(200)).await;
+    let (s, v) = h.get(&h.alice, &path).await;
     assert_eq!(s, StatusCode::OK);
     assert_eq!(v["status"], "expired", "{v}");
     assert_eq!(v["outcome"]["option"], "deliver_patch");

@@ -98,7 +98,7 @@ async fn a_lost_lease_fires_the_cancellation_token_and_later_writes_fail_typed()
         .await
         .unwrap();
     run.stop_heartbeat();
-    tokio::time::sleep(Duration::from_millis(1300)).await;
+    w.server.advance(Duration::from_millis(1300)).await.unwrap();
     let err = run.checkpoint(body("late")).await.unwrap_err();
     assert!(matches!(err, Error::LeaseLost { .. }), "{err}");
     assert!(run.cancelled().is_cancelled());

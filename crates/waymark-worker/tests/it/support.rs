@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 use waymark_proto::{CreateTask, PlanStep, TaskDetail};
-use waymark_server::{Config, DataDir, Running};
+use waymark_server::{Clock, Config, DataDir, Running};
 use waymark_worker::Client;
 use waymark_worker::demo::{
     AutoApprove, BudgetChoice, BudgetPlan, DemoConfig, Progress, Reporter, Scenario,
@@ -37,6 +37,7 @@ impl World {
             "127.0.0.1:0".parse().unwrap(),
             Config {
                 tick: Duration::from_millis(100),
+                clock: Clock::driven(),
                 ..Config::default()
             },
         )
