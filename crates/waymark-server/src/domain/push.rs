@@ -269,10 +269,8 @@ pub(crate) async fn deliver(st: &AppState, mut c: PushChannelRow) -> ApiResult<u
                     c.failures += 1;
                     c.consecutive_failures += 1;
                     c.last_error = Some(why);
-                    let base = st.config.push_retry_base.as_millis() as i64;
-                    let backoff =
-                        base.saturating_mul(1 << (c.consecutive_failures - 1).clamp(0, 16));
-                    c.next_attempt_at = st.now_ms() + backoff.min(15 * 60 * 1000);
+                    let wait = retry_delay(st.config.push_retry_base, c.consecutive_failures);
+                    c.next_attempt_at = st.now_ms() + wait.as_millis() as i64;
                     break;
                 }
             }
@@ -283,6 +281,21 @@ pub(crate) async fn deliver(st: &AppState, mut c: PushChannelRow) -> ApiResult<u
     tx.update_push_channel(&c).await?;
     tx.commit().await?;
     Ok(sent)
+}
+
+/// The wait before the next try after `failures` consecutive failures: from `base`, doubling,
+/// at most 15 minutes (backon's exponential schedule; the count is stored, so the schedule is
+/// replayed to it).
+fn retry_delay(base: Duration, failures: i64) -> Duration {
+    use backon::BackoffBuilder;
+    const MAX: Duration = Duration::from_secs(15 * 60);
+    backon::ExponentialBuilder::default()
+        .with_min_delay(base)
+        .with_max_delay(MAX)
+        .without_max_times()
+        .build()
+        .nth(usize::try_from(failures.saturating_sub(1)).unwrap_or(0))
+        .unwrap_or(MAX)
 }
 
 enum Failure {
@@ -399,5 +412,18 @@ mod tests {
         assert!(vapid_scalar(&b64(&[1u8; 33])).is_err());
         assert!(vapid_scalar("").is_err());
         assert!(vapid_scalar("not base64!").is_err());
+    }
+
+    #[test]
+    fn a_failing_channel_waits_twice_as_long_each_time_up_to_a_quarter_hour() {
+        let base = Duration::from_secs(2);
+        let waits: Vec<u64> = (1..=4).map(|n| retry_delay(base, n).as_secs()).collect();
+        assert_eq!(waits, [2, 4, 8, 16]);
+        assert_eq!(retry_delay(base, 40), Duration::from_secs(15 * 60));
+        assert_eq!(
+            retry_delay(base, 0),
+            base,
+            "no failure yet counts as the first"
+        );
     }
 }
