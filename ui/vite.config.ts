@@ -1,10 +1,13 @@
-// Vite builds ui/dist, which the Tauri shell embeds (src-tauri/tauri.conf.json `frontendDist`).
+// Vite builds ui/dist, which the Tauri shell embeds (src-tauri/tauri.conf.json `frontendDist`)
+// and the control plane serves at `/app/` (the web companion): asset URLs are relative (`base`)
+// so the one bundle works at either root.
 // Vitest runs the component tests in jsdom.
 import { defineConfig } from "vitest/config";
 import react from "@vitejs/plugin-react";
 
 export default defineConfig({
   plugins: [react()],
+  base: "./",
   clearScreen: false,
   server: { port: 1420, strictPort: true },
   build: { target: "es2022", outDir: "dist", emptyOutDir: true, chunkSizeWarningLimit: 1500 },

@@ -26,6 +26,7 @@ mod state;
 pub mod steer;
 mod tail;
 pub mod tls;
+mod webapp;
 mod worker;
 
 use std::net::SocketAddr;
@@ -50,6 +51,9 @@ pub fn app(state: AppState) -> Router {
         .route("/healthz", get(reads::healthz))
         .route("/metrics", get(metrics::render))
         .route("/v1/openapi.json", get(openapi::serve))
+        .route("/app", get(webapp::redirect))
+        .route("/app/", get(webapp::index))
+        .route("/app/{*path}", get(webapp::asset))
         .route("/v1/tasks", post(worker::create_task))
         .route("/v1/tasks/{task}", get(reads::task_detail))
         .route("/v1/tasks/{task}/attempts", post(worker::start_attempt))

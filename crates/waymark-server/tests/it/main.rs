@@ -18,4 +18,5 @@ mod replicas;
 mod runtime_approvals;
 mod steer;
 mod tls;
+mod webapp;
 mod worker_api;
