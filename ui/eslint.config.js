@@ -17,4 +17,10 @@ export default tseslint.config(
       "react-hooks/exhaustive-deps": "error",
     },
   },
+  {
+    // The web companion's service worker: plain JavaScript, served as it is.
+    extends: [js.configs.recommended],
+    files: ["public/sw.js"],
+    languageOptions: { ecmaVersion: 2022, sourceType: "script", globals: globals.serviceworker },
+  },
 );
