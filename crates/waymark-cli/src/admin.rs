@@ -151,12 +151,14 @@ pub(crate) async fn run(args: AdminArgs, json: bool) -> CliResult {
             // A pin means something only over TLS.
             let fingerprint = fingerprint.filter(|_| server.starts_with("https://"));
             let link = pairing_link(&server, &code, fingerprint.as_deref());
+            let web = web_link(&server, &code);
             let expires = rfc3339(expires);
             emit(
                 json,
-                &serde_json::json!({"code": code, "link": link, "server": server, "fingerprint": fingerprint, "user": user, "scopes": scopes, "expires_at": expires}),
+                &serde_json::json!({"code": code, "link": link, "web_link": web, "server": server, "fingerprint": fingerprint, "user": user, "scopes": scopes, "expires_at": expires}),
                 || {
-                    let qr = qrcode::QrCode::new(link.as_bytes())
+                    // A phone's camera opens web addresses: the QR code is the web companion's.
+                    let qr = qrcode::QrCode::new(web.as_bytes())
                         .map(|q| {
                             q.render::<qrcode::render::unicode::Dense1x2>()
                                 .quiet_zone(true)
@@ -167,8 +169,17 @@ pub(crate) async fn run(args: AdminArgs, json: bool) -> CliResult {
                         .as_deref()
                         .map(|fp| format!("\n  pins:    {fp} (the server's TLS certificate)"))
                         .unwrap_or_default();
+                    // A browser trusts only certificates a public CA (or the phone) vouches for,
+                    // and makes device keys only on https:// or localhost.
+                    let phone = if fingerprint.is_some() {
+                        "\n  phone:   the browser will not trust this server's own certificate; put a reverse proxy or tunnel with a public certificate in front (docs/phone.md)"
+                    } else if !server.starts_with("https://") && !is_loopback(&server) {
+                        "\n  phone:   a phone's browser pairs only over https:// (docs/phone.md)"
+                    } else {
+                        ""
+                    };
                     format!(
-                        "{qr}\npairing code for `{user}` ({}): {code}\n  link:    {link}{pins}\n  expires: {expires} (single use)\n\non the device: waymark pair '{link}'",
+                        "{qr}\npairing code for `{user}` ({}): {code}\n  link:    {link}{pins}\n  phone:   {web}{phone}\n  expires: {expires} (single use)\n\non a computer: waymark pair '{link}' · on a phone: scan the code above",
                         scopes.join(",")
                     )
                 },
@@ -235,6 +246,20 @@ pub(crate) async fn run(args: AdminArgs, json: bool) -> CliResult {
 
 /// `waymark://pair?server=…&code=…`, with `&fp=sha256:<hex>` when the server's certificate is
 /// pinned.
+/// The web companion's pairing page on `server` (`/app/`, the code in the fragment, so it is
+/// never sent to the server in a request line or logged).
+fn web_link(server: &str, code: &str) -> String {
+    format!("{}/app/#/pair?code={code}", server.trim_end_matches('/'))
+}
+
+fn is_loopback(server: &str) -> bool {
+    url::Url::parse(server).is_ok_and(|u| {
+        matches!(u.host(), Some(url::Host::Domain("localhost")))
+            || matches!(u.host(), Some(url::Host::Ipv4(ip)) if ip.is_loopback())
+            || matches!(u.host(), Some(url::Host::Ipv6(ip)) if ip.is_loopback())
+    })
+}
+
 fn pairing_link(server: &str, code: &str, fingerprint: Option<&str>) -> String {
     let enc = |s: &str| -> String {
         s.bytes()

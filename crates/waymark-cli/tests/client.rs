@@ -145,10 +145,16 @@ fn pair_sync_and_approve_with_the_key_in_a_real_secret_service() {
     let token = alice_and_her_agent(&data);
     let s = serve(&data);
     let (task, approval) = agent_waits_for_approval(&s.1, &token);
-    let link = admin(&data, &["pair", "--user", "alice"])["link"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let pairing = admin(&data, &["pair", "--user", "alice"]);
+    let link = pairing["link"].as_str().unwrap().to_owned();
+    // The phone's way in: the web companion's pairing page, the code in the fragment.
+    let code = pairing["code"].as_str().unwrap();
+    let web = pairing["web_link"].as_str().unwrap();
+    assert!(web.ends_with(&format!("/app/#/pair?code={code}")), "{web}");
+    assert!(
+        web.starts_with(pairing["server"].as_str().unwrap()),
+        "{web}"
+    );
     let home = dir.path().join("home");
 
     // One D-Bus session: unlock a fresh gnome-keyring, then pair, sync and approve.
