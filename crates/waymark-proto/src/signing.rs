@@ -209,6 +209,58 @@ mod tests {
         }
     }
 
+    /// The fixture the web companion's signer (ui/src/web/sign.ts) is tested against: both
+    /// signers must produce these canonical bytes, so a command signed in a browser verifies here.
+    #[test]
+    fn the_web_companions_canonical_json_fixture_holds() {
+        let fixture: Value = serde_json::from_str(include_str!(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../ui/src/web/fixtures/jcs.json"
+        )))
+        .unwrap();
+        let cases = fixture["cases"].as_array().unwrap();
+        assert!(!cases.is_empty());
+        for case in cases {
+            let (input, want) = (case[0].as_str().unwrap(), case[1].as_str().unwrap());
+            let v: Value = serde_json::from_str(input).unwrap();
+            let got = String::from_utf8(canonical_json(&v).unwrap()).unwrap();
+            assert_eq!(got, want, "{input}");
+            // Every case is signable: no integer beyond ±(2^53 − 1).
+            assert!(exact_numbers(&v), "{input}");
+        }
+        // And these are not, on either side.
+        for input in fixture["inexact"].as_array().unwrap() {
+            let input = input.as_str().unwrap();
+            let v: Value = serde_json::from_str(input).unwrap();
+            assert!(!exact_numbers(&v), "{input}");
+        }
+    }
+
+    /// Envelopes the web companion signed (ui/src/web/sign.test.ts re-makes them byte for byte):
+    /// the server's verifier accepts them, and its types read them back to the same JSON, so the
+    /// browser's commands have the Rust shape (omitted fields, chrono's times) exactly.
+    #[test]
+    fn envelopes_signed_by_the_web_companion_verify() {
+        let fixture: Value = serde_json::from_str(include_str!(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../ui/src/web/fixtures/envelopes.json"
+        )))
+        .unwrap();
+        let key = public_key(fixture["public_key"].as_str().unwrap()).unwrap();
+        let envelopes = fixture["envelopes"].as_array().unwrap();
+        assert_eq!(envelopes.len(), 2);
+        for env in envelopes {
+            let env: SignedEnvelope = serde_json::from_value(env.clone()).unwrap();
+            verify(&env, &key).unwrap();
+            let cmd: SteerCommand = serde_json::from_value(env.command.clone()).unwrap();
+            assert_eq!(serde_json::to_value(&cmd).unwrap(), env.command);
+            assert!(uuid::Uuid::parse_str(&cmd.command_id).is_ok_and(|u| u.get_version_num() == 7));
+            let mut tampered = env.clone();
+            tampered.command["issued_by"] = "user:mallory".into();
+            assert_eq!(verify(&tampered, &key), Err(SigningError::BadSignature));
+        }
+    }
+
     fn command() -> SteerCommand {
         SteerCommand {
             command_id: crate::ids::command(),

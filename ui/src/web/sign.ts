@@ -1,0 +1,259 @@
+// Steer commands made and signed in the browser exactly as the Rust companion makes them (same
+// serde shape, RFC 8785 bytes and Ed25519 signature), so the server's one verifier takes both.
+import canonicalize from "canonicalize";
+import type { DecisionKind, Operation } from "../bindings";
+import { base64url, type DeviceKey } from "./keys";
+
+/** A steer command as `waymark_proto::steer::SteerCommand` serialises: absent fields are
+ * omitted, never `null` (the server verifies over the JSON it receives). */
+export interface SteerCommand {
+  /** A hyphenated UUIDv7 (`waymark_proto::ids::command`). */
+  command_id: string;
+  /** Omitted for `open_session`. */
+  task_id?: string;
+  /** The plan revision the person was shown; omitted for `open_session`. */
+  expected_plan_revision?: number;
+  operation: Operation;
+  /** Omitted when empty. */
+  scope?: string[];
+  /** Omitted when null. */
+  args?: Record<string, unknown>;
+  /** `user:<name>`. */
+  issued_by: string;
+  /** Equals the signature's `key_id`. */
+  device_id: string;
+  /** RFC 3339 UTC as chrono writes it: `2025-01-02T03:04:05.678Z` (no fraction on a whole second). */
+  issued_at: string;
+  expires_at: string;
+}
+
+/** `waymark_proto::steer::Signature`. */
+export interface Signature {
+  alg: "ed25519";
+  key_id: string;
+  /** base64url (no padding) of the 64-byte signature. */
+  sig: string;
+}
+
+/** What a device sends: `waymark_proto::steer::SignedEnvelope`. */
+export interface SignedEnvelope {
+  command: SteerCommand;
+  signature: Signature;
+}
+
+/** What the person was shown when they decided (`waymark_companion::steer::Seen`). */
+export interface Seen {
+  plan_revision: number;
+  intent_digest: string | null;
+}
+
+/** How long a signed steer command stays valid (the Rust companion's `COMMAND_LIFETIME`). */
+export const COMMAND_LIFETIME_MS = 24 * 3600 * 1000;
+/** How long an `open_session` request stays valid (as the Rust companion signs it). */
+export const OPEN_SESSION_LIFETIME_MS = 2 * 60 * 1000;
+
+/** The value cannot be written as canonical JSON (not plain JSON data). */
+export class NotCanonicalError extends Error {
+  constructor(detail: string) {
+    super(`the command is not plain JSON: ${detail}`);
+    this.name = "NotCanonicalError";
+  }
+}
+
+/** The value holds an integer beyond ±(2^53 − 1) (`SigningError::InexactNumber`). RFC 8785
+ * reads every number as a double, so the signature would not say which integer was signed. */
+export class InexactNumberError extends Error {
+  constructor(
+    readonly pointer: string,
+    readonly value: string,
+  ) {
+    super(
+      `the integer ${value} at \`${pointer}\` is beyond ±(2^53 − 1), which canonical JSON cannot carry exactly — send it as a string`,
+    );
+    this.name = "InexactNumberError";
+  }
+}
+
+/** The server's threshold (`waymark_proto::MAX_SAFE_INTEGER`). */
+const MAX_SAFE = Number.MAX_SAFE_INTEGER;
+
+/** Whether the server would refuse `v` as `InexactNumber`: beyond ±(2^53 − 1), and written
+ * (as JSON.stringify writes it) as digits serde_json reads as a 64-bit integer (i64 or u64).
+ * Longer digits, and exponent forms like `1e21`, it reads as doubles, whose canonical form is
+ * themselves, and accepts. (In JS it is already a double: JSON.parse rounded 2^53 + 1.) */
+function inexact(v: number): boolean {
+  if (!Number.isInteger(v) || Math.abs(v) <= MAX_SAFE) return false;
+  const text = String(v);
+  if (text.includes("e")) return false;
+  const n = BigInt(text);
+  return n >= -(2n ** 63n) && n < 2n ** 64n;
+}
+
+function check(v: unknown, pointer: string): void {
+  switch (typeof v) {
+    case "string":
+    case "boolean":
+      return;
+    case "number":
+      if (!Number.isFinite(v)) throw new NotCanonicalError(`${v} at \`${pointer}\``);
+      if (inexact(v)) throw new InexactNumberError(pointer, String(v));
+      return;
+    case "bigint":
+      if (v > BigInt(MAX_SAFE) || v < -BigInt(MAX_SAFE)) throw new InexactNumberError(pointer, String(v));
+      throw new NotCanonicalError(`a bigint at \`${pointer}\`: pass a number`);
+    case "object": {
+      if (v === null) return;
+      const at = (k: string | number) => `${pointer}/${String(k).replace(/~/g, "~0").replace(/\//g, "~1")}`;
+      if (Array.isArray(v)) {
+        v.forEach((item, i) => {
+          if (item === undefined) throw new NotCanonicalError(`undefined at \`${at(i)}\``);
+          check(item, at(i));
+        });
+        return;
+      }
+      const proto = Object.getPrototypeOf(v);
+      if (proto !== Object.prototype && proto !== null) {
+        throw new NotCanonicalError(`a ${proto?.constructor?.name ?? "non-plain object"} at \`${pointer}\``);
+      }
+      // Members that are undefined are left out, as JSON.stringify leaves them out of what is sent.
+      for (const [k, item] of Object.entries(v)) if (item !== undefined) check(item, at(k));
+      return;
+    }
+    default:
+      throw new NotCanonicalError(`${typeof v} at \`${pointer}\``);
+  }
+}
+
+/** The RFC 8785 canonical bytes (UTF-8) of plain JSON data: what is signed. Refuses what the
+ * server would refuse or could not read back: non-finite numbers, integers beyond ±(2^53 − 1)
+ * (`InexactNumberError`, exactly where the server's `check_exact` refuses), anything that is
+ * not plain JSON. */
+export function canonicalBytes(value: unknown): Uint8Array {
+  check(value, "");
+  let text: string | undefined;
+  try {
+    text = canonicalize(value);
+  } catch (e) {
+    // A lone surrogate: not text a server can hold.
+    throw new NotCanonicalError(e instanceof Error ? e.message : String(e));
+  }
+  if (text === undefined) throw new NotCanonicalError("nothing to write");
+  return new TextEncoder().encode(text);
+}
+
+/** A fresh UUIDv7 (RFC 9562 §5.7) in its hyphenated form, as `waymark_proto::ids::command`
+ * makes command ids: 48 bits of unix milliseconds, version 7, 74 random bits, variant 10. */
+export function commandId(now: Date = new Date()): string {
+  const b = crypto.getRandomValues(new Uint8Array(16));
+  let ms = now.getTime();
+  for (let i = 5; i >= 0; i--) {
+    b[i] = ms % 256;
+    ms = Math.floor(ms / 256);
+  }
+  b[6] = 0x70 | (b[6] & 0x0f);
+  b[8] = 0x80 | (b[8] & 0x3f);
+  const h = Array.from(b, (x) => x.toString(16).padStart(2, "0")).join("");
+  return `${h.slice(0, 8)}-${h.slice(8, 12)}-${h.slice(12, 16)}-${h.slice(16, 20)}-${h.slice(20)}`;
+}
+
+/** RFC 3339 UTC as chrono serialises a `DateTime<Utc>` (`SecondsFormat::AutoSi`, `Z`): the
+ * fraction only when there is one, in milliseconds here. */
+export function rfc3339(t: Date): string {
+  return t.toISOString().replace(/\.000Z$/, "Z");
+}
+
+/** A steer command made now, with exactly the plan revision the person was shown. Absent
+ * fields are omitted as the Rust side omits them; `open_session` lives 2 minutes, the rest 24 h. */
+export function newCommand(o: {
+  taskId: string | null;
+  operation: Operation;
+  args?: Record<string, unknown> | null;
+  scope?: string[];
+  expectedPlanRevision: number | null;
+  user: string;
+  deviceId: string;
+  now?: Date;
+}): SteerCommand {
+  const rev = o.expectedPlanRevision;
+  if (rev !== null && !(Number.isSafeInteger(rev) && rev >= 1)) {
+    throw new Error(`plan revision ${rev} was never shown: revisions start at 1`);
+  }
+  const now = o.now ?? new Date();
+  const lifetime = o.operation === "open_session" ? OPEN_SESSION_LIFETIME_MS : COMMAND_LIFETIME_MS;
+  const cmd: SteerCommand = {
+    command_id: commandId(now),
+    operation: o.operation,
+    issued_by: `user:${o.user}`,
+    device_id: o.deviceId,
+    issued_at: rfc3339(now),
+    expires_at: rfc3339(new Date(now.getTime() + lifetime)),
+  };
+  if (o.taskId !== null) cmd.task_id = o.taskId;
+  if (rev !== null) cmd.expected_plan_revision = rev;
+  if (o.scope && o.scope.length > 0) cmd.scope = [...o.scope];
+  if (o.args != null) cmd.args = o.args;
+  return cmd;
+}
+
+/** Signs a command: Ed25519 over its canonical bytes, the key id being its device. */
+export async function signCommand(key: DeviceKey, cmd: SteerCommand): Promise<SignedEnvelope> {
+  const bytes = canonicalBytes(cmd);
+  const sig = await key.sign(bytes);
+  return { command: cmd, signature: { alg: "ed25519", key_id: cmd.device_id, sig: base64url(sig) } };
+}
+
+/** What an answer needs of its decision (a `DecisionView` will do). */
+export interface DecisionRef {
+  id: string;
+  kind: DecisionKind;
+  options: { id: string }[];
+}
+
+/** The operation and args that answer a decision, as `Companion::answer` builds them:
+ * approve/deny bind the intent digest the person was shown; `choose_option` on an approval
+ * becomes an approve (or a deny, for `deny`/`deny_…`) carrying the option; other kinds choose
+ * an option or answer with text. Sign it with `newCommand` at `seen.plan_revision`, no scope. */
+export function answerArgs(
+  decision: DecisionRef,
+  operation: Operation,
+  option: string | null,
+  text: string | null,
+  seen: Seen,
+): { operation: Operation; args: Record<string, unknown> } {
+  const args: Record<string, unknown> = { decision_id: decision.id };
+  let op = operation;
+  if (op === "choose_option" && option !== null && decision.kind === "approval") {
+    op = option === "deny" || option.startsWith("deny_") ? "deny" : "approve";
+  }
+  const checkOption = (o: string) => {
+    if (decision.options.some((x) => x.id === o)) return;
+    const ids = decision.options.map((x) => x.id).join(", ");
+    throw new Error(`\`${o}\` is not an option of \`${decision.id}\`: choose one of ${ids}`);
+  };
+  switch (op) {
+    case "approve":
+    case "deny":
+      if (decision.kind !== "approval") {
+        throw new Error(`\`${decision.id}\` is a ${decision.kind} decision: choose an option or answer it`);
+      }
+      if (seen.intent_digest === null) {
+        throw new Error(`\`${decision.id}\` is an approval: say which intent digest you were shown`);
+      }
+      args.intent_digest = seen.intent_digest;
+      if (option !== null) {
+        checkOption(option);
+        args.option = option;
+      }
+      break;
+    case "choose_option":
+      if (option === null) throw new Error("name an option");
+      checkOption(option);
+      args.option = option;
+      break;
+    default:
+      args.text = text ?? "";
+      if (option !== null) args.option = option;
+  }
+  if (text !== null) args.text = text;
+  return { operation: op, args };
+}
