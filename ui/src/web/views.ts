@@ -1,0 +1,254 @@
+// Mirror rows → the app's view types, shaped exactly as src-tauri/src/views.rs shapes them, so
+// the same React screens render the web companion: times in unix ms, absent options as null.
+import type {
+  ArtifactView,
+  AttemptView,
+  CheckpointView,
+  DecisionView,
+  EffectView,
+  InboxItemView,
+  MessageView,
+  OutboxView,
+  ReceiptView,
+  StageView,
+  TaskState,
+  TaskView,
+  ThreadDetailView,
+  ThreadRowView,
+} from "../bindings";
+import { isDiff, type InboxItem, type OutboxEntry, type Stage, type ThreadDetail, type ThreadRow } from "./mirror";
+import {
+  ms,
+  type Artifact,
+  type Attempt,
+  type Checkpoint,
+  type Decision,
+  type Effect,
+  type Message,
+  type Task,
+  type TestReceipt,
+} from "./wire";
+
+const TERMINAL: readonly TaskState[] = ["completed", "partially_delivered", "cancelled", "failed"];
+
+/** A JSON number that is not finite crosses as `null` (serde_json writes NaN as null). */
+function real(n: number | null | undefined): number | null {
+  return typeof n === "number" && Number.isFinite(n) ? n : null;
+}
+
+export function stageView(s: Stage): StageView {
+  return { step: s.step, title: s.title, status: s.status, verified: s.verified };
+}
+
+/** A task; `now` (unix ms) is when its budget's elapsed time is measured, until it ends. */
+export function taskView(t: Task, now: number = Date.now()): TaskView {
+  const terminal = TERMINAL.includes(t.state);
+  const end = terminal ? ms(t.updated_at) : now;
+  return {
+    id: t.id,
+    title: t.title,
+    goal: t.goal,
+    runtime: t.runtime ?? null,
+    state: t.state,
+    terminal,
+    plan_revision: t.plan_revision,
+    fence: t.fence,
+    budget: {
+      max_wall_seconds: t.budget.max_wall_seconds ?? null,
+      max_tokens: t.budget.max_tokens ?? null,
+      max_cost_usd: real(t.budget.max_cost_usd),
+      elapsed_seconds: Math.max(0, Math.trunc((end - ms(t.created_at)) / 1000)),
+      used_tokens: t.usage.tokens,
+      used_cost_usd: real(t.usage.cost_usd),
+    },
+    repo: t.materials.repo ?? null,
+    commit: t.materials.commit ?? null,
+    outcome_summary: t.outcome_summary ?? null,
+    created_at: ms(t.created_at),
+    updated_at: ms(t.updated_at),
+  };
+}
+
+export function checkpointView(c: Checkpoint): CheckpointView {
+  const b = c.body;
+  const p = b.pending_step ?? null;
+  return {
+    sequence: c.sequence,
+    attempt_id: c.attempt_id,
+    fence: c.fence,
+    reason: b.reason ?? "",
+    plan_revision: b.plan_revision ?? 0,
+    completed_steps: (b.completed_steps ?? []).map((s) => ({
+      step: s.step,
+      artifact_digests: s.artifact_digests ?? [],
+      verified: s.verified ?? false,
+    })),
+    pending_step: p && {
+      step: p.step,
+      intent_digest: p.intent_digest ?? null,
+      idempotency_key: p.idempotency_key ?? null,
+      approval_id: p.approval_id ?? null,
+    },
+    effects: (b.effects ?? []).map((e) => ({ effect_id: e.effect_id, status: e.status })),
+    summary: b.summary ?? null,
+    commit: b.materials?.commit ?? null,
+    digest: c.digest,
+    prev_digest: c.prev_digest ?? null,
+    created_at: ms(c.created_at),
+  };
+}
+
+export function effectView(e: Effect): EffectView {
+  return {
+    id: e.id,
+    kind: e.kind,
+    step: e.step ?? null,
+    resource_id: e.resource_id ?? null,
+    idempotency_key: e.idempotency_key,
+    intent: e.intent,
+    intent_digest: e.intent_digest,
+    status: e.status,
+    receipt: e.receipt ?? null,
+    flag: e.flag ?? null,
+    fence: e.fence,
+    updated_at: ms(e.updated_at),
+  };
+}
+
+export function decisionView(d: Decision): DecisionView {
+  return {
+    id: d.id,
+    task_id: d.task_id,
+    kind: d.kind,
+    status: d.status,
+    step: d.step ?? null,
+    question: d.question,
+    options: d.options.map((o) => ({ id: o.id, label: o.label, gives_up: o.gives_up ?? "", cost: o.cost ?? null })),
+    default_option: d.default_option ?? null,
+    intent: d.intent ?? null,
+    intent_digest: d.intent_digest ?? null,
+    effect_id: d.effect_id ?? null,
+    plan_revision: d.plan_revision,
+    risky: d.risky,
+    expires_at: ms(d.expires_at),
+    created_at: ms(d.created_at),
+    outcome: d.outcome
+      ? { option: d.outcome.option ?? null, text: d.outcome.text ?? null, by: d.outcome.by, at: ms(d.outcome.at) }
+      : null,
+    durability: d.durability ?? null,
+    delivery: d.delivery?.state ?? null,
+    delivery_detail: d.delivery?.detail ?? null,
+  };
+}
+
+export function artifactView(a: Artifact): ArtifactView {
+  return {
+    id: a.id,
+    sha256: a.sha256,
+    name: a.name,
+    media_type: a.media_type,
+    size: a.size,
+    step: a.step ?? null,
+    is_diff: isDiff(a),
+    created_at: ms(a.created_at),
+  };
+}
+
+export function receiptView(r: TestReceipt): ReceiptView {
+  return {
+    id: r.id,
+    step: r.step ?? null,
+    command: r.command,
+    exit_code: r.exit_code,
+    commit: r.commit ?? null,
+    totals: {
+      tests: r.totals.tests,
+      passed: r.totals.passed,
+      failures: r.totals.failures,
+      errors: r.totals.errors,
+      skipped: r.totals.skipped,
+    },
+    failures: r.failures.map((f) => ({
+      suite: f.suite,
+      classname: f.classname,
+      name: f.name,
+      kind: f.kind,
+      message: f.message,
+    })),
+    duration_seconds: real(r.duration_seconds),
+    passed: r.passed,
+    junit_sha256: r.junit_sha256,
+    created_at: ms(r.created_at),
+  };
+}
+
+export function messageView(m: Message): MessageView {
+  return { seq: m.seq, role: m.role, text: m.text, created_at: ms(m.created_at) };
+}
+
+export function attemptView(a: Attempt): AttemptView {
+  return {
+    id: a.id,
+    worker: a.worker,
+    fence: a.fence,
+    state: a.state,
+    outcome: a.outcome ?? null,
+    started_at: ms(a.started_at),
+    ended_at: a.ended_at ? ms(a.ended_at) : null,
+    expires_at: ms(a.expires_at),
+  };
+}
+
+export function outboxView(e: OutboxEntry): OutboxView {
+  return {
+    command_id: e.command_id,
+    task_id: e.task_id,
+    operation: e.operation,
+    based_on_revision: e.based_on_revision,
+    status: e.status,
+    detail: e.result?.detail ?? null,
+    met_revision: e.result?.plan_revision ?? null,
+    what_changed: e.what_changed,
+    created_at: e.created_at,
+    delivered_at: e.delivered_at,
+    acknowledged_at: e.acknowledged_at,
+  };
+}
+
+export function threadRowView(r: ThreadRow, now: number = Date.now()): ThreadRowView {
+  return {
+    task: taskView(r.task, now),
+    pending_decisions: r.pending_decisions,
+    unknown_effects: r.unknown_effects,
+    last_checkpoint: r.last_checkpoint ? checkpointView(r.last_checkpoint) : null,
+    stages: r.stages.map(stageView),
+    pinned: r.pinned,
+  };
+}
+
+export function inboxItemView(i: InboxItem): InboxItemView {
+  return {
+    decision: decisionView(i.decision),
+    task_title: i.task_title,
+    plan_revision: i.plan_revision,
+    // Asked at an older plan revision than the task has now: answering would conflict.
+    stale: i.decision.plan_revision !== i.plan_revision,
+    diffs: i.diffs.map(artifactView),
+    receipts: i.receipts.map(receiptView),
+  };
+}
+
+export function threadDetailView(d: ThreadDetail, now: number = Date.now()): ThreadDetailView {
+  return {
+    task: taskView(d.task, now),
+    stages: d.stages.map(stageView),
+    attempts: d.attempts.map(attemptView),
+    checkpoints: d.checkpoints.map(checkpointView),
+    effects: d.effects.map(effectView),
+    decisions: d.decisions.map(decisionView),
+    artifacts: d.artifacts.map(artifactView),
+    receipts: d.receipts.map(receiptView),
+    messages: d.messages.map(messageView),
+    outbox: d.outbox.map(outboxView),
+  };
+}
