@@ -9,7 +9,8 @@ export default defineConfig({
   plugins: [react()],
   base: "./",
   clearScreen: false,
-  server: { port: 1420, strictPort: true },
+  // The web mirror's schema is migrations/companion, outside ui/ (web/migrations.ts).
+  server: { port: 1420, strictPort: true, fs: { allow: [".."] } },
   build: { target: "es2022", outDir: "dist", emptyOutDir: true, chunkSizeWarningLimit: 1500 },
   test: {
     environment: "jsdom",

@@ -79,6 +79,9 @@ export function App() {
   else if (top === "threads") screen = <ThreadsScreen go={go} status={status} />;
   else if (top === "outbox") screen = <OutboxScreen />;
   else if (top === "pairing") screen = <PairingScreen key={link ?? ""} status={status} initialLink={link} />;
+  // The web companion's pairing link (`<server>/app/#/pair?code=…`, a QR code's target): pairs
+  // on arrival.
+  else if (top.startsWith("pair?")) screen = <PairingScreen key="arrived" status={status} initialLink={window.location.href} pairNow done={() => go("/inbox")} />;
   else screen = <SettingsScreen status={status} theme={theme} setTheme={setTheme} />;
 
   const nav: [string, string, number | null][] = [

@@ -1,9 +1,27 @@
-// The screens' link to the shell: generated commands and events (bindings.ts), and a hook
-// that re-reads the mirror whenever the shell says it changed.
+// The screens' link to their data: in the desktop app, the Tauri shell's generated commands and
+// events (bindings.ts); in a browser (the web companion at `<server>/app/`), the same calls
+// served by the page itself (web/transport.ts). Screens never know which; and a hook that
+// re-reads the mirror whenever it changed.
 import { useCallback, useEffect, useState } from "react";
-import { commands, events } from "./bindings";
+import { commands as shellCommands, events as shellEvents } from "./bindings";
+import { WebCompanion, webTransport } from "./web/transport";
 
-export { commands, events };
+/** In the Tauri app (its IPC is injected before the page runs), or in a browser. */
+export const inApp = typeof window !== "undefined" && "__TAURI_INTERNALS__" in window;
+
+let opened: Promise<WebCompanion> | null = null;
+/** The page's web companion, opened on first use and then following the server. */
+export function webCompanion(): Promise<WebCompanion> {
+  opened ??= WebCompanion.open().then((c) => {
+    void c.start();
+    return c;
+  });
+  return opened;
+}
+
+const web = inApp ? null : webTransport(webCompanion);
+export const commands: typeof shellCommands = web ? web.commands : shellCommands;
+export const events = (web ? web.events : shellEvents) as typeof shellEvents;
 
 export function errorText(e: unknown): string {
   return (e as { message?: string })?.message ?? String(e);

@@ -1,11 +1,11 @@
 // Pairing: paste a link (or a server URL and a code); the device list.
-import { useState } from "react";
+import { useEffect, useRef, useState } from "react";
 import type { StatusView } from "../bindings";
 import { commands, errorText, useMirror } from "../data";
 import { useI18n } from "../i18n";
 import { ago } from "../format";
 
-export function PairingScreen({ status, initialLink }: { status: StatusView | null; initialLink?: string | null }) {
+export function PairingScreen({ status, initialLink, pairNow, done }: { status: StatusView | null; initialLink?: string | null; pairNow?: boolean; done?: () => void }) {
   const { t } = useI18n();
   const [link, setLink] = useState(initialLink ?? "");
   const [code, setCode] = useState("");
@@ -23,12 +23,22 @@ export function PairingScreen({ status, initialLink }: { status: StatusView | nu
       setMsg(t("pairing.paired", { device: s.device_id ?? "", user: s.user ?? "", server: s.server ?? "" }));
       setLink("");
       setCode("");
+      if (done) window.setTimeout(done, 1500);
     } catch (e) {
       setError(errorText(e));
     } finally {
       setBusy(false);
     }
   };
+  // Arrived by a pairing link (a scanned QR code): pair at once, once.
+  const started = useRef(false);
+  useEffect(() => {
+    if (pairNow && !started.current && link.trim()) {
+      started.current = true;
+      void submit();
+    }
+    // eslint-disable-next-line react-hooks/exhaustive-deps
+  }, [pairNow]);
   return (
     <section aria-labelledby="pair-title" className="narrow-page">
       <h2 id="pair-title">{t("pairing.title")}</h2>

@@ -4,10 +4,16 @@
 import { MIGRATIONS_TABLE, migrate, openMemoryDb, parseMigrations, type Db, type Migration } from "./db";
 import { MirrorError, WebMirror } from "./mirror";
 import { inboxItemView, outboxView, threadDetailView, threadRowView } from "./views";
-import { ms, type CommandResult, type Event, type TaskDetail } from "./wire";
+import { ms, type CommandResult, type Event, type SignedEnvelope, type TaskDetail } from "./wire";
 import recorded from "./fixtures/mirror-events.json";
 import committedRows from "./fixtures/mirror-rows.json";
 import committedQueries from "./fixtures/mirror-queries.json";
+
+/** An envelope as the outbox keeps it (the mirror never looks inside). */
+const envelope: SignedEnvelope = {
+  command: { command_id: "c", operation: "pause", issued_by: "user:alice", device_id: "dev_1", issued_at: "2026-12-01T00:00:00Z", expires_at: "2026-12-02T00:00:00Z" },
+  signature: { alg: "ed25519", key_id: "dev_1", sig: "x" },
+};
 
 const fixture = recorded as unknown as { snapshot: { cursor: number; threads: TaskDetail[] }; events: Event[] };
 
@@ -130,7 +136,7 @@ describe("applying", () => {
     const m = await replayed();
     expect(await m.pin(task, true)).toBe(true);
     expect(await m.pin("task_missing", true)).toBe(false);
-    await m.enqueue(task, "pause", 1, "cmd-1", { command: {}, signature: { alg: "ed25519", key_id: "dev", sig: "s" } });
+    await m.enqueue(task, "pause", 1, "cmd-1", envelope);
     const only = fixture.snapshot.threads.filter((t) => t.task.id === task);
     await m.applySnapshot(40, only);
     const threads = await m.threads();
@@ -141,7 +147,6 @@ describe("applying", () => {
 });
 
 describe("the outbox", () => {
-  const envelope = { command: { operation: "pause" }, signature: { alg: "ed25519", key_id: "dev_1", sig: "x" } };
   const result = (status: CommandResult["status"], extra: Partial<CommandResult> = {}): CommandResult => ({
     status,
     command_id: "c",

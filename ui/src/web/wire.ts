@@ -237,8 +237,8 @@ export type CommandResult = {
 /** The worker saw a command. */
 export type CommandAck = { command_id: string; task_id: string; attempt_id: string; at: Time };
 
-/** What a device sends: the command as signed, and the signature. */
-export type SignedEnvelope = { command: Value; signature: { alg: string; key_id: string; sig: string } };
+/** What a device sends: the command as signed, and the signature (built by ./sign). */
+export type { SignedEnvelope } from "./sign";
 
 /** Unix milliseconds of a wire time, as chrono's `timestamp_millis` (sub-millisecond digits
  * dropped). Throws on anything that is not RFC 3339. */

@@ -1,0 +1,443 @@
+//! The web companion end to end, as a person with only a phone uses it: a real `waymark serve`
+//! serving `/app/`, the demo agent as a real run, and Debian's Chromium driven over WebDriver
+//! (chromedriver) at a phone's size with touch. Pair by the link `waymark admin pair` prints,
+//! see the approval with its diff and receipts, approve and watch the agent finish; lose the
+//! server, queue a pause, get it back and see the pause applied once. Screenshots go to
+//! `$WAYMARK_E2E_OUT/web` (default: the system temp dir).
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use fantoccini::{Client, ClientBuilder, Locator};
+use serde_json::{Value, json};
+
+struct Proc(Child);
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}
+
+fn wait_port(port: u16, what: &str) {
+    let until = Instant::now() + Duration::from_secs(30);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(Instant::now() < until, "{what} did not listen on {port}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+fn waymark() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_waymark"));
+    c.env_remove("WAYMARK_DATA_DIR")
+        .env_remove("WAYMARK_KEYSTORE")
+        .env("WAYMARK_LOG", "error");
+    c
+}
+
+fn serve(data: &Path, port: u16, log: &Path) -> Proc {
+    let child = waymark()
+        .args([
+            "serve",
+            "--listen",
+            &format!("127.0.0.1:{port}"),
+            "--data-dir",
+        ])
+        .arg(data)
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(log).expect("log file"))
+        .spawn()
+        .expect("start `waymark serve`");
+    wait_port(port, "waymark serve");
+    Proc(child)
+}
+
+fn admin(data: &Path, args: &[&str]) -> Value {
+    let out = waymark()
+        .arg("--json")
+        .arg("admin")
+        .args(args)
+        .arg("--data-dir")
+        .arg(data)
+        .output()
+        .expect("run `waymark admin`");
+    assert!(
+        out.status.success(),
+        "waymark admin {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("JSON from `waymark --json admin`")
+}
+
+fn demo(url: &str, token: &str, workdir: &Path, log: &Path) -> Proc {
+    let child = waymark()
+        .args([
+            "demo",
+            "--server",
+            url,
+            "--token",
+            token,
+            "--lease-seconds",
+            "60",
+            "--workdir",
+        ])
+        .arg(workdir)
+        .stdout(std::fs::File::create(log).expect("log file"))
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start `waymark demo`");
+    Proc(child)
+}
+
+fn out_dir() -> PathBuf {
+    let dir = std::env::var_os("WAYMARK_E2E_OUT")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| std::env::temp_dir().join("waymark-e2e"))
+        .join("web");
+    std::fs::create_dir_all(&dir).expect("the output dir");
+    dir
+}
+
+async fn shot(c: &Client, name: &str) {
+    let png = c.screenshot().await.expect("screenshot");
+    assert!(png.starts_with(b"\x89PNG"), "the screenshot is a PNG");
+    let path = out_dir().join(format!("{name}.png"));
+    std::fs::write(&path, png).expect("write screenshot");
+    println!("screenshot {}", path.display());
+}
+
+async fn wait_css(c: &Client, css: &str, secs: u64) -> fantoccini::elements::Element {
+    match c
+        .wait()
+        .at_most(Duration::from_secs(secs))
+        .for_element(Locator::Css(css))
+        .await
+    {
+        Ok(e) => e,
+        Err(e) => {
+            shot(c, "failure").await;
+            let logs = c
+                .execute("return document.body.innerText", vec![])
+                .await
+                .unwrap_or_default();
+            panic!("`{css}` did not appear within {secs} s: {e}\npage: {logs}")
+        }
+    }
+}
+
+async fn wait_until<F, Fut>(c: &Client, what: &str, secs: u64, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let until = Instant::now() + Duration::from_secs(secs);
+    loop {
+        if check().await {
+            return;
+        }
+        if Instant::now() > until {
+            shot(c, "failure").await;
+            panic!("{what}: not within {secs} s");
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+async fn click(c: &Client, css: &str) {
+    wait_css(c, css, 30)
+        .await
+        .click()
+        .await
+        .unwrap_or_else(|e| panic!("click `{css}`: {e}"));
+}
+
+async fn attr(c: &Client, css: &str, name: &str) -> Option<String> {
+    match c.find(Locator::Css(css)).await {
+        Ok(e) => e.attr(name).await.ok().flatten(),
+        Err(_) => None,
+    }
+}
+
+async fn text(c: &Client, css: &str) -> String {
+    match c.find(Locator::Css(css)).await {
+        Ok(e) => e.text().await.unwrap_or_default(),
+        Err(_) => String::new(),
+    }
+}
+
+fn chromedriver(port: u16, log: &Path) -> Proc {
+    let child =
+        Command::new(std::env::var("CHROMEDRIVER").unwrap_or_else(|_| "chromedriver".into()))
+            .arg(format!("--port={port}"))
+            .stdout(std::fs::File::create(log).expect("log file"))
+            .stderr(Stdio::null())
+            .spawn()
+            .expect(
+                "start chromedriver (Debian's chromium-driver; scripts/setup-debian installs it)",
+            );
+    wait_port(port, "chromedriver");
+    Proc(child)
+}
+
+/// Headless Chromium as a phone: 390 × 844 CSS pixels at 3×, touch, a phone's user agent.
+async fn phone_browser(driver_port: u16, profile: &Path) -> Client {
+    let mut caps = serde_json::Map::new();
+    caps.insert("browserName".into(), "chrome".into());
+    caps.insert(
+        "goog:chromeOptions".into(),
+        json!({
+            "binary": std::env::var("CHROMIUM").unwrap_or_else(|_| "/usr/bin/chromium".into()),
+            "args": [
+                "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                "--no-first-run", "--disable-background-networking", "--disable-component-update",
+                "--disable-sync", format!("--user-data-dir={}", profile.display()),
+            ],
+            "mobileEmulation": {
+                "deviceMetrics": {"width": 390, "height": 844, "pixelRatio": 3.0, "touch": true},
+                "userAgent": "Mozilla/5.0 (Linux; Android 15; Pixel 9) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/156.0 Mobile Safari/537.36"
+            }
+        }),
+    );
+    ClientBuilder::native()
+        .capabilities(caps)
+        .connect(&format!("http://127.0.0.1:{driver_port}"))
+        .await
+        .expect("a WebDriver session with Chromium")
+}
+
+fn decision_status(url: &str, admin_token: &str, task: &str, id: &str) -> String {
+    let out = Command::new("curl")
+        .args([
+            "-fsS",
+            "-H",
+            &format!("authorization: Bearer {admin_token}"),
+        ])
+        .arg(format!("{url}/v1/tasks/{task}/decisions/{id}"))
+        .output()
+        .expect("curl");
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
+    v["status"].as_str().unwrap_or_default().to_owned()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_phone_browser_pairs_by_link_approves_and_steers_offline() {
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let data = tmp.path().join("server");
+    let out = out_dir();
+    let port = free_port();
+    let url = format!("http://127.0.0.1:{port}");
+
+    let server = serve(&data, port, &out.join("serve.log"));
+    admin(&data, &["user", "add", "alice"]);
+    let token = admin(
+        &data,
+        &["worker-token", "--name", "demo", "--user", "alice"],
+    )["token"]
+        .as_str()
+        .expect("a worker token")
+        .to_owned();
+    let admin_token = std::fs::read_to_string(data.join("admin.token"))
+        .expect("the admin token")
+        .trim()
+        .to_owned();
+    let pairing = admin(&data, &["pair", "--user", "alice", "--server", &url]);
+    let web_link = pairing["web_link"].as_str().expect("a web link").to_owned();
+    let mut first = demo(
+        &url,
+        &token,
+        &tmp.path().join("demo1"),
+        &out.join("demo1.log"),
+    );
+
+    let driver_port = free_port();
+    let _driver = chromedriver(driver_port, &out.join("chromedriver.log"));
+    let c = phone_browser(driver_port, &tmp.path().join("chromium")).await;
+
+    // The QR code's target: the page pairs on arrival.
+    c.goto(&web_link).await.expect("open the pairing link");
+    let paired = wait_css(&c, "[data-testid=pair-result]", 60)
+        .await
+        .text()
+        .await
+        .unwrap_or_default();
+    assert!(paired.contains(&url), "paired with the server: {paired}");
+    shot(&c, "paired").await;
+
+    // The approval arrives in the inbox (after the demo's budget question), with its diff and
+    // receipts.
+    wait_css(&c, "[data-testid=approve]", 120).await;
+    let approval = "//button[@data-testid='approve']/ancestor::article";
+    let card = c
+        .find(Locator::XPath(approval))
+        .await
+        .expect("the approval's card");
+    let card_text = card.text().await.unwrap_or_default();
+    assert!(
+        card_text.contains("staging"),
+        "the card names the target: {card_text}"
+    );
+    let decision_id = card
+        .attr("data-testid")
+        .await
+        .ok()
+        .flatten()
+        .expect("the card's id")
+        .trim_start_matches("decision-")
+        .to_owned();
+    // Its thread, through the card's link; then back.
+    card.find(Locator::Css(".card-head button.link"))
+        .await
+        .expect("the card links its thread")
+        .click()
+        .await
+        .expect("open the thread");
+    wait_css(&c, "[data-testid=thread-state]", 30).await;
+    shot(&c, "thread-waiting").await;
+    let hash = c
+        .current_url()
+        .await
+        .expect("the URL")
+        .fragment()
+        .unwrap_or_default()
+        .to_owned();
+    let task = hash.trim_start_matches("/threads/").to_owned();
+    assert!(
+        task.starts_with("task_"),
+        "the thread's route names its task: {hash}"
+    );
+    click(&c, "[data-testid=nav-inbox]").await;
+    wait_css(&c, "[data-testid=approve]", 30).await;
+    c.find(Locator::XPath(&format!(
+        "{approval}//*[@data-testid='show-diff']"
+    )))
+    .await
+    .expect("the approval shows its diff")
+    .click()
+    .await
+    .expect("open the diff");
+    let diff = wait_css(&c, "[data-testid=diff-viewer]", 30)
+        .await
+        .text()
+        .await
+        .unwrap_or_default();
+    assert!(
+        diff.contains("file(s)"),
+        "the diff viewer shows the patch: {diff}"
+    );
+    let receipts = text(&c, "[data-testid=receipts]").await;
+    assert!(
+        receipts.contains("FAILED") && receipts.contains("passed"),
+        "receipts before and after the fix: {receipts}"
+    );
+    shot(&c, "inbox-approval").await;
+
+    // Approve: a command signed in the browser; the agent continues and finishes.
+    c.find(Locator::XPath(&format!(
+        "{approval}//button[@data-testid='approve']"
+    )))
+    .await
+    .expect("the approve button")
+    .click()
+    .await
+    .expect("approve");
+    if c.find(Locator::Css("[data-testid=confirm-approve]"))
+        .await
+        .is_ok()
+    {
+        click(&c, "[data-testid=confirm-approve]").await;
+    }
+    let sent = wait_css(&c, "[data-testid=decision-result]", 30)
+        .await
+        .text()
+        .await
+        .unwrap_or_default();
+    assert!(
+        sent.contains("delivered") || sent.contains("acknowledged"),
+        "approval delivered: {sent}"
+    );
+    let until = Instant::now() + Duration::from_secs(120);
+    let status = loop {
+        if let Some(s) = first.0.try_wait().expect("demo status") {
+            break s;
+        }
+        assert!(
+            Instant::now() < until,
+            "the agent did not finish after the approval"
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    };
+    assert!(
+        status.success(),
+        "the demo agent finished cleanly: {status}"
+    );
+    assert_eq!(
+        decision_status(&url, &admin_token, &task, &decision_id),
+        "resolved",
+        "the server recorded the answer"
+    );
+    click(&c, "[data-testid=nav-threads]").await;
+    click(&c, "button[data-testid^=thread-]").await;
+    wait_until(&c, "the thread shows completed", 60, || async {
+        attr(&c, "[data-testid=thread-state]", "data-state")
+            .await
+            .as_deref()
+            == Some("completed")
+    })
+    .await;
+    shot(&c, "thread-completed").await;
+
+    // A second run waits; the server goes away; a pause is signed and queued offline.
+    let _second = demo(
+        &url,
+        &token,
+        &tmp.path().join("demo2"),
+        &out.join("demo2.log"),
+    );
+    click(&c, "[data-testid=nav-inbox]").await;
+    let card = wait_css(&c, "article[data-testid^=decision-]", 120).await;
+    card.find(Locator::Css(".card-head button.link"))
+        .await
+        .expect("the card links its thread")
+        .click()
+        .await
+        .expect("open the thread");
+    wait_css(&c, "[data-testid=steer-pause]", 30).await;
+    drop(server);
+    wait_css(&c, "[data-testid=offline-banner]", 90).await;
+    click(&c, "[data-testid=steer-pause]").await;
+    let queued = wait_css(&c, "[data-testid=steer-result]", 30)
+        .await
+        .text()
+        .await
+        .unwrap_or_default();
+    assert!(
+        queued.contains("Queued"),
+        "the pause is queued while offline: {queued}"
+    );
+    shot(&c, "offline-pause-queued").await;
+
+    // Back on the same address: delivered once, applied.
+    let _server = serve(&data, port, &out.join("serve2.log"));
+    click(&c, "[data-testid=nav-outbox]").await;
+    wait_until(&c, "the queued pause delivered", 120, || async {
+        matches!(
+            attr(&c, "[data-testid=outbox-pause]", "data-status")
+                .await
+                .as_deref(),
+            Some("delivered" | "acknowledged")
+        )
+    })
+    .await;
+    shot(&c, "pause-delivered").await;
+    c.close().await.expect("close the browser");
+}

@@ -1,0 +1,387 @@
+// The web companion: what the Tauri shell does for the desktop app — pairing, the read session,
+// sync into the SQLite mirror, signed commands through the outbox — done in the page, behind
+// the same `commands`/`events` the screens already use (src/data.ts picks one or the other).
+import { BackoffOptions, backOff } from "exponential-backoff";
+import { del, set } from "idb-keyval";
+import type {
+  ArtifactText,
+  DecideOp,
+  DeviceView,
+  InboxItemView,
+  MirrorChanged,
+  Navigate,
+  OutboxView,
+  SeenView,
+  StatusChanged,
+  StatusView,
+  SteerOp,
+  SyncView,
+  ThreadDetailView,
+  ThreadRowView,
+} from "../bindings";
+import { Api, ApiError } from "./api";
+import { type Db, openBrowserDb } from "./db";
+import { type DeviceKey, forgetKey, loadOrCreateKey } from "./keys";
+import { type Identity, MirrorError, WebMirror } from "./mirror";
+import { answerArgs, newCommand, signCommand, type Seen } from "./sign";
+import { inboxItemView, outboxView, threadDetailView, threadRowView } from "./views";
+import type { Operation, OutboxStatus } from "../bindings";
+import type { CommandResult, Event, TaskDetail } from "./wire";
+
+/** Where the page keeps its read session: the service worker reads it to describe a push. */
+export const SESSION_KEY = "waymark-session";
+
+type Listener<T> = (e: { payload: T }) => void;
+
+class Channel<T> {
+  private listeners = new Set<Listener<T>>();
+  listen(f: Listener<T>): Promise<() => void> {
+    this.listeners.add(f);
+    return Promise.resolve(() => void this.listeners.delete(f));
+  }
+  emit(payload: T): void {
+    for (const f of [...this.listeners]) f({ payload });
+  }
+}
+
+/** A failure as the screens show it (the shell's `AppError` shape). */
+function appError(e: unknown): Error {
+  if (e instanceof ApiError || e instanceof MirrorError || e instanceof Error) return e;
+  return new Error(String(e));
+}
+
+/** `https://host/app/#/pair?code=…` (the web companion's link), or `waymark://pair?server=…&code=…`. */
+export function parseWebPairingLink(link: string, origin: string): { server: string; code: string } {
+  const text = link.trim();
+  let url: URL;
+  try {
+    url = new URL(text);
+  } catch {
+    throw new Error(`\`${text}\` is not a pairing link like ${origin}/app/#/pair?code=…`);
+  }
+  let server: string;
+  let code: string | null;
+  if (url.protocol === "waymark:") {
+    server = url.searchParams.get("server") ?? "";
+    code = url.searchParams.get("code");
+  } else if (url.protocol === "https:" || url.protocol === "http:") {
+    server = url.origin;
+    const query = url.hash.includes("?") ? url.hash.slice(url.hash.indexOf("?") + 1) : url.search.slice(1);
+    code = new URLSearchParams(query).get("code");
+  } else {
+    throw new Error(`unsupported link scheme \`${url.protocol.replace(/:$/, "")}\``);
+  }
+  if (!code) throw new Error("the link has no `code`");
+  if (server.replace(/\/$/, "") !== origin) {
+    throw new Error(`this page pairs with its own server (${origin}); open the link's server at ${server.replace(/\/$/, "")}/app/ instead`);
+  }
+  return { server: origin, code };
+}
+
+/** The web companion's state: one per page. */
+export class WebCompanion {
+  readonly mirrorChanged = new Channel<MirrorChanged>();
+  readonly statusChanged = new Channel<StatusChanged>();
+  readonly navigate = new Channel<Navigate>();
+  private session: { token: string; expires: number } | null = null;
+  private key: DeviceKey | null = null;
+  private following: AbortController | null = null;
+  private health = { connected: false, reachable: false, lastSyncAt: null as number | null, reconnectingSince: null as number | null, lastError: null as string | null };
+
+  constructor(
+    readonly mirror: WebMirror,
+    readonly db: Db,
+    readonly api: Api = new Api(apiBase()),
+    private readonly origin: string = window.location.origin,
+  ) {}
+
+  static async open(): Promise<WebCompanion> {
+    const db = await openBrowserDb();
+    return new WebCompanion(new WebMirror(db), db);
+  }
+
+  private async identity(): Promise<Identity> {
+    const id = await this.mirror.identity();
+    if (!id) throw new Error("this phone is not paired yet — open the pairing link from `waymark admin pair`");
+    return id;
+  }
+
+  private async deviceKey(): Promise<DeviceKey> {
+    this.key ??= await loadOrCreateKey();
+    return this.key;
+  }
+
+  async pair(link: string, code: string | null, name: string | null): Promise<StatusView> {
+    if (!window.isSecureContext) throw new Error("a browser makes device keys only on https:// or localhost: open this page over https (docs/phone.md)");
+    const parsed = parseWebPairingLink(code ? `${link.replace(/#.*$/, "")}#/pair?code=${encodeURIComponent(code)}` : link, this.origin);
+    // A new pairing starts from a clean slate: a new key, an empty mirror.
+    await forgetKey();
+    this.key = null;
+    this.session = null;
+    await del(SESSION_KEY);
+    const key = await this.deviceKey();
+    const device = await this.api.pair(parsed.code, key.publicKey, name ?? defaultName());
+    await this.mirror.reset();
+    await this.mirror.setIdentity({ server: parsed.server, device_id: device.id, user: device.user, scopes: device.scopes });
+    this.statusChanged.emit({});
+    void this.start();
+    return this.status();
+  }
+
+  /** A read session, opened with a signed `open_session` when there is none or it ran out. */
+  private async token(): Promise<string> {
+    if (this.session && this.session.expires - Date.now() > 30_000) return this.session.token;
+    const id = await this.identity();
+    const key = await this.deviceKey();
+    const cmd = newCommand({ taskId: null, operation: "open_session", expectedPlanRevision: null, user: id.user, deviceId: id.device_id });
+    const s = await this.api.openSession(id.device_id, (await signCommand(key, cmd)));
+    this.session = { token: s.token, expires: Date.parse(s.expires_at) };
+    await set(SESSION_KEY, { token: s.token, expires_at: s.expires_at });
+    return s.token;
+  }
+
+  private async resnapshot(token: string): Promise<number> {
+    const snap = await this.api.get<{ cursor: number; tasks: { task: { id: string } }[] }>(token, "/v1/snapshot");
+    const threads: TaskDetail[] = [];
+    for (const t of snap.tasks) threads.push(await this.api.get<TaskDetail>(token, `/v1/tasks/${encodeURIComponent(t.task.id)}`));
+    await this.mirror.applySnapshot(snap.cursor, threads);
+    return snap.cursor;
+  }
+
+  /** Sends queued commands in the order they were made; each until the server answers. */
+  async deliverOutbox(): Promise<OutboxView[]> {
+    const queued = await this.mirror.queued();
+    const done: OutboxView[] = [];
+    for (const [commandId, env] of queued) {
+      const res = await this.api.submit(env);
+      const effective: CommandResult = res.status === "duplicate" && res.original ? res.original : res;
+      const status: OutboxStatus =
+        effective.status === "applied" || effective.status === "duplicate"
+          ? "delivered"
+          : effective.status === "conflict"
+            ? "conflict"
+            : effective.reason === "expired"
+              ? "expired"
+              : "rejected";
+      await this.mirror.recordResult(commandId, status, effective);
+      const entry = (await this.mirror.outbox(null)).find((e) => e.command_id === commandId);
+      if (entry) done.push(outboxView(entry));
+    }
+    if (queued.length) this.mirrorChanged.emit({});
+    return done;
+  }
+
+  /** Delivers the outbox, then catches up: a snapshot when there is no cursor (or it expired). */
+  async syncOnce(): Promise<SyncView> {
+    try {
+      const token = await this.token();
+      const delivered = await this.deliverOutbox();
+      let snapshot = false;
+      let cursor = await this.mirror.cursor();
+      if (cursor === null) {
+        snapshot = true;
+        cursor = await this.resnapshot(token);
+      }
+      this.health = { ...this.health, reachable: true, lastSyncAt: Date.now(), lastError: null, reconnectingSince: null };
+      this.mirrorChanged.emit({});
+      this.statusChanged.emit({});
+      return { events: 0, snapshot, delivered, cursor };
+    } catch (e) {
+      this.failed(e);
+      throw appError(e);
+    }
+  }
+
+  private failed(e: unknown) {
+    this.health = { ...this.health, connected: false, reachable: !(e instanceof ApiError && e.kind === "unreachable"), lastError: (e as Error)?.message ?? String(e), reconnectingSince: this.health.reconnectingSince ?? Date.now() };
+    this.statusChanged.emit({});
+  }
+
+  /** Follows the event stream for good: applies events as they come (coalescing bursts), and
+   * reconnects with backoff; a dropped connection is never a cancel. */
+  async start(): Promise<void> {
+    if (this.following || !(await this.mirror.identity())) return;
+    const stop = new AbortController();
+    this.following = stop;
+    const options: BackoffOptions = { startingDelay: 500, maxDelay: 30_000, jitter: "full", numOfAttempts: Number.MAX_SAFE_INTEGER, retry: () => !stop.signal.aborted };
+    const once = async () => {
+      await this.syncOnce();
+      const token = await this.token();
+      let batch: Event[] = [];
+      let timer: number | null = null;
+      const flush = async () => {
+        timer = null;
+        const events = batch;
+        batch = [];
+        if (!events.length) return;
+        await this.mirror.applyEvents(events);
+        this.health = { ...this.health, lastSyncAt: Date.now() };
+        this.mirrorChanged.emit({});
+        this.statusChanged.emit({});
+      };
+      this.health = { ...this.health, connected: true, reachable: true, reconnectingSince: null };
+      this.statusChanged.emit({});
+      for (;;) {
+        try {
+          await this.api.events(token, (await this.mirror.cursor()) ?? 0, (e) => {
+            batch.push(e);
+            if (timer === null) timer = window.setTimeout(() => void flush(), 50);
+          }, stop.signal);
+        } catch (e) {
+          if (!(e instanceof ApiError && e.kind === "cursor_expired")) throw e;
+          // Behind the server's retention: a fresh snapshot, then the stream from its cursor.
+          if (timer !== null) window.clearTimeout(timer);
+          batch = [];
+          await this.resnapshot(token);
+          this.mirrorChanged.emit({});
+          continue;
+        } finally {
+          if (timer !== null) window.clearTimeout(timer);
+          await flush();
+        }
+        break;
+      }
+      if (!stop.signal.aborted) throw new ApiError("unreachable", "the server closed the event stream");
+    };
+    void backOff(async () => {
+      try {
+        await once();
+      } catch (e) {
+        if (!stop.signal.aborted) this.failed(e);
+        throw e;
+      }
+    }, options).catch(() => {});
+  }
+
+  /** Stops following (tests, and pairing again). */
+  stop(): void {
+    this.following?.abort();
+    this.following = null;
+  }
+
+  private async signAndQueue(taskId: string, operation: Operation, args: Record<string, unknown> | null, scope: string[], seenRevision: number): Promise<OutboxView> {
+    const id = await this.identity();
+    if (seenRevision < 1) throw new Error(`plan revision ${seenRevision} was never shown: revisions start at 1`);
+    const cmd = newCommand({ taskId, operation, args, scope, expectedPlanRevision: seenRevision, user: id.user, deviceId: id.device_id });
+    const env = await signCommand(await this.deviceKey(), cmd);
+    await this.mirror.enqueue(taskId, operation, seenRevision, cmd.command_id, env);
+    this.mirrorChanged.emit({});
+    try {
+      await this.deliverOutbox();
+    } catch (e) {
+      // Offline: it stays queued, signed with what the person saw, and goes on the next sync.
+      this.failed(e);
+    }
+    this.statusChanged.emit({});
+    const entry = (await this.mirror.outbox(taskId)).find((e) => e.command_id === cmd.command_id);
+    if (!entry) throw new Error("the command vanished from the outbox");
+    return outboxView(entry);
+  }
+
+  async steer(taskId: string, op: SteerOp, instructions: string | null, suspend: string[], seenRevision: number): Promise<OutboxView> {
+    const operation: Operation = op === "replan" && suspend.length ? "suspend_and_replan" : op;
+    return this.signAndQueue(taskId, operation, instructions ? { instructions } : {}, suspend, seenRevision);
+  }
+
+  async decide(decisionId: string, op: DecideOp, option: string | null, text: string | null, seen: SeenView): Promise<OutboxView> {
+    const d = await this.mirror.decision(decisionId);
+    if (!d) throw new Error(`no decision \`${decisionId}\` in the mirror — sync first`);
+    const operation: Operation = op === "approve" ? "approve" : op === "deny" ? "deny" : op === "choose" ? "choose_option" : "answer_question";
+    const s: Seen = { plan_revision: seen.plan_revision, intent_digest: seen.intent_digest ?? null };
+    const a = answerArgs(d, operation, option, text, s);
+    return this.signAndQueue(d.task_id, a.operation, a.args, [], s.plan_revision);
+  }
+
+  async status(): Promise<StatusView> {
+    const id = await this.mirror.identity();
+    const outbox = await this.mirror.outbox(null);
+    const inbox = await this.mirror.inbox();
+    return {
+      mode: "remote",
+      paired: id !== null,
+      server: id?.server ?? null,
+      device_id: id?.device_id ?? null,
+      user: id?.user ?? null,
+      scopes: id?.scopes ?? [],
+      connected: this.health.connected,
+      server_reachable: this.health.reachable,
+      last_sync_at: this.health.lastSyncAt,
+      last_event_at: await this.mirror.lastEventAt(),
+      reconnecting_since: this.health.reconnectingSince,
+      last_error: this.health.lastError,
+      queued: outbox.filter((e) => e.status === "queued").length,
+      pending_decisions: inbox.length,
+      muted_until: null,
+      demo: null,
+      keystore: this.db.persistent ? "this browser (WebCrypto key, not extractable; mirror in OPFS)" : `this browser (WebCrypto key, not extractable; no offline copy: ${this.db.fallbackReason ?? "OPFS is missing"})`,
+    } as StatusView;
+  }
+
+  async artifactText(sha256: string): Promise<ArtifactText> {
+    let bytes = await this.mirror.blob(sha256);
+    if (!bytes) {
+      bytes = await this.api.blob(await this.token(), sha256);
+      await this.mirror.putBlob(sha256, bytes, 64 << 20);
+    }
+    const limit = 2 << 20;
+    const text = new TextDecoder().decode(bytes.subarray(0, limit));
+    return { text, size: bytes.length, truncated: bytes.length > limit } as ArtifactText;
+  }
+}
+
+function apiBase(): string {
+  // The page is served at `<server>/app/`; the API is the same origin's `/v1/…`.
+  return "";
+}
+
+function defaultName(): string {
+  const ua = navigator.userAgent;
+  const os = /Android/.test(ua) ? "Android" : /iPhone|iPad/.test(ua) ? "iOS" : /Mac/.test(ua) ? "macOS" : /Linux/.test(ua) ? "Linux" : "a browser";
+  return `web companion on ${os}`;
+}
+
+/** `commands` and `events` over a web companion, in the bindings' shape. */
+export function webTransport(open: () => Promise<WebCompanion>) {
+  const call =
+    <A extends unknown[], R>(f: (w: WebCompanion, ...a: A) => Promise<R>) =>
+    async (...a: A): Promise<R> => {
+      try {
+        return await f(await open(), ...a);
+      } catch (e) {
+        throw appError(e);
+      }
+    };
+  const commands = {
+    listThreads: call(async (w): Promise<ThreadRowView[]> => (await w.mirror.threads()).map((r) => threadRowView(r))),
+    getThread: call(async (w, taskId: string): Promise<ThreadDetailView> => {
+      const d = await w.mirror.thread(taskId);
+      if (!d) throw new Error(`no thread \`${taskId}\` in the mirror`);
+      return threadDetailView(d);
+    }),
+    artifactText: call((w, sha256: string) => w.artifactText(sha256)),
+    pinThread: call((w, taskId: string, pinned: boolean) => w.mirror.pin(taskId, pinned)),
+    listInbox: call(async (w): Promise<InboxItemView[]> => (await w.mirror.inbox()).map(inboxItemView)),
+    decide: call((w, decisionId: string, op: DecideOp, option: string | null, text: string | null, seen: SeenView) => w.decide(decisionId, op, option, text, seen)),
+    steer: call((w, taskId: string, op: SteerOp, instructions: string | null, suspend: string[], seenRevision: number) => w.steer(taskId, op, instructions, suspend, seenRevision)),
+    listOutbox: call(async (w): Promise<OutboxView[]> => (await w.mirror.outbox(null)).map(outboxView)),
+    syncNow: call((w) => w.syncOnce()),
+    pairDevice: call((w, link: string, code: string | null, name: string | null) => w.pair(link, code, name)),
+    listDevices: call(async (w): Promise<DeviceView[]> => {
+      const id = await w.mirror.identity();
+      return id ? [{ id: id.device_id, name: "this browser", user: id.user, scopes: id.scopes, created_at: null, revoked_at: null, this_device: true } as DeviceView] : [];
+    }),
+    getStatus: call((w) => w.status()),
+    muteNotifications: call((w) => w.status()),
+    startDemo: call(async () => {
+      throw new Error("the demo runs in the desktop app; here, pair with a server that runs agents");
+    }),
+    takePendingRoute: call(async () => null as Navigate | null),
+  };
+  const events = {
+    mirrorChanged: { listen: (f: Listener<MirrorChanged>) => open().then((w) => w.mirrorChanged.listen(f)) },
+    statusChanged: { listen: (f: Listener<StatusChanged>) => open().then((w) => w.statusChanged.listen(f)) },
+    navigate: { listen: (f: Listener<Navigate>) => open().then((w) => w.navigate.listen(f)) },
+  };
+  return { commands, events };
+}
+
