@@ -4,7 +4,8 @@
 // re-reads the mirror whenever it changed.
 import { useCallback, useEffect, useState } from "react";
 import { commands as shellCommands, events as shellEvents } from "./bindings";
-import { WebCompanion, webTransport } from "./web/transport";
+import { webTransport } from "./web/facade";
+import type { WebCompanion } from "./web/transport";
 
 /** In the Tauri app (its IPC is injected before the page runs), or in a browser. */
 export const inApp = typeof window !== "undefined" && "__TAURI_INTERNALS__" in window;
@@ -12,7 +13,8 @@ export const inApp = typeof window !== "undefined" && "__TAURI_INTERNALS__" in w
 let opened: Promise<WebCompanion> | null = null;
 /** The page's web companion, opened on first use and then following the server. */
 export function webCompanion(): Promise<WebCompanion> {
-  opened ??= WebCompanion.open().then((c) => {
+  opened ??= import("./web/transport").then(async ({ WebCompanion }) => {
+    const c = await WebCompanion.open();
     void c.start();
     return c;
   });

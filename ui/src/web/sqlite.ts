@@ -1,6 +1,5 @@
 // One statement runner over a sqlite-wasm `oo1` database, shared by the in-memory database on
 // the page and the OPFS database in its worker, so both answer a request identically.
-import sqlite3InitModule from "@sqlite.org/sqlite-wasm";
 import type { Database, Sqlite3Static } from "@sqlite.org/sqlite-wasm";
 
 /** A value SQLite stores and returns. */
@@ -38,6 +37,8 @@ export function run(db: Database, req: DbRequest): DbRow[] {
 /** Loads SQLite; `wasmUrl` says where its .wasm file is served (needed in the browser, where
  * Vite's dependency pre-bundling moves the module away from the file next to it). */
 export async function initSqlite(wasmUrl?: string): Promise<Sqlite3Static> {
+  // Loaded on first use, so the desktop app (which never opens a web mirror) does not carry it.
+  const { default: sqlite3InitModule } = await import("@sqlite.org/sqlite-wasm");
   // The published types leave the Emscripten module argument out on purpose; it is there.
   const init = sqlite3InitModule as unknown as (module?: { locateFile?: (file: string) => string }) => Promise<Sqlite3Static>;
   return init(wasmUrl === undefined ? undefined : { locateFile: () => wasmUrl });

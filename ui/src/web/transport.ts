@@ -31,7 +31,7 @@ import type { CommandResult, Event, TaskDetail } from "./wire";
 /** Where the page keeps its read session: the service worker reads it to describe a push. */
 export const SESSION_KEY = "waymark-session";
 
-type Listener<T> = (e: { payload: T }) => void;
+export type Listener<T> = (e: { payload: T }) => void;
 
 class Channel<T> {
   private listeners = new Set<Listener<T>>();
@@ -317,6 +317,29 @@ export class WebCompanion {
     } as StatusView;
   }
 
+  async threads(): Promise<ThreadRowView[]> {
+    return (await this.mirror.threads()).map((r) => threadRowView(r));
+  }
+
+  async thread(taskId: string): Promise<ThreadDetailView> {
+    const d = await this.mirror.thread(taskId);
+    if (!d) throw new Error(`no thread \`${taskId}\` in the mirror`);
+    return threadDetailView(d);
+  }
+
+  async inbox(): Promise<InboxItemView[]> {
+    return (await this.mirror.inbox()).map(inboxItemView);
+  }
+
+  async outbox(): Promise<OutboxView[]> {
+    return (await this.mirror.outbox(null)).map(outboxView);
+  }
+
+  async devices(): Promise<DeviceView[]> {
+    const id = await this.mirror.identity();
+    return id ? [{ id: id.device_id, name: "this browser", user: id.user, scopes: id.scopes, created_at: null, revoked_at: null, this_device: true }] : [];
+  }
+
   async artifactText(sha256: string): Promise<ArtifactText> {
     let bytes = await this.mirror.blob(sha256);
     if (!bytes) {
@@ -338,50 +361,5 @@ function defaultName(): string {
   const ua = navigator.userAgent;
   const os = /Android/.test(ua) ? "Android" : /iPhone|iPad/.test(ua) ? "iOS" : /Mac/.test(ua) ? "macOS" : /Linux/.test(ua) ? "Linux" : "a browser";
   return `web companion on ${os}`;
-}
-
-/** `commands` and `events` over a web companion, in the bindings' shape. */
-export function webTransport(open: () => Promise<WebCompanion>) {
-  const call =
-    <A extends unknown[], R>(f: (w: WebCompanion, ...a: A) => Promise<R>) =>
-    async (...a: A): Promise<R> => {
-      try {
-        return await f(await open(), ...a);
-      } catch (e) {
-        throw appError(e);
-      }
-    };
-  const commands = {
-    listThreads: call(async (w): Promise<ThreadRowView[]> => (await w.mirror.threads()).map((r) => threadRowView(r))),
-    getThread: call(async (w, taskId: string): Promise<ThreadDetailView> => {
-      const d = await w.mirror.thread(taskId);
-      if (!d) throw new Error(`no thread \`${taskId}\` in the mirror`);
-      return threadDetailView(d);
-    }),
-    artifactText: call((w, sha256: string) => w.artifactText(sha256)),
-    pinThread: call((w, taskId: string, pinned: boolean) => w.mirror.pin(taskId, pinned)),
-    listInbox: call(async (w): Promise<InboxItemView[]> => (await w.mirror.inbox()).map(inboxItemView)),
-    decide: call((w, decisionId: string, op: DecideOp, option: string | null, text: string | null, seen: SeenView) => w.decide(decisionId, op, option, text, seen)),
-    steer: call((w, taskId: string, op: SteerOp, instructions: string | null, suspend: string[], seenRevision: number) => w.steer(taskId, op, instructions, suspend, seenRevision)),
-    listOutbox: call(async (w): Promise<OutboxView[]> => (await w.mirror.outbox(null)).map(outboxView)),
-    syncNow: call((w) => w.syncOnce()),
-    pairDevice: call((w, link: string, code: string | null, name: string | null) => w.pair(link, code, name)),
-    listDevices: call(async (w): Promise<DeviceView[]> => {
-      const id = await w.mirror.identity();
-      return id ? [{ id: id.device_id, name: "this browser", user: id.user, scopes: id.scopes, created_at: null, revoked_at: null, this_device: true } as DeviceView] : [];
-    }),
-    getStatus: call((w) => w.status()),
-    muteNotifications: call((w) => w.status()),
-    startDemo: call(async () => {
-      throw new Error("the demo runs in the desktop app; here, pair with a server that runs agents");
-    }),
-    takePendingRoute: call(async () => null as Navigate | null),
-  };
-  const events = {
-    mirrorChanged: { listen: (f: Listener<MirrorChanged>) => open().then((w) => w.mirrorChanged.listen(f)) },
-    statusChanged: { listen: (f: Listener<StatusChanged>) => open().then((w) => w.statusChanged.listen(f)) },
-    navigate: { listen: (f: Listener<Navigate>) => open().then((w) => w.navigate.listen(f)) },
-  };
-  return { commands, events };
 }
 
