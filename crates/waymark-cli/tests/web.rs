@@ -427,6 +427,7 @@ async fn a_phone_browser_pairs_by_link_approves_and_steers_offline() {
     shot(&c, "offline-pause-queued").await;
 
     // Back on the same address: delivered once, applied.
+    let second_task = paused_task(&c).await;
     let _server = serve(&data, port, &out.join("serve2.log"));
     click(&c, "[data-testid=nav-outbox]").await;
     wait_until(&c, "the queued pause delivered", 120, || async {
@@ -439,5 +440,98 @@ async fn a_phone_browser_pairs_by_link_approves_and_steers_offline() {
     })
     .await;
     shot(&c, "pause-delivered").await;
+
+    // The revision the person read is the one signed: a replan is confirmed at revision 1; a
+    // second device (the terminal client) replans meanwhile and the page's sync moves the
+    // screen to revision 2; the confirmation still sends revision 1 and the conflict is shown.
+    c.goto(&format!("{url}/app/#/threads/{second_task}"))
+        .await
+        .expect("the paused thread");
+    wait_until(&c, "the thread shows paused", 60, || async {
+        attr(&c, "[data-testid=thread-state]", "data-state")
+            .await
+            .as_deref()
+            == Some("paused")
+    })
+    .await;
+    click(&c, "[data-testid=steer-replan]").await;
+    wait_css(&c, ".replan textarea", 10)
+        .await
+        .send_keys("write the report only")
+        .await
+        .expect("type instructions");
+    click(&c, ".replan button[type=submit]").await;
+    let dialog = text(&c, ".steer .confirm").await;
+    assert!(
+        dialog.contains("revision 1"),
+        "the confirmation names the revision read: {dialog}"
+    );
+    let laptop = tmp.path().join("laptop");
+    let link = admin(&data, &["pair", "--user", "alice", "--server", &url])["link"]
+        .as_str()
+        .expect("a pairing link")
+        .to_owned();
+    terminal(&laptop, &["pair", &link, "--name", "laptop"]);
+    terminal(&laptop, &["sync"]);
+    let task2 = paused_task(&c).await;
+    let moved = terminal(
+        &laptop,
+        &[
+            "replan",
+            &task2,
+            "--instructions",
+            "stop after the fix",
+            "--expected-revision",
+            "1",
+        ],
+    );
+    assert_eq!(moved["status"], "delivered", "{moved}");
+    wait_css(&c, "[data-testid=steer-moved]", 60).await;
+    shot(&c, "replan-moved-under-confirmation").await;
+    click(&c, "[data-testid=steer-confirm]").await;
+    wait_until(&c, "the conflict shown", 30, || async {
+        let r = text(&c, "[data-testid=steer-result]").await;
+        r.contains("conflict") && r.contains("revision 2")
+    })
+    .await;
+    shot(&c, "replan-conflict").await;
+    terminal(&laptop, &["sync"]);
+    let shown = terminal(&laptop, &["show", &task2]);
+    assert_eq!(
+        shown["task"]["plan_revision"], 2,
+        "only the laptop's replan applied: {shown}"
+    );
     c.close().await.expect("close the browser");
+}
+
+/// The thread the page shows as paused (the second run's).
+async fn paused_task(c: &Client) -> String {
+    let hash = c
+        .current_url()
+        .await
+        .expect("the URL")
+        .fragment()
+        .unwrap_or_default()
+        .to_owned();
+    if let Some(t) = hash.strip_prefix("/threads/") {
+        return t.to_owned();
+    }
+    panic!("not on a thread: {hash}")
+}
+
+/// The terminal client as a second device, with its key in a file (a throwaway home).
+fn terminal(home: &Path, args: &[&str]) -> Value {
+    let out = waymark()
+        .arg("--json")
+        .args(args)
+        .env("WAYMARK_HOME", home)
+        .env("WAYMARK_KEYSTORE", "file-insecure")
+        .output()
+        .expect("run the terminal client");
+    assert!(
+        out.status.success(),
+        "waymark {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap_or(Value::Null)
 }
