@@ -93,6 +93,24 @@ async fn bad_schedules_are_refused_with_the_reason() {
             "months",
         ),
         (json!({"schedule": {"whenever": "x"}, "message": "m"}), ""),
+        // Found by `scripts/api-fuzz`: a negative or infinite duration panicked the handler, and
+        // a run past the year 9999 was answered as a date-time RFC 3339 cannot spell.
+        (
+            json!({"schedule": {"after": "P-1D"}, "message": "m"}),
+            "longer than zero",
+        ),
+        (
+            json!({"schedule": {"every": "P1e39D"}, "message": "m"}),
+            "finite",
+        ),
+        (
+            json!({"schedule": {"after": "P3885321W"}, "message": "m"}),
+            "9999",
+        ),
+        (
+            json!({"schedule": {"at": "+12027-01-01T10:00"}, "message": "m"}),
+            "9999",
+        ),
     ] {
         let (s, v) = h
             .post(&h.alice, &format!("/v1/tasks/{task}/followups"), body)
