@@ -321,3 +321,27 @@ async fn the_openapi_document_lists_the_common_problems() {
             .is_none()
     );
 }
+
+/// JSON Schema's `integer` admits `1.0`; so does the server.
+#[tokio::test]
+async fn a_whole_number_spelled_as_a_float_is_the_integer() {
+    let h = Harness::start().await;
+    let task = h.create_task(&h.alice).await;
+    let (attempt, fence) = h.attempt(&h.alice, &task, 60).await;
+    let (s, v) = h
+        .post(
+            &h.alice,
+            &format!("/v1/attempts/{attempt}/heartbeat"),
+            json!({"fence": fence as f64, "lease_seconds": 60.0}),
+        )
+        .await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    let (s, v) = h
+        .post(
+            &h.alice,
+            &format!("/v1/attempts/{attempt}/heartbeat"),
+            json!({"fence": 1.5}),
+        )
+        .await;
+    assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY, "{v}");
+}
