@@ -51,7 +51,7 @@ pub struct Budget {
     /// The option that applies when nobody answers (default `deliver_patch`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub default_option: Option<String>,
-    /// How long a budget decision waits (default 15 minutes).
+    /// How long a budget decision waits (default 15 minutes, at most 30 days).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub decision_seconds: Option<u64>,
 }

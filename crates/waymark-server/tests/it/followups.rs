@@ -256,3 +256,33 @@ async fn budget_thresholds_open_one_decision_each_with_what_each_option_gives_up
     assert_eq!(d["status"], "expired");
     assert_eq!(d["outcome"]["option"], "deliver_patch");
 }
+
+/// A budget decision waits at most 30 days, whatever the budget asks: a longer wait overflowed
+/// (a panic) or ended past the year 9999.
+#[tokio::test]
+async fn a_budget_decision_waits_at_most_thirty_days() {
+    let h = Harness::start().await;
+    for seconds in [1_000_000_000_000_u64, u64::MAX] {
+        let (s, t) = h
+            .post(
+                &h.alice,
+                "/v1/tasks",
+                json!({"title": "budgeted", "budget": {"max_tokens": 1, "decision_seconds": seconds}}),
+            )
+            .await;
+        assert_eq!(s, StatusCode::CREATED, "{t}");
+        let task = t["id"].as_str().unwrap();
+        let (s, v) = h
+            .post(
+                &h.alice,
+                &format!("/v1/tasks/{task}/usage"),
+                json!({"tokens": 5}),
+            )
+            .await;
+        assert_eq!(s, StatusCode::OK, "{v}");
+        let d = &v["budget_decision"];
+        let expires: DateTime<Utc> = d["expires_at"].as_str().unwrap().parse().unwrap();
+        let created: DateTime<Utc> = d["created_at"].as_str().unwrap().parse().unwrap();
+        assert_eq!((expires - created).num_days(), 30, "{d}");
+    }
+}
