@@ -345,3 +345,31 @@ async fn a_whole_number_spelled_as_a_float_is_the_integer() {
         .await;
     assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY, "{v}");
 }
+
+/// An intent is a JSON object, as the document says (found by `scripts/api-fuzz`: `null` was
+/// stored, then answered against that document).
+#[tokio::test]
+async fn an_intent_that_is_not_an_object_is_refused() {
+    let h = Harness::start().await;
+    let task = h.create_task(&h.alice).await;
+    let (att, fence) = h.attempt(&h.alice, &task, 60).await;
+    for intent in [json!(null), json!(1), json!("deploy"), json!([])] {
+        let (s, v) = h
+            .post(
+                &h.alice,
+                &format!("/v1/tasks/{task}/effects"),
+                json!({"attempt_id": att, "fence": fence, "idempotency_key": "k", "kind": "deploy",
+                       "intent": intent}),
+            )
+            .await;
+        assert_problem(s, &v, 422, "validation_failed");
+        let (s, v) = h
+            .post(
+                &h.alice,
+                &format!("/v1/tasks/{task}/approvals"),
+                json!({"attempt_id": att, "fence": fence, "summary": "deploy?", "intent": intent}),
+            )
+            .await;
+        assert_problem(s, &v, 422, "validation_failed");
+    }
+}
