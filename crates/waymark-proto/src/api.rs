@@ -14,9 +14,15 @@ use crate::state::{
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct PlanStep {
     /// Unique within the plan, e.g. `deploy_staging`.
+    #[schema(
+        min_length = 1,
+        max_length = 128,
+        pattern = r"^[^\x00]*[^\s\x00][^\x00]*$"
+    )]
     pub id: String,
     /// What the step does, for people.
     #[serde(default)]
+    #[schema(max_length = 1000)]
     pub title: String,
     /// Steps that must complete first.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -45,7 +51,7 @@ pub struct Budget {
     /// The option that applies when nobody answers (default `deliver_patch`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub default_option: Option<String>,
-    /// How long a budget decision waits (default 15 minutes).
+    /// How long a budget decision waits (default 15 minutes, at most 30 days).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub decision_seconds: Option<u64>,
 }
@@ -77,9 +83,15 @@ pub struct Materials {
 #[serde(deny_unknown_fields)]
 pub struct CreateTask {
     /// Short name.
+    #[schema(
+        min_length = 1,
+        max_length = 200,
+        pattern = r"^[^\x00]*[^\s\x00][^\x00]*$"
+    )]
     pub title: String,
     /// The goal and its acceptance criteria.
     #[serde(default)]
+    #[schema(max_length = 20000)]
     pub goal: String,
     /// The agent runtime, e.g. `claude-code`, `codex`, `waymark-demo`.
     #[serde(default)]
@@ -96,6 +108,11 @@ pub struct CreateTask {
     /// The runtime's own id for this work (a Claude Code session, a Codex thread). Creating a
     /// task again with the same `runtime` and key returns the existing task (200).
     #[serde(default)]
+    #[schema(
+        min_length = 1,
+        max_length = 300,
+        pattern = r"^[^\x00]*[^\s\x00][^\x00]*$"
+    )]
     pub external_key: Option<String>,
 }
 
@@ -103,6 +120,7 @@ pub struct CreateTask {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct Task {
     /// `task_…`.
+    #[schema(pattern = r"^task_[0-9a-f]{32}$")]
     pub id: String,
     /// The user who owns it.
     pub owner: String,
@@ -120,6 +138,7 @@ pub struct Task {
     /// The plan's steps.
     pub plan: Vec<PlanStep>,
     /// Increases with every replan; approvals are bound to it.
+    #[schema(minimum = 1)]
     pub plan_revision: i64,
     /// Limits.
     pub budget: Budget,
@@ -128,8 +147,10 @@ pub struct Task {
     /// What it works on.
     pub materials: Materials,
     /// The task's session (conversation and context).
+    #[schema(pattern = r"^ses_[0-9a-f]{32}$")]
     pub session_id: String,
     /// The fence of the newest attempt (0 before the first).
+    #[schema(minimum = 0)]
     pub fence: i64,
     /// The summary the last attempt finished with.
     pub outcome_summary: Option<String>,
@@ -139,6 +160,7 @@ pub struct Task {
     pub updated_at: DateTime<Utc>,
     /// For a compensation task: the task whose effect it compensates.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(pattern = r"^task_[0-9a-f]{32}$")]
     pub parent_id: Option<String>,
 }
 
@@ -147,6 +169,11 @@ pub struct Task {
 #[serde(deny_unknown_fields)]
 pub struct StartAttempt {
     /// The worker's name, for people and audit.
+    #[schema(
+        min_length = 1,
+        max_length = 128,
+        pattern = r"^[^\x00]*[^\s\x00][^\x00]*$"
+    )]
     pub worker: String,
     /// Requested lease length in seconds; clamped to the server's bounds (default 30).
     #[serde(default)]
@@ -164,12 +191,15 @@ pub struct StartAttempt {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct Attempt {
     /// `att_…`.
+    #[schema(pattern = r"^att_[0-9a-f]{32}$")]
     pub id: String,
     /// Its task.
+    #[schema(pattern = r"^task_[0-9a-f]{32}$")]
     pub task_id: String,
     /// The worker's name.
     pub worker: String,
     /// Fencing token: every write of this attempt carries it.
+    #[schema(minimum = 1)]
     pub fence: i64,
     /// When the lease runs out unless renewed (server clock).
     pub expires_at: DateTime<Utc>,
@@ -193,6 +223,7 @@ pub struct Attempt {
 #[serde(deny_unknown_fields)]
 pub struct Heartbeat {
     /// The attempt's fence.
+    #[schema(minimum = 1)]
     pub fence: i64,
     /// New lease length in seconds (default: the server's default).
     #[serde(default)]
@@ -299,6 +330,7 @@ pub struct CheckpointBody {
     pub reason: String,
     /// The plan revision the worker follows.
     #[serde(default)]
+    #[schema(minimum = -9007199254740991_i64, maximum = 9007199254740991_i64)]
     pub plan_revision: i64,
     /// Digest of the worker's manifest.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -328,10 +360,13 @@ pub struct CheckpointBody {
 #[serde(deny_unknown_fields)]
 pub struct AppendCheckpoint {
     /// The writing attempt.
+    #[schema(pattern = r"^att_[0-9a-f]{32}$")]
     pub attempt_id: String,
     /// Its fence.
+    #[schema(minimum = 1)]
     pub fence: i64,
     /// Must be the last sequence + 1 (the first is 1).
+    #[schema(minimum = 1, maximum = 9007199254740991_i64)]
     pub sequence: i64,
     /// Content.
     pub body: CheckpointBody,
@@ -341,8 +376,10 @@ pub struct AppendCheckpoint {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct Checkpoint {
     /// Its task.
+    #[schema(pattern = r"^task_[0-9a-f]{32}$")]
     pub task_id: String,
     /// 1, 2, 3… without gaps.
+    #[schema(minimum = 1)]
     pub sequence: i64,
     /// The attempt that wrote it.
     pub attempt_id: String,
@@ -351,8 +388,10 @@ pub struct Checkpoint {
     /// Content.
     pub body: CheckpointBody,
     /// The previous link's digest (`None` for the first).
+    #[schema(pattern = r"^sha256:[0-9a-f]{64}$")]
     pub prev_digest: Option<String>,
     /// `sha256:` over this checkpoint and `prev_digest`.
+    #[schema(pattern = r"^sha256:[0-9a-f]{64}$")]
     pub digest: String,
     /// Server time.
     pub created_at: DateTime<Utc>,
@@ -378,12 +417,24 @@ pub struct ChainStatus {
 #[serde(deny_unknown_fields)]
 pub struct DeclareEffect {
     /// The writing attempt.
+    #[schema(pattern = r"^att_[0-9a-f]{32}$")]
     pub attempt_id: String,
     /// Its fence.
+    #[schema(minimum = 1)]
     pub fence: i64,
     /// Unique per task; passed to the provider so a repeat is recognised.
+    #[schema(
+        min_length = 1,
+        max_length = 256,
+        pattern = r"^[^\x00]*[^\s\x00][^\x00]*$"
+    )]
     pub idempotency_key: String,
     /// What kind of change, e.g. `deploy`, `http.post`, `git.push`.
+    #[schema(
+        min_length = 1,
+        max_length = 128,
+        pattern = r"^[^\x00]*[^\s\x00][^\x00]*$"
+    )]
     pub kind: String,
     /// The plan step it belongs to.
     #[serde(default)]
@@ -400,8 +451,10 @@ pub struct DeclareEffect {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct Effect {
     /// `eff_…`.
+    #[schema(pattern = r"^eff_[0-9a-f]{32}$")]
     pub id: String,
     /// Its task.
+    #[schema(pattern = r"^task_[0-9a-f]{32}$")]
     pub task_id: String,
     /// The key the provider dedups on.
     pub idempotency_key: String,
@@ -415,6 +468,7 @@ pub struct Effect {
     #[schema(value_type = Object)]
     pub intent: Value,
     /// `sha256:` of the intent's canonical JSON.
+    #[schema(pattern = r"^sha256:[0-9a-f]{64}$")]
     pub intent_digest: String,
     /// Reconciliation status.
     pub status: EffectStatus,
@@ -448,8 +502,10 @@ pub struct EffectDeclared {
 #[serde(deny_unknown_fields)]
 pub struct UpdateEffect {
     /// The writing attempt.
+    #[schema(pattern = r"^att_[0-9a-f]{32}$")]
     pub attempt_id: String,
     /// Its fence.
+    #[schema(minimum = 1)]
     pub fence: i64,
     /// The new status.
     pub status: EffectStatus,
@@ -483,29 +539,40 @@ pub struct DecisionOption {
 pub struct RequestApproval {
     /// The requesting attempt (optional for adapters without leases).
     #[serde(default)]
+    #[schema(pattern = r"^att_[0-9a-f]{32}$")]
     pub attempt_id: Option<String>,
     /// Its fence.
     #[serde(default)]
+    #[schema(minimum = 1)]
     pub fence: Option<i64>,
     /// Plan step.
     #[serde(default)]
     pub step: Option<String>,
     /// The effect it would allow.
     #[serde(default)]
+    #[schema(pattern = r"^eff_[0-9a-f]{32}$")]
     pub effect_id: Option<String>,
     /// What will be done, in full (target, commit, artifact digests). No secrets.
     #[schema(value_type = Object)]
     pub intent: Value,
     /// `sha256:` of the intent's canonical JSON; the server checks it.
     #[serde(default)]
+    #[schema(pattern = r"^sha256:[0-9a-f]{64}$")]
     pub intent_digest: Option<String>,
     /// The question, for people.
+    #[schema(
+        min_length = 1,
+        max_length = 2000,
+        pattern = r"^[^\x00]*[^\s\x00][^\x00]*$"
+    )]
     pub summary: String,
     /// Seconds until the default applies (default 3600).
     #[serde(default)]
+    #[schema(minimum = 1, maximum = 2592000)]
     pub expires_in_seconds: Option<u64>,
     /// `deny` (the default) or `approve`.
     #[serde(default)]
+    #[schema(pattern = r"^(approve|deny)$")]
     pub default_option: Option<String>,
     /// Marks an approval the UI must confirm twice.
     #[serde(default)]
@@ -520,22 +587,45 @@ pub struct RequestApproval {
     pub options: Vec<DecisionOption>,
 }
 
+/// The kinds of decision `POST /v1/tasks/{task}/decisions` opens: a [`DecisionKind`] other than
+/// `approval`. Only the OpenAPI document names it.
+#[derive(ToSchema)]
+#[schema(rename_all = "snake_case")]
+#[allow(dead_code)]
+enum AskedKind {
+    /// A question for a person.
+    Question,
+    /// A budget choice.
+    Budget,
+    /// What recovery does next.
+    Recovery,
+}
+
 /// `POST /v1/tasks/{task}/decisions`.
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RequestDecision {
     /// The requesting attempt.
     #[serde(default)]
+    #[schema(pattern = r"^att_[0-9a-f]{32}$")]
     pub attempt_id: Option<String>,
     /// Its fence.
     #[serde(default)]
+    #[schema(minimum = 1)]
     pub fence: Option<i64>,
-    /// `question`, `budget` or `recovery`.
+    /// `question`, `budget` or `recovery` (approvals have their own route, which binds the
+    /// intent digest).
+    #[schema(value_type = AskedKind)]
     pub kind: DecisionKind,
     /// Plan step.
     #[serde(default)]
     pub step: Option<String>,
     /// What is asked.
+    #[schema(
+        min_length = 1,
+        max_length = 4000,
+        pattern = r"^[^\x00]*[^\s\x00][^\x00]*$"
+    )]
     pub question: String,
     /// The choices; empty for a free-text question.
     #[serde(default)]
@@ -545,6 +635,7 @@ pub struct RequestDecision {
     pub default_option: Option<String>,
     /// Seconds until the default applies (default 3600).
     #[serde(default)]
+    #[schema(minimum = 1, maximum = 2592000)]
     pub expires_in_seconds: Option<u64>,
 }
 
@@ -566,8 +657,10 @@ pub struct DecisionOutcome {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct Decision {
     /// `dec_…`.
+    #[schema(pattern = r"^dec_[0-9a-f]{32}$")]
     pub id: String,
     /// Its task.
+    #[schema(pattern = r"^task_[0-9a-f]{32}$")]
     pub task_id: String,
     /// What it asks.
     pub kind: DecisionKind,
@@ -585,8 +678,10 @@ pub struct Decision {
     #[schema(value_type = Option<Object>)]
     pub intent: Option<Value>,
     /// For approvals: its digest.
+    #[schema(pattern = r"^sha256:[0-9a-f]{64}$")]
     pub intent_digest: Option<String>,
     /// For approvals: the effect it allows.
+    #[schema(pattern = r"^eff_[0-9a-f]{32}$")]
     pub effect_id: Option<String>,
     /// The plan revision it is bound to.
     pub plan_revision: i64,
@@ -625,14 +720,17 @@ pub struct Delivery {
 pub struct ReportDelivery {
     /// The reporting attempt.
     #[serde(default)]
+    #[schema(pattern = r"^att_[0-9a-f]{32}$")]
     pub attempt_id: Option<String>,
     /// Its fence.
     #[serde(default)]
+    #[schema(minimum = 1)]
     pub fence: Option<i64>,
     /// `acknowledged` or `lost`.
     pub state: DeliveryState,
     /// What the runtime said.
     #[serde(default)]
+    #[schema(max_length = 2000)]
     pub detail: Option<String>,
 }
 
@@ -643,11 +741,18 @@ pub struct ReportDelivery {
 pub struct ExpireDecision {
     /// The reporting attempt.
     #[serde(default)]
+    #[schema(pattern = r"^att_[0-9a-f]{32}$")]
     pub attempt_id: Option<String>,
     /// Its fence.
     #[serde(default)]
+    #[schema(minimum = 1)]
     pub fence: Option<i64>,
     /// Why, for people: "the Codex connection closed; the turn will ask again".
+    #[schema(
+        min_length = 1,
+        max_length = 2000,
+        pattern = r"^[^\x00]*[^\s\x00][^\x00]*$"
+    )]
     pub reason: String,
 }
 
@@ -667,16 +772,20 @@ pub struct ResolveDecision {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct Artifact {
     /// `art_…`.
+    #[schema(pattern = r"^art_[0-9a-f]{32}$")]
     pub id: String,
     /// Its task.
+    #[schema(pattern = r"^task_[0-9a-f]{32}$")]
     pub task_id: String,
     /// Hex sha256 of the content (`GET /v1/blobs/{sha256}`).
+    #[schema(pattern = r"^[0-9a-f]{64}$")]
     pub sha256: String,
     /// File name, e.g. `fix.diff`.
     pub name: String,
     /// Media type, e.g. `text/x-diff`.
     pub media_type: String,
     /// Bytes.
+    #[schema(minimum = 0)]
     pub size: i64,
     /// Plan step.
     pub step: Option<String>,
@@ -689,13 +798,20 @@ pub struct Artifact {
 #[serde(deny_unknown_fields)]
 pub struct SubmitTestReceipt {
     /// The writing attempt.
+    #[schema(pattern = r"^att_[0-9a-f]{32}$")]
     pub attempt_id: String,
     /// Its fence.
+    #[schema(minimum = 1)]
     pub fence: i64,
     /// Plan step.
     #[serde(default)]
     pub step: Option<String>,
     /// The command that ran, e.g. `cargo nextest run`.
+    #[schema(
+        min_length = 1,
+        max_length = 4000,
+        pattern = r"^[^\x00]*[^\s\x00][^\x00]*$"
+    )]
     pub command: String,
     /// Its exit code.
     pub exit_code: i32,
@@ -740,8 +856,10 @@ pub struct TestFailure {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct TestReceipt {
     /// `rcpt_…`.
+    #[schema(pattern = r"^rcpt_[0-9a-f]{32}$")]
     pub id: String,
     /// Its task.
+    #[schema(pattern = r"^task_[0-9a-f]{32}$")]
     pub task_id: String,
     /// Plan step.
     pub step: Option<String>,
@@ -760,6 +878,7 @@ pub struct TestReceipt {
     /// `true` when the exit code is 0 and nothing failed or errored.
     pub passed: bool,
     /// sha256 of the raw XML, kept as an artifact.
+    #[schema(pattern = r"^[0-9a-f]{64}$")]
     pub junit_sha256: String,
     /// Recorded at.
     pub created_at: DateTime<Utc>,
@@ -770,8 +889,14 @@ pub struct TestReceipt {
 #[serde(deny_unknown_fields)]
 pub struct NewMessage {
     /// `user`, `assistant`, `system`, `tool`.
+    #[schema(
+        min_length = 1,
+        max_length = 32,
+        pattern = r"^[^\x00]*[^\s\x00][^\x00]*$"
+    )]
     pub role: String,
     /// The text.
+    #[schema(max_length = 1048576)]
     pub text: String,
 }
 
@@ -781,11 +906,14 @@ pub struct NewMessage {
 pub struct AppendMessages {
     /// The writing attempt, when a worker writes.
     #[serde(default)]
+    #[schema(pattern = r"^att_[0-9a-f]{32}$")]
     pub attempt_id: Option<String>,
     /// Its fence.
     #[serde(default)]
+    #[schema(minimum = 1)]
     pub fence: Option<i64>,
     /// The messages, in order.
+    #[schema(min_items = 1, max_items = 1000)]
     pub messages: Vec<NewMessage>,
 }
 
@@ -810,15 +938,18 @@ pub struct Message {
 pub struct ReportUsage {
     /// The writing attempt.
     #[serde(default)]
+    #[schema(pattern = r"^att_[0-9a-f]{32}$")]
     pub attempt_id: Option<String>,
     /// Its fence.
     #[serde(default)]
+    #[schema(minimum = 1)]
     pub fence: Option<i64>,
     /// Tokens used.
     #[serde(default)]
     pub tokens: u64,
     /// Money spent.
     #[serde(default)]
+    #[schema(minimum = 0.0)]
     pub cost_usd: f64,
     /// Wall seconds worked.
     #[serde(default)]
@@ -830,11 +961,13 @@ pub struct ReportUsage {
 #[serde(deny_unknown_fields)]
 pub struct FinishAttempt {
     /// The attempt's fence.
+    #[schema(minimum = 1)]
     pub fence: i64,
     /// How it ends.
     pub outcome: FinishOutcome,
     /// What was delivered, and what was and was not verified.
     #[serde(default)]
+    #[schema(max_length = 20000)]
     pub summary: Option<String>,
     /// Temporary resources released (worktrees, tokens), reported for the record.
     #[serde(default)]
@@ -845,6 +978,7 @@ pub struct FinishAttempt {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct Session {
     /// `ses_…`.
+    #[schema(pattern = r"^ses_[0-9a-f]{32}$")]
     pub id: String,
     /// Its task.
     pub task_id: String,
@@ -947,6 +1081,7 @@ pub enum ProviderStatus {
 #[serde(deny_unknown_fields)]
 pub struct ProviderReport {
     /// The effect.
+    #[schema(pattern = r"^eff_[0-9a-f]{32}$")]
     pub effect_id: String,
     /// What the provider says.
     pub provider_status: ProviderStatus,
@@ -964,10 +1099,13 @@ pub struct ProviderReport {
 #[serde(deny_unknown_fields)]
 pub struct Reconcile {
     /// The resuming attempt.
+    #[schema(pattern = r"^att_[0-9a-f]{32}$")]
     pub attempt_id: String,
     /// Its fence.
+    #[schema(minimum = 1)]
     pub fence: i64,
     /// One report per effect.
+    #[schema(min_items = 1, max_items = 1000)]
     pub reports: Vec<ProviderReport>,
 }
 
@@ -1003,8 +1141,10 @@ pub struct Reconciled {
 #[serde(deny_unknown_fields)]
 pub struct ReportReleased {
     /// The attempt's own fence.
+    #[schema(minimum = 1)]
     pub fence: i64,
     /// What was released, e.g. `worktree:/tmp/w1`, `token:deploy-staging`.
+    #[schema(min_items = 1, max_items = 1000)]
     pub resources: Vec<String>,
 }
 

@@ -12,22 +12,33 @@ use utoipa::ToSchema;
 pub enum Schedule {
     /// Once, after an ISO 8601 duration from creation: `{"after": "PT2H"}`.
     After {
-        /// e.g. `PT2H`, `P1D`.
+        /// e.g. `PT2H`, `P1D`: weeks, days, hours, minutes and seconds (months and years vary in
+        /// length); longer than zero.
+        #[schema(
+            pattern = r"^P(\d+([.,]\d+)?W|\d+([.,]\d+)?D(T|T(\d+([.,]\d+)?H(\d+([.,]\d+)?M)?(\d+([.,]\d+)?S)?|\d+([.,]\d+)?M(\d+([.,]\d+)?S)?|\d+([.,]\d+)?S))?|T(\d+([.,]\d+)?H(\d+([.,]\d+)?M)?(\d+([.,]\d+)?S)?|\d+([.,]\d+)?M(\d+([.,]\d+)?S)?|\d+([.,]\d+)?S))$"
+        )]
         after: String,
     },
     /// Once, at a local date-time in `time_zone`: `{"at": "2027-03-28T02:30"}`.
     At {
-        /// `YYYY-MM-DDTHH:MM[:SS]`, no offset: the time zone says where.
+        /// `YYYY-MM-DDTHH:MM[:SS]`, no offset: the time zone says where. In the future.
+        #[schema(
+            pattern = r"^(\d{4}|[+-]\d{4,})-(0?[1-9]|1[0-2])-(0?[1-9]|[12]\d|3[01])T([01]?\d|2[0-3]):[0-5]?\d(:([0-5]?\d|60))?$"
+        )]
         at: String,
     },
     /// Repeatedly, every ISO 8601 duration from creation: `{"every": "PT1H"}`.
     Every {
-        /// e.g. `PT1H`.
+        /// e.g. `PT1H`: weeks, days, hours, minutes and seconds; longer than zero.
+        #[schema(
+            pattern = r"^P(\d+([.,]\d+)?W|\d+([.,]\d+)?D(T|T(\d+([.,]\d+)?H(\d+([.,]\d+)?M)?(\d+([.,]\d+)?S)?|\d+([.,]\d+)?M(\d+([.,]\d+)?S)?|\d+([.,]\d+)?S))?|T(\d+([.,]\d+)?H(\d+([.,]\d+)?M)?(\d+([.,]\d+)?S)?|\d+([.,]\d+)?M(\d+([.,]\d+)?S)?|\d+([.,]\d+)?S))$"
+        )]
         every: String,
     },
     /// By a five-field cron expression in `time_zone`: `{"cron": "30 2 * * *"}`.
     Cron {
         /// minute hour day-of-month month day-of-week.
+        #[schema(pattern = r"^[ \t]*[0-9A-Za-z*/,?#-]+([ \t]+[0-9A-Za-z*/,?#-]+){4}[ \t]*$")]
         cron: String,
     },
 }
@@ -57,6 +68,11 @@ pub struct CreateFollowup {
     #[serde(default)]
     pub catch_up: Option<CatchUp>,
     /// What to deliver into the task's session.
+    #[schema(
+        min_length = 1,
+        max_length = 20000,
+        pattern = r"^[^\x00]*[^\s\x00][^\x00]*$"
+    )]
     pub message: String,
 }
 
@@ -64,6 +80,7 @@ pub struct CreateFollowup {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct Followup {
     /// `fup_…`.
+    #[schema(pattern = r"^fup_[0-9a-f]{32}$")]
     pub id: String,
     /// Its task.
     pub task_id: String,

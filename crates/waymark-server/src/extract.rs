@@ -64,12 +64,13 @@ impl<T: DeserializeOwned, S: Send + Sync> FromRequestParts<S> for Query<T> {
 /// Parses JSON, telling a syntax error (400 `malformed_json`) from a wrong shape (422
 /// `validation_failed`), with serde's line and column.
 pub(crate) fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
-    let value: serde_json::Value = serde_json::from_slice(bytes).map_err(|e| {
+    let mut value: serde_json::Value = serde_json::from_slice(bytes).map_err(|e| {
         ApiError::new(
             ErrorCode::MalformedJson,
             format!("the body is not valid JSON: {e}"),
         )
     })?;
+    whole_floats_as_integers(&mut value);
     if has_nul(&value) {
         return Err(ApiError::new(
             ErrorCode::ValidationFailed,
@@ -78,6 +79,27 @@ pub(crate) fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiErro
     }
     serde_json::from_value(value)
         .map_err(|e| ApiError::new(ErrorCode::ValidationFailed, e.to_string()))
+}
+
+/// `2.0` is the integer 2 to JSON Schema (and so to the OpenAPI document), and RFC 8785 writes
+/// it `2`; serde takes only the second spelling for an integer field. Whole numbers a double
+/// carries exactly (within ±2^53) are read as integers, so a body the document admits is not
+/// refused for its spelling.
+fn whole_floats_as_integers(v: &mut serde_json::Value) {
+    const EXACT: f64 = 9_007_199_254_740_992.0; // 2^53
+    match v {
+        serde_json::Value::Number(n) => {
+            if let Some(f) = n.as_f64().filter(|_| n.is_f64())
+                && f.fract() == 0.0
+                && f.abs() <= EXACT
+            {
+                *n = serde_json::Number::from(f as i64);
+            }
+        }
+        serde_json::Value::Array(a) => a.iter_mut().for_each(whole_floats_as_integers),
+        serde_json::Value::Object(o) => o.values_mut().for_each(whole_floats_as_integers),
+        _ => {}
+    }
 }
 
 /// NUL cannot be stored by every backend (PostgreSQL text), so no backend takes it.

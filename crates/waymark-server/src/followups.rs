@@ -13,7 +13,7 @@ use crate::state::AppState;
 use crate::worker::{Created, made};
 
 #[utoipa::path(post, path = "/v1/tasks/{task}/followups", tag = "worker", request_body = CreateFollowup,
-    params(("task" = String, Path)),
+    params(("task" = String, Path, pattern = r"^task_[0-9a-f]{32}$")),
     responses((status = 201, body = Followup), (status = 422, body = Problem)))]
 pub(crate) async fn create(
     State(st): State<AppState>,
@@ -25,7 +25,7 @@ pub(crate) async fn create(
 }
 
 #[utoipa::path(get, path = "/v1/followups/{followup}", tag = "read",
-    params(("followup" = String, Path), NextQuery),
+    params(("followup" = String, Path, pattern = r"^fup_[0-9a-f]{32}$"), NextQuery),
     responses((status = 200, body = FollowupPlan), (status = 404, body = Problem)))]
 pub(crate) async fn get(
     State(st): State<AppState>,

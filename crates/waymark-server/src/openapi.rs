@@ -50,7 +50,7 @@ use crate::{claude_code, followups, push, reads, recovery, steer, worker};
         steer::admin_ledger,
     ),
     components(schemas(waymark_proto::Event, waymark_proto::EventKind, waymark_proto::ErrorCode)),
-    modifiers(&BearerAuth, &CommonProblems),
+    modifiers(&BearerAuth, &CommonProblems, &TimeZones, &NoNul, &Links),
     security(("bearer" = [])),
 )]
 struct ApiDoc;
@@ -215,9 +215,374 @@ impl utoipa::Modify for CommonProblems {
     }
 }
 
+/// A follow-up's `time_zone` is one of the IANA zones the server knows (`chrono-tz`'s list).
+struct TimeZones;
+
+impl utoipa::Modify for TimeZones {
+    fn modify(&self, doc: &mut utoipa::openapi::OpenApi) {
+        use utoipa::openapi::{RefOr, Schema};
+        let Some(RefOr::T(Schema::Object(followup))) = doc
+            .components
+            .as_mut()
+            .and_then(|c| c.schemas.get_mut("CreateFollowup"))
+        else {
+            return;
+        };
+        if let Some(RefOr::T(Schema::Object(tz))) = followup.properties.get_mut("time_zone") {
+            let mut zones: Vec<serde_json::Value> = chrono_tz::TZ_VARIANTS
+                .iter()
+                .map(|z| z.name().into())
+                .collect();
+            zones.push(serde_json::Value::Null);
+            tz.enum_values = Some(zones);
+        }
+    }
+}
+
+/// The JSON extractor refuses a body with NUL (U+0000) in any string (`crate::extract`): every
+/// string field of a request body says so with a pattern (those with a pattern of their own
+/// exclude NUL there).
+struct NoNul;
+
+const NO_NUL: &str = r"^[^\x00]*$";
+
+impl utoipa::Modify for NoNul {
+    fn modify(&self, doc: &mut utoipa::openapi::OpenApi) {
+        use utoipa::openapi::RefOr;
+        let mut todo: Vec<String> = doc
+            .paths
+            .paths
+            .values()
+            .flat_map(|item| {
+                [&item.get, &item.post, &item.put, &item.patch, &item.delete]
+                    .into_iter()
+                    .flatten()
+            })
+            .filter_map(|op| op.request_body.as_ref())
+            .flat_map(|body| body.content.values())
+            .filter_map(|c| match &c.schema {
+                Some(RefOr::Ref(r)) => Some(r.ref_location.clone()),
+                _ => None,
+            })
+            .collect();
+        let Some(components) = doc.components.as_mut() else {
+            return;
+        };
+        let mut seen = std::collections::BTreeSet::new();
+        while let Some(location) = todo.pop() {
+            let name = location
+                .trim_start_matches("#/components/schemas/")
+                .to_owned();
+            if !seen.insert(name.clone()) {
+                continue;
+            }
+            if let Some(schema) = components.schemas.get_mut(&name) {
+                exclude_nul(schema, &mut todo);
+            }
+        }
+    }
+}
+
+/// Adds [`NO_NUL`] to the strings of a schema without a pattern; collects the references.
+fn exclude_nul(
+    schema: &mut utoipa::openapi::RefOr<utoipa::openapi::Schema>,
+    refs: &mut Vec<String>,
+) {
+    use utoipa::openapi::schema::{ArrayItems, SchemaType, Type};
+    use utoipa::openapi::{RefOr, Schema};
+    match schema {
+        RefOr::Ref(r) => refs.push(r.ref_location.clone()),
+        RefOr::T(Schema::Object(o)) => {
+            let string = match &o.schema_type {
+                SchemaType::Type(t) => *t == Type::String,
+                SchemaType::Array(ts) => ts.contains(&Type::String),
+                SchemaType::AnyValue => false,
+            };
+            if string && o.pattern.is_none() && o.format.is_none() && o.enum_values.is_none() {
+                o.pattern = Some(NO_NUL.to_owned());
+            }
+            for p in o.properties.values_mut() {
+                exclude_nul(p, refs);
+            }
+        }
+        RefOr::T(Schema::Array(a)) => {
+            if let ArrayItems::RefOrSchema(items) = &mut a.items {
+                exclude_nul(items, refs);
+            }
+        }
+        RefOr::T(Schema::OneOf(x)) => x.items.iter_mut().for_each(|s| exclude_nul(s, refs)),
+        RefOr::T(Schema::AllOf(x)) => x.items.iter_mut().for_each(|s| exclude_nul(s, refs)),
+        RefOr::T(Schema::AnyOf(x)) => x.items.iter_mut().for_each(|s| exclude_nul(s, refs)),
+        _ => {}
+    }
+}
+
+/// Links between operations (OpenAPI `links`): the ids an answer carries, fed to the operations
+/// that take them — a created task's `id` to its attempts, checkpoints, effects, decisions…; an
+/// attempt's `id` and `fence` to its heartbeat, finish and fenced writes; an effect's `id` to
+/// its update and approval; a decision's to its reads and reports; a follow-up's to its read.
+/// Clients and stateful fuzzers (`scripts/api-fuzz`) follow them from one answer to the next
+/// request. Fenced writes get the attempt's credentials in the request body, merged into the
+/// rest of it.
+struct Links;
+
+/// A link: its name, the operation it leads to, and that operation's parameters and
+/// request-body fields as runtime expressions over the answer.
+type LinkSpec = (&'static str, &'static str, Params, Params);
+type Params = &'static [(&'static str, &'static str)];
+
+/// The attempt's credentials of a fenced write, from an `Attempt` answer.
+const ATTEMPT_FENCE: Params = &[
+    ("attempt_id", "$response.body#/id"),
+    ("fence", "$response.body#/fence"),
+];
+const FENCE: Params = &[("fence", "$response.body#/fence")];
+const NONE: Params = &[];
+const TASK_ID: Params = &[("path.task", "$response.body#/id")];
+const ATTEMPT_TASK: Params = &[("path.task", "$response.body#/task_id")];
+const ATTEMPT_ID: Params = &[("path.attempt", "$response.body#/id")];
+const DECISION: Params = &[
+    ("path.task", "$response.body#/task_id"),
+    ("path.decision", "$response.body#/id"),
+];
+const DECISION_ID: Params = &[("path.decision", "$response.body#/id")];
+
+/// From the answers (by status) of an operation, the links.
+const LINKS: &[(&str, &[&str], &[LinkSpec])] = &[
+    // A task, created or found again: everything that takes `{task}`.
+    (
+        "create_task",
+        &["201", "200"],
+        &[
+            ("TaskDetail", "task_detail", TASK_ID, NONE),
+            ("StartAttempt", "start_attempt", TASK_ID, NONE),
+            ("RequestApproval", "request_approval", TASK_ID, NONE),
+            ("RequestDecision", "request_decision", TASK_ID, NONE),
+            ("AppendMessages", "append_messages", TASK_ID, NONE),
+            ("ReportUsage", "report_usage", TASK_ID, NONE),
+            ("UploadArtifact", "upload_artifact", TASK_ID, NONE),
+            ("CreateFollowup", "create", TASK_ID, NONE),
+            ("CommandLedger", "admin_ledger", TASK_ID, NONE),
+        ],
+    ),
+    // An attempt: its lease, and its task's writes with its credentials.
+    (
+        "start_attempt",
+        &["201"],
+        &[
+            ("Heartbeat", "heartbeat", ATTEMPT_ID, FENCE),
+            ("Finish", "finish", ATTEMPT_ID, FENCE),
+            ("Released", "released", ATTEMPT_ID, FENCE),
+            (
+                "AppendCheckpoint",
+                "append_checkpoint",
+                ATTEMPT_TASK,
+                ATTEMPT_FENCE,
+            ),
+            (
+                "DeclareEffect",
+                "declare_effect",
+                ATTEMPT_TASK,
+                ATTEMPT_FENCE,
+            ),
+            (
+                "SubmitTestReceipt",
+                "submit_test_receipt",
+                ATTEMPT_TASK,
+                ATTEMPT_FENCE,
+            ),
+            ("Reconcile", "reconcile", ATTEMPT_TASK, ATTEMPT_FENCE),
+            (
+                "RequestApproval",
+                "request_approval",
+                ATTEMPT_TASK,
+                ATTEMPT_FENCE,
+            ),
+            (
+                "RequestDecision",
+                "request_decision",
+                ATTEMPT_TASK,
+                ATTEMPT_FENCE,
+            ),
+            (
+                "AppendMessages",
+                "append_messages",
+                ATTEMPT_TASK,
+                ATTEMPT_FENCE,
+            ),
+            ("ReportUsage", "report_usage", ATTEMPT_TASK, ATTEMPT_FENCE),
+            ("CreateFollowup", "create", ATTEMPT_TASK, NONE),
+            (
+                "UploadArtifact",
+                "upload_artifact",
+                &[
+                    ("path.task", "$response.body#/task_id"),
+                    ("query.attempt_id", "$response.body#/id"),
+                    ("query.fence", "$response.body#/fence"),
+                ],
+                NONE,
+            ),
+        ],
+    ),
+    // A finished attempt: the task's next one.
+    (
+        "finish",
+        &["200"],
+        &[("StartAttempt", "start_attempt", ATTEMPT_TASK, NONE)],
+    ),
+    // An effect: its updates, and the approval that allows it (by the attempt that declared it).
+    (
+        "declare_effect",
+        &["201", "200"],
+        &[
+            (
+                "UpdateEffect",
+                "update_effect",
+                &[("path.effect", "$response.body#/effect/id")],
+                &[
+                    ("attempt_id", "$response.body#/effect/attempt_id"),
+                    ("fence", "$response.body#/effect/fence"),
+                ],
+            ),
+            (
+                "RequestApproval",
+                "request_approval",
+                &[("path.task", "$response.body#/effect/task_id")],
+                &[
+                    ("effect_id", "$response.body#/effect/id"),
+                    ("attempt_id", "$response.body#/effect/attempt_id"),
+                    ("fence", "$response.body#/effect/fence"),
+                ],
+            ),
+        ],
+    ),
+    (
+        "update_effect",
+        &["200"],
+        &[(
+            "UpdateEffect",
+            "update_effect",
+            &[("path.effect", "$response.body#/id")],
+            &[
+                ("attempt_id", "$response.body#/attempt_id"),
+                ("fence", "$response.body#/fence"),
+            ],
+        )],
+    ),
+    // A decision: its read, the runtime's reports, the admin's answer.
+    (
+        "request_approval",
+        &["201"],
+        &[
+            ("GetDecision", "get_decision", DECISION, NONE),
+            ("ReportDelivery", "report_delivery", DECISION, NONE),
+            ("ExpireDecision", "expire_decision", DECISION, NONE),
+            ("Resolve", "admin_resolve", DECISION_ID, NONE),
+        ],
+    ),
+    (
+        "request_decision",
+        &["201"],
+        &[
+            ("GetDecision", "get_decision", DECISION, NONE),
+            ("Resolve", "admin_resolve", DECISION_ID, NONE),
+        ],
+    ),
+    (
+        "admin_resolve",
+        &["200"],
+        &[("ReportDelivery", "report_delivery", DECISION, NONE)],
+    ),
+    // A follow-up: its plan.
+    (
+        "create",
+        &["201"],
+        &[(
+            "GetFollowup",
+            "get",
+            &[("path.followup", "$response.body#/id")],
+            NONE,
+        )],
+    ),
+];
+
+impl utoipa::Modify for Links {
+    fn modify(&self, doc: &mut utoipa::openapi::OpenApi) {
+        use utoipa::openapi::RefOr;
+        use utoipa::openapi::link::LinkBuilder;
+        for (from, statuses, links) in LINKS {
+            let Some(op) = doc.paths.paths.values_mut().find_map(|item| {
+                [
+                    &mut item.get,
+                    &mut item.post,
+                    &mut item.put,
+                    &mut item.patch,
+                    &mut item.delete,
+                ]
+                .into_iter()
+                .flatten()
+                .find(|op| op.operation_id.as_deref() == Some(*from))
+            }) else {
+                continue;
+            };
+            for (name, to, parameters, body) in *links {
+                let mut link = LinkBuilder::new().operation_id(*to);
+                for (name, value) in *parameters {
+                    link = link.parameter(*name, *value);
+                }
+                if !body.is_empty() {
+                    let body: serde_json::Map<String, serde_json::Value> = body
+                        .iter()
+                        .map(|(k, v)| ((*k).to_owned(), (*v).into()))
+                        .collect();
+                    link = link.request_body(Some(body));
+                }
+                let link = link.build();
+                for status in *statuses {
+                    if let Some(RefOr::T(response)) = op.responses.responses.get_mut(*status) {
+                        response
+                            .links
+                            .insert((*name).to_owned(), link.clone().into());
+                    }
+                }
+            }
+        }
+    }
+}
+
 /// The OpenAPI document as JSON.
 pub fn openapi_json() -> serde_json::Value {
-    serde_json::to_value(ApiDoc::openapi()).unwrap_or_default()
+    let mut doc = serde_json::to_value(ApiDoc::openapi()).unwrap_or_default();
+    spell_links(&mut doc);
+    doc
+}
+
+/// utoipa 5.5 writes a Link Object's fields as Rust names (`operation_id`, `request_body`);
+/// OpenAPI spells them `operationId`, `operationRef` and `requestBody`.
+fn spell_links(doc: &mut serde_json::Value) {
+    let Some(paths) = doc.get_mut("paths").and_then(|p| p.as_object_mut()) else {
+        return;
+    };
+    let links = paths
+        .values_mut()
+        .filter_map(|item| item.as_object_mut())
+        .flat_map(|item| item.values_mut())
+        .filter_map(|op| op.get_mut("responses")?.as_object_mut())
+        .flat_map(|responses| responses.values_mut())
+        .filter_map(|r| r.get_mut("links")?.as_object_mut())
+        .flat_map(|links| links.values_mut())
+        .filter_map(|link| link.as_object_mut());
+    for link in links {
+        for (rust, openapi) in [
+            ("operation_id", "operationId"),
+            ("operation_ref", "operationRef"),
+            ("request_body", "requestBody"),
+        ] {
+            if let Some(v) = link.remove(rust) {
+                link.insert(openapi.to_owned(), v);
+            }
+        }
+    }
 }
 
 pub(crate) async fn serve() -> Json<serde_json::Value> {

@@ -18,7 +18,7 @@ pub(crate) async fn vapid(State(st): State<AppState>) -> ApiResult<Out<VapidKey>
 }
 
 #[utoipa::path(post, path = "/v1/devices/{device}/push", tag = "device", request_body = RegisterPush,
-    params(("device" = String, Path)),
+    params(("device" = String, Path, pattern = r"^dev_[0-9a-f]{32}$")),
     responses((status = 201, body = PushChannel), (status = 422, body = Problem)))]
 pub(crate) async fn register(
     State(st): State<AppState>,
@@ -32,7 +32,7 @@ pub(crate) async fn register(
     ))
 }
 
-#[utoipa::path(get, path = "/v1/devices/{device}/push", tag = "device", params(("device" = String, Path)),
+#[utoipa::path(get, path = "/v1/devices/{device}/push", tag = "device", params(("device" = String, Path, pattern = r"^dev_[0-9a-f]{32}$")),
     responses((status = 200, body = Vec<PushChannel>)))]
 pub(crate) async fn list(
     State(st): State<AppState>,

@@ -56,7 +56,7 @@ pub(crate) async fn snapshot(
     Ok(Out(reads::snapshot(&st, &caller).await?))
 }
 
-#[utoipa::path(get, path = "/v1/tasks/{task}", tag = "read", params(("task" = String, Path)),
+#[utoipa::path(get, path = "/v1/tasks/{task}", tag = "read", params(("task" = String, Path, pattern = r"^task_[0-9a-f]{32}$")),
     responses((status = 200, body = TaskDetail), (status = 404, body = Problem)))]
 pub(crate) async fn task_detail(
     State(st): State<AppState>,
@@ -91,7 +91,7 @@ fn parse_wait(st: &AppState, q: &WaitQuery) -> ApiResult<Duration> {
 }
 
 #[utoipa::path(get, path = "/v1/tasks/{task}/decisions/{decision}", tag = "worker",
-    params(("task" = String, Path), ("decision" = String, Path), WaitQuery),
+    params(("task" = String, Path, pattern = r"^task_[0-9a-f]{32}$"), ("decision" = String, Path, pattern = r"^dec_[0-9a-f]{32}$"), WaitQuery),
     responses((status = 200, body = Decision)))]
 pub(crate) async fn get_decision(
     State(st): State<AppState>,
@@ -133,6 +133,7 @@ pub(crate) async fn get_decision(
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
 pub(crate) struct EventsQuery {
     /// Stream events after this cursor (default 0). `Last-Event-ID` takes precedence.
+    #[param(minimum = 0)]
     after: Option<i64>,
 }
 
@@ -264,7 +265,7 @@ fn event_stream(
     }
 }
 
-#[utoipa::path(get, path = "/v1/blobs/{sha256}", tag = "read", params(("sha256" = String, Path)),
+#[utoipa::path(get, path = "/v1/blobs/{sha256}", tag = "read", params(("sha256" = String, Path, pattern = r"^[0-9a-f]{64}$", description = "64 lower-case hex digits")),
     responses((status = 200, content_type = "application/octet-stream", body = Vec<u8>), (status = 400, body = Problem, description = "not a sha256 hex digest"), (status = 404, body = Problem)))]
 pub(crate) async fn blob(
     State(st): State<AppState>,

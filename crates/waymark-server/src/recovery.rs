@@ -13,7 +13,7 @@ use crate::extract::Json;
 use crate::state::AppState;
 
 #[utoipa::path(post, path = "/v1/tasks/{task}/reconciliation", tag = "worker", request_body = Reconcile,
-    params(("task" = String, Path)),
+    params(("task" = String, Path, pattern = r"^task_[0-9a-f]{32}$")),
     responses((status = 200, body = Reconciled), (status = 409, body = Problem, description = "`fenced`, `lease_expired`")))]
 pub(crate) async fn reconcile(
     State(st): State<AppState>,
@@ -25,7 +25,7 @@ pub(crate) async fn reconcile(
 }
 
 #[utoipa::path(post, path = "/v1/attempts/{attempt}/released", tag = "worker", request_body = ReportReleased,
-    params(("attempt" = String, Path)),
+    params(("attempt" = String, Path, pattern = r"^att_[0-9a-f]{32}$")),
     responses((status = 200, body = Attempt), (status = 409, body = Problem, description = "`fenced`")))]
 pub(crate) async fn released(
     State(st): State<AppState>,

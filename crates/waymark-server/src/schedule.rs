@@ -5,7 +5,7 @@
 
 use std::str::FromStr;
 
-use chrono::{DateTime, Duration, LocalResult, NaiveDateTime, Offset, TimeZone, Utc};
+use chrono::{DateTime, Datelike, Duration, LocalResult, NaiveDateTime, Offset, TimeZone, Utc};
 use chrono_tz::Tz;
 use waymark_proto::Schedule;
 
@@ -32,12 +32,23 @@ pub(crate) fn zone(name: &str) -> Result<Tz, String> {
         .map_err(|_| format!("`{name}` is not an IANA time zone (like `Europe/Paris`)"))
 }
 
+/// The last instant a follow-up may run at: RFC 3339 (and so the API's date-times) has
+/// four-digit years.
+fn latest() -> DateTime<Utc> {
+    DateTime::<Utc>::MAX_UTC
+        .with_year(9999)
+        .unwrap_or(DateTime::<Utc>::MAX_UTC)
+}
+
 fn duration(s: &str) -> Result<Duration, String> {
     let d = iso8601_duration::Duration::parse(s)
         .map_err(|_| format!("`{s}` is not an ISO 8601 duration like `PT2H`"))?;
-    let std = d.to_std().ok_or_else(|| {
+    let secs = d.num_seconds().ok_or_else(|| {
         format!("`{s}`: use days, hours, minutes and seconds (months and years vary in length)")
     })?;
+    // Not `to_std`, which panics on a negative or non-finite number of seconds (`P-1D`, `P1e39D`).
+    let std = std::time::Duration::try_from_secs_f32(secs)
+        .map_err(|_| format!("`{s}` must be longer than zero and finite"))?;
     let d = Duration::from_std(std).map_err(|_| format!("`{s}` is too long"))?;
     if d <= Duration::zero() {
         return Err(format!("`{s}` must be longer than zero"));
@@ -62,8 +73,14 @@ pub(crate) fn resolve_local(tz: Tz, naive: NaiveDateTime) -> DateTime<Utc> {
 /// Parses a schedule created at `created`.
 pub(crate) fn plan(s: &Schedule, tz_name: &str, created: DateTime<Utc>) -> Result<Plan, String> {
     let tz = zone(tz_name)?;
+    let too_late = |what: &str| format!("`{what}` runs after the year 9999");
     match s {
-        Schedule::After { after } => Ok(Plan::Once(created + duration(after)?)),
+        Schedule::After { after } => Ok(Plan::Once(
+            created
+                .checked_add_signed(duration(after)?)
+                .filter(|t| *t <= latest())
+                .ok_or_else(|| too_late(after))?,
+        )),
         Schedule::Every { every } => Ok(Plan::Every {
             start: created,
             step: duration(every)?,
@@ -72,7 +89,10 @@ pub(crate) fn plan(s: &Schedule, tz_name: &str, created: DateTime<Utc>) -> Resul
             let naive = NaiveDateTime::parse_from_str(at, "%Y-%m-%dT%H:%M:%S")
                 .or_else(|_| NaiveDateTime::parse_from_str(at, "%Y-%m-%dT%H:%M"))
                 .map_err(|_| format!("`{at}` is not a local date-time like `2027-03-28T02:30` (no offset: `time_zone` says where)"))?;
-            Ok(Plan::Once(resolve_local(tz, naive)))
+            Some(resolve_local(tz, naive))
+                .filter(|t| *t <= latest())
+                .map(Plan::Once)
+                .ok_or_else(|| too_late(at))
         }
         Schedule::Cron { cron } => {
             let fields = cron.split_whitespace().count();
@@ -96,15 +116,17 @@ pub(crate) fn next_after(p: &Plan, after: DateTime<Utc>) -> Option<DateTime<Utc>
     match p {
         Plan::Once(t) => (*t > after).then_some(*t),
         Plan::Every { start, step } => {
-            if after < *start + *step {
-                return Some(*start + *step);
+            // Checked: a long step, or many of them, can pass the last instant a date-time says.
+            let first = start.checked_add_signed(*step)?;
+            if after < first {
+                return Some(first).filter(|t| *t <= latest());
             }
             let k = (after - *start).num_milliseconds() / step.num_milliseconds().max(1) + 1;
-            let mut t = *start + *step * (k as i32);
+            let mut t = start.checked_add_signed(step.checked_mul(i32::try_from(k).ok()?)?)?;
             while t <= after {
-                t += *step;
+                t = t.checked_add_signed(*step)?;
             }
-            Some(t)
+            Some(t).filter(|t| *t <= latest())
         }
         Plan::Cron { schedule, tz } => {
             // Walk local wall-clock times (read as if UTC), then resolve each in the zone.
@@ -148,7 +170,11 @@ pub(crate) fn due_between(
         };
         let (a, u) = (k(after), k(until));
         let n = u.saturating_sub(a);
-        return (n.min(cap), (n > 0).then(|| *start + *step * (u as i32)));
+        let last = i32::try_from(u)
+            .ok()
+            .and_then(|u| step.checked_mul(u))
+            .and_then(|d| start.checked_add_signed(d));
+        return (n.min(cap), last.filter(|_| n > 0));
     }
     let mut n = 0;
     let mut last = None;

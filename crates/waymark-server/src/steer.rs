@@ -59,7 +59,7 @@ fn http_status(r: &CommandResult) -> StatusCode {
 }
 
 #[utoipa::path(post, path = "/v1/devices/{device}/session", tag = "device", request_body = SignedEnvelope, security(()),
-    params(("device" = String, Path)),
+    params(("device" = String, Path, pattern = r"^dev_[0-9a-f]{32}$")),
     responses((status = 201, body = DeviceSession), (status = 403, body = CommandResult)))]
 pub(crate) async fn open_session(
     State(st): State<AppState>,
@@ -86,7 +86,7 @@ pub(crate) async fn submit(
     Ok((http_status(&res), Out(res)).into_response())
 }
 
-#[utoipa::path(get, path = "/v1/attempts/{attempt}/control", tag = "worker", params(("attempt" = String, Path)),
+#[utoipa::path(get, path = "/v1/attempts/{attempt}/control", tag = "worker", params(("attempt" = String, Path, pattern = r"^att_[0-9a-f]{32}$")),
     responses((status = 200, content_type = "text/event-stream",
                description = "SSE: `event: control` with a ControlCommand until acknowledged (by heartbeat); `event: revoked` when the attempt loses the task")))]
 pub(crate) async fn control_stream(
@@ -144,7 +144,7 @@ fn control_events(
     }
 }
 
-#[utoipa::path(get, path = "/v1/admin/tasks/{task}/commands", tag = "admin", params(("task" = String, Path)),
+#[utoipa::path(get, path = "/v1/admin/tasks/{task}/commands", tag = "admin", params(("task" = String, Path, pattern = r"^task_[0-9a-f]{32}$")),
     responses((status = 200, body = Vec<LedgerEntry>)))]
 pub(crate) async fn admin_ledger(
     State(st): State<AppState>,

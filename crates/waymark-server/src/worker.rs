@@ -48,7 +48,7 @@ pub(crate) async fn create_task(
 }
 
 #[utoipa::path(post, path = "/v1/tasks/{task}/attempts", tag = "worker", request_body = StartAttempt,
-    params(("task" = String, Path)),
+    params(("task" = String, Path, pattern = r"^task_[0-9a-f]{32}$")),
     responses((status = 201, body = Attempt), (status = 409, body = Problem, description = "`lease_held`, `task_terminal`")))]
 pub(crate) async fn start_attempt(
     State(st): State<AppState>,
@@ -62,7 +62,7 @@ pub(crate) async fn start_attempt(
 }
 
 #[utoipa::path(post, path = "/v1/attempts/{attempt}/heartbeat", tag = "worker", request_body = Heartbeat,
-    params(("attempt" = String, Path)),
+    params(("attempt" = String, Path, pattern = r"^att_[0-9a-f]{32}$")),
     responses((status = 200, body = HeartbeatReply), (status = 409, body = Problem, description = "`fenced`, `lease_expired`, `attempt_closed`")))]
 pub(crate) async fn heartbeat(
     State(st): State<AppState>,
@@ -74,7 +74,7 @@ pub(crate) async fn heartbeat(
 }
 
 #[utoipa::path(post, path = "/v1/tasks/{task}/checkpoints", tag = "worker", request_body = AppendCheckpoint,
-    params(("task" = String, Path)),
+    params(("task" = String, Path, pattern = r"^task_[0-9a-f]{32}$")),
     responses((status = 201, body = Checkpoint), (status = 409, body = Problem, description = "`sequence_conflict`, `fenced`, `lease_expired`")))]
 pub(crate) async fn append_checkpoint(
     State(st): State<AppState>,
@@ -88,7 +88,7 @@ pub(crate) async fn append_checkpoint(
 }
 
 #[utoipa::path(post, path = "/v1/tasks/{task}/effects", tag = "worker", request_body = DeclareEffect,
-    params(("task" = String, Path)),
+    params(("task" = String, Path, pattern = r"^task_[0-9a-f]{32}$")),
     responses((status = 201, body = EffectDeclared, description = "declared"),
               (status = 200, body = EffectDeclared, description = "the same key and body were declared before"),
               (status = 422, body = Problem, description = "`idempotency_mismatch`")))]
@@ -104,7 +104,7 @@ pub(crate) async fn declare_effect(
 }
 
 #[utoipa::path(patch, path = "/v1/effects/{effect}", tag = "worker", request_body = UpdateEffect,
-    params(("effect" = String, Path)),
+    params(("effect" = String, Path, pattern = r"^eff_[0-9a-f]{32}$")),
     responses((status = 200, body = Effect), (status = 409, body = Problem, description = "`illegal_transition`, `fenced`")))]
 pub(crate) async fn update_effect(
     State(st): State<AppState>,
@@ -118,7 +118,7 @@ pub(crate) async fn update_effect(
 }
 
 #[utoipa::path(post, path = "/v1/tasks/{task}/approvals", tag = "worker", request_body = RequestApproval,
-    params(("task" = String, Path)),
+    params(("task" = String, Path, pattern = r"^task_[0-9a-f]{32}$")),
     responses((status = 201, body = Decision), (status = 422, body = Problem)))]
 pub(crate) async fn request_approval(
     State(st): State<AppState>,
@@ -132,7 +132,7 @@ pub(crate) async fn request_approval(
 }
 
 #[utoipa::path(post, path = "/v1/tasks/{task}/decisions", tag = "worker", request_body = RequestDecision,
-    params(("task" = String, Path)),
+    params(("task" = String, Path, pattern = r"^task_[0-9a-f]{32}$")),
     responses((status = 201, body = Decision), (status = 422, body = Problem)))]
 pub(crate) async fn request_decision(
     State(st): State<AppState>,
@@ -146,7 +146,7 @@ pub(crate) async fn request_decision(
 }
 
 #[utoipa::path(post, path = "/v1/admin/decisions/{decision}/resolve", tag = "admin", request_body = ResolveDecision,
-    params(("decision" = String, Path)),
+    params(("decision" = String, Path, pattern = r"^dec_[0-9a-f]{32}$")),
     responses((status = 200, body = Decision), (status = 409, body = Problem, description = "`decision_closed`, `revision_conflict`")))]
 pub(crate) async fn admin_resolve(
     State(st): State<AppState>,
@@ -164,7 +164,7 @@ pub(crate) async fn admin_resolve(
 }
 
 #[utoipa::path(post, path = "/v1/tasks/{task}/decisions/{decision}/delivery", tag = "worker", request_body = ReportDelivery,
-    params(("task" = String, Path), ("decision" = String, Path)),
+    params(("task" = String, Path, pattern = r"^task_[0-9a-f]{32}$"), ("decision" = String, Path, pattern = r"^dec_[0-9a-f]{32}$")),
     responses((status = 200, body = Decision),
               (status = 409, body = Problem, description = "`decision_closed`: not an answered runtime approval, or its delivery was reported otherwise"),
               (status = 422, body = Problem)))]
@@ -185,7 +185,7 @@ pub(crate) async fn report_delivery(
 }
 
 #[utoipa::path(post, path = "/v1/tasks/{task}/decisions/{decision}/expire", tag = "worker", request_body = ExpireDecision,
-    params(("task" = String, Path), ("decision" = String, Path)),
+    params(("task" = String, Path, pattern = r"^task_[0-9a-f]{32}$"), ("decision" = String, Path, pattern = r"^dec_[0-9a-f]{32}$")),
     responses((status = 200, body = Decision),
               (status = 409, body = Problem, description = "`decision_closed`"),
               (status = 422, body = Problem)))]
@@ -206,7 +206,7 @@ pub(crate) async fn expire_decision(
 }
 
 #[utoipa::path(post, path = "/v1/tasks/{task}/artifacts", tag = "worker",
-    params(("task" = String, Path), ArtifactQuery),
+    params(("task" = String, Path, pattern = r"^task_[0-9a-f]{32}$"), ArtifactQuery),
     request_body(content = Vec<u8>, content_type = "application/octet-stream", description = "the raw content; its media type in `Content-Type`"),
     responses((status = 201, body = Artifact), (status = 413, body = Problem)))]
 pub(crate) async fn upload_artifact(
@@ -229,7 +229,7 @@ pub(crate) async fn upload_artifact(
 }
 
 #[utoipa::path(post, path = "/v1/tasks/{task}/test-receipts", tag = "worker", request_body = SubmitTestReceipt,
-    params(("task" = String, Path)),
+    params(("task" = String, Path, pattern = r"^task_[0-9a-f]{32}$")),
     responses((status = 201, body = TestReceipt), (status = 422, body = Problem, description = "not JUnit XML")))]
 pub(crate) async fn submit_test_receipt(
     State(st): State<AppState>,
@@ -243,7 +243,7 @@ pub(crate) async fn submit_test_receipt(
 }
 
 #[utoipa::path(post, path = "/v1/tasks/{task}/messages", tag = "worker", request_body = AppendMessages,
-    params(("task" = String, Path)),
+    params(("task" = String, Path, pattern = r"^task_[0-9a-f]{32}$")),
     responses((status = 201, body = MessagesAppended)))]
 pub(crate) async fn append_messages(
     State(st): State<AppState>,
@@ -257,7 +257,7 @@ pub(crate) async fn append_messages(
 }
 
 #[utoipa::path(post, path = "/v1/tasks/{task}/usage", tag = "worker", request_body = ReportUsage,
-    params(("task" = String, Path)),
+    params(("task" = String, Path, pattern = r"^task_[0-9a-f]{32}$")),
     responses((status = 200, body = UsageReported)))]
 pub(crate) async fn report_usage(
     State(st): State<AppState>,
@@ -271,7 +271,7 @@ pub(crate) async fn report_usage(
 }
 
 #[utoipa::path(post, path = "/v1/attempts/{attempt}/finish", tag = "worker", request_body = FinishAttempt,
-    params(("attempt" = String, Path)),
+    params(("attempt" = String, Path, pattern = r"^att_[0-9a-f]{32}$")),
     responses((status = 200, body = Attempt), (status = 409, body = Problem, description = "`fenced`, `lease_expired`, `attempt_closed`")))]
 pub(crate) async fn finish(
     State(st): State<AppState>,

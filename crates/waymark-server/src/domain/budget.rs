@@ -9,6 +9,9 @@ use waymark_store::{DecisionRow, TaskRow};
 use crate::domain::core::{Tx, to_value};
 use crate::error::ApiResult;
 
+/// The longest a budget decision waits: the default bound of every decision's expiry.
+const MAX_WAIT_SECONDS: u64 = 30 * 24 * 3600;
+
 /// The options offered when the worker gave none.
 pub(crate) fn default_options() -> Vec<DecisionOption> {
     vec![
@@ -115,8 +118,10 @@ pub(crate) async fn crossed(tx: &mut Tx, task: &TaskRow) -> ApiResult<Option<Dec
         effect_id: None,
         plan_revision: task.plan_revision,
         risky: false,
+        // At most as long as any decision waits: a longer wait overflowed, or ended past what a
+        // date-time can say (found describing the API for `scripts/api-fuzz`).
         expires_at: now
-            + 1000 * i64::try_from(budget.decision_seconds.unwrap_or(900)).unwrap_or(900),
+            + 1000 * budget.decision_seconds.unwrap_or(900).min(MAX_WAIT_SECONDS) as i64,
         created_at: now,
         outcome: None,
         durability: None,

@@ -204,6 +204,15 @@ pub(crate) fn check_text(field: &str, value: &str, max: usize, required: bool) -
     Ok(())
 }
 
+/// An intent is a JSON object (target, parameters, digests), as the API document says; `null` or
+/// a bare value was stored and then answered against that document (found by `scripts/api-fuzz`).
+pub(crate) fn check_intent(intent: &Value) -> ApiResult<()> {
+    if !intent.is_object() {
+        return Err(invalid("`intent` must be a JSON object"));
+    }
+    Ok(())
+}
+
 pub(crate) fn refuse_terminal(task: &TaskRow) -> ApiResult<()> {
     if task.state.is_terminal() {
         return Err(ApiError::new(

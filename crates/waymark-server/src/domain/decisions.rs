@@ -9,7 +9,7 @@ use waymark_store::*;
 use crate::auth::{Caller, CallerKind};
 use crate::convert;
 use crate::domain::core::{
-    Made, Tx, audited, check_text, created, emit, emit_task, field_digest, invalid,
+    Made, Tx, audited, check_intent, check_text, created, emit, emit_task, field_digest, invalid,
     refuse_terminal, task_for, to_value,
 };
 use crate::domain::fences::optional_fence;
@@ -187,6 +187,7 @@ pub(crate) async fn request_approval(
     req: RequestApproval,
 ) -> ApiResult<Made<Decision>> {
     check_text("summary", &req.summary, 2000, true)?;
+    check_intent(&req.intent)?;
     let digest = field_digest("intent", &req.intent)?;
     if let Some(given) = &req.intent_digest
         && *given != digest

@@ -9,8 +9,8 @@ use waymark_store::*;
 use crate::auth::Caller;
 use crate::convert;
 use crate::domain::core::{
-    Made, Tx, audited, check_text, created, emit, field_digest, found, not_exact, refuse_terminal,
-    task_for,
+    Made, Tx, audited, check_intent, check_text, created, emit, field_digest, found, not_exact,
+    refuse_terminal, task_for,
 };
 use crate::domain::fences::fenced_attempt;
 use crate::error::{ApiError, ApiResult};
@@ -26,6 +26,7 @@ pub(crate) async fn declare_effect(
 ) -> ApiResult<Made<EffectDeclared>> {
     check_text("idempotency_key", &req.idempotency_key, 256, true)?;
     check_text("kind", &req.kind, 128, true)?;
+    check_intent(&req.intent)?;
     audited(st, caller, "effect.declare", async {
         let mut tx = Tx::write(st).await?;
         let task = task_for(&mut tx, caller, &task_id).await?;

@@ -20,12 +20,19 @@ use crate::state::AppState;
 #[serde(deny_unknown_fields)]
 pub(crate) struct ArtifactQuery {
     /// File name.
+    #[param(
+        min_length = 1,
+        max_length = 255,
+        pattern = r"^[^\x00]*[^\s\x00][^\x00]*$"
+    )]
     pub(crate) name: String,
     /// Plan step.
     pub(crate) step: Option<String>,
-    /// The writing attempt.
+    /// The writing attempt (with `fence`, or neither).
+    #[param(pattern = r"^att_[0-9a-f]{32}$")]
     pub(crate) attempt_id: Option<String>,
     /// Its fence.
+    #[param(minimum = 1)]
     pub(crate) fence: Option<i64>,
 }
 

@@ -76,6 +76,7 @@ pub(crate) async fn create(
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
 pub(crate) struct NextQuery {
     /// How many upcoming nominal run times to list (default 10, at most 1000).
+    #[param(maximum = 1000)]
     next: Option<usize>,
 }
 

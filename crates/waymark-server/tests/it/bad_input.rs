@@ -321,3 +321,55 @@ async fn the_openapi_document_lists_the_common_problems() {
             .is_none()
     );
 }
+
+/// JSON Schema's `integer` admits `1.0`; so does the server.
+#[tokio::test]
+async fn a_whole_number_spelled_as_a_float_is_the_integer() {
+    let h = Harness::start().await;
+    let task = h.create_task(&h.alice).await;
+    let (attempt, fence) = h.attempt(&h.alice, &task, 60).await;
+    let (s, v) = h
+        .post(
+            &h.alice,
+            &format!("/v1/attempts/{attempt}/heartbeat"),
+            json!({"fence": fence as f64, "lease_seconds": 60.0}),
+        )
+        .await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    let (s, v) = h
+        .post(
+            &h.alice,
+            &format!("/v1/attempts/{attempt}/heartbeat"),
+            json!({"fence": 1.5}),
+        )
+        .await;
+    assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY, "{v}");
+}
+
+/// An intent is a JSON object, as the document says (found by `scripts/api-fuzz`: `null` was
+/// stored, then answered against that document).
+#[tokio::test]
+async fn an_intent_that_is_not_an_object_is_refused() {
+    let h = Harness::start().await;
+    let task = h.create_task(&h.alice).await;
+    let (att, fence) = h.attempt(&h.alice, &task, 60).await;
+    for intent in [json!(null), json!(1), json!("deploy"), json!([])] {
+        let (s, v) = h
+            .post(
+                &h.alice,
+                &format!("/v1/tasks/{task}/effects"),
+                json!({"attempt_id": att, "fence": fence, "idempotency_key": "k", "kind": "deploy",
+                       "intent": intent}),
+            )
+            .await;
+        assert_problem(s, &v, 422, "validation_failed");
+        let (s, v) = h
+            .post(
+                &h.alice,
+                &format!("/v1/tasks/{task}/approvals"),
+                json!({"attempt_id": att, "fence": fence, "summary": "deploy?", "intent": intent}),
+            )
+            .await;
+        assert_problem(s, &v, 422, "validation_failed");
+    }
+}

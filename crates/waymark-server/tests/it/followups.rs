@@ -93,6 +93,24 @@ async fn bad_schedules_are_refused_with_the_reason() {
             "months",
         ),
         (json!({"schedule": {"whenever": "x"}, "message": "m"}), ""),
+        // Found by `scripts/api-fuzz`: a negative or infinite duration panicked the handler, and
+        // a run past the year 9999 was answered as a date-time RFC 3339 cannot spell.
+        (
+            json!({"schedule": {"after": "P-1D"}, "message": "m"}),
+            "longer than zero",
+        ),
+        (
+            json!({"schedule": {"every": "P1e39D"}, "message": "m"}),
+            "finite",
+        ),
+        (
+            json!({"schedule": {"after": "P3885321W"}, "message": "m"}),
+            "9999",
+        ),
+        (
+            json!({"schedule": {"at": "+12027-01-01T10:00"}, "message": "m"}),
+            "9999",
+        ),
     ] {
         let (s, v) = h
             .post(&h.alice, &format!("/v1/tasks/{task}/followups"), body)
@@ -236,4 +254,34 @@ async fn budget_thresholds_open_one_decision_each_with_what_each_option_gives_up
         .await;
     assert_eq!(d["status"], "expired");
     assert_eq!(d["outcome"]["option"], "deliver_patch");
+}
+
+/// A budget decision waits at most 30 days, whatever the budget asks: a longer wait overflowed
+/// (a panic) or ended past the year 9999.
+#[tokio::test]
+async fn a_budget_decision_waits_at_most_thirty_days() {
+    let h = Harness::start().await;
+    for seconds in [1_000_000_000_000_u64, u64::MAX] {
+        let (s, t) = h
+            .post(
+                &h.alice,
+                "/v1/tasks",
+                json!({"title": "budgeted", "budget": {"max_tokens": 1, "decision_seconds": seconds}}),
+            )
+            .await;
+        assert_eq!(s, StatusCode::CREATED, "{t}");
+        let task = t["id"].as_str().unwrap();
+        let (s, v) = h
+            .post(
+                &h.alice,
+                &format!("/v1/tasks/{task}/usage"),
+                json!({"tokens": 5}),
+            )
+            .await;
+        assert_eq!(s, StatusCode::OK, "{v}");
+        let d = &v["budget_decision"];
+        let expires: DateTime<Utc> = d["expires_at"].as_str().unwrap().parse().unwrap();
+        let created: DateTime<Utc> = d["created_at"].as_str().unwrap().parse().unwrap();
+        assert_eq!((expires - created).num_days(), 30, "{d}");
+    }
 }

@@ -12,6 +12,7 @@ mod events;
 mod followups;
 mod junit;
 mod limits;
+mod openapi;
 mod push;
 mod recovery;
 mod replicas;
