@@ -458,8 +458,17 @@ pub async fn revoke_device(
         .await?
         .ok_or_else(|| crate::admin::AdminError::UnknownDevice(id.to_owned()))?;
     if d.revoked_at.is_none() {
-        d.revoked_at = Some(Clock::system().now_ms());
+        let now = Clock::system().now_ms();
+        d.revoked_at = Some(now);
         tx.update_device(&d).await?;
+        // Its push channels end with it: nothing more is sent to a device that is gone.
+        for mut c in tx.push_channels(Some(&d.id)).await? {
+            if c.revoked_at.is_none() {
+                c.revoked_at = Some(now);
+                c.last_error = Some("the device was revoked".into());
+                tx.update_push_channel(&c).await?;
+            }
+        }
     }
     let user = tx
         .user_by_id(&d.user_id)

@@ -95,20 +95,11 @@ fn verify_vapid(headers: &HeaderMap, origin: &str, server_key: &str) {
     assert!(claims["sub"].as_str().unwrap().starts_with("mailto:"));
 }
 
-async fn wait_for(mut f: impl FnMut() -> bool, what: &str) {
-    for _ in 0..200 {
-        if f() {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    panic!("timed out waiting for {what}");
-}
-
 #[tokio::test]
 async fn a_decision_reaches_an_offline_phone_through_web_push_and_unified_push_without_content() {
+    // Retries wait an hour, then two: only the test's clock brings them about.
     let cfg = waymark_server::Config {
-        push_retry_base: Duration::from_millis(100),
+        push_retry_base: Duration::from_secs(3600),
         ..test_config()
     };
     let h = Harness::start_with(cfg).await;
@@ -158,11 +149,23 @@ async fn a_decision_reaches_an_offline_phone_through_web_push_and_unified_push_w
             .filter(|(n, _, _)| n == name)
             .count()
     };
-    wait_for(
-        || count("ok") >= 1 && count("up") >= 1 && count("gone") >= 1 && count("flaky") >= 3,
-        "the pushes",
-    )
-    .await;
+    // The first attempts; a flaky push service fails twice, then takes it on the third try.
+    h.advance(Duration::ZERO).await;
+    assert_eq!(
+        (count("ok"), count("up"), count("gone"), count("flaky")),
+        (1, 1, 1, 1)
+    );
+    h.advance(Duration::from_secs(3599)).await;
+    assert_eq!(count("flaky"), 1, "no retry before its time");
+    h.advance(Duration::from_secs(1)).await;
+    assert_eq!(count("flaky"), 2, "the first retry after the base delay");
+    h.advance(Duration::from_secs(2 * 3600)).await;
+    assert_eq!(count("flaky"), 3, "the second after twice that");
+    assert_eq!(
+        (count("ok"), count("up"), count("gone")),
+        (1, 1, 1),
+        "each sent once"
+    );
 
     let (_, vapid) = h.get("", "/v1/push/vapid").await;
     let server_key = vapid["public_key"].as_str().unwrap();
@@ -190,7 +193,9 @@ async fn a_decision_reaches_an_offline_phone_through_web_push_and_unified_push_w
     let up: Value = serde_json::from_slice(up).unwrap();
     assert_eq!(up["type"], "decision.requested");
 
-    // Failures are recorded and visible; a gone subscription is given up on.
+    // Failures are recorded and visible; a gone subscription is given up on. (Hours passed:
+    // a new read session.)
+    let token = h.session_token(&d).await;
     let (_, channels) = h.get(&token, &format!("/v1/devices/{}/push", d.id)).await;
     let by = |name: &str| {
         channels
@@ -215,4 +220,55 @@ async fn a_decision_reaches_an_offline_phone_through_web_push_and_unified_push_w
         "{gone}"
     );
     assert_eq!(by("/ok")["delivered"], 1);
+}
+
+#[tokio::test]
+async fn a_revoked_device_is_sent_nothing_more_and_its_channels_end_with_it() {
+    let h = Harness::start().await;
+    let (base, svc) = push_service().await;
+    let d = h.pair_device("alice", &["view", "steer", "approve"]).await;
+    let token = h.session_token(&d).await;
+    let (s, v) = h
+        .post(
+            &token,
+            &format!("/v1/devices/{}/push", d.id),
+            json!({"kind": "unified_push", "endpoint": format!("{base}/push/lost-phone")}),
+        )
+        .await;
+    assert_eq!(s, StatusCode::CREATED, "{v}");
+
+    waymark_server::steer::revoke_device(&*h.server.state.store, &d.id)
+        .await
+        .unwrap();
+    let channels = h
+        .server
+        .state
+        .store
+        .read()
+        .await
+        .unwrap()
+        .push_channels(Some(&d.id))
+        .await
+        .unwrap();
+    assert_eq!(channels.len(), 1);
+    assert!(channels[0].revoked_at.is_some(), "{channels:?}");
+    assert_eq!(
+        channels[0].last_error.as_deref(),
+        Some("the device was revoked")
+    );
+
+    // A decision that would have been pushed: the background work runs, nothing is sent.
+    let task = h.create_task(&h.alice).await;
+    let (att, fence) = h.attempt(&h.alice, &task, 60).await;
+    let (s, _) = h
+        .post(&h.alice, &format!("/v1/tasks/{task}/approvals"),
+              json!({"attempt_id": att, "fence": fence, "intent": {"target": "staging"}, "summary": "deploy?"}))
+        .await;
+    assert_eq!(s, StatusCode::CREATED);
+    h.advance(Duration::from_secs(5)).await;
+    h.advance(Duration::from_secs(5)).await;
+    assert!(
+        svc.got.lock().unwrap().is_empty(),
+        "a revoked device got a push"
+    );
 }

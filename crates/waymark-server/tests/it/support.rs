@@ -338,7 +338,8 @@ impl Harness {
 
     /// A read session token for a device (signed `open_session`).
     pub async fn session_token(&self, d: &TestDevice) -> String {
-        let now = chrono::Utc::now();
+        // The device's clock agrees with the server's (driven) one.
+        let now = self.server.state.now();
         let cmd = waymark_proto::SteerCommand {
             command_id: waymark_proto::ids::command(),
             task_id: None,
