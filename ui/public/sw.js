@@ -70,8 +70,40 @@ function readKey(key) {
   });
 }
 
+/** A line of what an intent asks: its first few fields, as `key=value`. */
+function intentLine(intent) {
+  if (!intent || typeof intent !== "object") return "";
+  return Object.entries(intent)
+    .slice(0, 3)
+    .map(([k, v]) => `${k}=${typeof v === "string" ? v : JSON.stringify(v)}`)
+    .join(", ");
+}
+
+/** The newest test receipt, in a line. */
+function receiptLine(receipts) {
+  const r = (receipts || [])[receipts.length - 1];
+  if (!r || !r.totals) return "";
+  const failed = (r.totals.failed || 0) + (r.totals.errors || 0);
+  return `tests: ${r.totals.passed || 0} passed, ${failed} failed`;
+}
+
+/** Writes a key where the page's idb-keyval reads it. */
+function writeKey(key, value) {
+  return new Promise((resolve, reject) => {
+    const open = indexedDB.open("keyval-store");
+    open.onerror = () => reject(open.error);
+    open.onupgradeneeded = () => open.result.createObjectStore("keyval");
+    open.onsuccess = () => {
+      const tx = open.result.transaction("keyval", "readwrite");
+      tx.objectStore("keyval").put(value, key);
+      tx.oncomplete = () => resolve();
+      tx.onerror = () => reject(tx.error);
+    };
+  });
+}
+
 async function describe(payload) {
-  const fallback = { title: "Waymark", body: "Something needs you — open Waymark to see it.", tag: payload.task_id };
+  const fallback = { title: "Waymark", body: "Something needs you — open Waymark to see it.", tag: payload.task_id, data: { task_id: payload.task_id || null }, actions: [] };
   const session = await readKey("waymark-session");
   if (!session || !session.token || !payload.task_id) return fallback;
   try {
@@ -81,15 +113,26 @@ async function describe(payload) {
     const pending = (detail.decisions || []).filter((d) => d.status === "pending");
     const d = pending[pending.length - 1];
     if (payload.type === "decision.requested" && d) {
-      const deadline = new Date(d.expires_at);
-      const then = d.default_option ? `then ${d.default_option}` : "then it expires";
+      const deadline = new Date(d.expires_at).toLocaleTimeString([], { hour: "2-digit", minute: "2-digit" });
+      const then = d.default_option ? `${d.default_option} at ${deadline} if nobody answers` : `expires at ${deadline}`;
+      const lines = [detail.task.title, intentLine(d.intent), receiptLine(detail.receipts), `Plan revision ${d.plan_revision} · ${then}`].filter(Boolean);
+      // Only an approval the policy does not mark risky is answered from the notification;
+      // a risky one opens its full card.
+      const quick = d.kind === "approval" && !d.risky;
       return {
         title: d.question,
-        body: `${detail.task.title} · plan revision ${d.plan_revision} · ${then} at ${deadline.toLocaleTimeString()}`,
+        body: lines.join("\n"),
         tag: d.id,
+        data: { task_id: payload.task_id, decision_id: d.id, plan_revision: d.plan_revision, intent_digest: d.intent_digest || null },
+        actions: quick
+          ? [
+              { action: "approve", title: "Approve" },
+              { action: "deny", title: "Deny" },
+            ]
+          : [{ action: "open", title: "Open" }],
       };
     }
-    return { title: detail.task.title, body: `The task is ${String(detail.task.state).replace(/_/g, " ")}.`, tag: payload.task_id };
+    return { title: detail.task.title, body: `The task is ${String(detail.task.state).replace(/_/g, " ")}.`, tag: payload.task_id, data: { task_id: payload.task_id }, actions: [] };
   } catch {
     return fallback;
   }
@@ -108,26 +151,40 @@ self.addEventListener("push", (event) => {
         body: n.body,
         tag: n.tag,
         icon: "icon-192.png",
-        data: { task_id: payload.task_id || null },
-        actions: [{ action: "open", title: "Open" }],
+        data: n.data,
+        actions: n.actions,
       }),
     ),
   );
 });
 
+/** Where a click leads. An Approve / Deny is handed to the page through IndexedDB under a
+ * one-time nonce, with what the notification showed (plan revision, intent digest): the page
+ * signs exactly that, and a link from anywhere else, which cannot know the nonce, answers
+ * nothing. */
+async function target(action, data) {
+  const d = data || {};
+  if (d.decision_id && (action === "approve" || action === "deny")) {
+    const nonce = crypto.randomUUID();
+    await writeKey("waymark-action", { nonce, op: action, decision_id: d.decision_id, plan_revision: d.plan_revision, intent_digest: d.intent_digest || null, at: Date.now() });
+    return `./#/inbox/${encodeURIComponent(d.decision_id)}?action=${nonce}`;
+  }
+  if (d.decision_id) return `./#/inbox/${encodeURIComponent(d.decision_id)}`;
+  if (d.task_id) return `./#/threads/${encodeURIComponent(d.task_id)}`;
+  return "./#/inbox";
+}
+
 self.addEventListener("notificationclick", (event) => {
   event.notification.close();
-  const task = event.notification.data && event.notification.data.task_id;
-  const target = new URL(task ? `./#/threads/${encodeURIComponent(task)}` : "./#/inbox", self.registration.scope).href;
   event.waitUntil(
-    self.clients.matchAll({ type: "window", includeUncontrolled: true }).then((wins) => {
-      for (const w of wins) {
-        if ("focus" in w) {
-          w.navigate(target);
-          return w.focus();
+    target(event.action, event.notification.data).then((path) => {
+      const url = new URL(path, self.registration.scope).href;
+      return self.clients.matchAll({ type: "window", includeUncontrolled: true }).then((wins) => {
+        for (const w of wins) {
+          if ("focus" in w) return w.navigate(url).then((c) => (c || w).focus());
         }
-      }
-      return self.clients.openWindow(target);
+        return self.clients.openWindow(url);
+      });
     }),
   );
 });

@@ -74,7 +74,13 @@ export function App() {
   const parts = route.split("/").filter(Boolean);
   const top = parts[0] ?? "inbox";
   let screen;
-  if (top === "inbox") screen = <InboxScreen key={parts[1] ?? ""} focus={parts[1]} confirm={confirm} go={go} />;
+  if (top === "inbox") {
+    // `/inbox/{decision}?action=NONCE`: a notification's Approve / Deny, handed over by the
+    // service worker (web companion) under that nonce.
+    const [focus, query] = (parts[1] ?? "").split("?");
+    const nonce = new URLSearchParams(query ?? "").get("action");
+    screen = <InboxScreen key={parts[1] ?? ""} focus={focus || undefined} confirm={confirm} actionNonce={nonce} go={go} />;
+  }
   else if (top === "threads" && parts[1]) screen = <ThreadDetailScreen id={parts[1]} go={go} />;
   else if (top === "threads") screen = <ThreadsScreen go={go} status={status} />;
   else if (top === "outbox") screen = <OutboxScreen />;

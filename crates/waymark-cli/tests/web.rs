@@ -501,7 +501,100 @@ async fn a_phone_browser_pairs_by_link_approves_and_steers_offline() {
         shown["task"]["plan_revision"], 2,
         "only the laptop's replan applied: {shown}"
     );
+
+    // A notification's Approve, as the service worker hands it to the page: under a one-time
+    // nonce in IndexedDB, with the revision and digest the notification showed. A link from
+    // anywhere else (no such nonce) answers nothing.
+    let mut third = demo(
+        &url,
+        &token,
+        &tmp.path().join("demo3"),
+        &out.join("demo3.log"),
+    );
+    click(&c, "[data-testid=nav-inbox]").await;
+    wait_css(&c, "[data-testid=approve]", 120).await;
+    let card = c
+        .find(Locator::XPath(approval))
+        .await
+        .expect("the approval's card");
+    let id = card
+        .attr("data-testid")
+        .await
+        .ok()
+        .flatten()
+        .expect("the card's id")
+        .trim_start_matches("decision-")
+        .to_owned();
+    let digest = card
+        .find(Locator::Css("[data-testid=intent-digest]"))
+        .await
+        .expect("the digest on the card")
+        .attr("title")
+        .await
+        .ok()
+        .flatten()
+        .expect("the full digest");
+    card.find(Locator::Css(".card-head button.link"))
+        .await
+        .expect("the card links its thread")
+        .click()
+        .await
+        .expect("open the thread");
+    let third_task = paused_or_any_task(&c).await;
+    c.goto(&format!("{url}/app/#/inbox/{id}?action=forged"))
+        .await
+        .expect("a forged action link");
+    wait_css(&c, "[data-testid=decision-error]", 30).await;
+    assert_eq!(
+        decision_status(&url, &admin_token, &third_task, &id),
+        "pending",
+        "a forged link answered nothing"
+    );
+    c.execute_async(
+        r#"const [id, digest, done] = arguments;
+           const open = indexedDB.open("keyval-store");
+           open.onupgradeneeded = () => open.result.createObjectStore("keyval");
+           open.onsuccess = () => {
+             const tx = open.result.transaction("keyval", "readwrite");
+             tx.objectStore("keyval").put({nonce: "n-1", op: "approve", decision_id: id, plan_revision: 1, intent_digest: digest, at: Date.now()}, "waymark-action");
+             tx.oncomplete = () => done(true);
+           };"#,
+        vec![json!(id), json!(digest)],
+    )
+    .await
+    .expect("hand over the action as the service worker does");
+    c.goto(&format!("{url}/app/#/inbox/{id}?action=n-1"))
+        .await
+        .expect("the notification's target");
+    let sent = wait_css(&c, "[data-testid=decision-result]", 30)
+        .await
+        .text()
+        .await
+        .unwrap_or_default();
+    assert!(
+        sent.contains("delivered") || sent.contains("acknowledged"),
+        "the notification's approval delivered: {sent}"
+    );
+    shot(&c, "approved-from-notification").await;
+    assert_eq!(
+        decision_status(&url, &admin_token, &third_task, &id),
+        "resolved"
+    );
+    let until = Instant::now() + Duration::from_secs(120);
+    while third.0.try_wait().expect("demo status").is_none() {
+        assert!(
+            Instant::now() < until,
+            "the third run did not finish after the approval"
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
     c.close().await.expect("close the browser");
+}
+
+/// The task of the thread on screen.
+async fn paused_or_any_task(c: &Client) -> String {
+    wait_css(c, "[data-testid=thread-state]", 30).await;
+    paused_task(c).await
 }
 
 /// The thread the page shows as paused (the second run's).

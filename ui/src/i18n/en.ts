@@ -26,6 +26,7 @@ export const en = {
   "time.now": "just now",
   "time.never": "never",
   "inbox.title": "Decisions waiting for you",
+  "inbox.actionRefused": "That link answers nothing: only a notification on this device can approve or deny from outside the card. Decide on the card below.",
   "inbox.empty": "Nothing waits for you. New approvals, questions and budget choices appear here.",
   "inbox.kind.approval": "Approval",
   "inbox.kind.question": "Question",

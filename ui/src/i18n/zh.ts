@@ -28,6 +28,7 @@ export const zh: Record<Key, string> = {
   "time.now": "刚刚",
   "time.never": "从未",
   "inbox.title": "等待你决定的事项",
+  "inbox.actionRefused": "该链接不会作答：只有本设备上的通知才能在卡片之外批准或拒绝。请在下方卡片上决定。",
   "inbox.empty": "没有待办。新的审批、问题和预算选择会出现在这里。",
   "inbox.kind.approval": "审批",
   "inbox.kind.question": "问题",

@@ -6,7 +6,8 @@
 // answer or a send in flight stays rendered when scrolled away, and so does the focused one.
 import { useCallback, useEffect, useRef, useState } from "react";
 import type { DecideOp, OutboxView, SeenView } from "../bindings";
-import { commands, loadText, useMirror } from "../data";
+import { del, get } from "idb-keyval";
+import { commands, errorText, loadText, useMirror } from "../data";
 import { useI18n } from "../i18n";
 import { InboxCard } from "../components/InboxCard";
 import { useWindowed } from "../windowed";
@@ -18,7 +19,13 @@ export const CARD_ESTIMATE = 560;
 
 const estimate = () => CARD_ESTIMATE;
 
-export function InboxScreen({ focus, confirm, go }: { focus?: string; confirm?: string | null; go: (r: string) => void }) {
+/** A notification's Approve / Deny as the service worker hands it over (web companion). */
+type HandedAction = { nonce: string; op: "approve" | "deny"; decision_id: string; plan_revision: number; intent_digest: string | null; at: number };
+
+/** How long a notification's action waits for the page to carry it out. */
+const ACTION_TTL_MS = 2 * 60 * 1000;
+
+export function InboxScreen({ focus, confirm, actionNonce, go }: { focus?: string; confirm?: string | null; actionNonce?: string | null; go: (r: string) => void }) {
   const { t } = useI18n();
   const { data, error } = useMirror(() => commands.listInbox(), []);
   // An answered decision leaves the inbox as soon as the mirror hears of it; what was sent
@@ -41,6 +48,28 @@ export function InboxScreen({ focus, confirm, go }: { focus?: string; confirm?: 
   const feed = useWindowed({ count: data?.length ?? 0, getKey, estimateSize: estimate, overscan: 2, keep: engaged, keys: "feed" });
   const openThread = useCallback((task: string) => go(`/threads/${task}`), [go]);
 
+  // A notification's Approve / Deny: taken once from where the service worker left it, only
+  // under the nonce in the URL, only for this decision and not stale, and only for a decision
+  // not marked risky (a risky one waits on its card for the person's confirmation). Signed
+  // with the revision and digest the notification showed.
+  const acted = useRef(false);
+  const [actError, setActError] = useState<string | null>(null);
+  useEffect(() => {
+    if (acted.current || !actionNonce || !focus || !data) return;
+    acted.current = true;
+    void (async () => {
+      const handed = (await get("waymark-action")) as HandedAction | undefined;
+      await del("waymark-action");
+      if (!handed || handed.nonce !== actionNonce || handed.decision_id !== focus || Date.now() - handed.at > ACTION_TTL_MS) {
+        setActError(t("inbox.actionRefused"));
+        return;
+      }
+      const item = data.find((i) => i.decision.id === focus);
+      if (item?.decision.risky) return;
+      await decide(focus, handed.op, null, null, { plan_revision: handed.plan_revision, intent_digest: handed.intent_digest });
+    })().catch((e) => setActError(errorText(e)));
+  }, [actionNonce, focus, data, decide, t]);
+
   // A deep link to a decision (a notification, the tray) scrolls to its card and focuses it,
   // once: the mirror re-reading later does not pull the person back.
   const focused = useRef(false);
@@ -57,6 +86,11 @@ export function InboxScreen({ focus, confirm, go }: { focus?: string; confirm?: 
     <section aria-labelledby="inbox-title">
       <h2 id="inbox-title">{t("inbox.title")}</h2>
       {error && <p className="error">{t("common.error", { message: error })}</p>}
+      {actError && (
+        <p className="error" role="alert" data-testid="decision-error">
+          {t("common.error", { message: actError })}
+        </p>
+      )}
       {sent.map((s) => (
         <p key={s.entry.command_id} className="sent small" role="status" data-testid="decision-result">
           <span className={`pill st-${s.entry.status}`}>{t(`outbox.status.${s.entry.status}` as "outbox.status.queued")}</span> <strong>{s.op}</strong> — {s.question}
