@@ -588,6 +588,19 @@ async fn a_phone_browser_pairs_by_link_approves_and_steers_offline() {
         );
         tokio::time::sleep(Duration::from_millis(300)).await;
     }
+
+    // Settings offer this device's notifications (Web Push; pushes carry no content).
+    click(&c, "[data-testid=nav-settings]").await;
+    let push = wait_css(&c, "[data-testid=push-settings]", 30)
+        .await
+        .text()
+        .await
+        .unwrap_or_default();
+    assert!(
+        push.contains("carry no content"),
+        "the push settings explain themselves: {push}"
+    );
+    shot(&c, "settings").await;
     c.close().await.expect("close the browser");
 }
 

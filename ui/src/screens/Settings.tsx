@@ -1,6 +1,8 @@
-// Settings: language, theme, muting notifications, the control plane, the demo agent.
+// Settings: language, theme, notifications (muting in the app; push on this device in a
+// browser), the control plane, the demo agent.
+import { useEffect, useState } from "react";
 import type { StatusView } from "../bindings";
-import { commands } from "../data";
+import { commands, errorText, inApp, webCompanion } from "../data";
 import { useI18n, type Lang } from "../i18n";
 import { clock } from "../format";
 
@@ -29,7 +31,8 @@ export function SettingsScreen({ status, theme, setTheme }: { status: StatusView
         </label>
       </div>
       <h3>{t("settings.notifications")}</h3>
-      {status?.muted_until ? (
+      {!inApp && status?.paired && <PushOnThisDevice />}
+      {!inApp ? null : status?.muted_until ? (
         <p>
           {t("settings.mutedUntil", { time: clock(status.muted_until) })}{" "}
           <button type="button" onClick={() => void commands.muteNotifications(0)}>
@@ -55,5 +58,46 @@ export function SettingsScreen({ status, theme, setTheme }: { status: StatusView
       )}
       {status?.demo && <p className="small">{t("settings.demoStatus", { line: status.demo })}</p>}
     </section>
+  );
+}
+
+/** The web companion: notifications on this phone or browser, through Web Push. */
+function PushOnThisDevice() {
+  const { t } = useI18n();
+  const [state, setState] = useState<string | null>(null);
+  const [error, setError] = useState<string | null>(null);
+  useEffect(() => {
+    void webCompanion()
+      .then((w) => w.pushState())
+      .then(setState, (e) => setError(errorText(e)));
+  }, []);
+  const enable = async () => {
+    setError(null);
+    try {
+      const w = await webCompanion();
+      await w.enablePush();
+      setState(await w.pushState());
+    } catch (e) {
+      setError(errorText(e));
+    }
+  };
+  return (
+    <div data-testid="push-settings">
+      {state === "on" ? (
+        <p className="ok">{t("settings.pushOn")}</p>
+      ) : state === "unsupported" || state === "denied" ? (
+        <p className="muted">{t(state === "denied" ? "settings.pushDenied" : "settings.pushUnsupported")}</p>
+      ) : (
+        <button type="button" className="primary" onClick={() => void enable()} data-testid="push-enable">
+          {t("settings.pushEnable")}
+        </button>
+      )}
+      <p className="small muted">{t("settings.pushHelp")}</p>
+      {error && (
+        <p role="alert" className="error">
+          {t("common.error", { message: error })}
+        </p>
+      )}
+    </div>
   );
 }

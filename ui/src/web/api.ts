@@ -67,6 +67,11 @@ export class Api {
     return this.decode<T>(res);
   }
 
+  async post<T>(token: string, path: string, body: unknown): Promise<T> {
+    const res = await this.call(path, { method: "POST", headers: { authorization: `Bearer ${token}`, "content-type": "application/json" }, body: JSON.stringify(body) });
+    return this.decode<T>(res);
+  }
+
   async blob(token: string, sha256: string): Promise<Uint8Array> {
     const res = await this.call(`/v1/blobs/${sha256}`, { headers: { authorization: `Bearer ${token}` } });
     if (!res.ok) await this.decode<unknown>(res);

@@ -317,6 +317,32 @@ export class WebCompanion {
     } as StatusView;
   }
 
+  /** Whether this browser is set up to be notified (a push subscription registered with the
+   * server), and whether it could be. */
+  async pushState(): Promise<"on" | "off" | "denied" | "unsupported"> {
+    if (!("serviceWorker" in navigator) || !("PushManager" in window) || !("Notification" in window)) return "unsupported";
+    if (Notification.permission === "denied") return "denied";
+    const reg = await navigator.serviceWorker.getRegistration();
+    const sub = await reg?.pushManager.getSubscription();
+    return sub ? "on" : "off";
+  }
+
+  /** Asks to notify (a person's tap must lead here), subscribes with the server's VAPID key and
+   * registers the subscription as this device's Web Push channel. Pushes carry no content; the
+   * service worker fetches what to show over this device's read session. */
+  async enablePush(): Promise<void> {
+    const state = await this.pushState();
+    if (state === "unsupported") throw new Error("this browser cannot receive pushes (on iPhone and iPad: add Waymark to the Home Screen first)");
+    if ((await Notification.requestPermission()) !== "granted") throw new Error("notifications are blocked for this site; allow them in the browser's site settings");
+    const id = await this.identity();
+    const { public_key } = await this.api.get<{ public_key: string }>("", "/v1/push/vapid");
+    const reg = await navigator.serviceWorker.ready;
+    const sub = (await reg.pushManager.getSubscription()) ?? (await reg.pushManager.subscribe({ userVisibleOnly: true, applicationServerKey: fromBase64url(public_key) }));
+    const json = sub.toJSON();
+    await this.api.post(await this.token(), `/v1/devices/${encodeURIComponent(id.device_id)}/push`, { kind: "web_push", endpoint: json.endpoint, keys: { p256dh: json.keys?.p256dh, auth: json.keys?.auth } });
+    this.statusChanged.emit({});
+  }
+
   async threads(): Promise<ThreadRowView[]> {
     return (await this.mirror.threads()).map((r) => threadRowView(r));
   }
@@ -363,3 +389,10 @@ function defaultName(): string {
   return `web companion on ${os}`;
 }
 
+function fromBase64url(s: string): Uint8Array<ArrayBuffer> {
+  const b64 = s.replace(/-/g, "+").replace(/_/g, "/") + "===".slice((s.length + 3) % 4);
+  const bin = atob(b64);
+  const out = new Uint8Array(new ArrayBuffer(bin.length));
+  for (let i = 0; i < bin.length; i++) out[i] = bin.charCodeAt(i);
+  return out;
+}
