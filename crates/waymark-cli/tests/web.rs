@@ -215,6 +215,15 @@ async fn phone_browser(driver_port: u16, profile: &Path) -> Client {
         .expect("a WebDriver session with Chromium")
 }
 
+fn snapshot(url: &str, token: &str) -> Value {
+    let out = Command::new("curl")
+        .args(["-fsS", "-H", &format!("authorization: Bearer {token}")])
+        .arg(format!("{url}/v1/snapshot"))
+        .output()
+        .expect("curl");
+    serde_json::from_slice(&out.stdout).unwrap_or(Value::Null)
+}
+
 fn decision_status(url: &str, admin_token: &str, task: &str, id: &str) -> String {
     let out = Command::new("curl")
         .args([
@@ -258,6 +267,15 @@ async fn a_phone_browser_pairs_by_link_approves_and_steers_offline() {
         &tmp.path().join("demo1"),
         &out.join("demo1.log"),
     );
+    // The phone pairs into a server that already has work: its first sync is a snapshot.
+    let until = Instant::now() + Duration::from_secs(120);
+    while !snapshot(&url, &token)["tasks"]
+        .as_array()
+        .is_some_and(|t| t.iter().any(|t| t["pending_decisions"].as_i64() > Some(0)))
+    {
+        assert!(Instant::now() < until, "the demo never asked anything");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
 
     let driver_port = free_port();
     let _driver = chromedriver(driver_port, &out.join("chromedriver.log"));

@@ -19,7 +19,8 @@ export class ApiError extends Error {
 export type Json = Record<string, unknown>;
 export interface Device { id: string; user: string; name: string; scopes: string[] }
 export interface DeviceSession { token: string; expires_at: string }
-export interface Snapshot { cursor: number; tasks: { task: { id: string } }[] }
+/** `GET /v1/snapshot`: each entry is a task with its counts beside its fields (flattened). */
+export interface Snapshot { cursor: number; tasks: { id: string; pending_decisions: number; last_sequence: number }[] }
 
 export class Api {
   constructor(readonly base: string = "") {}

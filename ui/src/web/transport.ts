@@ -19,7 +19,7 @@ import type {
   ThreadDetailView,
   ThreadRowView,
 } from "../bindings";
-import { Api, ApiError } from "./api";
+import { Api, ApiError, type Snapshot } from "./api";
 import { type Db, openBrowserDb } from "./db";
 import { type DeviceKey, forgetKey, loadOrCreateKey } from "./keys";
 import { type Identity, MirrorError, WebMirror } from "./mirror";
@@ -141,9 +141,10 @@ export class WebCompanion {
   }
 
   private async resnapshot(token: string): Promise<number> {
-    const snap = await this.api.get<{ cursor: number; tasks: { task: { id: string } }[] }>(token, "/v1/snapshot");
+    // `TaskSummary` flattens its task: the id is at the top of each entry.
+    const snap = await this.api.get<Snapshot>(token, "/v1/snapshot");
     const threads: TaskDetail[] = [];
-    for (const t of snap.tasks) threads.push(await this.api.get<TaskDetail>(token, `/v1/tasks/${encodeURIComponent(t.task.id)}`));
+    for (const t of snap.tasks) threads.push(await this.api.get<TaskDetail>(token, `/v1/tasks/${encodeURIComponent(t.id)}`));
     await this.mirror.applySnapshot(snap.cursor, threads);
     return snap.cursor;
   }
@@ -171,7 +172,9 @@ export class WebCompanion {
     return done;
   }
 
-  /** Delivers the outbox, then catches up: a snapshot when there is no cursor (or it expired). */
+  /** Delivers the outbox, then catches up: a snapshot when there is no cursor (or it expired),
+   * then the event stream until it reaches where the log stood when the sync began — as the
+   * Rust companion's `sync_once`. */
   async syncOnce(): Promise<SyncView> {
     try {
       const token = await this.token();
@@ -182,14 +185,68 @@ export class WebCompanion {
         snapshot = true;
         cursor = await this.resnapshot(token);
       }
+      let events = 0;
+      for (;;) {
+        try {
+          events += await this.catchUp(token);
+          break;
+        } catch (e) {
+          if (!(e instanceof ApiError && e.kind === "cursor_expired")) throw e;
+          snapshot = true;
+          await this.resnapshot(token);
+        }
+      }
+      cursor = (await this.mirror.cursor()) ?? cursor;
       this.health = { ...this.health, reachable: true, lastSyncAt: Date.now(), lastError: null, reconnectingSince: null };
       this.mirrorChanged.emit({});
       this.statusChanged.emit({});
-      return { events: 0, snapshot, delivered, cursor };
+      return { events, snapshot, delivered, cursor };
     } catch (e) {
       this.failed(e);
       throw appError(e);
     }
+  }
+
+  /** Applies the event stream from the mirror's cursor until it reaches the log's head as it
+   * stood at the start, in batches of 2,048 (one transaction each); the number applied. */
+  async catchUp(token?: string): Promise<number> {
+    const t = token ?? (await this.token());
+    const head = (await this.api.get<{ cursor: number }>(t, "/healthz")).cursor;
+    let cursor = (await this.mirror.cursor()) ?? 0;
+    if (cursor >= head) return 0;
+    const stop = new AbortController();
+    let batch: Event[] = [];
+    let applied = 0;
+    let writing: Promise<void> = Promise.resolve();
+    const flush = () => {
+      const events = batch;
+      batch = [];
+      applied += events.length;
+      writing = writing.then(() => (events.length ? this.mirror.applyEvents(events) : undefined));
+    };
+    // The head counts every user's events: past it, or after a pause with nothing new (the
+    // rest were someone else's), this device is caught up.
+    let idle = setTimeout(() => stop.abort(), 2000);
+    try {
+      await this.api.events(
+        t,
+        cursor,
+        (e) => {
+          batch.push(e);
+          cursor = Math.max(cursor, e.cursor);
+          if (batch.length >= 2048) flush();
+          clearTimeout(idle);
+          if (cursor >= head) stop.abort();
+          else idle = setTimeout(() => stop.abort(), 400);
+        },
+        stop.signal,
+      );
+    } finally {
+      clearTimeout(idle);
+    }
+    flush();
+    await writing;
+    return applied;
   }
 
   private failed(e: unknown) {
