@@ -22,6 +22,12 @@ export function webCompanion(): Promise<WebCompanion> {
 }
 
 const web = inApp ? null : webTransport(webCompanion);
+
+// `waymark-bench --only phone` measures the web companion in Chromium through this handle
+// (the page opened with `?bench`); nothing else reads it.
+if (!inApp && typeof window !== "undefined" && new URLSearchParams(window.location.search).has("bench")) {
+  (window as unknown as { __waymarkBench: unknown }).__waymarkBench = { webCompanion };
+}
 export const commands: typeof shellCommands = web ? web.commands : shellCommands;
 export const events = (web ? web.events : shellEvents) as typeof shellEvents;
 

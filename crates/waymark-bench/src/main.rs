@@ -14,6 +14,8 @@ use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqliteSynchronous};
 use sqlx::{Connection, SqliteConnection};
 use waymark_server::{Config, DataDir, Running};
 
+mod phone;
+
 #[derive(Debug, Parser)]
 #[command(
     name = "waymark-bench",
@@ -607,6 +609,9 @@ async fn main() -> Result<()> {
     }
     if want("fan-out") {
         fan_out(args.quick, &mut out).await.context("fan-out")?;
+    }
+    if want("phone") {
+        phone::phone(args.quick, &mut out).await.context("phone")?;
     }
     if args.json {
         println!("{}", serde_json::to_string_pretty(&out)?);

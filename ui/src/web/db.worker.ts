@@ -2,6 +2,7 @@
 // only in a dedicated worker, so the persistent mirror lives here and the page sends it SQL.
 import wasmUrl from "@sqlite.org/sqlite-wasm/sqlite3.wasm?url";
 import type { Database } from "@sqlite.org/sqlite-wasm";
+import { backOff } from "exponential-backoff";
 import { initSqlite, run } from "./sqlite";
 import type { WorkerCall, WorkerReply } from "./db";
 
@@ -11,7 +12,13 @@ let db: Database | null = null;
 async function open(filename: string): Promise<{ persistent: boolean; reason: string | null }> {
   const sqlite3 = await initSqlite(wasmUrl);
   try {
-    const pool = await sqlite3.installOpfsSAHPoolVfs({ name: "waymark-sahpool", preserveOnInitFailure: true });
+    // The page that had the mirror open a moment ago (a reload, the app reopened) may still be
+    // letting go of its file handles: wait for them (about 3 s) before giving up on OPFS.
+    const pool = await backOff(() => sqlite3.installOpfsSAHPoolVfs({ name: "waymark-sahpool", preserveOnInitFailure: true }), {
+      numOfAttempts: 8,
+      startingDelay: 100,
+      maxDelay: 1000,
+    });
     db = new pool.OpfsSAHPoolDb(filename);
     db.exec("PRAGMA foreign_keys = ON; PRAGMA synchronous = FULL");
     return { persistent: true, reason: null };
