@@ -493,18 +493,28 @@ export class WebMirror {
       "SELECT data FROM decisions WHERE status = 'pending' ORDER BY expires_at, id",
     );
     const out: InboxItem[] = [];
+    // Each task's evidence is read once, however many of its decisions wait: every query is a
+    // round trip to the database's worker.
+    const evidence = new Map<string, { task: Task; diffs: Artifact[]; receipts: TestReceipt[] } | null>();
     for (const r of rows) {
       const decision = parse<Decision>(r.data);
-      const task = await this.task(decision.task_id);
-      if (!task) continue;
-      const artifacts = await this.list<Artifact>("SELECT data FROM artifacts WHERE task_id = ? ORDER BY rowid", task.id);
-      const receipts = await this.list<TestReceipt>("SELECT data FROM receipts WHERE task_id = ? ORDER BY rowid", task.id);
+      let e = evidence.get(decision.task_id);
+      if (e === undefined) {
+        const task = await this.task(decision.task_id);
+        e = task && {
+          task,
+          diffs: (await this.list<Artifact>("SELECT data FROM artifacts WHERE task_id = ? ORDER BY rowid", task.id)).filter(isDiff),
+          receipts: await this.list<TestReceipt>("SELECT data FROM receipts WHERE task_id = ? ORDER BY rowid", task.id),
+        };
+        evidence.set(decision.task_id, e);
+      }
+      if (!e) continue;
       out.push({
         decision,
-        task_title: task.title,
-        plan_revision: task.plan_revision,
-        diffs: artifacts.filter(isDiff),
-        receipts,
+        task_title: e.task.title,
+        plan_revision: e.task.plan_revision,
+        diffs: e.diffs,
+        receipts: e.receipts,
       });
     }
     return out;
