@@ -253,10 +253,11 @@ fn web_link(server: &str, code: &str) -> String {
 }
 
 fn is_loopback(server: &str) -> bool {
-    url::Url::parse(server).is_ok_and(|u| {
-        matches!(u.host(), Some(url::Host::Domain("localhost")))
-            || matches!(u.host(), Some(url::Host::Ipv4(ip)) if ip.is_loopback())
-            || matches!(u.host(), Some(url::Host::Ipv6(ip)) if ip.is_loopback())
+    url::Url::parse(server).is_ok_and(|u| match u.host() {
+        Some(url::Host::Domain(d)) => d == "localhost",
+        Some(url::Host::Ipv4(ip)) => ip.is_loopback(),
+        Some(url::Host::Ipv6(ip)) => ip.is_loopback(),
+        None => false,
     })
 }
 

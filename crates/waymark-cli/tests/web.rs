@@ -294,24 +294,13 @@ async fn a_phone_browser_pairs_by_link_approves_and_steers_offline() {
     // The approval arrives in the inbox (after the demo's budget question), with its diff and
     // receipts.
     wait_css(&c, "[data-testid=approve]", 120).await;
-    let approval = "//button[@data-testid='approve']/ancestor::article";
-    let card = c
-        .find(Locator::XPath(approval))
-        .await
-        .expect("the approval's card");
+    let approval = APPROVAL_CARD;
+    let (card, decision_id) = approval_card(&c).await;
     let card_text = card.text().await.unwrap_or_default();
     assert!(
         card_text.contains("staging"),
         "the card names the target: {card_text}"
     );
-    let decision_id = card
-        .attr("data-testid")
-        .await
-        .ok()
-        .flatten()
-        .expect("the card's id")
-        .trim_start_matches("decision-")
-        .to_owned();
     // Its thread, through the card's link; then back.
     card.find(Locator::Css(".card-head button.link"))
         .await
@@ -531,18 +520,7 @@ async fn a_phone_browser_pairs_by_link_approves_and_steers_offline() {
     );
     click(&c, "[data-testid=nav-inbox]").await;
     wait_css(&c, "[data-testid=approve]", 120).await;
-    let card = c
-        .find(Locator::XPath(approval))
-        .await
-        .expect("the approval's card");
-    let id = card
-        .attr("data-testid")
-        .await
-        .ok()
-        .flatten()
-        .expect("the card's id")
-        .trim_start_matches("decision-")
-        .to_owned();
+    let (card, id) = approval_card(&c).await;
     let digest = card
         .find(Locator::Css("[data-testid=intent-digest]"))
         .await
@@ -620,6 +598,26 @@ async fn a_phone_browser_pairs_by_link_approves_and_steers_offline() {
     );
     shot(&c, "settings").await;
     c.close().await.expect("close the browser");
+}
+
+/// The inbox card holding an approve button.
+const APPROVAL_CARD: &str = "//button[@data-testid='approve']/ancestor::article";
+
+/// The first approval's card in the inbox, and its decision id.
+async fn approval_card(c: &Client) -> (fantoccini::elements::Element, String) {
+    let card = c
+        .find(Locator::XPath(APPROVAL_CARD))
+        .await
+        .expect("the approval's card");
+    let id = card
+        .attr("data-testid")
+        .await
+        .ok()
+        .flatten()
+        .expect("the card's id")
+        .trim_start_matches("decision-")
+        .to_owned();
+    (card, id)
 }
 
 /// The task of the thread on screen.

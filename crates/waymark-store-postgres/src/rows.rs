@@ -24,26 +24,21 @@ fn get_json_opt(row: &PgRow, col: &str) -> Result<Option<Value>> {
     get(row, col)
 }
 
-/// A column holding one of an enum's values; a value the enum does not know is corruption.
+/// A column holding one of an enum's values (`decode_enum`: unknown is corruption).
 pub(crate) fn get_enum<T: FromStr>(row: &PgRow, col: &str) -> Result<T>
 where
     T::Err: std::fmt::Display,
 {
-    let s: String = get(row, col)?;
-    s.parse()
-        .map_err(|e| StoreError::Corrupt(format!("column `{col}`: {e}")))
+    decode_enum(col, &get::<String>(row, col)?)
 }
 
 pub(crate) fn get_enum_opt<T: FromStr>(row: &PgRow, col: &str) -> Result<Option<T>>
 where
     T::Err: std::fmt::Display,
 {
-    let s: Option<String> = get(row, col)?;
-    s.map(|s| {
-        s.parse()
-            .map_err(|e| StoreError::Corrupt(format!("column `{col}`: {e}")))
-    })
-    .transpose()
+    get::<Option<String>>(row, col)?
+        .map(|s| decode_enum(col, &s))
+        .transpose()
 }
 
 pub(crate) fn user_row(r: &PgRow) -> Result<UserRow> {

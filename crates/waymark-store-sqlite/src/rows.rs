@@ -34,26 +34,21 @@ pub(crate) fn get_json_opt(row: &SqliteRow, col: &str) -> Result<Option<Value>> 
     .transpose()
 }
 
-/// A column holding one of an enum's values; a value the enum does not know is corruption.
+/// A column holding one of an enum's values (`decode_enum`: unknown is corruption).
 pub(crate) fn get_enum<T: FromStr>(row: &SqliteRow, col: &str) -> Result<T>
 where
     T::Err: std::fmt::Display,
 {
-    let s: String = get(row, col)?;
-    s.parse()
-        .map_err(|e| StoreError::Corrupt(format!("column `{col}`: {e}")))
+    decode_enum(col, &get::<String>(row, col)?)
 }
 
 pub(crate) fn get_enum_opt<T: FromStr>(row: &SqliteRow, col: &str) -> Result<Option<T>>
 where
     T::Err: std::fmt::Display,
 {
-    let s: Option<String> = get(row, col)?;
-    s.map(|s| {
-        s.parse()
-            .map_err(|e| StoreError::Corrupt(format!("column `{col}`: {e}")))
-    })
-    .transpose()
+    get::<Option<String>>(row, col)?
+        .map(|s| decode_enum(col, &s))
+        .transpose()
 }
 
 pub(crate) fn user_row(r: &SqliteRow) -> Result<UserRow> {

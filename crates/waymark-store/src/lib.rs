@@ -268,3 +268,15 @@ pub trait StoreTx: Send {
         attempt_id: &str,
     ) -> Result<bool>;
 }
+
+/// A stored value of one of the domain's enums (`col` names its column, for the message): a
+/// value the enum does not know is corruption, never a default. Each backend reads the text,
+/// this decides what it means.
+pub fn decode_enum<T: std::str::FromStr>(col: &str, value: &str) -> Result<T>
+where
+    T::Err: std::fmt::Display,
+{
+    value
+        .parse()
+        .map_err(|e| StoreError::Corrupt(format!("column `{col}`: {e}")))
+}

@@ -16,7 +16,6 @@ export class ApiError extends Error {
 }
 
 /** Server shapes the web companion reads; the mirror keeps them as the server sent them. */
-export type Json = Record<string, unknown>;
 export interface Device { id: string; user: string; name: string; scopes: string[] }
 export interface DeviceSession { token: string; expires_at: string }
 /** `GET /v1/snapshot`: each entry is a task with its counts beside its fields (flattened). */
