@@ -175,15 +175,9 @@ pub(crate) async fn crash_after_commit(
             anyhow::Ok((cp, res.err()))
         })
     };
-    if committed_rx.await.is_err() {
-        // Say why it ended: its own error (a lost lease, a refusal), not a closed channel.
-        let why = match first.await {
-            Ok(Ok(_)) => "it returned without calling the provider".to_owned(),
-            Ok(Err(e)) => format!("{e:#}"),
-            Err(e) => format!("it panicked: {e}"),
-        };
-        bail!("the first worker ended before reaching the provider: {why}");
-    }
+    committed_rx
+        .await
+        .context("the first worker ended before reaching the provider")?;
     let first_error = if point == CrashPoint::ReplyLost {
         // It records `unknown` and gives up; then the process is gone.
         let (cp, err) = first.await.context("the first worker panicked")??;
