@@ -14,6 +14,10 @@
 //!
 //! A writer alone runs the statements it always ran (`BEGIN IMMEDIATE` … `COMMIT`) and pays
 //! no wait: with nobody queued it commits at once.
+//!
+//! Opening and finishing a transaction run in tasks of their own, so a caller dropped mid-way
+//! (a client that went away) never cuts a `COMMIT` that others of its batch wait for, nor
+//! leaves the connection between the statements of a rollback.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -126,6 +130,11 @@ fn copy(e: &StoreError) -> StoreError {
     }
 }
 
+/// A write's own task panicked or was cancelled (the runtime is shutting down).
+fn task_failed(e: tokio::task::JoinError) -> StoreError {
+    StoreError::Backend(format!("the write transaction's task ended early: {e}"))
+}
+
 fn advance(cursor: &watch::Sender<i64>, to: i64) {
     cursor.send_if_modified(|c| {
         let newer = to > *c;
@@ -152,6 +161,12 @@ impl Writer {
         })
     }
 
+    /// How many writers wait for the connection now.
+    #[cfg(test)]
+    pub(crate) fn waiting(&self) -> usize {
+        self.waiting.load(Ordering::Acquire)
+    }
+
     /// How many `COMMIT`s succeeded so far.
     #[cfg(test)]
     pub(crate) async fn commits(&self) -> u64 {
@@ -163,8 +178,17 @@ impl Writer {
     }
 
     /// Waits for the connection and opens a savepoint (and the outer transaction when none
-    /// is open).
+    /// is open). Runs in a task of its own, like [`Member::commit`]: a caller dropped half-way
+    /// (its client went away) cannot stop it between statements; the transaction it would
+    /// have had rolls back when dropped.
     pub(crate) async fn begin(self: &Arc<Self>) -> Result<Member> {
+        let writer = self.clone();
+        tokio::spawn(async move { writer.open().await })
+            .await
+            .map_err(task_failed)?
+    }
+
+    async fn open(self: Arc<Self>) -> Result<Member> {
         let mut g = {
             let _waiting = Waiting::new(&self.waiting);
             tokio::time::timeout(ACQUIRE_TIMEOUT, self.conn.clone().lock_owned())
@@ -334,7 +358,18 @@ impl Member {
 
     /// Finishes the transaction; returns once it is durable (or failed), with the batch it
     /// joined. `appended` is the newest event cursor it wrote.
-    pub(crate) async fn commit(mut self, appended: Option<i64>) -> Result<()> {
+    ///
+    /// The work runs in a task of its own, so that it ends the same way when the caller is
+    /// dropped (axum drops a handler whose client went away): a `COMMIT` this transaction
+    /// carries also answers the others of its batch, and must neither be cut off nor leave
+    /// them without an answer.
+    pub(crate) async fn commit(self, appended: Option<i64>) -> Result<()> {
+        tokio::spawn(self.finish(appended))
+            .await
+            .map_err(task_failed)?
+    }
+
+    async fn finish(mut self, appended: Option<i64>) -> Result<()> {
         let mut g = self
             .guard
             .take()

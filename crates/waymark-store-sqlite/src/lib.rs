@@ -165,6 +165,69 @@ mod tests {
         assert_eq!(users.len() as u64, writers);
     }
 
+    /// A request whose client goes away while its transaction carries a batch's `COMMIT`
+    /// (axum drops the handler's future) must not take the batch's other transactions with it:
+    /// they were told to wait for that `COMMIT`, and it still runs. A chaos run caught this as
+    /// "the store closed before the transaction was committed" when a killed worker's request
+    /// was dropped mid-commit.
+    #[tokio::test]
+    async fn a_dropped_commit_still_commits_the_batch_it_carries() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Arc::new(
+            SqliteStore::open(&dir.path().join("waymark.db"))
+                .await
+                .unwrap(),
+        );
+        let user = |id: &str| UserRow {
+            id: id.into(),
+            name: id.into(),
+            created_at: 0,
+        };
+        let mut first = store.write().await.unwrap();
+        first.insert_user(&user("first")).await.unwrap();
+        // A second writer queues for the connection, so the first leaves its COMMIT to it.
+        let second = tokio::spawn({
+            let store = store.clone();
+            async move { store.write().await }
+        });
+        while store.writer.waiting() == 0 {
+            tokio::task::yield_now().await;
+        }
+        let first = tokio::spawn(first.commit());
+        let mut second = second.await.unwrap().unwrap();
+        second.insert_user(&user("second")).await.unwrap();
+        // Polled once, then dropped: the client of the second request went away.
+        {
+            let mut commit = std::pin::pin!(second.commit());
+            std::future::poll_fn(|cx| {
+                let _ = commit.as_mut().poll(cx);
+                std::task::Poll::Ready(())
+            })
+            .await;
+        }
+
+        first
+            .await
+            .unwrap()
+            .expect("the first transaction's batch was committed");
+        let mut names: Vec<_> = store
+            .read()
+            .await
+            .unwrap()
+            .list_users()
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|u| u.id)
+            .collect();
+        names.sort();
+        assert_eq!(
+            names,
+            ["first", "second"],
+            "both writes of the batch are durable"
+        );
+    }
+
     #[tokio::test]
     async fn a_newer_schema_is_refused_clearly() {
         let dir = tempfile::tempdir().unwrap();

@@ -175,9 +175,16 @@ pub(crate) async fn crash_after_commit(
             anyhow::Ok((cp, res.err()))
         })
     };
-    committed_rx
-        .await
-        .context("the first worker ended before reaching the provider")?;
+    if committed_rx.await.is_err() {
+        // Say why it ended (a lost lease, a refusal), not just that a channel closed.
+        let why = match first.await {
+            Ok(Ok((_, Some(e)))) => format!("its effect failed before the call: {e}"),
+            Ok(Ok((_, None))) => "its effect completed without calling the provider".to_owned(),
+            Ok(Err(e)) => format!("{e:#}"),
+            Err(e) => format!("it panicked: {e}"),
+        };
+        bail!("the first worker ended before reaching the provider: {why}");
+    }
     let first_error = if point == CrashPoint::ReplyLost {
         // It records `unknown` and gives up; then the process is gone.
         let (cp, err) = first.await.context("the first worker panicked")??;
