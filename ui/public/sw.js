@@ -79,12 +79,21 @@ function intentLine(intent) {
     .join(", ");
 }
 
-/** The newest test receipt, in a line. */
+/** The newest test receipt, in a line (`TaskDetail.test_receipts`, `TestTotals`). */
 function receiptLine(receipts) {
-  const r = (receipts || [])[receipts.length - 1];
+  const list = Array.isArray(receipts) ? receipts : [];
+  const r = list[list.length - 1];
   if (!r || !r.totals) return "";
-  const failed = (r.totals.failed || 0) + (r.totals.errors || 0);
-  return `tests: ${r.totals.passed || 0} passed, ${failed} failed`;
+  const t = r.totals;
+  const failed = (t.failures || 0) + (t.errors || 0);
+  return `Tests: ${t.passed || 0} passed, ${failed} failed${t.skipped ? `, ${t.skipped} skipped` : ""}`;
+}
+
+/** The newest diff the task attached, in a line. */
+function diffLine(artifacts) {
+  const list = (Array.isArray(artifacts) ? artifacts : []).filter((a) => a && (a.media_type === "text/x-diff" || /\.(diff|patch)$/.test(a.name || "")));
+  const a = list[list.length - 1];
+  return a ? `Diff: ${a.name} (${a.size} bytes)` : "";
 }
 
 /** Writes a key where the page's idb-keyval reads it. */
@@ -115,7 +124,7 @@ async function describe(payload) {
     if (payload.type === "decision.requested" && d) {
       const deadline = new Date(d.expires_at).toLocaleTimeString([], { hour: "2-digit", minute: "2-digit" });
       const then = d.default_option ? `${d.default_option} at ${deadline} if nobody answers` : `expires at ${deadline}`;
-      const lines = [detail.task.title, intentLine(d.intent), receiptLine(detail.receipts), `Plan revision ${d.plan_revision} · ${then}`].filter(Boolean);
+      const lines = [detail.task.title, intentLine(d.intent), diffLine(detail.artifacts), receiptLine(detail.test_receipts), `Plan revision ${d.plan_revision} · ${then}`].filter(Boolean);
       // Only an approval the policy does not mark risky is answered from the notification;
       // a risky one opens its full card.
       const quick = d.kind === "approval" && !d.risky;
@@ -133,7 +142,9 @@ async function describe(payload) {
       };
     }
     return { title: detail.task.title, body: `The task is ${String(detail.task.state).replace(/_/g, " ")}.`, tag: payload.task_id, data: { task_id: payload.task_id }, actions: [] };
-  } catch {
+  } catch (e) {
+    // Still tell the person something needs them; say why the details are missing.
+    console.warn("waymark: could not describe the push", e);
     return fallback;
   }
 }

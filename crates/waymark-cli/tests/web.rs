@@ -2,7 +2,9 @@
 //! serving `/app/`, the demo agent as a real run, and Debian's Chromium driven over WebDriver
 //! (chromedriver) at a phone's size with touch. Pair by the link `waymark admin pair` prints,
 //! see the approval with its diff and receipts, approve and watch the agent finish; lose the
-//! server, queue a pause, get it back and see the pause applied once. Screenshots go to
+//! server, queue a pause, get it back and see the pause applied once; a push delivered to the
+//! service worker (over the DevTools protocol, as a push service would) shows the decision as
+//! a notification whose Approve lands as a signed command. Screenshots go to
 //! `$WAYMARK_E2E_OUT/web` (default: the system temp dir).
 
 use std::net::TcpListener;
@@ -11,7 +13,9 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use fantoccini::{Client, ClientBuilder, Locator};
+use futures::{SinkExt, StreamExt};
 use serde_json::{Value, json};
+use tokio_tungstenite::tungstenite::Message;
 
 struct Proc(Child);
 
@@ -213,6 +217,180 @@ async fn phone_browser(driver_port: u16, profile: &Path) -> Client {
         .connect(&format!("http://127.0.0.1:{driver_port}"))
         .await
         .expect("a WebDriver session with Chromium")
+}
+
+/// A DevTools protocol connection to the phone's browser, for what WebDriver cannot do:
+/// grant the notification permission a person would grant, and deliver a push message to the
+/// service worker as the push service does (`ServiceWorker.deliverPushMessage`).
+struct Cdp {
+    ws: tokio_tungstenite::WebSocketStream<
+        tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>,
+    >,
+    next: u64,
+    events: Vec<Value>,
+}
+
+impl Cdp {
+    /// Connects to the browser chromedriver started with `profile` as its user data dir
+    /// (Chromium writes its DevTools port and path to `DevToolsActivePort` there).
+    async fn connect(profile: &Path) -> Cdp {
+        let file = profile.join("DevToolsActivePort");
+        let text = std::fs::read_to_string(&file)
+            .unwrap_or_else(|e| panic!("{} (Chromium's DevTools address): {e}", file.display()));
+        let mut lines = text.lines();
+        let (port, path) = (lines.next().unwrap_or(""), lines.next().unwrap_or(""));
+        let (ws, _) = tokio_tungstenite::connect_async(format!("ws://127.0.0.1:{port}{path}"))
+            .await
+            .expect("a DevTools connection to the browser");
+        Cdp {
+            ws,
+            next: 0,
+            events: Vec::new(),
+        }
+    }
+
+    /// The next message from the browser, within 30 s.
+    async fn read(&mut self) -> Value {
+        loop {
+            let msg = tokio::time::timeout(Duration::from_secs(30), self.ws.next())
+                .await
+                .expect("the browser answered within 30 s")
+                .expect("the DevTools connection stayed open")
+                .expect("a DevTools message");
+            if let Message::Text(t) = msg {
+                return serde_json::from_str(&t).expect("DevTools sends JSON");
+            }
+        }
+    }
+
+    /// Calls `method` (in the target attached as `session`, or on the browser); keeps the
+    /// events that arrive meanwhile.
+    async fn call(&mut self, session: Option<&str>, method: &str, params: Value) -> Value {
+        self.next += 1;
+        let id = self.next;
+        let mut msg = json!({"id": id, "method": method, "params": params});
+        if let Some(s) = session {
+            msg["sessionId"] = json!(s);
+        }
+        self.ws
+            .send(Message::Text(msg.to_string().into()))
+            .await
+            .expect("send to DevTools");
+        loop {
+            let v = self.read().await;
+            if v["id"] == json!(id) {
+                assert!(v.get("error").is_none(), "{method} failed: {v}");
+                return v["result"].clone();
+            }
+            self.events.push(v);
+        }
+    }
+
+    /// The first event named `method` for which `pick` gives something.
+    async fn event<T>(&mut self, method: &str, mut pick: impl FnMut(&Value) -> Option<T>) -> T {
+        let until = Instant::now() + Duration::from_secs(30);
+        let mut seen = 0;
+        loop {
+            while seen < self.events.len() {
+                let e = &self.events[seen];
+                seen += 1;
+                if e["method"] == method
+                    && let Some(t) = pick(&e["params"])
+                {
+                    return t;
+                }
+            }
+            assert!(Instant::now() < until, "no {method} event in 30 s");
+            let v = self.read().await;
+            self.events.push(v);
+        }
+    }
+}
+
+/// Delivers a content-free push, as the server sends one, to the page's service worker and
+/// returns the notifications the worker shows afterwards (as the page reads them back).
+async fn push_to_service_worker(
+    c: &Client,
+    profile: &Path,
+    origin: &str,
+    payload: Value,
+) -> Vec<Value> {
+    let mut cdp = Cdp::connect(profile).await;
+    cdp.call(
+        None,
+        "Browser.grantPermissions",
+        json!({"origin": origin, "permissions": ["notifications"]}),
+    )
+    .await;
+    let targets = cdp.call(None, "Target.getTargets", json!({})).await;
+    let page = targets["targetInfos"]
+        .as_array()
+        .and_then(|t| t.iter().find(|t| t["type"] == "page"))
+        .and_then(|t| t["targetId"].as_str())
+        .expect("the phone's page among the browser's targets")
+        .to_owned();
+    let attached = cdp
+        .call(
+            None,
+            "Target.attachToTarget",
+            json!({"targetId": page, "flatten": true}),
+        )
+        .await;
+    let session = attached["sessionId"]
+        .as_str()
+        .expect("a session")
+        .to_owned();
+    cdp.call(Some(&session), "ServiceWorker.enable", json!({}))
+        .await;
+    let scope = format!("{origin}/app/");
+    let registration = cdp
+        .event("ServiceWorker.workerRegistrationUpdated", |p| {
+            p["registrations"].as_array()?.iter().find_map(|r| {
+                (r["scopeURL"] == json!(scope) && r["isDeleted"] == json!(false))
+                    .then(|| r["registrationId"].as_str().map(str::to_owned))
+                    .flatten()
+            })
+        })
+        .await;
+    cdp.call(
+        Some(&session),
+        "ServiceWorker.deliverPushMessage",
+        json!({"origin": origin, "registrationId": registration, "data": payload.to_string()}),
+    )
+    .await;
+    let until = Instant::now() + Duration::from_secs(30);
+    loop {
+        let shown = notifications(c).await;
+        if !shown.is_empty() {
+            return shown;
+        }
+        if Instant::now() > until {
+            shot(c, "failure").await;
+            panic!("the service worker showed no notification within 30 s of the push");
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+/// The notifications the page's service worker shows now.
+async fn notifications(c: &Client) -> Vec<Value> {
+    let v = c
+        .execute_async(
+            r#"const done = arguments[arguments.length - 1];
+               navigator.serviceWorker.ready
+                 .then((r) => r.getNotifications())
+                 .then((ns) => done(ns.map((n) => ({title: n.title, body: n.body, tag: n.tag, data: n.data, actions: n.actions}))))
+                 .catch((e) => done([{error: String(e)}]));"#,
+            vec![],
+        )
+        .await
+        .expect("read the notifications back");
+    let list = v.as_array().cloned().unwrap_or_default();
+    assert!(
+        list.iter().all(|n| n.get("error").is_none()),
+        "reading notifications failed: {v}"
+    );
+    list
 }
 
 fn snapshot(url: &str, token: &str) -> Value {
@@ -509,9 +687,8 @@ async fn a_phone_browser_pairs_by_link_approves_and_steers_offline() {
         "only the laptop's replan applied: {shown}"
     );
 
-    // A notification's Approve, as the service worker hands it to the page: under a one-time
-    // nonce in IndexedDB, with the revision and digest the notification showed. A link from
-    // anywhere else (no such nonce) answers nothing.
+    // A link that looks like a notification's Approve but comes from anywhere else (no nonce
+    // the service worker handed over) answers nothing.
     let mut third = demo(
         &url,
         &token,
@@ -546,16 +723,60 @@ async fn a_phone_browser_pairs_by_link_approves_and_steers_offline() {
         "pending",
         "a forged link answered nothing"
     );
+
+    // The push the server sends for it carries no content: the service worker fetches the
+    // decision over this device's session and shows what is asked, the intent, the revision
+    // and what happens if nobody answers, with Approve and Deny for a decision not marked
+    // risky.
+    let card_text = card_text_of(&c, &id).await;
+    let shown = push_to_service_worker(
+        &c,
+        &tmp.path().join("chromium"),
+        &url,
+        json!({"v": 1, "type": "decision.requested", "task_id": third_task, "cursor": 0}),
+    )
+    .await;
+    assert_eq!(shown.len(), 1, "one notification: {shown:?}");
+    let n = &shown[0];
+    let title = n["title"].as_str().unwrap_or_default();
+    assert!(
+        !title.is_empty() && card_text.contains(title),
+        "the notification asks what the card asks: {n}\ncard: {card_text}"
+    );
+    let body = n["body"].as_str().unwrap_or_default();
+    assert!(
+        body.contains("Plan revision 1")
+            && (body.contains("if nobody answers") || body.contains("expires at"))
+            && body.contains("Diff: fix.diff")
+            && body.contains("Tests: "),
+        "the notification says the diff, the tests, the revision and what happens then: {body}"
+    );
+    assert_eq!(n["tag"], json!(id), "{n}");
+    assert_eq!(n["data"]["decision_id"], json!(id), "{n}");
+    assert_eq!(n["data"]["intent_digest"], json!(digest), "{n}");
+    let actions: Vec<_> = n["actions"]
+        .as_array()
+        .map(|a| a.iter().map(|a| a["action"].clone()).collect())
+        .unwrap_or_default();
+    assert_eq!(actions, [json!("approve"), json!("deny")], "{n}");
+
+    // Its Approve, as the service worker hands it to the page: under a one-time nonce in
+    // IndexedDB, with the revision and digest the notification carries (DevTools cannot click
+    // a notification's button; the worker's own hand-over is this write and a navigation).
     c.execute_async(
-        r#"const [id, digest, done] = arguments;
+        r#"const [id, digest, revision, done] = arguments;
            const open = indexedDB.open("keyval-store");
            open.onupgradeneeded = () => open.result.createObjectStore("keyval");
            open.onsuccess = () => {
              const tx = open.result.transaction("keyval", "readwrite");
-             tx.objectStore("keyval").put({nonce: "n-1", op: "approve", decision_id: id, plan_revision: 1, intent_digest: digest, at: Date.now()}, "waymark-action");
+             tx.objectStore("keyval").put({nonce: "n-1", op: "approve", decision_id: id, plan_revision: revision, intent_digest: digest, at: Date.now()}, "waymark-action");
              tx.oncomplete = () => done(true);
            };"#,
-        vec![json!(id), json!(digest)],
+        vec![
+            n["data"]["decision_id"].clone(),
+            n["data"]["intent_digest"].clone(),
+            n["data"]["plan_revision"].clone(),
+        ],
     )
     .await
     .expect("hand over the action as the service worker does");
@@ -598,6 +819,18 @@ async fn a_phone_browser_pairs_by_link_approves_and_steers_offline() {
     );
     shot(&c, "settings").await;
     c.close().await.expect("close the browser");
+}
+
+/// The text of decision `id`'s card in the inbox (then back to where the page was).
+async fn card_text_of(c: &Client, id: &str) -> String {
+    let back = c.current_url().await.expect("the page's address");
+    click(c, "[data-testid=nav-inbox]").await;
+    wait_css(c, "[data-testid=approve]", 60).await;
+    let (card, card_id) = approval_card(c).await;
+    assert_eq!(card_id, id, "the inbox's approval is the one asked");
+    let text = card.text().await.unwrap_or_default();
+    c.goto(back.as_str()).await.expect("back");
+    text
 }
 
 /// The inbox card holding an approve button.
