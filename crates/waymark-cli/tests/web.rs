@@ -84,6 +84,10 @@ fn admin(data: &Path, args: &[&str]) -> Value {
 }
 
 fn demo(url: &str, token: &str, workdir: &Path, log: &Path) -> Proc {
+    demo_with(url, token, workdir, log, &[])
+}
+
+fn demo_with(url: &str, token: &str, workdir: &Path, log: &Path, extra: &[&str]) -> Proc {
     let child = waymark()
         .args([
             "demo",
@@ -96,6 +100,7 @@ fn demo(url: &str, token: &str, workdir: &Path, log: &Path) -> Proc {
             "--workdir",
         ])
         .arg(workdir)
+        .args(extra)
         .stdout(std::fs::File::create(log).expect("log file"))
         .stderr(Stdio::null())
         .spawn()
@@ -403,6 +408,14 @@ fn snapshot(url: &str, token: &str) -> Value {
 }
 
 fn decision_status(url: &str, admin_token: &str, task: &str, id: &str) -> String {
+    decision(url, admin_token, task, id)["status"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned()
+}
+
+/// Decision `id` as the server has it.
+fn decision(url: &str, admin_token: &str, task: &str, id: &str) -> Value {
     let out = Command::new("curl")
         .args([
             "-fsS",
@@ -412,8 +425,7 @@ fn decision_status(url: &str, admin_token: &str, task: &str, id: &str) -> String
         .arg(format!("{url}/v1/tasks/{task}/decisions/{id}"))
         .output()
         .expect("curl");
-    let v: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
-    v["status"].as_str().unwrap_or_default().to_owned()
+    serde_json::from_slice(&out.stdout).unwrap_or(Value::Null)
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -439,11 +451,13 @@ async fn a_phone_browser_pairs_by_link_approves_and_steers_offline() {
         .to_owned();
     let pairing = admin(&data, &["pair", "--user", "alice", "--server", &url]);
     let web_link = pairing["web_link"].as_str().expect("a web link").to_owned();
-    let mut first = demo(
+    // The budget question waits for the phone (not 15 s, then the default).
+    let mut first = demo_with(
         &url,
         &token,
         &tmp.path().join("demo1"),
         &out.join("demo1.log"),
+        &["--budget-decision-seconds", "600"],
     );
     // The phone pairs into a server that already has work: its first sync is a snapshot.
     let until = Instant::now() + Duration::from_secs(120);
@@ -469,8 +483,41 @@ async fn a_phone_browser_pairs_by_link_approves_and_steers_offline() {
     assert!(paired.contains(&url), "paired with the server: {paired}");
     shot(&c, "paired").await;
 
-    // The approval arrives in the inbox (after the demo's budget question), with its diff and
-    // receipts.
+    // The budget question first: the phone chooses the full suite, not the default, each
+    // option saying what it gives up.
+    let full = wait_css(&c, "[data-testid=option-full_suite]", 120).await;
+    let budget = c
+        .find(Locator::XPath(
+            "//button[@data-testid='option-full_suite']/ancestor::article",
+        ))
+        .await
+        .expect("the budget question's card");
+    let budget_text = budget.text().await.unwrap_or_default();
+    assert!(
+        budget_text.contains("Gives up") || budget_text.contains("gives up"),
+        "each option says what it gives up: {budget_text}"
+    );
+    let budget_id = budget
+        .attr("data-testid")
+        .await
+        .ok()
+        .flatten()
+        .expect("the card's id")
+        .trim_start_matches("decision-")
+        .to_owned();
+    shot(&c, "inbox-budget").await;
+    full.click().await.expect("choose the full suite");
+    let chose = wait_css(&c, "[data-testid=decision-result]", 30)
+        .await
+        .text()
+        .await
+        .unwrap_or_default();
+    assert!(
+        chose.contains("delivered") || chose.contains("acknowledged"),
+        "the choice delivered: {chose}"
+    );
+
+    // The approval arrives in the inbox, with its diff and receipts.
     wait_css(&c, "[data-testid=approve]", 120).await;
     let approval = APPROVAL_CARD;
     let (card, decision_id) = approval_card(&c).await;
@@ -569,6 +616,11 @@ async fn a_phone_browser_pairs_by_link_approves_and_steers_offline() {
         decision_status(&url, &admin_token, &task, &decision_id),
         "resolved",
         "the server recorded the answer"
+    );
+    let chosen = decision(&url, &admin_token, &task, &budget_id);
+    assert_eq!(
+        chosen["outcome"]["option"], "full_suite",
+        "the phone's choice, not the default: {chosen}"
     );
     click(&c, "[data-testid=nav-threads]").await;
     click(&c, "button[data-testid^=thread-]").await;
@@ -805,6 +857,57 @@ async fn a_phone_browser_pairs_by_link_approves_and_steers_offline() {
         );
         tokio::time::sleep(Duration::from_millis(300)).await;
     }
+
+    // Deny from the phone: the run delivers its patch and report without deploying.
+    let mut fourth = demo(
+        &url,
+        &token,
+        &tmp.path().join("demo4"),
+        &out.join("demo4.log"),
+    );
+    click(&c, "[data-testid=nav-inbox]").await;
+    wait_css(&c, "[data-testid=deny]", 120).await;
+    let (card, denied_id) = approval_card(&c).await;
+    card.find(Locator::Css("[data-testid=deny]"))
+        .await
+        .expect("the deny button")
+        .click()
+        .await
+        .expect("deny");
+    let sent = wait_css(&c, "[data-testid=decision-result]", 30)
+        .await
+        .text()
+        .await
+        .unwrap_or_default();
+    assert!(
+        sent.contains("delivered") || sent.contains("acknowledged"),
+        "the denial delivered: {sent}"
+    );
+    let until = Instant::now() + Duration::from_secs(120);
+    let status = loop {
+        if let Some(s) = fourth.0.try_wait().expect("demo status") {
+            break s;
+        }
+        assert!(
+            Instant::now() < until,
+            "the fourth run did not finish after the denial"
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    };
+    assert!(status.success(), "the denied run ended cleanly: {status}");
+    let log = std::fs::read_to_string(out.join("demo4.log")).unwrap_or_default();
+    let fourth_task = log
+        .split_whitespace()
+        .find(|w| w.starts_with("task_"))
+        .expect("the fourth run names its task")
+        .trim_end_matches(|ch: char| !ch.is_ascii_alphanumeric())
+        .to_owned();
+    let denied = decision(&url, &admin_token, &fourth_task, &denied_id);
+    assert_eq!(
+        denied["outcome"]["option"], "deny",
+        "the phone's denial: {denied}"
+    );
+    shot(&c, "denied").await;
 
     // Settings offer this device's notifications (Web Push; pushes carry no content).
     click(&c, "[data-testid=nav-settings]").await;
