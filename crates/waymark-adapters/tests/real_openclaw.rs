@@ -561,7 +561,7 @@ async fn real_openclaw_exec_approvals_reach_the_inbox_and_the_answer_decides_whe
 
     // ---- turn two: denied ---------------------------------------------------------------
     let turn = AgentTurn::start(&rt, &home, "two", "waymark turn two: make the other file");
-    let d2 = new_approval(&cp, &task, &denied_cmd, &[d.id.clone()], || {
+    let d2 = new_approval(&cp, &task, &denied_cmd, std::slice::from_ref(&d.id), || {
         format!("{}\n-- agent --\n{}", log(), turn.output())
     })
     .await;

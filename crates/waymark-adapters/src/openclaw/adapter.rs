@@ -959,62 +959,59 @@ impl Adapter {
     }
 
     async fn send_resolve(&mut self, conn: &mut Conn, id: &str) -> Result<(), Lost> {
-        loop {
-            let Some(a) = self.approvals.get_mut(id) else {
-                return Ok(());
-            };
-            let ApprovalState::Answered { decision, sent, .. } = &mut a.state else {
-                return Ok(());
-            };
-            *sent = true;
-            // The params are closed (`{id, decision, reviewer?, grantExpiresInDays?}`): an
-            // `idempotencyKey` is refused. The approval id makes it idempotent anyway.
-            let params = json!({"id": id, "decision": decision.clone()});
-            let decision_id = a.decision_id.clone();
-            match conn
-                .call("exec.approval.resolve", params, CALL_TIMEOUT)
-                .await?
-            {
-                Ok(_) => {
-                    if let Some(a) = self.approvals.get_mut(id)
-                        && let ApprovalState::Answered { confirmed, .. } = &mut a.state
-                    {
-                        *confirmed = true;
-                    }
-                    // The gateway broadcasts `exec.approval.resolved` before it answers; when
-                    // it is not among the frames already read, give it a moment.
-                    let seen = conn.buffered.iter().any(|f| {
-                        matches!(f, Frame::Event { event, payload, .. }
-                            if event == "exec.approval.resolved"
-                                && payload.get("id").and_then(Value::as_str) == Some(id))
-                    });
-                    if !seen {
-                        let (tx, approval_id) = (self.tx.clone(), id.to_owned());
-                        self.background.spawn(async move {
-                            tokio::time::sleep(RESOLVED_EVENT_GRACE).await;
-                            let _ = tx
-                                .send(Internal::ResolveGrace {
-                                    approval_id,
-                                    decision_id,
-                                })
-                                .await;
-                        });
-                    }
-                    return Ok(());
+        let Some(a) = self.approvals.get_mut(id) else {
+            return Ok(());
+        };
+        let ApprovalState::Answered { decision, sent, .. } = &mut a.state else {
+            return Ok(());
+        };
+        *sent = true;
+        // The params are closed (`{id, decision, reviewer?, grantExpiresInDays?}`): an
+        // `idempotencyKey` is refused. The approval id makes it idempotent anyway.
+        let params = json!({"id": id, "decision": decision.clone()});
+        let decision_id = a.decision_id.clone();
+        match conn
+            .call("exec.approval.resolve", params, CALL_TIMEOUT)
+            .await?
+        {
+            Ok(_) => {
+                if let Some(a) = self.approvals.get_mut(id)
+                    && let ApprovalState::Answered { confirmed, .. } = &mut a.state
+                {
+                    *confirmed = true;
                 }
-                Err(e) => {
-                    if let Some(a) = self.close(id) {
-                        report(
-                            &a,
-                            DeliveryState::Lost,
-                            &format!("OpenClaw refused the answer: {e}"),
-                        )
-                        .await;
-                    }
-                    return Ok(());
+                // The gateway broadcasts `exec.approval.resolved` before it answers; when it
+                // is not among the frames already read, give it a moment.
+                let seen = conn.buffered.iter().any(|f| {
+                    matches!(f, Frame::Event { event, payload, .. }
+                        if event == "exec.approval.resolved"
+                            && payload.get("id").and_then(Value::as_str) == Some(id))
+                });
+                if !seen {
+                    let (tx, approval_id) = (self.tx.clone(), id.to_owned());
+                    self.background.spawn(async move {
+                        tokio::time::sleep(RESOLVED_EVENT_GRACE).await;
+                        let _ = tx
+                            .send(Internal::ResolveGrace {
+                                approval_id,
+                                decision_id,
+                            })
+                            .await;
+                    });
+                }
+            }
+            Err(e) => {
+                if let Some(a) = self.close(id) {
+                    report(
+                        &a,
+                        DeliveryState::Lost,
+                        &format!("OpenClaw refused the answer: {e}"),
+                    )
+                    .await;
                 }
             }
         }
+        Ok(())
     }
 
     async fn on_resolved(&mut self, payload: &Value) {
