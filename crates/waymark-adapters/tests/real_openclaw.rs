@@ -151,6 +151,44 @@ impl Home {
     }
 }
 
+/// OpenClaw keeps a lock file per database in `/tmp/openclaw-state-locks-<uid>/`, named
+/// `<family>.<first 8 hex of the SHA-256 of the database's canonical path>.lock.sqlite`, and
+/// never removes them; this home's are removed with it (after its gateway is gone).
+impl Drop for Home {
+    fn drop(&mut self) {
+        use sha2::Digest;
+        use std::os::unix::fs::MetadataExt;
+        let Ok(uid) = std::fs::metadata(self.dir.path()).map(|m| m.uid()) else {
+            return;
+        };
+        let locks = PathBuf::from(format!("/tmp/openclaw-state-locks-{uid}"));
+        let mut hashes = Vec::new();
+        let mut dirs = vec![self.dir.path().to_owned()];
+        while let Some(dir) = dirs.pop() {
+            for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+                let path = entry.path();
+                if path.is_dir() {
+                    dirs.push(path);
+                } else if path.extension().is_some_and(|e| e == "sqlite")
+                    && let Ok(real) = path.canonicalize()
+                {
+                    let digest = sha2::Sha256::digest(real.to_string_lossy().as_bytes());
+                    hashes.push(hex::encode(digest)[..8].to_owned());
+                }
+            }
+        }
+        for entry in std::fs::read_dir(&locks).into_iter().flatten().flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if hashes
+                .iter()
+                .any(|h| name.ends_with(&format!(".{h}.lock.sqlite")))
+            {
+                let _ = std::fs::remove_file(entry.path());
+            }
+        }
+    }
+}
+
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
