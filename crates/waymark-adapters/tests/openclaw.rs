@@ -256,10 +256,18 @@ async fn the_handshake_is_signed_over_the_nonce_and_an_unpaired_key_is_refused()
     assert_eq!(p["minProtocol"], 4);
     assert_eq!(p["maxProtocol"], 4);
     assert_eq!(p["role"], "operator");
+    // An approver, as the real gateway needs one: it handles exec approvals and holds
+    // `operator.admin` (without either the gateway neither routes nor shows approvals to it).
     assert_eq!(
         p["scopes"],
-        json!(["operator.read", "operator.write", "operator.approvals"])
+        json!([
+            "operator.read",
+            "operator.write",
+            "operator.approvals",
+            "operator.admin"
+        ])
     );
+    assert_eq!(p["caps"], json!(["exec-approvals"]));
     assert_eq!(p["auth"], json!({"token": GATEWAY_TOKEN}));
     assert_eq!(p["device"]["id"], key.device_id());
     assert_eq!(p["device"]["publicKey"], key.public_key());
@@ -301,7 +309,8 @@ async fn the_handshake_is_signed_over_the_nonce_and_an_unpaired_key_is_refused()
     let nonce = challenge["payload"]["nonce"].as_str().unwrap();
     let mut forged = connects[0].clone();
     forged["params"]["device"]["nonce"] = json!(nonce);
-    forged["params"]["device"]["signedAt"] = json!(chrono::Utc::now().timestamp_millis());
+    // Signed at the challenge's `ts` (the fake refuses any other time), over a stale nonce.
+    forged["params"]["device"]["signedAt"] = challenge["payload"]["ts"].clone();
     let forged_sig = key.sign(&AuthPayload {
         nonce: "n-stale",
         signed_at_ms: forged["params"]["device"]["signedAt"].as_i64().unwrap(),
@@ -333,9 +342,11 @@ async fn an_approval_answered_on_a_phone_is_resolved_in_openclaw_and_acknowledge
         d.durability,
         Some(waymark_proto::ApprovalDurability::ConnectionBound)
     );
+    // The request lists `allow-always` unavailable (as the real gateway does for most
+    // commands): it is not offered.
     assert_eq!(
         d.options.iter().map(|o| o.id.as_str()).collect::<Vec<_>>(),
-        ["approve", "approve_always", "deny"]
+        ["approve", "deny"]
     );
     assert_eq!(
         d.question,
@@ -359,7 +370,7 @@ async fn an_approval_answered_on_a_phone_is_resolved_in_openclaw_and_acknowledge
     assert_eq!(
         sent,
         json!({"type": "req", "id": "<any>", "method": "exec.approval.resolve",
-               "params": {"id": "ap_1", "decision": "allow-once", "idempotencyKey": format!("waymark:{}", d.id)}})
+               "params": {"id": "ap_1", "decision": "allow-once"}})
     );
     let done = eventually("the delivery acknowledged", || async {
         let d = w.approvals_for(&task, "ap_1").await.remove(0);
@@ -519,7 +530,7 @@ async fn a_dropped_connection_backfills_without_duplicates_and_resends_the_answe
     for r in &resolves {
         assert_eq!(
             r["params"],
-            json!({"id": "ap_1", "decision": "allow-always", "idempotencyKey": format!("waymark:{}", ap1[0].id)})
+            json!({"id": "ap_1", "decision": "allow-always"})
         );
     }
     let acked = eventually("the resent answer acknowledged", || async {
@@ -619,22 +630,39 @@ async fn approvals_closed_in_openclaw_expire_ours_never_approve_them() {
     adapter.stop().await;
 }
 
+/// The gateway's `exec.approval.resolve` takes `{id, decision, reviewer?, grantExpiresInDays?}`
+/// and nothing else, and refuses `allow-always` where the request lists it unavailable: the
+/// adapter offers only what is allowed (a phone's `approve_always` is refused by the control
+/// plane, never sent) and sends the closed params, once.
 #[tokio::test]
-async fn a_gateway_that_takes_no_idempotency_key_gets_the_resolve_without_it() {
+async fn an_answer_goes_back_with_only_the_params_the_gateway_takes_and_only_allowed_options() {
     let w = World::start().await;
-    let gw = Gateway::start(&w, "strict", &[]).await;
+    let gw = Gateway::start(&w, "closed", &[]).await;
     let adapter = Adapter::start(&w, &gw);
     let phone = w.phone().await;
     let task = w.session_task("agent:main:main").await;
     let d = pending_decision(&w, &task, "ap_1").await;
+    assert_eq!(
+        d.options.iter().map(|o| o.id.as_str()).collect::<Vec<_>>(),
+        ["approve", "deny"]
+    );
+    let revision = w.detail(&task).await.task.plan_revision;
+    let (status, body) = phone
+        .submit(
+            &task,
+            revision,
+            Operation::Approve,
+            json!({"decision_id": d.id, "intent_digest": d.intent_digest, "option": "approve_always"}),
+        )
+        .await;
+    assert!(
+        status != 200 || body["status"] != "applied",
+        "an option not offered is refused: {status} {body}"
+    );
     phone.deny(&w, &task, &d).await;
-    let resolves = gw.wait_for("exec.approval.resolve", 2).await;
+    let resolves = gw.wait_for("exec.approval.resolve", 1).await;
     assert_eq!(
         resolves[0]["params"],
-        json!({"id": "ap_1", "decision": "deny", "idempotencyKey": format!("waymark:{}", d.id)})
-    );
-    assert_eq!(
-        resolves[1]["params"],
         json!({"id": "ap_1", "decision": "deny"})
     );
     let delivery = eventually("the delivery acknowledged", || async {
@@ -648,5 +676,65 @@ async fn a_gateway_that_takes_no_idempotency_key_gets_the_resolve_without_it() {
         delivery.detail.as_deref(),
         Some("exec.approval.resolved: deny by waymark-adapter")
     );
+    assert_eq!(gw.requests("exec.approval.resolve").len(), 1, "sent once");
     adapter.stop().await;
+}
+
+/// A client that does not say it handles exec approvals, or lacks `operator.admin`, is
+/// neither sent nor shown them by the gateway (the real one, and so the fake): an adapter
+/// connected as such would mirror nothing. Ours does (the other tests), this one does not.
+#[tokio::test]
+async fn the_fake_gateway_hides_approvals_from_a_client_that_is_not_an_approver() {
+    let w = World::start().await;
+    let gw = Gateway::start(&w, "approval", &[]).await;
+    let mut ws = tokio_tungstenite::connect_async(gw.url()).await.unwrap().0;
+    let challenge: Value = match ws.next().await.unwrap().unwrap() {
+        Message::Text(t) => serde_json::from_str(&t).unwrap(),
+        m => panic!("{m:?}"),
+    };
+    let nonce = challenge["payload"]["nonce"].as_str().unwrap();
+    let ts = challenge["payload"]["ts"].as_i64().unwrap();
+    let key = DeviceKey::load_or_create(&w.key_path()).unwrap();
+    let scopes: Vec<String> = ["operator.read", "operator.write", "operator.approvals"]
+        .map(String::from)
+        .to_vec();
+    let signature = key.sign(&AuthPayload {
+        device_id: &key.device_id(),
+        client_id: "gateway-client",
+        client_mode: "backend",
+        role: "operator",
+        scopes: &scopes,
+        signed_at_ms: ts,
+        token: GATEWAY_TOKEN,
+        nonce,
+        platform: "linux",
+        device_family: "",
+    });
+    let connect = json!({"type": "req", "id": "c1", "method": "connect", "params": {
+        "minProtocol": 4, "maxProtocol": 4,
+        "client": {"id": "gateway-client", "displayName": "not-an-approver", "version": "0", "platform": "linux", "mode": "backend"},
+        "role": "operator", "scopes": scopes, "caps": [], "auth": {"token": GATEWAY_TOKEN},
+        "device": {"id": key.device_id(), "publicKey": key.public_key(), "signature": signature, "signedAt": ts, "nonce": nonce}}});
+    ws.send(Message::text(connect.to_string())).await.unwrap();
+    let mut seen = Vec::new();
+    for (id, method) in [("s1", "sessions.subscribe"), ("l1", "exec.approval.list")] {
+        ws.send(Message::text(
+            json!({"type": "req", "id": id, "method": method, "params": {}}).to_string(),
+        ))
+        .await
+        .unwrap();
+    }
+    while let Ok(Some(Ok(Message::Text(t)))) =
+        tokio::time::timeout(Duration::from_millis(500), ws.next()).await
+    {
+        seen.push(serde_json::from_str::<Value>(&t).unwrap());
+    }
+    let hello = seen.iter().find(|f| f["id"] == "c1").unwrap();
+    assert_eq!(hello["ok"], true, "{hello}");
+    let list = seen.iter().find(|f| f["id"] == "l1").unwrap();
+    assert_eq!(list["payload"], json!([]), "{list}");
+    assert!(
+        !seen.iter().any(|f| f["event"] == "exec.approval.requested"),
+        "{seen:?}"
+    );
 }

@@ -6,6 +6,15 @@
 //! every frame it receives, one per line, to `--record`. A fixture can drop a connection
 //! after N frames or on a given method, and play events after a method's answer (`on`) or
 //! before it (`before`, as a gateway's broadcasts can overtake an answer).
+//!
+//! Where it matters to an approver it behaves as the real `openclaw@2026.9.6` gateway was seen
+//! to (frames recorded in `fixtures/openclaw/real/`): exec approvals reach only a client that
+//! advertises `exec-approvals` (or `approvals`) and holds `operator.admin` — to anyone else
+//! neither the event nor `exec.approval.list` shows them; `exec.approval.resolve` params are
+//! closed (`{id, decision, reviewer?, grantExpiresInDays?}`, with the real refusal's wording);
+//! `allow-always` is refused when the request lists it unavailable. One thing is stricter than
+//! the real gateway, which only bounds the skew: `device.signedAt` must be the challenge's
+//! `ts`, as OpenClaw documents and its own client signs.
 
 use std::collections::HashMap;
 use std::io::Write;
@@ -45,6 +54,8 @@ struct Gateway {
     pending: Vec<Value>,
     /// Device tokens issued, by device id.
     device_tokens: HashMap<String, String>,
+    /// The request of each resolved approval, for its `exec.approval.resolved` event.
+    resolved_requests: HashMap<String, Value>,
     record: std::fs::File,
     connections: usize,
 }
@@ -93,6 +104,7 @@ async fn main() {
         paired: args.paired,
         pending,
         device_tokens: HashMap::new(),
+        resolved_requests: HashMap::new(),
         record,
         connections: 0,
     }));
@@ -174,13 +186,17 @@ async fn serve(gw: Shared, stream: TcpStream) -> Result<(), String> {
         .and_then(Value::as_str)
         .map(str::to_owned);
     let nonce = hex::encode(rand::random::<[u8; 16]>());
-    conn.send(json!({"type": "event", "event": "connect.challenge", "payload": {"nonce": nonce, "ts": now_ms()}}))
+    // Back-dated a little, so a client that signs with its own clock is caught.
+    let challenge_ts = now_ms() - 1_000;
+    conn.send(json!({"type": "event", "event": "connect.challenge",
+                     "payload": {"nonce": nonce, "ts": challenge_ts, "capabilities": ["model-catalog-snapshot"]}}))
         .await?;
     let mut frames = 0u64;
     let mut hello = false;
     let mut fired = std::collections::HashSet::new();
     let mut fired_before = std::collections::HashSet::new();
     let mut client_name = String::from("operator");
+    let mut approver = false;
     while let Some(msg) = conn.ws.next().await {
         let msg = msg.map_err(|e| e.to_string())?;
         let text = match msg {
@@ -208,8 +224,9 @@ async fn serve(gw: Shared, stream: TcpStream) -> Result<(), String> {
                     .await?;
                 return Ok(());
             }
-            match check_connect(&gw, &params, &nonce) {
+            match check_connect(&gw, &params, &nonce, challenge_ts) {
                 Ok(hello_ok) => {
+                    approver = is_approver(&params);
                     client_name = params["client"]["displayName"]
                         .as_str()
                         .or(params["client"]["id"].as_str())
@@ -229,13 +246,22 @@ async fn serve(gw: Shared, stream: TcpStream) -> Result<(), String> {
             if let Some(events) = script["before"].get(&method).and_then(Value::as_array)
                 && fired_before.insert(method.clone())
             {
-                play(&gw, &mut conn, events).await?;
+                play(&gw, &mut conn, events, approver).await?;
             }
-            handle(&gw, &mut conn, &id, &method, &params, &client_name).await?;
+            handle(
+                &gw,
+                &mut conn,
+                &id,
+                &method,
+                &params,
+                &client_name,
+                approver,
+            )
+            .await?;
             if let Some(events) = script["on"].get(&method).and_then(Value::as_array)
                 && fired.insert(method.clone())
             {
-                play(&gw, &mut conn, events).await?;
+                play(&gw, &mut conn, events, approver).await?;
             }
         }
         if drop_after.is_some_and(|n| frames >= n) {
@@ -246,11 +272,24 @@ async fn serve(gw: Shared, stream: TcpStream) -> Result<(), String> {
     Ok(())
 }
 
+/// Whether the gateway routes exec approvals to this client and shows them to it: it says it
+/// handles them and holds `operator.admin`.
+fn is_approver(p: &Value) -> bool {
+    let has = |field: &str, want: &[&str]| {
+        p[field].as_array().is_some_and(|a| {
+            a.iter()
+                .any(|v| v.as_str().is_some_and(|v| want.contains(&v)))
+        })
+    };
+    has("caps", &["exec-approvals", "approvals"]) && has("scopes", &["operator.admin"])
+}
+
 /// Verifies `connect`; the `hello-ok` payload, or (code, message, details).
 fn check_connect(
     gw: &Shared,
     p: &Value,
     nonce: &str,
+    challenge_ts: i64,
 ) -> Result<Value, (&'static str, String, Value)> {
     let bad = |code: &'static str, m: &str| (code, m.to_owned(), Value::Null);
     let (min, max) = (
@@ -287,6 +326,12 @@ fn check_connect(
         return Err(bad("DEVICE_AUTH_NONCE_MISMATCH", "device nonce mismatch"));
     }
     let signed_at = device["signedAt"].as_i64().unwrap_or(0);
+    if signed_at != challenge_ts {
+        return Err(bad(
+            "DEVICE_AUTH_SIGNATURE_EXPIRED",
+            "device signature must be signed at the challenge's ts",
+        ));
+    }
     if (now_ms() - signed_at).abs() > 120_000 {
         return Err(bad(
             "DEVICE_AUTH_SIGNATURE_EXPIRED",
@@ -354,11 +399,8 @@ fn check_connect(
             "unauthorized: gateway token mismatch",
         ));
     }
-    if p["role"] != "operator" || !scopes.contains(&"operator.approvals") {
-        return Err(bad(
-            "INVALID_REQUEST",
-            "this fake serves operators with `operator.approvals`",
-        ));
+    if p["role"] != "operator" {
+        return Err(bad("INVALID_REQUEST", "this fake serves operators only"));
     }
     let device_token =
         issued.unwrap_or_else(|| format!("dt-{}", hex::encode(rand::random::<[u8; 8]>())));
@@ -382,36 +424,68 @@ async fn handle(
     method: &str,
     params: &Value,
     client: &str,
+    approver: bool,
 ) -> Result<(), String> {
     let answer = {
         let mut g = gw.lock().unwrap();
         match method {
             "sessions.list" => Ok(json!({"sessions": g.fixture["sessions"].clone()})),
             "tasks.list" => Ok(json!({"tasks": g.fixture["tasks"].clone(), "nextCursor": null})),
-            "exec.approval.list" => Ok(Value::Array(g.pending.clone())),
+            "exec.approval.list" if approver => Ok(Value::Array(g.pending.clone())),
+            "exec.approval.list" => Ok(json!([])),
             "sessions.subscribe" | "sessions.messages.subscribe" => Ok(json!({"subscribed": true})),
             "sessions.steer" => Ok(json!({"status": "steered", "runId": "run_steer"})),
             "sessions.abort" => Ok(json!({"ok": true, "aborted": true})),
             "exec.approval.resolve" => {
-                let strict = g.fixture["strictResolveParams"].as_bool().unwrap_or(false);
+                const ALLOWED: [&str; 4] = ["id", "decision", "reviewer", "grantExpiresInDays"];
                 let extra = params
                     .as_object()
-                    .is_some_and(|o| o.keys().any(|k| k != "id" && k != "decision"));
+                    .and_then(|o| o.keys().find(|k| !ALLOWED.contains(&k.as_str())).cloned());
                 let approval = params["id"].as_str().unwrap_or("");
-                if strict && extra {
+                let decision = params["decision"].as_str().unwrap_or("");
+                let position = g.pending.iter().position(|a| a["id"] == approval);
+                if let Some(key) = extra {
                     Err((
                         "INVALID_REQUEST",
-                        "invalid exec.approval.resolve params: must NOT have additional properties"
-                            .to_owned(),
+                        format!(
+                            "invalid exec.approval.resolve params: at root: unexpected property '{key}'"
+                        ),
+                        Value::Null,
                     ))
-                } else if let Some(i) = g.pending.iter().position(|a| a["id"] == approval) {
-                    g.pending.remove(i);
-                    Ok(json!({"ok": true}))
+                } else if let Some(i) = position {
+                    let request = &g.pending[i]["request"];
+                    let listed = |field: &str| {
+                        request[field]
+                            .as_array()
+                            .is_some_and(|a| a.iter().any(|d| d == decision))
+                    };
+                    let unlisted =
+                        request["allowedDecisions"].is_array() && !listed("allowedDecisions");
+                    if decision == "allow-always" && (listed("unavailableDecisions") || unlisted) {
+                        Err((
+                            "INVALID_REQUEST",
+                            "allow-always is unavailable for this command".to_owned(),
+                            json!({"reason": "APPROVAL_ALLOW_ALWAYS_UNAVAILABLE"}),
+                        ))
+                    } else {
+                        let removed = g.pending.remove(i);
+                        g.resolved_requests
+                            .insert(approval.to_owned(), removed["request"].clone());
+                        Ok(json!({"ok": true}))
+                    }
                 } else {
-                    Err(("INVALID_REQUEST", "unknown approval id".to_owned()))
+                    Err((
+                        "INVALID_REQUEST",
+                        "unknown approval id".to_owned(),
+                        Value::Null,
+                    ))
                 }
             }
-            other => Err(("INVALID_REQUEST", format!("unknown method: {other}"))),
+            other => Err((
+                "INVALID_REQUEST",
+                format!("unknown method: {other}"),
+                Value::Null,
+            )),
         }
     };
     match answer {
@@ -422,9 +496,16 @@ async fn handle(
                     .unwrap_or(true);
                 // Like the real gateway: broadcast first, then answer.
                 if emit {
+                    let request = gw
+                        .lock()
+                        .unwrap()
+                        .resolved_requests
+                        .get(params["id"].as_str().unwrap_or(""))
+                        .cloned()
+                        .unwrap_or(Value::Null);
                     conn.event(
                         "exec.approval.resolved",
-                        json!({"id": params["id"], "decision": params["decision"], "resolvedBy": client, "ts": now_ms()}),
+                        json!({"id": params["id"], "decision": params["decision"], "resolvedBy": client, "ts": now_ms(), "request": request}),
                         0,
                     )
                     .await?;
@@ -432,14 +513,14 @@ async fn handle(
             }
             conn.res(id, payload).await
         }
-        Err((code, message)) => conn.fail(id, code, &message, Value::Null).await,
+        Err((code, message, details)) => conn.fail(id, code, &message, details).await,
     }
 }
 
 /// Plays scripted steps (once per connection and method): `{"event", "payload", "seqSkip"?,
 /// "repeat"?}` (`repeat`: sent that many times) or `{"delayMs"}`. Played approvals and ledger
 /// entries change what the lists answer.
-async fn play(gw: &Shared, conn: &mut Conn, steps: &[Value]) -> Result<(), String> {
+async fn play(gw: &Shared, conn: &mut Conn, steps: &[Value], approver: bool) -> Result<(), String> {
     for step in steps {
         if let Some(ms) = step.get("delayMs").and_then(Value::as_u64) {
             tokio::time::sleep(Duration::from_millis(ms)).await;
@@ -454,6 +535,10 @@ async fn play(gw: &Shared, conn: &mut Conn, steps: &[Value]) -> Result<(), Strin
                     payload = stamp(payload);
                     if !g.pending.iter().any(|a| a["id"] == payload["id"]) {
                         g.pending.push(payload.clone());
+                    }
+                    if !approver {
+                        // Neither routed nor shown to this client.
+                        continue;
                     }
                 }
                 "exec.approval.resolved" => g.pending.retain(|a| a["id"] != payload["id"]),

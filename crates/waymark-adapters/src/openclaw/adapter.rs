@@ -152,9 +152,6 @@ pub(super) struct Adapter {
     tx: mpsc::Sender<Internal>,
     rx: mpsc::Receiver<Internal>,
     background: JoinSet<()>,
-    /// Whether `exec.approval.resolve` takes our `idempotencyKey` (a gateway whose schema
-    /// refuses unknown params makes us drop it).
-    resolve_takes_key: bool,
 }
 
 impl Adapter {
@@ -170,7 +167,6 @@ impl Adapter {
             tx,
             rx,
             background: JoinSet::new(),
-            resolve_takes_key: true,
         }
     }
 
@@ -427,7 +423,8 @@ impl Adapter {
         self.send_owed(conn).await
     }
 
-    /// Re-sends answers, steers and aborts the gateway has not taken yet (idempotent by key).
+    /// Re-sends answers, steers and aborts the gateway has not taken yet (an answer is
+    /// idempotent by approval id: a second one for a settled approval is refused, not applied).
     async fn send_owed(&mut self, conn: &mut Conn) -> Result<(), Lost> {
         let answers: Vec<String> = self
             .approvals
@@ -790,6 +787,12 @@ impl Adapter {
         if self.approvals.contains_key(&id) || self.closed.contains_key(&id) {
             return;
         }
+        if let Some(kind) = str_of(payload, &["approvalKind"])
+            && kind != "exec"
+        {
+            tracing::debug!(approval = %id, %kind, "not an exec approval; left to OpenClaw");
+            return;
+        }
         let request = payload.get("request").cloned().unwrap_or(Value::Null);
         let expires_at_ms = payload
             .get("expiresAtMs")
@@ -829,16 +832,7 @@ impl Adapter {
         if let Some(agent) = str_of(&request, &["agentId"]) {
             summary.push_str(&format!(" (agent `{agent}`)"));
         }
-        let choices = [
-            Choice::new("approve", "Allow once"),
-            Choice {
-                id: "approve_always".into(),
-                label: "Allow always".into(),
-                gives_up: "OpenClaw adds the command to its allowlist and will not ask again"
-                    .into(),
-            },
-            Choice::new("deny", "Deny"),
-        ];
+        let choices = choices_for(&request);
         let expires_in = Duration::from_millis(remaining as u64) + EXPIRY_GRACE;
         match bridge::open_approval(
             &run,
@@ -965,67 +959,59 @@ impl Adapter {
     }
 
     async fn send_resolve(&mut self, conn: &mut Conn, id: &str) -> Result<(), Lost> {
-        loop {
-            let Some(a) = self.approvals.get_mut(id) else {
-                return Ok(());
-            };
-            let ApprovalState::Answered { decision, sent, .. } = &mut a.state else {
-                return Ok(());
-            };
-            *sent = true;
-            let mut params = json!({"id": id, "decision": decision.clone()});
-            if self.resolve_takes_key {
-                params["idempotencyKey"] = json!(format!("waymark:{}", a.decision_id));
-            }
-            let decision_id = a.decision_id.clone();
-            match conn
-                .call("exec.approval.resolve", params, CALL_TIMEOUT)
-                .await?
-            {
-                Ok(_) => {
-                    if let Some(a) = self.approvals.get_mut(id)
-                        && let ApprovalState::Answered { confirmed, .. } = &mut a.state
-                    {
-                        *confirmed = true;
-                    }
-                    // The gateway broadcasts `exec.approval.resolved` before it answers; when
-                    // it is not among the frames already read, give it a moment.
-                    let seen = conn.buffered.iter().any(|f| {
-                        matches!(f, Frame::Event { event, payload, .. }
-                            if event == "exec.approval.resolved"
-                                && payload.get("id").and_then(Value::as_str) == Some(id))
+        let Some(a) = self.approvals.get_mut(id) else {
+            return Ok(());
+        };
+        let ApprovalState::Answered { decision, sent, .. } = &mut a.state else {
+            return Ok(());
+        };
+        *sent = true;
+        // The params are closed (`{id, decision, reviewer?, grantExpiresInDays?}`): an
+        // `idempotencyKey` is refused. The approval id makes it idempotent anyway.
+        let params = json!({"id": id, "decision": decision.clone()});
+        let decision_id = a.decision_id.clone();
+        match conn
+            .call("exec.approval.resolve", params, CALL_TIMEOUT)
+            .await?
+        {
+            Ok(_) => {
+                if let Some(a) = self.approvals.get_mut(id)
+                    && let ApprovalState::Answered { confirmed, .. } = &mut a.state
+                {
+                    *confirmed = true;
+                }
+                // The gateway broadcasts `exec.approval.resolved` before it answers; when it
+                // is not among the frames already read, give it a moment.
+                let seen = conn.buffered.iter().any(|f| {
+                    matches!(f, Frame::Event { event, payload, .. }
+                        if event == "exec.approval.resolved"
+                            && payload.get("id").and_then(Value::as_str) == Some(id))
+                });
+                if !seen {
+                    let (tx, approval_id) = (self.tx.clone(), id.to_owned());
+                    self.background.spawn(async move {
+                        tokio::time::sleep(RESOLVED_EVENT_GRACE).await;
+                        let _ = tx
+                            .send(Internal::ResolveGrace {
+                                approval_id,
+                                decision_id,
+                            })
+                            .await;
                     });
-                    if !seen {
-                        let (tx, approval_id) = (self.tx.clone(), id.to_owned());
-                        self.background.spawn(async move {
-                            tokio::time::sleep(RESOLVED_EVENT_GRACE).await;
-                            let _ = tx
-                                .send(Internal::ResolveGrace {
-                                    approval_id,
-                                    decision_id,
-                                })
-                                .await;
-                        });
-                    }
-                    return Ok(());
                 }
-                Err(e) if self.resolve_takes_key && refuses_extra_param(&e) => {
-                    tracing::warn!(error = %e, "the gateway takes no `idempotencyKey` on `exec.approval.resolve`; resending without");
-                    self.resolve_takes_key = false;
-                }
-                Err(e) => {
-                    if let Some(a) = self.close(id) {
-                        report(
-                            &a,
-                            DeliveryState::Lost,
-                            &format!("OpenClaw refused the answer: {e}"),
-                        )
-                        .await;
-                    }
-                    return Ok(());
+            }
+            Err(e) => {
+                if let Some(a) = self.close(id) {
+                    report(
+                        &a,
+                        DeliveryState::Lost,
+                        &format!("OpenClaw refused the answer: {e}"),
+                    )
+                    .await;
                 }
             }
         }
+        Ok(())
     }
 
     async fn on_resolved(&mut self, payload: &Value) {
@@ -1112,63 +1098,29 @@ impl Adapter {
     // ---- mirroring --------------------------------------------------------------------------
 
     /// `session.tool`: a tool call starts or ends; an effect keyed
-    /// `sessionKey:runId:toolCallId`.
-    async fn on_tool(&mut self, p: &Value) {
-        let (Some(key), Some(call)) = (
-            str_of(p, &["sessionKey"]),
-            str_of(p, &["toolCallId", "callId", "id"]),
-        ) else {
-            tracing::debug!(payload = %p, "a tool event without session or call id");
+    /// `sessionKey:runId:toolCallId` ([`ToolEvent::read`]).
+    async fn on_tool(&mut self, payload: &Value) {
+        let Some(ev) = ToolEvent::read(payload) else {
+            tracing::debug!(%payload, "a tool event without session or call id");
             return;
         };
-        let run_id = str_of(p, &["runId"]).unwrap_or_else(|| "-".into());
-        let name = str_of(p, &["name", "tool", "toolName"]).unwrap_or_else(|| "tool".into());
-        let phase = str_of(p, &["phase", "state", "status"]).unwrap_or_else(|| "start".into());
-        let effect_key = format!("{key}:{run_id}:{call}");
-        let Some(run) = self.session(&key, None).await else {
+        let effect_key = ev.effect_key();
+        let Some(run) = self.session(&ev.key, None).await else {
             return;
         };
-        let Some(Slot::Live(s)) = self.sessions.get_mut(&key) else {
+        let Some(Slot::Live(s)) = self.sessions.get_mut(&ev.key) else {
             return;
         };
-        let end = match phase.as_str() {
-            "start" | "started" | "running" | "update" | "progress" => None,
-            "error" | "failed" => Some(Err(
-                str_of(p, &["error", "message"]).unwrap_or_else(|| "the tool failed".into())
-            )),
-            _ => {
-                let failed = p.get("isError").and_then(Value::as_bool).unwrap_or(false);
-                let result = p
-                    .get("result")
-                    .or_else(|| p.get("output"))
-                    .cloned()
-                    .unwrap_or(Value::Null);
-                Some(if failed {
-                    Err(result
-                        .as_str()
-                        .map(str::to_owned)
-                        .unwrap_or_else(|| result.to_string()))
-                } else {
-                    Ok(json!({"result": result}))
-                })
-            }
-        };
-        match end {
+        match ev.end {
             None => {
                 if s.tools.contains_key(&effect_key) {
                     return;
                 }
                 let (tx, rx) = oneshot::channel();
                 s.tools.insert(effect_key.clone(), tx);
-                let intent = tool_intent(
-                    &name,
-                    &key,
-                    &run_id,
-                    &call,
-                    p.get("args").or(p.get("input")),
-                );
+                let intent = tool_intent(&ev.name, &ev.key, &ev.run_id, &ev.call, ev.args.as_ref());
                 self.background
-                    .spawn(mirror_tool(run, effect_key, name, intent, rx));
+                    .spawn(mirror_tool(run, effect_key, ev.name, intent, rx));
             }
             Some(end) => {
                 if let Some(tx) = s.tools.remove(&effect_key) {
@@ -1177,9 +1129,9 @@ impl Adapter {
                     // The start was missed (or seen by an earlier adapter): record the end.
                     let (tx, rx) = oneshot::channel();
                     let _ = tx.send(end);
-                    let intent = tool_intent(&name, &key, &run_id, &call, None);
+                    let intent = tool_intent(&ev.name, &ev.key, &ev.run_id, &ev.call, None);
                     self.background
-                        .spawn(mirror_tool(run, effect_key, name, intent, rx));
+                        .spawn(mirror_tool(run, effect_key, ev.name, intent, rx));
                 }
             }
         }
@@ -1343,6 +1295,68 @@ async fn forward_control(
     }
 }
 
+/// A `session.tool` event, read.
+#[derive(Debug, Clone, PartialEq)]
+struct ToolEvent {
+    key: String,
+    run_id: String,
+    call: String,
+    name: String,
+    args: Option<Value>,
+    /// `None` while it runs; its end: `{result}` as the receipt, or what went wrong.
+    end: Option<ToolEnd>,
+}
+
+impl ToolEvent {
+    /// The gateway nests the call's fields under `data` (`{runId, stream: "tool", data:
+    /// {phase, name, toolCallId, args | result, isError}, sessionKey, …}`, as recorded in
+    /// `fixtures/openclaw/real/`); fields at the top level are read too. `None` without a
+    /// session key or call id.
+    fn read(payload: &Value) -> Option<ToolEvent> {
+        let p = match payload.get("data") {
+            Some(d) if d.is_object() => d,
+            _ => payload,
+        };
+        let field = |names: &[&str]| str_of(payload, names).or_else(|| str_of(p, names));
+        let key = field(&["sessionKey"])?;
+        let call = str_of(p, &["toolCallId", "callId", "id"])?;
+        let run_id = field(&["runId"]).unwrap_or_else(|| "-".into());
+        let name = str_of(p, &["name", "tool", "toolName"]).unwrap_or_else(|| "tool".into());
+        let phase = str_of(p, &["phase", "state", "status"]).unwrap_or_else(|| "start".into());
+        let end = match phase.as_str() {
+            "start" | "started" | "running" | "update" | "progress" => None,
+            "error" | "failed" => Some(Err(
+                str_of(p, &["error", "message"]).unwrap_or_else(|| "the tool failed".into())
+            )),
+            _ => {
+                let failed = p.get("isError").and_then(Value::as_bool).unwrap_or(false);
+                let result = p
+                    .get("result")
+                    .or_else(|| p.get("output"))
+                    .cloned()
+                    .unwrap_or(Value::Null);
+                Some(if failed {
+                    Err(result_text(&result))
+                } else {
+                    Ok(json!({"result": result}))
+                })
+            }
+        };
+        Some(ToolEvent {
+            key,
+            run_id,
+            call,
+            name,
+            args: p.get("args").or(p.get("input")).cloned(),
+            end,
+        })
+    }
+
+    fn effect_key(&self) -> String {
+        format!("{}:{}:{}", self.key, self.run_id, self.call)
+    }
+}
+
 /// The tool call's end, read once by whichever of the call or the reconciler asks first.
 #[derive(Clone)]
 struct ToolOutcome(Arc<Mutex<Option<oneshot::Receiver<ToolEnd>>>>);
@@ -1438,13 +1452,51 @@ fn approval_id_of(intent: &Value) -> Option<String> {
     str_of(intent, &["id"])
 }
 
-/// Whether a refusal says the params had a field the schema does not allow.
-fn refuses_extra_param(e: &GatewayError) -> bool {
-    let m = e.message.to_ascii_lowercase();
-    m.contains("idempotencykey")
-        || m.contains("additional propert")
-        || m.contains("unexpected property")
+/// The options offered for an exec approval: the gateway's `allowedDecisions` in its order,
+/// less its `unavailableDecisions` (`allow-always` is unavailable for many commands, and the
+/// gateway refuses it then). A request that names neither (an older gateway) offers all three
+/// less the unavailable. Decisions this adapter has no option for are left out.
+fn choices_for(request: &Value) -> Vec<Choice> {
+    let list = |field: &str| -> Option<Vec<String>> {
+        request.get(field).and_then(Value::as_array).map(|a| {
+            a.iter()
+                .filter_map(Value::as_str)
+                .map(str::to_owned)
+                .collect()
+        })
+    };
+    let unavailable = list("unavailableDecisions").unwrap_or_default();
+    let allowed = list("allowedDecisions")
+        .filter(|a| !a.is_empty())
+        .unwrap_or_else(|| GATEWAY_DECISIONS.map(str::to_owned).to_vec());
+    let mut choices = Vec::new();
+    for decision in allowed {
+        if unavailable.contains(&decision) {
+            continue;
+        }
+        let choice = match decision.as_str() {
+            "allow-once" => Choice::new("approve", "Allow once"),
+            "allow-always" => Choice {
+                id: "approve_always".into(),
+                label: "Allow always".into(),
+                gives_up: "OpenClaw adds the command to its allowlist and will not ask again"
+                    .into(),
+            },
+            "deny" => Choice::new("deny", "Deny"),
+            other => {
+                tracing::debug!(decision = other, "a decision this adapter does not offer");
+                continue;
+            }
+        };
+        if !choices.iter().any(|c: &Choice| c.id == choice.id) {
+            choices.push(choice);
+        }
+    }
+    choices
 }
+
+/// The gateway's decisions, in the order offered when a request does not list its own.
+const GATEWAY_DECISIONS: [&str; 3] = ["allow-once", "allow-always", "deny"];
 
 /// The note a ledger entry leaves on the task; [`parse_ledger_note`] reads it back.
 fn ledger_note(id: &str, status: &str, entry: &Value) -> String {
@@ -1474,6 +1526,20 @@ fn parse_ledger_note(text: &str) -> Option<(String, String)> {
     let status = rest.strip_prefix(": ")?;
     let status = status.split([' ', ';']).next().filter(|s| !s.is_empty())?;
     Some((id.to_owned(), status.to_owned()))
+}
+
+/// What a failed tool's result says: a string as it is, the text parts of `{content: [..]}`
+/// (how the gateway reports an exec that was denied or failed), else the JSON.
+fn result_text(result: &Value) -> String {
+    if let Some(s) = result.as_str() {
+        return s.to_owned();
+    }
+    let text = message_text(result);
+    if text.trim().is_empty() {
+        result.to_string()
+    } else {
+        text
+    }
 }
 
 /// A message's text: `text`, or `content` as a string or as parts with `text`.
@@ -1676,6 +1742,104 @@ mod tests {
             Some(("t".into(), "timed_out".into()))
         );
         assert_eq!(parse_ledger_note("hello"), None);
+    }
+
+    /// Frames recorded from the real `openclaw@2026.9.6` gateway (`fixtures/openclaw/real/`),
+    /// by label.
+    fn recorded(label: &str) -> Value {
+        let text = include_str!("../../fixtures/openclaw/real/openclaw-2026.9.6.jsonl");
+        text.lines()
+            .map(|l| serde_json::from_str::<Value>(l).unwrap())
+            .find(|r| r["label"] == label)
+            .unwrap_or_else(|| panic!("no recorded frame `{label}`"))["frame"]
+            .clone()
+    }
+
+    #[test]
+    fn a_real_exec_approval_offers_only_the_decisions_the_gateway_allows() {
+        let requested = recorded("approve: exec.approval.requested");
+        let request = &requested["payload"]["request"];
+        assert_eq!(request["unavailableDecisions"], json!(["allow-always"]));
+        let ids: Vec<String> = choices_for(request).into_iter().map(|c| c.id).collect();
+        assert_eq!(
+            ids,
+            ["approve", "deny"],
+            "no `allow-always` when it is unavailable"
+        );
+        // The gateway refuses it, as recorded.
+        let refusal = recorded("refusal of allow-always");
+        assert_eq!(
+            refusal["error"]["details"]["reason"],
+            "APPROVAL_ALLOW_ALWAYS_UNAVAILABLE"
+        );
+
+        // A listed row carries the same request.
+        let listed = recorded("deny: exec.approval.list while pending");
+        let row = &listed["payload"][0];
+        let ids: Vec<String> = choices_for(&row["request"])
+            .into_iter()
+            .map(|c| c.id)
+            .collect();
+        assert_eq!(ids, ["approve", "deny"]);
+
+        // When it is allowed it is offered, in the gateway's order; unknown words are skipped;
+        // a request that lists nothing (an older gateway) offers all three.
+        let all = json!({"allowedDecisions": ["deny", "allow-always", "allow-once", "ask-later"]});
+        let ids: Vec<String> = choices_for(&all).into_iter().map(|c| c.id).collect();
+        assert_eq!(ids, ["deny", "approve_always", "approve"]);
+        let old = json!({"command": "ls", "unavailableDecisions": ["allow-always"]});
+        let ids: Vec<String> = choices_for(&old).into_iter().map(|c| c.id).collect();
+        assert_eq!(ids, ["approve", "deny"]);
+        let ids: Vec<String> = choices_for(&json!({})).into_iter().map(|c| c.id).collect();
+        assert_eq!(ids, ["approve", "approve_always", "deny"]);
+    }
+
+    #[test]
+    fn real_tool_events_nest_their_fields_under_data() {
+        let start = ToolEvent::read(&recorded("approve: session.tool start")["payload"]).unwrap();
+        assert_eq!(start.key, "agent:main:main");
+        assert_eq!(start.run_id, "a941cd77-4645-494f-83ef-8393cb2c9af3");
+        assert_eq!(start.call, "call_1");
+        assert_eq!(start.name, "exec");
+        assert_eq!(
+            start.args,
+            Some(json!({"command": "touch /tmp/ocx/work/touched"}))
+        );
+        assert_eq!(start.end, None);
+        assert_eq!(
+            start.effect_key(),
+            "agent:main:main:a941cd77-4645-494f-83ef-8393cb2c9af3:call_1"
+        );
+
+        let done = ToolEvent::read(&recorded("approve: session.tool result")["payload"]).unwrap();
+        assert_eq!(
+            done.effect_key(),
+            start.effect_key(),
+            "the end finds its start"
+        );
+        let Some(Ok(receipt)) = done.end else {
+            panic!("{:?}", done.end)
+        };
+        assert_eq!(receipt["result"]["details"]["exitCode"], 0);
+        assert_eq!(receipt["result"]["content"][0]["text"], "(no output)");
+
+        let denied = ToolEvent::read(&recorded("deny: session.tool result")["payload"]).unwrap();
+        let Some(Err(reason)) = denied.end else {
+            panic!("{:?}", denied.end)
+        };
+        assert!(
+            reason.starts_with(
+                "Exec denied (gateway id=83befa82-a3b2-452b-8b1c-e350026bad35, user-denied)"
+            ),
+            "{reason}"
+        );
+
+        // Flat fields (what the fake gateway used to send) still read.
+        let flat = json!({"sessionKey": "k", "runId": "r", "toolCallId": "c", "name": "exec", "phase": "result", "result": "ok"});
+        let flat = ToolEvent::read(&flat).unwrap();
+        assert_eq!(flat.effect_key(), "k:r:c");
+        assert_eq!(flat.end, Some(Ok(json!({"result": "ok"}))));
+        assert_eq!(ToolEvent::read(&json!({"data": {"phase": "start"}})), None);
     }
 
     #[test]

@@ -18,8 +18,20 @@ use super::device::{AuthPayload, DeviceKey};
 pub(crate) const PROTOCOL: u32 = 4;
 /// The role asked for.
 pub(crate) const ROLE: &str = "operator";
-/// The scopes asked for.
-pub(crate) const SCOPES: [&str; 3] = ["operator.read", "operator.write", "operator.approvals"];
+/// The scopes asked for. The real gateway (2026.9.6) shows an exec approval — its
+/// `exec.approval.requested` event and its row of `exec.approval.list` — only to a client with
+/// `operator.admin` (or to the client that asked), so an approver needs it.
+pub(crate) const SCOPES: [&str; 4] = [
+    "operator.read",
+    "operator.write",
+    "operator.approvals",
+    "operator.admin",
+];
+/// The capabilities advertised. The gateway routes an exec approval only to a client that
+/// says it handles them (`exec-approvals`, or `approvals` for every kind) or is one of its own
+/// apps; with no such client connected it denies a headless exec at once. Only exec approvals
+/// are mirrored, so only they are claimed: plugin approvals stay with whoever handles them.
+pub(crate) const CAPS: [&str; 1] = ["exec-approvals"];
 
 /// A gateway frame.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -141,7 +153,7 @@ impl Conn {
         timeout: Duration,
     ) -> Result<Value, HandshakeError> {
         let deadline = tokio::time::Instant::now() + timeout;
-        let nonce = loop {
+        let (nonce, challenge_ts) = loop {
             let frame = tokio::time::timeout_at(deadline, self.recv())
                 .await
                 .map_err(|_| {
@@ -153,8 +165,11 @@ impl Conn {
             if let Frame::Event { event, payload, .. } = frame
                 && event == "connect.challenge"
             {
+                // The signature's time is the challenge's `ts` (as OpenClaw's own client signs),
+                // so it is the gateway's clock that the skew check compares, not ours.
+                let ts = payload.get("ts").and_then(Value::as_i64);
                 match payload.get("nonce").and_then(Value::as_str) {
-                    Some(n) if !n.is_empty() => break n.to_owned(),
+                    Some(n) if !n.is_empty() => break (n.to_owned(), ts),
                     _ => {
                         return Err(HandshakeError::Lost(Lost(
                             "`connect.challenge` carried no nonce".into(),
@@ -163,7 +178,8 @@ impl Conn {
                 }
             }
         };
-        let params = connect_params(key, client, creds, &nonce, now_ms());
+        let signed_at_ms = challenge_ts.unwrap_or_else(now_ms);
+        let params = connect_params(key, client, creds, &nonce, signed_at_ms);
         match self
             .call("connect", params, deadline - tokio::time::Instant::now())
             .await
@@ -328,7 +344,7 @@ pub(crate) fn connect_params(
         },
         "role": ROLE,
         "scopes": scopes,
-        "caps": [],
+        "caps": CAPS,
         "auth": auth,
         "device": {
             "id": device_id,
@@ -351,6 +367,47 @@ pub(crate) fn now_ms() -> i64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// What the real gateway needs of an approver (`fixtures/openclaw/real/`: the recorded
+    /// connect the gateway accepted): the `exec-approvals` capability, `operator.admin`, and a
+    /// signature over the challenge's `ts`.
+    #[test]
+    fn connect_claims_exec_approvals_with_admin_scope_signed_at_the_challenge_ts() {
+        let dir = tempfile::tempdir().unwrap();
+        let key = DeviceKey::load_or_create(&dir.path().join("k.json")).unwrap();
+        let client = ClientInfo {
+            id: "gateway-client".into(),
+            mode: "backend".into(),
+            display_name: "waymark-adapter".into(),
+            version: "0".into(),
+            platform: "linux".into(),
+        };
+        let creds = Credentials {
+            gateway_token: Some("T".into()),
+            device_token: None,
+        };
+        let p = connect_params(&key, &client, &creds, "n-1", 1_796_159_803_980);
+        assert_eq!(p["caps"], json!(["exec-approvals"]));
+        assert_eq!(
+            p["scopes"],
+            json!([
+                "operator.read",
+                "operator.write",
+                "operator.approvals",
+                "operator.admin"
+            ])
+        );
+        assert_eq!(p["device"]["signedAt"], 1_796_159_803_980_i64);
+        let recorded = include_str!("../../fixtures/openclaw/real/openclaw-2026.9.6.jsonl")
+            .lines()
+            .map(|l| serde_json::from_str::<Value>(l).unwrap())
+            .find(|r| r["label"] == "challenge")
+            .unwrap();
+        assert!(
+            recorded["frame"]["payload"]["ts"].as_i64().is_some(),
+            "the real challenge carries `ts`"
+        );
+    }
 
     #[test]
     fn frames_read_and_write_in_the_gateway_shapes() {

@@ -3,6 +3,8 @@
 //! and polling with a deadline. Each test binary uses part of it.
 #![allow(dead_code, unreachable_pub)]
 
+pub mod fake_model;
+
 use std::time::Duration;
 
 use serde_json::Value;

@@ -1,0 +1,253 @@
+//! A fake model API for running a real agent runtime without a real model: OpenAI chat
+//! completions (`POST /v1/chat/completions`, streamed as server-sent events, what OpenClaw's
+//! `api: "openai-completions"` speaks; `GET /v1/models` lists the one model). It plays a
+//! script of turns: in the turn whose prompt a user message carries, it first asks for the
+//! `exec` tool to run the turn's shell command, and once a tool result follows that prompt, it
+//! answers with the turn's final text. Every request body is kept for the test to read.
+//!
+//! Shapes as OpenClaw 2026.9.6 was seen to send them: `stream: true` with
+//! `stream_options.include_usage`, the tool result as a `tool` message, and after it a `user`
+//! message of OpenClaw's own internal context (not a prompt). HTTP/1.1 by hand, one request
+//! per connection (`Connection: close`), so the test needs no HTTP server crate.
+
+use std::sync::{Arc, Mutex};
+
+use serde_json::{Value, json};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::net::{TcpListener, TcpStream};
+
+/// The model id served; configure the runtime with it.
+pub const MODEL: &str = "fake-model";
+
+/// One scripted turn.
+#[derive(Debug, Clone)]
+pub struct Turn {
+    /// Text the turn's prompt contains (how the turn is recognised).
+    pub prompt: String,
+    /// The shell command the model asks `exec` to run.
+    pub command: String,
+    /// The final answer after the tool's result.
+    pub answer: String,
+}
+
+/// The running fake; stops when dropped.
+pub struct FakeModel {
+    /// `http://127.0.0.1:PORT/v1`, the provider's `baseUrl`.
+    pub base_url: String,
+    requests: Arc<Mutex<Vec<Value>>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for FakeModel {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl FakeModel {
+    pub async fn start(turns: Vec<Turn>) -> FakeModel {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let requests = Arc::new(Mutex::new(Vec::new()));
+        let turns = Arc::new(turns);
+        let kept = requests.clone();
+        let task = tokio::spawn(async move {
+            loop {
+                let Ok((stream, _)) = listener.accept().await else {
+                    continue;
+                };
+                let (turns, kept) = (turns.clone(), kept.clone());
+                tokio::spawn(async move {
+                    if let Err(e) = serve(stream, &turns, &kept).await {
+                        eprintln!("fake model: {e}");
+                    }
+                });
+            }
+        });
+        FakeModel {
+            base_url: format!("http://127.0.0.1:{port}/v1"),
+            requests,
+            task,
+        }
+    }
+
+    /// Every chat-completions request body received, in order.
+    pub fn requests(&self) -> Vec<Value> {
+        self.requests.lock().unwrap().clone()
+    }
+}
+
+async fn serve(stream: TcpStream, turns: &[Turn], kept: &Mutex<Vec<Value>>) -> std::io::Result<()> {
+    let mut reader = BufReader::new(stream);
+    let mut request_line = String::new();
+    reader.read_line(&mut request_line).await?;
+    let mut length = 0usize;
+    loop {
+        let mut line = String::new();
+        if reader.read_line(&mut line).await? == 0 || line == "\r\n" || line == "\n" {
+            break;
+        }
+        if let Some((name, value)) = line.split_once(':')
+            && name.trim().eq_ignore_ascii_case("content-length")
+        {
+            length = value.trim().parse().unwrap_or(0);
+        }
+    }
+    let mut body = vec![0u8; length];
+    reader.read_exact(&mut body).await?;
+    let mut stream = reader.into_inner();
+    let mut parts = request_line.split_whitespace();
+    let (method, path) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
+    let path = path.split('?').next().unwrap_or("");
+    match (method, path) {
+        ("GET", p) if p.ends_with("/models") => {
+            let list = json!({"object": "list", "data": [{"id": MODEL, "object": "model", "owned_by": "waymark-tests"}]});
+            respond(&mut stream, "200 OK", "application/json", &list.to_string()).await
+        }
+        ("POST", p) if p.ends_with("/chat/completions") => {
+            let request: Value = match serde_json::from_slice(&body) {
+                Ok(v) => v,
+                Err(e) => {
+                    let problem = json!({"error": {"message": format!("not JSON: {e}")}});
+                    return respond(
+                        &mut stream,
+                        "400 Bad Request",
+                        "application/json",
+                        &problem.to_string(),
+                    )
+                    .await;
+                }
+            };
+            kept.lock().unwrap().push(request.clone());
+            let reply = reply_to(&request, turns);
+            if request["stream"].as_bool().unwrap_or(false) {
+                respond(&mut stream, "200 OK", "text/event-stream", &sse(&reply)).await
+            } else {
+                respond(
+                    &mut stream,
+                    "200 OK",
+                    "application/json",
+                    &whole(&reply).to_string(),
+                )
+                .await
+            }
+        }
+        _ => {
+            let problem =
+                json!({"error": {"message": format!("the fake model serves no {method} {path}")}});
+            respond(
+                &mut stream,
+                "404 Not Found",
+                "application/json",
+                &problem.to_string(),
+            )
+            .await
+        }
+    }
+}
+
+async fn respond(
+    stream: &mut TcpStream,
+    status: &str,
+    content_type: &str,
+    body: &str,
+) -> std::io::Result<()> {
+    let head = format!(
+        "HTTP/1.1 {status}\r\ncontent-type: {content_type}\r\ncontent-length: {}\r\ncache-control: no-cache\r\nconnection: close\r\n\r\n",
+        body.len()
+    );
+    stream.write_all(head.as_bytes()).await?;
+    stream.write_all(body.as_bytes()).await?;
+    stream.flush().await?;
+    stream.shutdown().await
+}
+
+/// What the model says next.
+#[derive(Debug, Clone, PartialEq)]
+enum Reply {
+    /// Call `exec` with this command.
+    Exec { call_id: String, command: String },
+    /// Say this and stop.
+    Answer(String),
+}
+
+/// The turn is the one whose prompt the latest prompt (a user message that is not OpenClaw's
+/// internal context) carries; a `tool` message after that prompt means the tool has answered.
+fn reply_to(request: &Value, turns: &[Turn]) -> Reply {
+    let messages = request["messages"].as_array().cloned().unwrap_or_default();
+    let text = |m: &Value| match &m["content"] {
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    };
+    let prompt_at = messages
+        .iter()
+        .rposition(|m| m["role"] == "user" && !text(m).contains("OPENCLAW_INTERNAL_CONTEXT"));
+    let Some(at) = prompt_at else {
+        return Reply::Answer("There is no prompt to answer.".into());
+    };
+    let prompt = text(&messages[at]);
+    let Some((index, turn)) = turns
+        .iter()
+        .enumerate()
+        .find(|(_, t)| prompt.contains(&t.prompt))
+    else {
+        return Reply::Answer("The fake model has no turn for this prompt.".into());
+    };
+    if messages[at..].iter().any(|m| m["role"] == "tool") {
+        Reply::Answer(turn.answer.clone())
+    } else {
+        Reply::Exec {
+            call_id: format!("call_{index}_{at}"),
+            command: turn.command.clone(),
+        }
+    }
+}
+
+fn chunk(delta: Value, finish: Option<&str>) -> Value {
+    json!({"id": "chatcmpl-fake", "object": "chat.completion.chunk", "created": 0, "model": MODEL,
+           "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]})
+}
+
+/// The reply as a stream: the tool call's name, then its arguments, then the finish, then
+/// usage, then `[DONE]` (as OpenAI streams them).
+fn sse(reply: &Reply) -> String {
+    let chunks = match reply {
+        Reply::Exec { call_id, command } => vec![
+            chunk(
+                json!({"role": "assistant", "content": null, "tool_calls": [{"index": 0, "id": call_id, "type": "function", "function": {"name": "exec", "arguments": ""}}]}),
+                None,
+            ),
+            chunk(
+                json!({"tool_calls": [{"index": 0, "function": {"arguments": json!({"command": command}).to_string()}}]}),
+                None,
+            ),
+            chunk(json!({}), Some("tool_calls")),
+        ],
+        Reply::Answer(text) => vec![
+            chunk(json!({"role": "assistant", "content": text}), None),
+            chunk(json!({}), Some("stop")),
+        ],
+    };
+    let usage = json!({"id": "chatcmpl-fake", "object": "chat.completion.chunk", "created": 0, "model": MODEL,
+                       "choices": [], "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}});
+    let mut out = String::new();
+    for c in chunks.iter().chain([&usage]) {
+        out.push_str(&format!("data: {c}\n\n"));
+    }
+    out.push_str("data: [DONE]\n\n");
+    out
+}
+
+/// The reply as one JSON body (a request without `stream`).
+fn whole(reply: &Reply) -> Value {
+    let (message, finish) = match reply {
+        Reply::Exec { call_id, command } => (
+            json!({"role": "assistant", "content": null, "tool_calls": [{"id": call_id, "type": "function", "function": {"name": "exec", "arguments": json!({"command": command}).to_string()}}]}),
+            "tool_calls",
+        ),
+        Reply::Answer(text) => (json!({"role": "assistant", "content": text}), "stop"),
+    };
+    json!({"id": "chatcmpl-fake", "object": "chat.completion", "created": 0, "model": MODEL,
+           "choices": [{"index": 0, "message": message, "finish_reason": finish}],
+           "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}})
+}
