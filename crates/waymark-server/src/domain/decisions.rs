@@ -578,11 +578,27 @@ pub(crate) async fn expire_overdue(st: &AppState, id: &str) -> ApiResult<bool> {
     if d.status != DecisionStatus::Pending || d.expires_at > st.now_ms() {
         return Ok(false);
     }
-    let outcome = DecisionOutcome {
-        option: d.default_option.clone(),
-        text: None,
-        by: "default".into(),
-        at: st.now(),
+    let outcome = if d.durability == Some(ApprovalDurability::FailOpenHook) {
+        // The runtime holds this deadline, and a hook that times out fails open: Claude Code
+        // decides in its own prompt (in `-p`, denies). Our stated default would be a claim
+        // about what happened, and the hook still holding it would pass it on as an answer:
+        // the same close as the hook's own timeout, whichever comes first.
+        DecisionOutcome {
+            option: None,
+            text: Some(
+                "the hook's deadline passed; the runtime decides on its own (hooks fail open)"
+                    .into(),
+            ),
+            by: "runtime".into(),
+            at: st.now(),
+        }
+    } else {
+        DecisionOutcome {
+            option: d.default_option.clone(),
+            text: None,
+            by: "default".into(),
+            at: st.now(),
+        }
     };
     close_decision(&mut tx, &mut d, DecisionStatus::Expired, outcome).await?;
     tx.commit().await?;

@@ -278,6 +278,54 @@ async fn a_hook_timeout_expires_the_approval_and_renders_no_decision() {
     assert_eq!(dec["outcome"]["by"], "runtime");
 }
 
+/// Two paths can close an approval a hook holds when its time runs out: the hook's own wait,
+/// and the server's expiry sweep. They must agree on what Claude Code does — nothing decided
+/// here, it asks in its own prompt — never our stated default `deny` passed on as an answer.
+/// The clock is driven past the expiry while the hook still waits, so the sweep closes it.
+#[tokio::test]
+async fn the_expiry_sweep_closes_a_held_hook_approval_as_the_runtime_would() {
+    let h = Harness::start().await;
+    hook(&h, "", fixture("session_start")).await;
+    let held = tokio::spawn({
+        let (url, token) = (h.url(&format!("{HOOK}?timeout=600")), h.alice.clone());
+        async move {
+            reqwest::Client::new()
+                .post(url)
+                .bearer_auth(token)
+                .json(&fixture("permission_request"))
+                .send()
+                .await
+                .expect("the hook's answer")
+                .json::<Value>()
+                .await
+                .expect("JSON")
+        }
+    });
+    let task = session_task(&h, "abc123").await;
+    let dec = pending_decision(&h, &task).await;
+    assert_eq!(dec["durability"], "fail_open_hook", "{dec}");
+    assert_eq!(dec["default_option"], "deny", "{dec}");
+    h.advance(Duration::from_secs(601)).await;
+
+    let out = tokio::time::timeout(Duration::from_secs(30), held)
+        .await
+        .expect("the held hook answered once the sweep closed its approval")
+        .unwrap();
+    assert_eq!(
+        out,
+        json!({}),
+        "no decision: Claude Code asks in its own prompt"
+    );
+    let closed = decision(&h, &task, dec["id"].as_str().unwrap()).await;
+    assert_eq!(closed["status"], "expired", "{closed}");
+    assert_eq!(
+        closed["outcome"]["option"],
+        Value::Null,
+        "not our default: {closed}"
+    );
+    assert_eq!(closed["outcome"]["by"], "runtime", "{closed}");
+}
+
 #[tokio::test]
 async fn a_hook_whose_caller_goes_away_expires_its_approval() {
     let h = Harness::start().await;
