@@ -135,7 +135,7 @@ export function InboxCard({
       <p className={`small ${expired ? "warn" : "muted"}`}>
         {expired ? t("inbox.expired", { when: until(d.expires_at, t, now) }) : t("inbox.expires", { when: until(d.expires_at, t, now) })}
         {" — "}
-        {defaultLabel ? t("inbox.default", { option: defaultLabel }) : t("inbox.noDefault")}
+        {d.durability === "fail_open_hook" ? t("inbox.runtimeDecides") : defaultLabel ? t("inbox.default", { option: defaultLabel }) : t("inbox.noDefault")}
       </p>
 
       <section className="evidence">

@@ -41,6 +41,7 @@ export const en = {
   "inbox.expired": "Expired {when}",
   "inbox.default": "then the default applies: {option}",
   "inbox.noDefault": "no default",
+  "inbox.runtimeDecides": "then the runtime decides on its own (its hook gives up; our default does not apply)",
   "inbox.evidence": "Evidence",
   "inbox.showDiff": "Show diff {name}",
   "inbox.hideDiff": "Hide diff",

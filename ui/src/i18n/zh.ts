@@ -43,6 +43,7 @@ export const zh: Record<Key, string> = {
   "inbox.expired": "已于{when}过期",
   "inbox.default": "届时采用默认：{option}",
   "inbox.noDefault": "无默认",
+  "inbox.runtimeDecides": "之后由运行时自行决定（钩子放弃等待；不适用我们的默认选项）",
   "inbox.evidence": "证据",
   "inbox.showDiff": "查看差异 {name}",
   "inbox.hideDiff": "隐藏差异",

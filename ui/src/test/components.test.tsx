@@ -110,6 +110,18 @@ describe("InboxCard", () => {
     ]);
   });
 
+  it("says the runtime decides when a hook's approval runs out, not our default", () => {
+    const hook = approval({ durability: "fail_open_hook", default_option: "deny" });
+    const { unmount } = ui(<InboxCard item={hook} decide={recorder().decide} load={load} now={NOW} />);
+    const text = screen.getByTestId(`decision-${hook.decision.id}`).textContent ?? "";
+    expect(text).toContain("the runtime decides on its own");
+    expect(text).not.toContain("the default applies");
+    unmount();
+    const held = approval({ durability: "durable", default_option: "deny" });
+    ui(<InboxCard item={held} decide={recorder().decide} load={load} now={NOW} />);
+    expect(screen.getByTestId(`decision-${held.decision.id}`).textContent).toContain("then the default applies: deny");
+  });
+
   it("shows what each budget option gives up and sends the chosen one", async () => {
     const { calls, decide } = recorder();
     const item = approval({
