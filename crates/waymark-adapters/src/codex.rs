@@ -605,8 +605,12 @@ impl Adapter {
             Ok(Ok(_)) => format!(
                 "paused in Waymark: Codex turn `{turn}` was interrupted; resume continues the thread with a new turn"
             ),
-            Ok(Err(e)) => format!("paused in Waymark, but Codex refused to interrupt turn `{turn}`: {e}"),
-            Err(_) => format!("paused in Waymark, but Codex did not answer the interrupt of turn `{turn}`"),
+            Ok(Err(e)) => {
+                format!("paused in Waymark, but Codex refused to interrupt turn `{turn}`: {e}")
+            }
+            Err(_) => format!(
+                "paused in Waymark, but Codex did not answer the interrupt of turn `{turn}`"
+            ),
         };
         tracing::info!(thread, turn, "{note}");
         say(&run, "system", note).await;

@@ -318,7 +318,10 @@ async fn codex_denial_from_a_phone_reaches_codex_as_decline() {
     let offered: Vec<&str> = pending.options.iter().map(|o| o.id.as_str()).collect();
     assert_eq!(offered, ["approve", "approve_rule", "deny", "deny_cancel"]);
     let labels: Vec<&str> = pending.options.iter().map(|o| o.label.as_str()).collect();
-    assert_eq!(labels[2..], ["Deny, let the turn go on", "Deny and stop the turn"]);
+    assert_eq!(
+        labels[2..],
+        ["Deny, let the turn go on", "Deny and stop the turn"]
+    );
 
     w.answer(&pending, Operation::Deny, None).await;
     let answer = fake

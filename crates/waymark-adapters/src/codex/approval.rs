@@ -435,7 +435,8 @@ mod tests {
     /// saying what happens to the turn, and the amendment is sent back exactly as listed.
     #[test]
     fn codex_0_169_mixed_decisions_offer_both_denials_and_the_rule() {
-        let rule = json!({"acceptWithExecpolicyAmendment": {"execpolicy_amendment": ["touch", "/tmp/x"]}});
+        let rule =
+            json!({"acceptWithExecpolicyAmendment": {"execpolicy_amendment": ["touch", "/tmp/x"]}});
         let listed = json!(["accept", rule, "cancel"]);
         let offer = Offer::new(COMMAND_APPROVAL, Some(&listed));
         assert_eq!(
@@ -448,7 +449,11 @@ mod tests {
             ]
         );
         assert_eq!(offer.decision(Some("approve_rule")), rule);
-        let labels: Vec<&str> = offer.choices.iter().map(|(c, _)| c.label.as_str()).collect();
+        let labels: Vec<&str> = offer
+            .choices
+            .iter()
+            .map(|(c, _)| c.label.as_str())
+            .collect();
         assert_eq!(
             labels,
             [
@@ -459,7 +464,12 @@ mod tests {
             ]
         );
         assert!(offer.choices[2].0.gives_up.contains("continues the turn"));
-        assert!(offer.choices[3].0.gives_up.contains("interrupts the whole turn"));
+        assert!(
+            offer.choices[3]
+                .0
+                .gives_up
+                .contains("interrupts the whole turn")
+        );
     }
 
     #[test]
