@@ -110,6 +110,14 @@ pub enum CodexError {
         /// What is wrong with it.
         reason: String,
     },
+    /// `--cwd` names no usable directory.
+    #[error("the working directory `{path}` cannot be used: {reason} — check `--cwd`")]
+    Cwd {
+        /// What was given.
+        path: String,
+        /// What is wrong with it.
+        reason: String,
+    },
     /// The app-server could not be started.
     #[error(
         "cannot start the Codex app-server with `{cmd}`: {reason} — is `codex` installed and on PATH? (or pass `--app-server-cmd`)"
@@ -154,6 +162,25 @@ pub async fn run(
 ) -> Result<(), CodexError> {
     if args.prompt.is_none() && args.threads.is_empty() {
         return Err(CodexError::NothingToDo);
+    }
+    // A missing directory makes the spawn fail with the same "not found" as a missing `codex`:
+    // say which it is.
+    if let Some(dir) = &args.cwd {
+        match std::fs::metadata(dir) {
+            Ok(m) if m.is_dir() => {}
+            Ok(_) => {
+                return Err(CodexError::Cwd {
+                    path: dir.display().to_string(),
+                    reason: "it is not a directory".into(),
+                });
+            }
+            Err(e) => {
+                return Err(CodexError::Cwd {
+                    path: dir.display().to_string(),
+                    reason: e.to_string(),
+                });
+            }
+        }
     }
     let (events, events_rx) = mpsc::channel(EVENTS_QUEUED);
     let mut adapter = Adapter {

@@ -767,3 +767,27 @@ mod fake_bounds {
         );
     }
 }
+
+#[tokio::test]
+async fn a_missing_working_directory_is_named_not_blamed_on_codex() {
+    let w = &World::start().await;
+    let fake = w.fake("cwd");
+    let missing = w.cp.dir.path().join("no-such-dir");
+    let err = codex::run(
+        CodexArgs {
+            prompt: Some("fix it".into()),
+            cwd: Some(missing.clone()),
+            ..w.args(&fake, &["approve"])
+        },
+        w.cp.client.clone(),
+        CancellationToken::new(),
+    )
+    .await
+    .expect_err("a missing directory is refused")
+    .to_string();
+    assert!(
+        err.contains(&missing.display().to_string()) && err.contains("--cwd"),
+        "{err}"
+    );
+    assert!(!err.contains("installed and on PATH"), "{err}");
+}
