@@ -791,15 +791,7 @@ async fn hold_for_answer(
     let closed = wait_closed(st, &d.id, hold).await?;
     guard.armed = false;
     if closed.is_none() {
-        expire(
-            st,
-            caller,
-            &s.task_id,
-            &d.id,
-            "the hook's timeout came first; Claude Code decides without Waymark: `claude -p` \
-             denies the call, an interactive session asks in its own prompt",
-        )
-        .await?;
+        expire(st, caller, &s.task_id, &d.id, decisions::HOOK_TIMED_OUT).await?;
         // An answer may have won the race with the expiry.
         let mut tx = Tx::read(st).await?;
         return Ok(tx
