@@ -136,6 +136,9 @@ pub(crate) enum ClientCommand {
     },
 }
 
+/// What an empty view says on a machine that was never paired (an empty mirror there is no
+/// news about the server).
+const NOT_PAIRED: &str = "this machine is not paired with a server yet — run `waymark pair LINK` with a link from `waymark admin pair`";
 fn failure(e: Error) -> Failure {
     let (exit, code) = match &e {
         Error::Unreachable(_) => (Exit::Unreachable, "unreachable"),
@@ -325,11 +328,15 @@ pub(crate) async fn run(cmd: ClientCommand, json: bool) -> CliResult {
         }
         ClientCommand::Threads => {
             let rows = c.mirror().threads().await.map_err(failure)?;
+            let unpaired = rows.is_empty() && c.identity().await.ok().flatten().is_none();
             let health = c.mirror().meta("last_event_at").await.ok().flatten();
             emit(
                 json,
                 &serde_json::to_value(&rows).unwrap_or_default(),
                 || {
+                    if unpaired {
+                        return format!("no threads: {NOT_PAIRED}");
+                    }
                     if rows.is_empty() {
                         return "no threads in the mirror — run `waymark sync`".into();
                     }
@@ -383,10 +390,14 @@ pub(crate) async fn run(cmd: ClientCommand, json: bool) -> CliResult {
         }
         ClientCommand::Inbox => {
             let items = c.mirror().inbox().await.map_err(failure)?;
+            let unpaired = items.is_empty() && c.identity().await.ok().flatten().is_none();
             emit(
                 json,
                 &serde_json::to_value(&items).unwrap_or_default(),
                 || {
+                    if unpaired {
+                        return format!("nothing waits for you here: {NOT_PAIRED}");
+                    }
                     if items.is_empty() {
                         return "nothing waits for you".into();
                     }

@@ -64,7 +64,11 @@ fn main() -> ExitCode {
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("WAYMARK_LOG").unwrap_or_else(|_| {
-                tracing_subscriber::EnvFilter::new("warn,waymark=info,waymark_server=info")
+                // sqlx's slow-statement notes are for whoever tunes the database, not for
+                // someone reading their inbox.
+                tracing_subscriber::EnvFilter::new(
+                    "warn,sqlx=error,waymark=info,waymark_server=info",
+                )
             }),
         )
         .with_writer(std::io::stderr)

@@ -593,3 +593,23 @@ fn expected_revision_signs_the_revision_shown_and_a_moved_plan_is_a_conflict() {
     assert_eq!(out.status.code(), Some(2), "not a number is a usage error");
     drop(s);
 }
+
+#[test]
+fn an_unpaired_machine_says_so_instead_of_an_empty_inbox() {
+    let home = tempfile::tempdir().unwrap();
+    for (args, empty) in [
+        (&["inbox"][..], "nothing waits for you"),
+        (&["threads"][..], "no threads"),
+    ] {
+        let out = client(home.path(), args);
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            text.contains(empty) && text.contains("not paired") && text.contains("waymark pair"),
+            "{args:?}: {text}"
+        );
+        assert!(
+            !String::from_utf8_lossy(&out.stderr).contains("slow statement"),
+            "no database tuning notes for a person"
+        );
+    }
+}
