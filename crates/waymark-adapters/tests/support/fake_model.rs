@@ -46,6 +46,14 @@ impl Drop for FakeModel {
 
 impl FakeModel {
     pub async fn start(turns: Vec<Turn>) -> FakeModel {
+        FakeModel::start_calling("exec", turns).await
+    }
+
+    /// A fake whose tool call is `tool` with `{"command": …}` (Hermes' shell tool is
+    /// `terminal`). A request that offers no tools (Hermes' title and other auxiliary calls)
+    /// gets a plain answer.
+    pub async fn start_calling(tool: &str, turns: Vec<Turn>) -> FakeModel {
+        let tool: Arc<str> = Arc::from(tool);
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let port = listener.local_addr().unwrap().port();
         let requests = Arc::new(Mutex::new(Vec::new()));
@@ -56,9 +64,9 @@ impl FakeModel {
                 let Ok((stream, _)) = listener.accept().await else {
                     continue;
                 };
-                let (turns, kept) = (turns.clone(), kept.clone());
+                let (turns, kept, tool) = (turns.clone(), kept.clone(), tool.clone());
                 tokio::spawn(async move {
-                    if let Err(e) = serve(stream, &turns, &kept).await {
+                    if let Err(e) = serve(stream, &turns, &kept, &tool).await {
                         eprintln!("fake model: {e}");
                     }
                 });
@@ -77,7 +85,12 @@ impl FakeModel {
     }
 }
 
-async fn serve(stream: TcpStream, turns: &[Turn], kept: &Mutex<Vec<Value>>) -> std::io::Result<()> {
+async fn serve(
+    stream: TcpStream,
+    turns: &[Turn],
+    kept: &Mutex<Vec<Value>>,
+    tool: &str,
+) -> std::io::Result<()> {
     let mut reader = BufReader::new(stream);
     let mut request_line = String::new();
     reader.read_line(&mut request_line).await?;
@@ -119,15 +132,20 @@ async fn serve(stream: TcpStream, turns: &[Turn], kept: &Mutex<Vec<Value>>) -> s
                 }
             };
             kept.lock().unwrap().push(request.clone());
-            let reply = reply_to(&request, turns);
+            let reply = match reply_to(&request, turns) {
+                Reply::Exec { .. } if tool != "exec" && !offers_tools(&request) => {
+                    Reply::Answer("Fake title".into())
+                }
+                r => r,
+            };
             if request["stream"].as_bool().unwrap_or(false) {
-                respond(&mut stream, "200 OK", "text/event-stream", &sse(&reply)).await
+                respond(&mut stream, "200 OK", "text/event-stream", &sse(&reply, tool)).await
             } else {
                 respond(
                     &mut stream,
                     "200 OK",
                     "application/json",
-                    &whole(&reply).to_string(),
+                    &whole(&reply, tool).to_string(),
                 )
                 .await
             }
@@ -210,11 +228,11 @@ fn chunk(delta: Value, finish: Option<&str>) -> Value {
 
 /// The reply as a stream: the tool call's name, then its arguments, then the finish, then
 /// usage, then `[DONE]` (as OpenAI streams them).
-fn sse(reply: &Reply) -> String {
+fn sse(reply: &Reply, tool: &str) -> String {
     let chunks = match reply {
         Reply::Exec { call_id, command } => vec![
             chunk(
-                json!({"role": "assistant", "content": null, "tool_calls": [{"index": 0, "id": call_id, "type": "function", "function": {"name": "exec", "arguments": ""}}]}),
+                json!({"role": "assistant", "content": null, "tool_calls": [{"index": 0, "id": call_id, "type": "function", "function": {"name": tool, "arguments": ""}}]}),
                 None,
             ),
             chunk(
@@ -239,10 +257,10 @@ fn sse(reply: &Reply) -> String {
 }
 
 /// The reply as one JSON body (a request without `stream`).
-fn whole(reply: &Reply) -> Value {
+fn whole(reply: &Reply, tool: &str) -> Value {
     let (message, finish) = match reply {
         Reply::Exec { call_id, command } => (
-            json!({"role": "assistant", "content": null, "tool_calls": [{"id": call_id, "type": "function", "function": {"name": "exec", "arguments": json!({"command": command}).to_string()}}]}),
+            json!({"role": "assistant", "content": null, "tool_calls": [{"id": call_id, "type": "function", "function": {"name": tool, "arguments": json!({"command": command}).to_string()}}]}),
             "tool_calls",
         ),
         Reply::Answer(text) => (json!({"role": "assistant", "content": text}), "stop"),
@@ -250,4 +268,9 @@ fn whole(reply: &Reply) -> Value {
     json!({"id": "chatcmpl-fake", "object": "chat.completion", "created": 0, "model": MODEL,
            "choices": [{"index": 0, "message": message, "finish_reason": finish}],
            "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}})
+}
+
+/// Whether the request offers the model any tool.
+fn offers_tools(request: &Value) -> bool {
+    request["tools"].as_array().is_some_and(|t| !t.is_empty())
 }
