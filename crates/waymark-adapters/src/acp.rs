@@ -1197,9 +1197,16 @@ fn outcome_of(stop: &str) -> (FinishOutcome, String) {
 }
 
 /// The tokens a prompt's answer reports: `usage.totalTokens`, else input + output (+ thought)
-/// tokens; `None` when it reports none.
+/// tokens (Hermes 0.19), else Gemini CLI 0.61's `_meta.quota.token_count` (input + output);
+/// `None` when it reports none.
 fn tokens_of(answer: &Value) -> Option<u64> {
-    let usage = answer.get("usage").filter(|u| u.is_object())?;
+    let Some(usage) = answer.get("usage").filter(|u| u.is_object()) else {
+        let count = answer.pointer("/_meta/quota/token_count")?;
+        let n = |k: &str| count.get(k).and_then(Value::as_u64);
+        let (input, output) = (n("input_tokens"), n("output_tokens"));
+        return (input.is_some() || output.is_some())
+            .then(|| input.unwrap_or(0) + output.unwrap_or(0));
+    };
     let n = |k: &str| usage.get(k).and_then(Value::as_u64);
     n("totalTokens").or_else(|| {
         let parts = [n("inputTokens"), n("outputTokens"), n("thoughtTokens")];
@@ -1299,6 +1306,18 @@ mod tests {
         assert_eq!(outcome_of("refusal").0, FinishOutcome::Failed);
         assert_eq!(outcome_of("cancelled").0, FinishOutcome::Cancelled);
         assert_eq!(outcome_of("sideways").0, FinishOutcome::PartiallyDelivered);
+    }
+
+    #[test]
+    fn usage_is_read_as_hermes_and_gemini_cli_send_it() {
+        // Recorded: fixtures/acp/real/hermes-0.19.0-approve.out.jsonl, gemini-0.61.0-*.out.jsonl.
+        let hermes = json!({"stopReason": "end_turn", "usage": {"cachedReadTokens": 0, "inputTokens": 20, "outputTokens": 10, "thoughtTokens": 0, "totalTokens": 30}});
+        assert_eq!(tokens_of(&hermes), Some(30));
+        let parts = json!({"usage": {"inputTokens": 20, "outputTokens": 10}});
+        assert_eq!(tokens_of(&parts), Some(30));
+        let gemini = json!({"stopReason": "end_turn", "_meta": {"quota": {"token_count": {"input_tokens": 20, "output_tokens": 10}, "model_usage": []}}});
+        assert_eq!(tokens_of(&gemini), Some(30));
+        assert_eq!(tokens_of(&json!({"stopReason": "end_turn"})), None);
     }
 
     #[test]

@@ -147,7 +147,8 @@ async fn acp_deny_from_a_device_reaches_the_agent_as_its_deny_option() {
         delivery.detail.as_deref().unwrap().contains("call-rm"),
         "{delivery:?}"
     );
-    // The refused tool call is a failed effect; the turn ended the attempt.
+    // The refused tool call is closed as not run (by the answer, before the agent's own
+    // report of it), linked to its approval; the turn ended the attempt.
     let e = detail
         .effects
         .iter()
@@ -156,8 +157,9 @@ async fn acp_deny_from_a_device_reaches_the_agent_as_its_deny_option() {
     assert_eq!(e.status, EffectStatus::Failed);
     assert_eq!(
         e.receipt.as_ref().unwrap()["error"],
-        "permission denied by the user"
+        "not run: the approval was answered `deny`"
     );
+    assert_eq!(e.intent["approval"], decision.as_str());
     assert_eq!(detail.attempts[0].outcome, Some(FinishOutcome::Completed));
     let texts: Vec<&str> = detail.messages.iter().map(|m| m.text.as_str()).collect();
     assert!(
@@ -203,25 +205,36 @@ async fn hermes_approve_session_selects_allow_session_and_the_tool_call_becomes_
         d.outcome.as_ref().unwrap().option.as_deref(),
         Some("approve_session")
     );
-    // Hermes never speaks of `perm-check-1` again: the turn's end acknowledges.
+    // Hermes asked under `perm-check-1` about the `tc-…` call it had just announced: its
+    // completion acknowledges the answer, and the effect names the approval.
     let delivery = d.delivery.as_ref().unwrap();
     assert_eq!(delivery.state, DeliveryState::Acknowledged);
-    assert!(delivery.detail.as_deref().unwrap().contains("turn ended"));
+    assert!(
+        delivery.detail.as_deref().unwrap().contains("tc-27db43bd501e"),
+        "{delivery:?}"
+    );
+    // Hermes' own 60 s wait is the approval's deadline, not the server's hour.
+    assert_eq!((d.expires_at - d.created_at).num_seconds(), 60);
 
     let e = detail
         .effects
         .iter()
-        .find(|e| e.idempotency_key == "20260901_101500_ab12:call_1")
+        .find(|e| e.idempotency_key == "20260901_101500_ab12:tc-27db43bd501e")
         .unwrap();
     assert_eq!(e.status, EffectStatus::Confirmed);
     assert_eq!(e.kind, "tool_call:execute");
-    assert_eq!(e.intent["rawInput"]["command"], "pytest -x");
-    assert_eq!(
-        e.receipt.as_ref().unwrap()["rawOutput"]["output"],
-        "3 passed"
+    assert_eq!(e.intent["approval"], decision.as_str());
+    assert_eq!(e.intent["title"], "terminal: pytest -x");
+    assert!(
+        e.receipt.as_ref().unwrap().to_string().contains("exit_code:** 0"),
+        "{:?}",
+        e.receipt
     );
     assert_eq!(detail.task.runtime.as_deref(), Some("hermes"));
-    assert_eq!(detail.attempts[0].outcome, Some(FinishOutcome::Completed));
+    // The turn's usage, as Hermes reports it (`totalTokens`).
+    assert_eq!(detail.task.usage.tokens, 30);
+    // Hermes keeps the session: the attempt is released so the state.db mirror can add to it.
+    assert_eq!(detail.attempts[0].outcome, Some(FinishOutcome::Released));
 }
 
 #[tokio::test]

@@ -150,6 +150,17 @@ async fn serve(
                 .await
             }
         }
+        ("POST", p) if p.contains(":streamGenerateContent") || p.contains(":generateContent") => {
+            let request: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+            kept.lock().unwrap().push(request.clone());
+            let reply = gemini_reply(&request, turns);
+            if p.contains(":stream") {
+                let body = format!("data: {reply}\r\n\r\n");
+                respond(&mut stream, "200 OK", "text/event-stream", &body).await
+            } else {
+                respond(&mut stream, "200 OK", "application/json", &reply.to_string()).await
+            }
+        }
         _ => {
             let problem =
                 json!({"error": {"message": format!("the fake model serves no {method} {path}")}});
@@ -272,5 +283,56 @@ fn whole(reply: &Reply, tool: &str) -> Value {
 
 /// Whether the request offers the model any tool.
 fn offers_tools(request: &Value) -> bool {
+    request["tools"].as_array().is_some_and(|t| !t.is_empty())
+}
+
+/// The Gemini API (`generativelanguage` v1beta, what Gemini CLI 0.61 sends to
+/// `GOOGLE_GEMINI_BASE_URL`: `POST /v1beta/models/{model}:streamGenerateContent?alt=sse` for the
+/// turn, `:generateContent` for its side questions). The turn is the one whose prompt the
+/// latest user text carries; a `functionResponse` after it means the tool answered. With tools
+/// offered it asks `run_shell_command` to run the turn's command, else (or once answered) it
+/// says the turn's answer. Use `FakeModel::start` and give Gemini CLI the URL without `/v1`.
+fn gemini_reply(request: &Value, turns: &[Turn]) -> Value {
+    let contents = request["contents"].as_array().cloned().unwrap_or_default();
+    let texts = |c: &Value| -> String {
+        c["parts"]
+            .as_array()
+            .map(Vec::as_slice)
+            .unwrap_or_default()
+            .iter()
+            .filter_map(|p| p["text"].as_str())
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    let found = contents.iter().enumerate().rev().find_map(|(at, c)| {
+        let text = texts(c);
+        (c["role"] == "user")
+            .then(|| turns.iter().find(|t| text.contains(&t.prompt)))
+            .flatten()
+            .map(|t| (at, t))
+    });
+    let answered = |at: usize| {
+        contents[at..].iter().any(|c| {
+            c["parts"]
+                .as_array()
+                .is_some_and(|ps| ps.iter().any(|p| p.get("functionResponse").is_some()))
+        })
+    };
+    let part = match found {
+        Some((at, turn)) if offers_gemini_tools(request) && !answered(at) => json!({
+            "functionCall": {"name": "run_shell_command",
+                             "args": {"command": turn.command, "description": "run the command"}}
+        }),
+        Some((_, turn)) => json!({"text": turn.answer}),
+        None => json!({"text": "The fake model has no turn for this prompt."}),
+    };
+    json!({
+        "candidates": [{"content": {"role": "model", "parts": [part]}, "finishReason": "STOP", "index": 0}],
+        "usageMetadata": {"promptTokenCount": 10, "candidatesTokenCount": 5, "totalTokenCount": 15},
+        "modelVersion": MODEL,
+    })
+}
+
+fn offers_gemini_tools(request: &Value) -> bool {
     request["tools"].as_array().is_some_and(|t| !t.is_empty())
 }
