@@ -714,7 +714,13 @@ impl Session {
             .and_then(Value::as_str)
             .unwrap_or("pending")
             .to_owned();
-        if tool.end.is_none() && status != "pending" {
+        if matches!(status.as_str(), "completed" | "failed")
+            && let Some(decision) = tool.approval.clone()
+            && self.pending.contains_key(&decision)
+        {
+            self.gave_up_waiting(&decision, id).await;
+        }
+        if self.tools.get(id).is_some_and(|t| t.end.is_none()) && status != "pending" {
             self.start_effect(id);
         }
         let Some(tool) = self.tools.get(id) else {
@@ -737,6 +743,27 @@ impl Session {
             tx.send_if_modified(|e| {
                 e.is_none().then(|| *e = Some(end)).is_some()
             });
+        }
+    }
+
+    /// The agent ended a tool call whose approval is still open: it stopped waiting and decided
+    /// on its own (Hermes denies after its fixed 60 s and reports the call "completed" with
+    /// its refusal). The approval closes as expired now, never to be answered into the void,
+    /// and the call is closed as not run.
+    async fn gave_up_waiting(&mut self, decision_id: &str, tool_call_id: &str) {
+        let Some(p) = self.pending.remove(decision_id) else {
+            return;
+        };
+        p.waiter.abort();
+        let _ = self.peer.respond(&p.rpc_id, cancelled()).await;
+        let reason = format!(
+            "{} stopped waiting for the answer and decided on its own",
+            self.runtime
+        );
+        tracing::info!(decision = decision_id, tool_call = tool_call_id, "{reason}");
+        self.not_run(Some(tool_call_id), &p.tool_call, &reason);
+        if let Err(e) = self.run.expire_decision(decision_id, &reason).await {
+            tracing::debug!(error = %e, decision = %decision_id, "approval not expired");
         }
     }
 

@@ -214,7 +214,8 @@ async fn hermes_approve_session_selects_allow_session_and_the_tool_call_becomes_
         "{delivery:?}"
     );
     // Hermes' own 60 s wait is the approval's deadline, not the server's hour.
-    assert_eq!((d.expires_at - d.created_at).num_seconds(), 60);
+    let deadline = (d.expires_at - d.created_at).num_milliseconds();
+    assert!((59_000..=60_000).contains(&deadline), "{deadline} ms");
 
     let e = detail
         .effects
@@ -450,4 +451,62 @@ async fn acp_cancel_sends_session_cancel_and_answers_the_open_request_cancelled(
         .unwrap();
     assert_eq!(d.status, DecisionStatus::Void);
     assert!(d.delivery.is_none(), "never reported approved: {d:?}");
+}
+
+#[tokio::test]
+async fn hermes_that_stops_waiting_closes_the_approval_expired_and_the_call_as_not_run() {
+    let w = World::start().await;
+    let adapter = start(&w, w.args("hermes-timeout.json", "hermes"));
+    let task = w.task_of("hermes", "20260901_111500_cd34").await;
+    let pending = eventually("the approval", || async {
+        w.detail(&task)
+            .await
+            .decisions
+            .into_iter()
+            .find(|d| d.status == DecisionStatus::Pending)
+    })
+    .await;
+    // Hermes' 60 s pass (the gate): it denies on its own and reports the call ended.
+    std::fs::write(w.path("gate"), b"open").unwrap();
+    ended(adapter).await.unwrap();
+
+    let detail = w.detail(&task).await;
+    let d = detail
+        .decisions
+        .iter()
+        .find(|d| d.id == pending.id)
+        .unwrap();
+    assert_eq!(
+        d.status,
+        DecisionStatus::Expired,
+        "closed as Hermes decided, never left open: {d:?}"
+    );
+    assert_eq!(d.outcome.as_ref().unwrap().option, None, "{d:?}");
+    let e = detail
+        .effects
+        .iter()
+        .find(|e| e.intent["approval"] == d.id.as_str())
+        .expect("the call names its approval");
+    assert_eq!(
+        e.status,
+        EffectStatus::Failed,
+        "not run, though Hermes reports it completed: {e:?}"
+    );
+    assert!(
+        e.receipt.as_ref().unwrap()["error"]
+            .as_str()
+            .unwrap()
+            .contains("stopped waiting"),
+        "{e:?}"
+    );
+    // The request was answered once (cancelled), after Hermes had moved on.
+    let answers: Vec<Value> = w
+        .received()
+        .into_iter()
+        .filter(|m| m["id"] == 1 && m.get("method").is_none())
+        .collect();
+    assert_eq!(
+        answers,
+        [json!({"jsonrpc":"2.0","id":1,"result":{"outcome":{"outcome":"cancelled"}}})]
+    );
 }

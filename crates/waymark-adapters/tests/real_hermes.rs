@@ -4,13 +4,14 @@
 //! `custom` provider speaks OpenAI chat completions), a real control plane in-process, and a
 //! phone answering with signed commands.
 //!
-//! Two ACP sessions (`hermes acp`, driven by the adapter) each ask to run `sh -c 'touch …'`
+//! Three ACP sessions (`hermes acp`, driven by the adapter) each ask to run `sh -c 'touch …'`
 //! (with `approvals: {mode: manual}` Hermes asks for every command it flags, and `sh -c` is
 //! one): the approval must reach the inbox with Hermes' own 60 s deadline; approving runs the
 //! command (the file appears, the effect is confirmed with a receipt and names the approval),
-//! denying does not (the effect is closed as not run). The turn's usage is recorded. Then the
-//! read-only mirror of Hermes' `state.db` adds what the live adapter did not see to the same
-//! task — never a second task, never a refusal.
+//! denying does not (the effect is closed as not run), and the third, left unanswered beside
+//! the other two, closes expired when Hermes stops waiting and denies (about 60 s). The turn's
+//! usage is recorded. Then the read-only mirror of Hermes' `state.db` adds what the live
+//! adapter did not see to the same tasks — never a second task, never a refusal.
 //!
 //! The frames exchanged are written to `$WAYMARK_RECORD_DIR` when it is set (how
 //! `fixtures/acp/real/` was recorded). The test fails — never skips — when the runtime is not
@@ -230,23 +231,28 @@ fn start_turn(
     tokio::spawn(hermes::run(args, cp.client.clone(), CancellationToken::new()))
 }
 
-/// The one pending approval of the newest Hermes task not in `known`: (task, decision).
+/// The pending approval of a Hermes task for the command that names `file`: (task, decision).
 async fn new_approval(
     cp: &ControlPlane,
-    known: &[String],
+    file: &Path,
     context: impl Fn() -> String,
 ) -> (String, Decision) {
+    let needle = file.display().to_string();
     within(TURN, "a Hermes approval in the inbox", context, || async {
         for (task, _) in hermes_tasks(cp).await {
-            if known.contains(&task) {
-                continue;
-            }
             if let Some(d) = cp
                 .detail(&task)
                 .await
                 .decisions
                 .into_iter()
-                .find(|d| d.status == DecisionStatus::Pending)
+                .find(|d| {
+                    d.status == DecisionStatus::Pending
+                        && d.intent.as_ref().is_some_and(|i| {
+                            i["toolCall"]["rawInput"]["command"]
+                                .as_str()
+                                .is_some_and(|c| c.contains(&needle))
+                        })
+                })
             {
                 return Some((task, d));
             }
@@ -303,6 +309,7 @@ async fn real_hermes_approvals_reach_the_inbox_with_its_deadline_and_the_mirror_
     let scratch = tempfile::tempdir().unwrap();
     let approved_file = scratch.path().join("approved");
     let denied_file = scratch.path().join("denied");
+    let unanswered_file = scratch.path().join("unanswered");
     let model = FakeModel::start_calling(
         "terminal",
         vec![
@@ -316,14 +323,22 @@ async fn real_hermes_approvals_reach_the_inbox_with_its_deadline_and_the_mirror_
                 command: format!("sh -c 'touch {}'", denied_file.display()),
                 answer: "The command was not run.".into(),
             },
+            Turn {
+                prompt: "waymark turn three".into(),
+                command: format!("sh -c 'touch {}'", unanswered_file.display()),
+                answer: "Nobody answered.".into(),
+            },
         ],
     )
     .await;
     let home = Home::new(&model);
 
+    // ---- turn three, left unanswered: Hermes' own 60 s run beside the other two ----
+    let three = start_turn(&cp, &home, &bin, "three", "waymark turn three: nobody answers");
+
     // ---- turn one: approved ----
     let one = start_turn(&cp, &home, &bin, "one", "waymark turn one: make the file");
-    let (task_one, d) = new_approval(&cp, &[], || home.stderr("one")).await;
+    let (task_one, d) = new_approval(&cp, &approved_file, || home.stderr("one")).await;
     let inbox_at = started.elapsed();
     // Hermes' own deadline, not our hour: it denies on its own after 60 s.
     let deadline = (d.expires_at - d.created_at).num_milliseconds();
@@ -373,8 +388,7 @@ async fn real_hermes_approvals_reach_the_inbox_with_its_deadline_and_the_mirror_
 
     // ---- turn two: denied ----
     let two = start_turn(&cp, &home, &bin, "two", "waymark turn two: make the other file");
-    let (task_two, d2) =
-        new_approval(&cp, std::slice::from_ref(&task_one), || home.stderr("two")).await;
+    let (task_two, d2) = new_approval(&cp, &denied_file, || home.stderr("two")).await;
     answer(&phone, &cp, &task_two, &d2, Operation::Deny).await;
     ended(two, &home, "two").await;
     home.record("two");
@@ -391,7 +405,27 @@ async fn real_hermes_approvals_reach_the_inbox_with_its_deadline_and_the_mirror_
         "a denied call is closed as not run, never left intended or confirmed\n{}",
         dump(&detail)
     );
-    eprintln!("{}", dump(&detail));
+
+    // ---- turn three: Hermes stops waiting after 60 s and denies; so does the inbox ----
+    let (task_three, d3) = new_approval(&cp, &unanswered_file, || home.stderr("three")).await;
+    ended(three, &home, "three").await;
+    home.record("three");
+    assert!(!unanswered_file.exists(), "Hermes denied the unanswered command");
+    let detail = cp.detail(&task_three).await;
+    let d3 = detail.decisions.iter().find(|x| x.id == d3.id).unwrap();
+    assert_eq!(d3.status, DecisionStatus::Expired, "{}", dump(&detail));
+    let closed = d3.outcome.as_ref().expect("closed").at;
+    let open_for = (closed - d3.created_at).num_milliseconds();
+    assert!(
+        (55_000..=61_000).contains(&open_for),
+        "the approval closed when Hermes stopped waiting (60 s), after {open_for} ms"
+    );
+    let effect = detail
+        .effects
+        .iter()
+        .find(|e| e.intent["approval"] == d3.id.as_str())
+        .unwrap_or_else(|| panic!("the unanswered call has an effect\n{}", dump(&detail)));
+    assert_eq!(effect.status, EffectStatus::Failed, "{}", dump(&detail));
 
     // ---- the mirror of state.db adds to the same tasks ----
     let db = home.hermes_home().join("state.db");
@@ -414,7 +448,7 @@ async fn real_hermes_approvals_reach_the_inbox_with_its_deadline_and_the_mirror_
         .expect("the mirror pass ends")
         .expect("the mirror mirrors the ACP sessions, refusing none");
     let tasks = hermes_tasks(&cp).await;
-    assert_eq!(tasks.len(), 2, "one task per session, never a second: {tasks:?}");
+    assert_eq!(tasks.len(), 3, "one task per session, never a second: {tasks:?}");
     assert_eq!(cp.tasks_of("hermes", &session_one).await, vec![task_one.clone()]);
     let after = cp.detail(&task_one).await;
     eprintln!("after the mirror: {}", dump(&after));
