@@ -740,9 +740,7 @@ impl Session {
         if let (Some(end), Some(tx)) = (end, &tool.end) {
             // The first end counts: a call closed as not run stays so, whatever the agent
             // reports of it afterwards (Hermes "completes" a denied call with its refusal).
-            tx.send_if_modified(|e| {
-                e.is_none().then(|| *e = Some(end)).is_some()
-            });
+            tx.send_if_modified(|e| e.is_none().then(|| *e = Some(end)).is_some());
         }
     }
 
@@ -817,7 +815,11 @@ impl Session {
             .iter()
             .filter(|(_, t)| t.end.is_none() && t.approval.is_none())
             .filter(|(_, t)| {
-                t.fields.get("status").and_then(Value::as_str).unwrap_or("pending") == "pending"
+                t.fields
+                    .get("status")
+                    .and_then(Value::as_str)
+                    .unwrap_or("pending")
+                    == "pending"
             })
             .max_by_key(|(_, t)| t.seq)
             .map(|(id, _)| id.clone());

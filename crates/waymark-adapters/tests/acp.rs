@@ -210,7 +210,11 @@ async fn hermes_approve_session_selects_allow_session_and_the_tool_call_becomes_
     let delivery = d.delivery.as_ref().unwrap();
     assert_eq!(delivery.state, DeliveryState::Acknowledged);
     assert!(
-        delivery.detail.as_deref().unwrap().contains("tc-27db43bd501e"),
+        delivery
+            .detail
+            .as_deref()
+            .unwrap()
+            .contains("tc-27db43bd501e"),
         "{delivery:?}"
     );
     // Hermes' own 60 s wait is the approval's deadline, not the server's hour.
@@ -227,7 +231,11 @@ async fn hermes_approve_session_selects_allow_session_and_the_tool_call_becomes_
     assert_eq!(e.intent["approval"], decision.as_str());
     assert_eq!(e.intent["title"], "terminal: pytest -x");
     assert!(
-        e.receipt.as_ref().unwrap().to_string().contains("exit_code:** 0"),
+        e.receipt
+            .as_ref()
+            .unwrap()
+            .to_string()
+            .contains("exit_code:** 0"),
         "{:?}",
         e.receipt
     );

@@ -307,7 +307,8 @@ async fn hermes_mirror_follow_keeps_one_attempt_per_open_session_and_picks_up_ne
 async fn hermes_acp_session_then_the_mirror_is_one_task_and_nothing_twice() {
     let w = World::start_real().await;
     // The live adapter runs the session (the recorded Hermes 0.19 exchange)…
-    let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/acp/hermes-allow-session.json");
+    let fixture =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/acp/hermes-allow-session.json");
     let args = waymark_adapters::acp::AcpArgs {
         agent_cmd: format!(
             "'{}' --scenario '{}'",
@@ -362,20 +363,39 @@ async fn hermes_acp_session_then_the_mirror_is_one_task_and_nothing_twice() {
         "one task per session"
     );
     let after = w.task(CHILD).await;
-    assert_eq!(after.attempts.len(), 2, "the mirror's attempt on the same task");
+    assert_eq!(
+        after.attempts.len(),
+        2,
+        "the mirror's attempt on the same task"
+    );
     assert_eq!(after.attempts[1].worker, "hermes-mirror-test");
     let all = texts(&after);
-    let count = |role: &str, text: &str| all.iter().filter(|(r, t)| *r == role && t.contains(text)).count();
+    let count = |role: &str, text: &str| {
+        all.iter()
+            .filter(|(r, t)| *r == role && t.contains(text))
+            .count()
+    };
     assert_eq!(count("user", "clean up the build"), 1, "{all:?}");
     assert_eq!(count("assistant", "All 3 tests pass."), 1, "{all:?}");
     // What the live adapter did not see: the model's call and the tool's own result.
-    assert_eq!(count("assistant", "[tool call call_0_1] terminal"), 1, "{all:?}");
-    assert_eq!(count("tool", "[tool result call_0_1 terminal]"), 1, "{all:?}");
+    assert_eq!(
+        count("assistant", "[tool call call_0_1] terminal"),
+        1,
+        "{all:?}"
+    );
+    assert_eq!(
+        count("tool", "[tool result call_0_1 terminal]"),
+        1,
+        "{all:?}"
+    );
     // The tool call is the live adapter's effect, not recorded again under the model's id.
     assert_eq!(after.effects.len(), 1, "{:?}", after.effects);
     assert_eq!(after.effects[0].status, EffectStatus::Confirmed);
     // The directory comes from `model_config` (Hermes leaves `sessions.cwd` NULL for ACP).
-    assert_eq!(after.task.goal, before.task.goal, "the live adapter's goal stays");
+    assert_eq!(
+        after.task.goal, before.task.goal,
+        "the live adapter's goal stays"
+    );
 }
 
 /// Hermes 0.19 leaves `sessions.cwd` NULL for ACP sessions and keeps the directory in

@@ -105,8 +105,8 @@ impl Home {
     }
 
     fn stderr(&self, name: &str) -> String {
-        let text =
-            std::fs::read_to_string(self.path(&format!("frames/{name}.stderr"))).unwrap_or_default();
+        let text = std::fs::read_to_string(self.path(&format!("frames/{name}.stderr")))
+            .unwrap_or_default();
         let lines: Vec<&str> = text.lines().collect();
         lines[lines.len().saturating_sub(40)..].join("\n")
     }
@@ -213,30 +213,35 @@ async fn new_approval(
     known: &[String],
     context: impl Fn() -> String,
 ) -> (String, Decision) {
-    within(TURN, "a Gemini CLI approval in the inbox", context, || async {
-        let (_, snap) = cp.admin_get("/v1/snapshot").await;
-        let tasks: Vec<String> = snap["tasks"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|t| t.get("task").unwrap_or(t))
-            .filter(|t| t["runtime"] == "gemini")
-            .map(|t| t["id"].as_str().unwrap().to_owned())
-            .filter(|id| !known.contains(id))
-            .collect();
-        for task in tasks {
-            if let Some(d) = cp
-                .detail(&task)
-                .await
-                .decisions
-                .into_iter()
-                .find(|d| d.status == DecisionStatus::Pending)
-            {
-                return Some((task, d));
+    within(
+        TURN,
+        "a Gemini CLI approval in the inbox",
+        context,
+        || async {
+            let (_, snap) = cp.admin_get("/v1/snapshot").await;
+            let tasks: Vec<String> = snap["tasks"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|t| t.get("task").unwrap_or(t))
+                .filter(|t| t["runtime"] == "gemini")
+                .map(|t| t["id"].as_str().unwrap().to_owned())
+                .filter(|id| !known.contains(id))
+                .collect();
+            for task in tasks {
+                if let Some(d) = cp
+                    .detail(&task)
+                    .await
+                    .decisions
+                    .into_iter()
+                    .find(|d| d.status == DecisionStatus::Pending)
+                {
+                    return Some((task, d));
+                }
             }
-        }
-        None
-    })
+            None
+        },
+    )
     .await
 }
 
@@ -251,7 +256,10 @@ async fn ended(h: tokio::task::JoinHandle<Result<(), AcpError>>, home: &Home, na
         Ok(Ok(Ok(()))) => {}
         Ok(Ok(Err(e))) => panic!("the adapter failed: {e}\n{}", home.stderr(name)),
         Ok(Err(e)) => panic!("the adapter panicked: {e}"),
-        Err(_) => panic!("the turn did not end within {TURN:?}\n{}", home.stderr(name)),
+        Err(_) => panic!(
+            "the turn did not end within {TURN:?}\n{}",
+            home.stderr(name)
+        ),
     }
 }
 
@@ -280,7 +288,14 @@ async fn real_gemini_cli_approvals_reach_the_inbox_and_a_rejected_call_is_closed
     let home = Home::new();
 
     // ---- turn one: approved ----
-    let one = start_turn(&cp, &home, &bin, &model, "one", "waymark turn one: make the file");
+    let one = start_turn(
+        &cp,
+        &home,
+        &bin,
+        &model,
+        "one",
+        "waymark turn one: make the file",
+    );
     let (task_one, d) = new_approval(&cp, &[], || home.stderr("one")).await;
     let inbox_at = started.elapsed();
     let ids: Vec<&str> = d.options.iter().map(|o| o.id.as_str()).collect();
@@ -317,7 +332,14 @@ async fn real_gemini_cli_approvals_reach_the_inbox_and_a_rejected_call_is_closed
     );
 
     // ---- turn two: rejected ----
-    let two = start_turn(&cp, &home, &bin, &model, "two", "waymark turn two: make the other file");
+    let two = start_turn(
+        &cp,
+        &home,
+        &bin,
+        &model,
+        "two",
+        "waymark turn two: make the other file",
+    );
     let (task_two, d2) =
         new_approval(&cp, std::slice::from_ref(&task_one), || home.stderr("two")).await;
     answer(&phone, &cp, &task_two, &d2, Operation::Deny).await;
@@ -329,9 +351,7 @@ async fn real_gemini_cli_approvals_reach_the_inbox_and_a_rejected_call_is_closed
         .effects
         .iter()
         .find(|e| e.intent["approval"] == d2.id.as_str())
-        .unwrap_or_else(|| {
-            panic!("the rejected call leaves an effect\n{}", dump(&detail))
-        });
+        .unwrap_or_else(|| panic!("the rejected call leaves an effect\n{}", dump(&detail)));
     assert_eq!(
         effect.status,
         EffectStatus::Failed,

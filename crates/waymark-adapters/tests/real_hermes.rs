@@ -118,8 +118,8 @@ impl Home {
     }
 
     fn stderr(&self, name: &str) -> String {
-        let text =
-            std::fs::read_to_string(self.path(&format!("frames/{name}.stderr"))).unwrap_or_default();
+        let text = std::fs::read_to_string(self.path(&format!("frames/{name}.stderr")))
+            .unwrap_or_default();
         let lines: Vec<&str> = text.lines().collect();
         lines[lines.len().saturating_sub(40)..].join("\n")
     }
@@ -148,10 +148,7 @@ impl Drop for Home {
             let Ok(env) = std::fs::read(entry.path().join("environ")) else {
                 continue;
             };
-            if env
-                .split(|b| *b == 0)
-                .any(|kv| kv == needle.as_bytes())
-            {
+            if env.split(|b| *b == 0).any(|kv| kv == needle.as_bytes()) {
                 let _ = std::process::Command::new("kill")
                     .args(["-KILL", &pid.to_string()])
                     .status();
@@ -228,7 +225,11 @@ fn start_turn(
             approval_expires_in: None,
         }),
     };
-    tokio::spawn(hermes::run(args, cp.client.clone(), CancellationToken::new()))
+    tokio::spawn(hermes::run(
+        args,
+        cp.client.clone(),
+        CancellationToken::new(),
+    ))
 }
 
 /// The pending approval of a Hermes task for the command that names `file`: (task, decision).
@@ -240,20 +241,14 @@ async fn new_approval(
     let needle = file.display().to_string();
     within(TURN, "a Hermes approval in the inbox", context, || async {
         for (task, _) in hermes_tasks(cp).await {
-            if let Some(d) = cp
-                .detail(&task)
-                .await
-                .decisions
-                .into_iter()
-                .find(|d| {
-                    d.status == DecisionStatus::Pending
-                        && d.intent.as_ref().is_some_and(|i| {
-                            i["toolCall"]["rawInput"]["command"]
-                                .as_str()
-                                .is_some_and(|c| c.contains(&needle))
-                        })
-                })
-            {
+            if let Some(d) = cp.detail(&task).await.decisions.into_iter().find(|d| {
+                d.status == DecisionStatus::Pending
+                    && d.intent.as_ref().is_some_and(|i| {
+                        i["toolCall"]["rawInput"]["command"]
+                            .as_str()
+                            .is_some_and(|c| c.contains(&needle))
+                    })
+            }) {
                 return Some((task, d));
             }
         }
@@ -277,7 +272,10 @@ async fn ended(
         Ok(Ok(Ok(()))) => {}
         Ok(Ok(Err(e))) => panic!("the adapter failed: {e}\n{}", home.stderr(name)),
         Ok(Err(e)) => panic!("the adapter panicked: {e}"),
-        Err(_) => panic!("the turn did not end within {TURN:?}\n{}", home.stderr(name)),
+        Err(_) => panic!(
+            "the turn did not end within {TURN:?}\n{}",
+            home.stderr(name)
+        ),
     }
 }
 
@@ -334,7 +332,13 @@ async fn real_hermes_approvals_reach_the_inbox_with_its_deadline_and_the_mirror_
     let home = Home::new(&model);
 
     // ---- turn three, left unanswered: Hermes' own 60 s run beside the other two ----
-    let three = start_turn(&cp, &home, &bin, "three", "waymark turn three: nobody answers");
+    let three = start_turn(
+        &cp,
+        &home,
+        &bin,
+        "three",
+        "waymark turn three: nobody answers",
+    );
 
     // ---- turn one: approved ----
     let one = start_turn(&cp, &home, &bin, "one", "waymark turn one: make the file");
@@ -358,7 +362,11 @@ async fn real_hermes_approvals_reach_the_inbox_with_its_deadline_and_the_mirror_
     home.record("one");
     assert!(approved_file.exists(), "the approved command ran");
     let detail = cp.detail(&task_one).await;
-    let session_one = detail.task.external_key.clone().expect("the session id is the key");
+    let session_one = detail
+        .task
+        .external_key
+        .clone()
+        .expect("the session id is the key");
     let effect = detail
         .effects
         .iter()
@@ -366,7 +374,10 @@ async fn real_hermes_approvals_reach_the_inbox_with_its_deadline_and_the_mirror_
         .unwrap_or_else(|| panic!("the tool call names its approval\n{}", dump(&detail)));
     assert_eq!(effect.status, EffectStatus::Confirmed, "{}", dump(&detail));
     let receipt = effect.receipt.as_ref().expect("a receipt").to_string();
-    assert!(receipt.contains("exit_code"), "the receipt is Hermes' result: {receipt}");
+    assert!(
+        receipt.contains("exit_code"),
+        "the receipt is Hermes' result: {receipt}"
+    );
     assert!(
         detail.task.usage.tokens > 0,
         "the turn's usage is recorded: {:?}",
@@ -381,13 +392,22 @@ async fn real_hermes_approvals_reach_the_inbox_with_its_deadline_and_the_mirror_
         dump(&detail)
     );
     assert!(
-        detail.decisions.iter().all(|x| x.status != DecisionStatus::Pending),
+        detail
+            .decisions
+            .iter()
+            .all(|x| x.status != DecisionStatus::Pending),
         "{}",
         dump(&detail)
     );
 
     // ---- turn two: denied ----
-    let two = start_turn(&cp, &home, &bin, "two", "waymark turn two: make the other file");
+    let two = start_turn(
+        &cp,
+        &home,
+        &bin,
+        "two",
+        "waymark turn two: make the other file",
+    );
     let (task_two, d2) = new_approval(&cp, &denied_file, || home.stderr("two")).await;
     answer(&phone, &cp, &task_two, &d2, Operation::Deny).await;
     ended(two, &home, "two").await;
@@ -410,7 +430,10 @@ async fn real_hermes_approvals_reach_the_inbox_with_its_deadline_and_the_mirror_
     let (task_three, d3) = new_approval(&cp, &unanswered_file, || home.stderr("three")).await;
     ended(three, &home, "three").await;
     home.record("three");
-    assert!(!unanswered_file.exists(), "Hermes denied the unanswered command");
+    assert!(
+        !unanswered_file.exists(),
+        "Hermes denied the unanswered command"
+    );
     let detail = cp.detail(&task_three).await;
     let d3 = detail.decisions.iter().find(|x| x.id == d3.id).unwrap();
     assert_eq!(d3.status, DecisionStatus::Expired, "{}", dump(&detail));
@@ -448,8 +471,15 @@ async fn real_hermes_approvals_reach_the_inbox_with_its_deadline_and_the_mirror_
         .expect("the mirror pass ends")
         .expect("the mirror mirrors the ACP sessions, refusing none");
     let tasks = hermes_tasks(&cp).await;
-    assert_eq!(tasks.len(), 3, "one task per session, never a second: {tasks:?}");
-    assert_eq!(cp.tasks_of("hermes", &session_one).await, vec![task_one.clone()]);
+    assert_eq!(
+        tasks.len(),
+        3,
+        "one task per session, never a second: {tasks:?}"
+    );
+    assert_eq!(
+        cp.tasks_of("hermes", &session_one).await,
+        vec![task_one.clone()]
+    );
     let after = cp.detail(&task_one).await;
     eprintln!("after the mirror: {}", dump(&after));
     assert!(
@@ -469,7 +499,12 @@ async fn real_hermes_approvals_reach_the_inbox_with_its_deadline_and_the_mirror_
         "the prompt is not recorded twice\n{}",
         dump(&after)
     );
-    assert_eq!(count(&after, "assistant", "Created the file."), 1, "{}", dump(&after));
+    assert_eq!(
+        count(&after, "assistant", "Created the file."),
+        1,
+        "{}",
+        dump(&after)
+    );
     assert_eq!(
         after.effects.len(),
         before.effects.len(),
@@ -477,7 +512,10 @@ async fn real_hermes_approvals_reach_the_inbox_with_its_deadline_and_the_mirror_
         dump(&after)
     );
     assert!(
-        after.attempts.iter().any(|a| a.worker == "waymark-hermes-mirror"),
+        after
+            .attempts
+            .iter()
+            .any(|a| a.worker == "waymark-hermes-mirror"),
         "the mirror ran as an attempt of the same task"
     );
     assert_ne!(after.task.state, TaskState::Failed);

@@ -139,7 +139,13 @@ async fn serve(
                 r => r,
             };
             if request["stream"].as_bool().unwrap_or(false) {
-                respond(&mut stream, "200 OK", "text/event-stream", &sse(&reply, tool)).await
+                respond(
+                    &mut stream,
+                    "200 OK",
+                    "text/event-stream",
+                    &sse(&reply, tool),
+                )
+                .await
             } else {
                 respond(
                     &mut stream,
@@ -158,7 +164,13 @@ async fn serve(
                 let body = format!("data: {reply}\r\n\r\n");
                 respond(&mut stream, "200 OK", "text/event-stream", &body).await
             } else {
-                respond(&mut stream, "200 OK", "application/json", &reply.to_string()).await
+                respond(
+                    &mut stream,
+                    "200 OK",
+                    "application/json",
+                    &reply.to_string(),
+                )
+                .await
             }
         }
         _ => {
