@@ -6,6 +6,14 @@
 //! ACP holds a permission request only while the connection lives, and says nothing when it has
 //! taken an answer: the answer counts once the agent next speaks of that tool call (or the turn
 //! ends), and an agent that exits first leaves its open approvals expired, never approved.
+//!
+//! What must hold for every tool call a permission request asked about: it is linked to that
+//! request (agents differ in whether the request carries the call's own id: Hermes asks under
+//! `perm-check-N` about the `tc-…` it announced just before, Gemini CLI under the id it uses
+//! later), and unless the answer allowed it, its effect is closed as not run (`failed`) —
+//! never left `intended`, nor `confirmed` by an agent that "completes" a refused call. An agent
+//! that ends a call whose approval is still open has stopped waiting (Hermes' fixed 60 s): the
+//! approval closes expired then, never to show open after the agent decided.
 
 mod agent;
 mod options;
@@ -740,7 +748,7 @@ impl Session {
         if let (Some(end), Some(tx)) = (end, &tool.end) {
             // The first end counts: a call closed as not run stays so, whatever the agent
             // reports of it afterwards (Hermes "completes" a denied call with its refusal).
-            tx.send_if_modified(|e| e.is_none().then(|| *e = Some(end)).is_some());
+            end_once(tx, end);
         }
     }
 
@@ -849,7 +857,7 @@ impl Session {
         self.start_effect(id);
         if let Some(tx) = self.tools.get(id).and_then(|t| t.end.as_ref()) {
             let end = ToolEnd::Failed(format!("not run: {reason}"));
-            tx.send_if_modified(|e| e.is_none().then(|| *e = Some(end)).is_some());
+            end_once(tx, end);
         }
     }
 
@@ -1248,6 +1256,17 @@ fn tokens_of(answer: &Value) -> Option<u64> {
 
 fn cancelled() -> Value {
     json!({"outcome": {"outcome": "cancelled"}})
+}
+
+/// Records how a tool call ended unless an end is already recorded: the first end counts.
+fn end_once(tx: &watch::Sender<Option<ToolEnd>>, end: ToolEnd) {
+    tx.send_if_modified(|e| {
+        if e.is_some() {
+            return false;
+        }
+        *e = Some(end);
+        true
+    });
 }
 
 /// Waits for the agent to say how a tool call ended.
