@@ -123,7 +123,13 @@ async function describe(payload) {
     const d = pending[pending.length - 1];
     if (payload.type === "decision.requested" && d) {
       const deadline = new Date(d.expires_at).toLocaleTimeString([], { hour: "2-digit", minute: "2-digit" });
-      const then = d.default_option ? `${d.default_option} at ${deadline} if nobody answers` : `expires at ${deadline}`;
+      // A hook that times out fails open: the runtime decides then, not our default.
+      const then =
+        d.durability === "fail_open_hook"
+          ? `the runtime decides on its own at ${deadline} if nobody answers`
+          : d.default_option
+            ? `${d.default_option} at ${deadline} if nobody answers`
+            : `expires at ${deadline}`;
       const lines = [detail.task.title, intentLine(d.intent), diffLine(detail.artifacts), receiptLine(detail.test_receipts), `Plan revision ${d.plan_revision} · ${then}`].filter(Boolean);
       // Only an approval the policy does not mark risky is answered from the notification;
       // a risky one opens its full card.

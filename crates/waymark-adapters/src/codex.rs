@@ -34,6 +34,13 @@ pub const CONNECTION_CLOSED: &str =
 /// Why pending approvals expire when the adapter stops.
 const ADAPTER_STOPPED: &str = "the Waymark Codex adapter stopped; Codex will ask again";
 
+/// Why a pending approval expires when a pause interrupts its turn.
+const PAUSED: &str = "paused in Waymark: the Codex turn was interrupted before an answer; \
+     after resume, Codex asks again if it still wants to";
+
+/// The prompt of the turn that continues a thread paused in the middle of a turn.
+pub const RESUME_PROMPT: &str = "Continue from where you left off.";
+
 /// How long teardown waits for approvals and effects to settle.
 const SETTLE: Duration = Duration::from_secs(10);
 
@@ -103,6 +110,14 @@ pub enum CodexError {
         /// What is wrong with it.
         reason: String,
     },
+    /// `--cwd` names no usable directory.
+    #[error("the working directory `{path}` cannot be used: {reason} — check `--cwd`")]
+    Cwd {
+        /// What was given.
+        path: String,
+        /// What is wrong with it.
+        reason: String,
+    },
     /// The app-server could not be started.
     #[error(
         "cannot start the Codex app-server with `{cmd}`: {reason} — is `codex` installed and on PATH? (or pass `--app-server-cmd`)"
@@ -147,6 +162,25 @@ pub async fn run(
 ) -> Result<(), CodexError> {
     if args.prompt.is_none() && args.threads.is_empty() {
         return Err(CodexError::NothingToDo);
+    }
+    // A missing directory makes the spawn fail with the same "not found" as a missing `codex`:
+    // say which it is.
+    if let Some(dir) = &args.cwd {
+        match std::fs::metadata(dir) {
+            Ok(m) if m.is_dir() => {}
+            Ok(_) => {
+                return Err(CodexError::Cwd {
+                    path: dir.display().to_string(),
+                    reason: "it is not a directory".into(),
+                });
+            }
+            Err(e) => {
+                return Err(CodexError::Cwd {
+                    path: dir.display().to_string(),
+                    reason: e.to_string(),
+                });
+            }
+        }
     }
     let (events, events_rx) = mpsc::channel(EVENTS_QUEUED);
     let mut adapter = Adapter {
@@ -200,6 +234,10 @@ struct Thread {
     effects: HashMap<String, Vec<JoinHandle<Option<EffectRef>>>>,
     last_message: Option<String>,
     stopping: bool,
+    /// Paused in Waymark (the control state as last seen).
+    paused: bool,
+    /// The turn a pause interrupted: resume starts a new turn to continue the thread.
+    held: Option<String>,
     watcher: JoinHandle<()>,
 }
 
@@ -378,6 +416,8 @@ impl Adapter {
                 effects: HashMap::new(),
                 last_message: None,
                 stopping: false,
+                paused: false,
+                held: None,
                 watcher,
             },
         );
@@ -476,6 +516,14 @@ impl Adapter {
                 let Some(t) = self.threads.get_mut(&thread) else {
                     return;
                 };
+                match (state.paused, t.paused) {
+                    (true, false) => self.pause(conn, &thread).await,
+                    (false, true) => self.resume(conn, &thread),
+                    _ => {}
+                }
+                let Some(t) = self.threads.get_mut(&thread) else {
+                    return;
+                };
                 if state.plan_revision <= t.seen_revision {
                     return;
                 }
@@ -549,6 +597,84 @@ impl Adapter {
         });
     }
 
+    /// Paused: interrupt the active turn (`turn/interrupt`) and hold. An approval pending in
+    /// that turn expires (Codex drops it with the turn); the attempt stays open.
+    async fn pause(&mut self, conn: &mut Conn, thread: &str) {
+        let Some(t) = self.threads.get_mut(thread) else {
+            return;
+        };
+        t.paused = true;
+        let Some(turn) = t.active_turn.clone() else {
+            let note = "paused in Waymark; no Codex turn was running, so nothing was interrupted";
+            tracing::info!(thread, "{note}");
+            say(&t.run, "system", note.into()).await;
+            return;
+        };
+        t.held = Some(turn.clone());
+        let run = t.run.clone();
+        let prefix = format!("{thread}:{turn}:");
+        for h in conn
+            .approvals
+            .values()
+            .filter(|h| h.item_key.starts_with(&prefix))
+        {
+            h.withdrawn.close(PAUSED);
+        }
+        let res = tokio::time::timeout(
+            Duration::from_secs(10),
+            conn.peer.request(
+                "turn/interrupt",
+                json!({"threadId": thread, "turnId": turn}),
+            ),
+        )
+        .await;
+        let note = match res {
+            Ok(Ok(_)) => format!(
+                "paused in Waymark: Codex turn `{turn}` was interrupted; resume continues the thread with a new turn"
+            ),
+            Ok(Err(e)) => {
+                format!("paused in Waymark, but Codex refused to interrupt turn `{turn}`: {e}")
+            }
+            Err(_) => format!(
+                "paused in Waymark, but Codex did not answer the interrupt of turn `{turn}`"
+            ),
+        };
+        tracing::info!(thread, turn, "{note}");
+        say(&run, "system", note).await;
+    }
+
+    /// Resumed: when a pause interrupted a turn, a new turn ([`RESUME_PROMPT`]) continues the
+    /// thread; else nothing was stopped and nothing is started.
+    fn resume(&mut self, conn: &mut Conn, thread: &str) {
+        let Some(t) = self.threads.get_mut(thread) else {
+            return;
+        };
+        t.paused = false;
+        let Some(held) = t.held.take() else {
+            return;
+        };
+        let peer = conn.peer.clone();
+        let run = t.run.clone();
+        let thread = thread.to_owned();
+        conn.tasks.spawn(async move {
+            let res = peer
+                .request(
+                    "turn/start",
+                    json!({"threadId": thread, "input": text_input(RESUME_PROMPT)}),
+                )
+                .await;
+            let note = match res {
+                Ok(r) => format!(
+                    "resumed in Waymark: Codex continues the thread in turn `{}` (turn `{held}` was interrupted by the pause)",
+                    str_of(&r, &["turn", "id"]).unwrap_or("?")
+                ),
+                Err(e) => format!("resumed in Waymark, but Codex did not start a turn to continue the thread: {e}"),
+            };
+            tracing::info!(thread, "{note}");
+            say(&run, "system", note).await;
+        });
+    }
+
     /// Cancelled (or revoked): interrupt the active turn and finish the attempt as cancelled.
     async fn stop_thread(&mut self, conn: &mut Conn, thread: &str) {
         let Some(t) = self.threads.get_mut(thread) else {
@@ -608,6 +734,7 @@ impl Adapter {
                 let item_key = format!("{thread}:{turn}:{item}");
                 let resolved = CancellationToken::new();
                 let item_done = CancellationToken::new();
+                let withdrawn = Closed::default();
                 let job = approval::Job {
                     run: t.run.clone(),
                     peer: conn.peer.clone(),
@@ -618,6 +745,7 @@ impl Adapter {
                     closed: conn.closed.clone(),
                     resolved: resolved.clone(),
                     item_done: item_done.clone(),
+                    withdrawn: withdrawn.clone(),
                 };
                 conn.approvals.insert(
                     id.to_string(),
@@ -625,6 +753,7 @@ impl Adapter {
                         item_key,
                         resolved,
                         item_done,
+                        withdrawn,
                     },
                 );
                 conn.tasks.spawn(approval::carry(job));
@@ -888,6 +1017,8 @@ impl Adapter {
         if t.active_turn.as_deref() == Some(turn.as_str()) {
             t.active_turn = None;
         }
+        // Interrupted by a pause: the thread is held, not over.
+        let held = status == "interrupted" && t.held.as_deref() == Some(turn.as_str());
         let run = t.run.clone();
         let handles = t.effects.remove(&turn).unwrap_or_default();
         let diff = t.diffs.remove(&turn).filter(|d| !d.trim().is_empty());
@@ -915,6 +1046,9 @@ impl Adapter {
         }
         let summary = match (status.as_str(), &error) {
             ("completed", _) => format!("Codex completed turn {turn}"),
+            ("interrupted", _) if held => {
+                format!("turn {turn} was interrupted by a pause; resume continues the thread")
+            }
             ("interrupted", _) => format!("turn {turn} was interrupted"),
             (s, Some(e)) => format!("turn {turn} {s}: {e}"),
             (s, None) => format!("turn {turn} ended {s}"),
@@ -939,7 +1073,7 @@ impl Adapter {
         if let Err(e) = run.checkpoint(body).await {
             tracing::warn!(thread, turn, error = %e, "cannot write the turn's checkpoint");
         }
-        if self.prompted.as_deref() == Some(thread) {
+        if self.prompted.as_deref() == Some(thread) && !held {
             let finish = match status.as_str() {
                 "completed" => (
                     FinishOutcome::Completed,

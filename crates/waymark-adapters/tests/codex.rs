@@ -314,9 +314,14 @@ async fn codex_denial_from_a_phone_reaches_codex_as_decline() {
     let pending = w
         .approval(&task, |d| d.status == DecisionStatus::Pending)
         .await;
-    // Codex offered only accept and decline.
+    // As Codex 0.169 lists them: no `decline`, yet both denials are offered, and the rule.
     let offered: Vec<&str> = pending.options.iter().map(|o| o.id.as_str()).collect();
-    assert_eq!(offered, ["approve", "deny"]);
+    assert_eq!(offered, ["approve", "approve_rule", "deny", "deny_cancel"]);
+    let labels: Vec<&str> = pending.options.iter().map(|o| o.label.as_str()).collect();
+    assert_eq!(
+        labels[2..],
+        ["Deny, let the turn go on", "Deny and stop the turn"]
+    );
 
     w.answer(&pending, Operation::Deny, None).await;
     let answer = fake
@@ -352,6 +357,83 @@ async fn codex_denial_from_a_phone_reaches_codex_as_decline() {
             .starts_with("declined"),
         "{:?}",
         effect.receipt
+    );
+}
+
+/// Pause interrupts the running turn and holds (the pending approval expires and is never
+/// answered in Codex; the `--prompt` run does not end); resume starts a new turn in the thread.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn codex_pause_interrupts_the_turn_and_holds_and_resume_continues_the_thread() {
+    let w = &World::start().await;
+    let fake = w.fake("pause");
+    let adapter = w.start_adapter(CodexArgs {
+        prompt: Some("make the file".into()),
+        ..w.args(&fake, &["pause"])
+    });
+    let task = w.task_of("thr_pause").await;
+    let pending = w
+        .approval(&task, |d| d.status == DecisionStatus::Pending)
+        .await;
+    w.command(&task, Operation::Pause, json!({})).await;
+    let interrupt = fake
+        .wait_for("turn/interrupt", |m| m["method"] == "turn/interrupt")
+        .await;
+    assert_eq!(
+        interrupt["message"]["params"],
+        json!({"threadId": "thr_pause", "turnId": "turn_p1"})
+    );
+    let expired = w
+        .approval(&task, |d| {
+            d.id == pending.id && d.status == DecisionStatus::Expired
+        })
+        .await;
+    assert!(
+        format!("{:?}", expired.outcome).contains("paused in Waymark"),
+        "{:?}",
+        expired.outcome
+    );
+    eventually("the interrupted turn's checkpoint", || async {
+        w.detail(&task)
+            .await
+            .checkpoints
+            .iter()
+            .any(|c| {
+                c.body
+                    .summary
+                    .as_deref()
+                    .is_some_and(|s| s.contains("interrupted by a pause"))
+            })
+            .then_some(())
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(!adapter.handle.is_finished(), "a paused run is held");
+    assert_eq!(
+        fake.calls("turn/start").len(),
+        1,
+        "nothing started while paused"
+    );
+
+    w.command(&task, Operation::Resume, json!({})).await;
+    adapter.ended().await.unwrap();
+    let starts = fake.calls("turn/start");
+    assert_eq!(starts.len(), 2);
+    assert_eq!(
+        starts[1]["message"]["params"],
+        json!({"threadId": "thr_pause", "input": [{"type": "text", "text": codex::RESUME_PROMPT}]})
+    );
+    assert!(
+        fake.received()
+            .iter()
+            .all(|e| !is_answer_to(0)(&e["message"])),
+        "the dropped request is never answered"
+    );
+    let d = w.detail(&task).await;
+    assert_eq!(d.task.state, TaskState::Completed);
+    assert!(
+        d.messages
+            .iter()
+            .any(|m| m.text == "Continued after the pause.")
     );
 }
 
@@ -684,4 +766,28 @@ mod fake_bounds {
             "{err}"
         );
     }
+}
+
+#[tokio::test]
+async fn a_missing_working_directory_is_named_not_blamed_on_codex() {
+    let w = &World::start().await;
+    let fake = w.fake("cwd");
+    let missing = w.cp.dir.path().join("no-such-dir");
+    let err = codex::run(
+        CodexArgs {
+            prompt: Some("fix it".into()),
+            cwd: Some(missing.clone()),
+            ..w.args(&fake, &["approve"])
+        },
+        w.cp.client.clone(),
+        CancellationToken::new(),
+    )
+    .await
+    .expect_err("a missing directory is refused")
+    .to_string();
+    assert!(
+        err.contains(&missing.display().to_string()) && err.contains("--cwd"),
+        "{err}"
+    );
+    assert!(!err.contains("installed and on PATH"), "{err}");
 }

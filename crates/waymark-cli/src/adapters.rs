@@ -55,7 +55,7 @@ enum Runtime {
 #[derive(Debug, Args)]
 struct Conn {
     /// The control plane's URL.
-    #[arg(long, env = "WAYMARK_SERVER", default_value = "http://127.0.0.1:8787")]
+    #[arg(long, env = "WAYMARK_SERVER", default_value = crate::DEFAULT_SERVER)]
     server: String,
     /// Trust only the server certificate with this fingerprint (`sha256:…`, the `TLS:` line
     /// `waymark serve` prints), e.g. a self-signed one.
@@ -133,7 +133,7 @@ enum Scope {
 #[derive(Debug, Args)]
 struct InstallArgs {
     /// The control plane's URL, as Claude Code reaches it.
-    #[arg(long, env = "WAYMARK_SERVER", default_value = "http://127.0.0.1:8787")]
+    #[arg(long, env = "WAYMARK_SERVER", default_value = crate::DEFAULT_SERVER)]
     server: String,
     /// The environment variable that holds the worker token when Claude Code runs (the token
     /// itself is never written into the settings file).
@@ -157,7 +157,8 @@ struct InstallArgs {
     /// prompt (seconds).
     #[arg(long, default_value_t = 600)]
     timeout: u64,
-    /// Use a `command` hook (`waymark adapters claude-code hook`) instead of `http` hooks.
+    /// Use `command` hooks (`waymark adapters claude-code hook`) instead of `http` hooks for
+    /// every event (`SessionStart` always gets one: Claude Code has no `http` hooks for it).
     #[arg(long)]
     command: bool,
 }
@@ -175,7 +176,7 @@ struct UninstallArgs {
 #[derive(Debug, Args)]
 struct HookArgs {
     /// The control plane's URL.
-    #[arg(long, env = "WAYMARK_SERVER", default_value = "http://127.0.0.1:8787")]
+    #[arg(long, env = "WAYMARK_SERVER", default_value = crate::DEFAULT_SERVER)]
     server: String,
     /// The worker token.
     #[arg(long, env = "WAYMARK_TOKEN", hide_env_values = true)]
@@ -355,6 +356,26 @@ fn query(a: &InstallArgs) -> String {
     q.join("&")
 }
 
+/// A shell word: Claude Code runs command hooks through a shell.
+fn shell_quote(s: &str) -> String {
+    format!("'{}'", s.replace('\'', r"'\''"))
+}
+
+/// The command hook's command line: the server it was installed for, and the token from the
+/// variable `install` was told of (the token never appears in the settings file).
+fn hook_command(server: &str, token_env: &str, query: &str) -> String {
+    let token = if token_env == "WAYMARK_TOKEN" {
+        String::new()
+    } else {
+        format!("WAYMARK_TOKEN=\"${token_env}\" ")
+    };
+    format!(
+        "{token}waymark adapters claude-code hook --server {} --query {}",
+        shell_quote(server),
+        shell_quote(query)
+    )
+}
+
 fn install(a: InstallArgs, json: bool) -> CliResult {
     // The server compiles the gate with the same crate, anchored.
     if let Some(g) = &a.gate
@@ -372,6 +393,21 @@ fn install(a: InstallArgs, json: bool) -> CliResult {
             Exit::Usage,
             "bad_server",
             format!("--server `{server}` must start with http:// or https://"),
+        ));
+    }
+    let plain_name = !a.token_env.is_empty()
+        && !a.token_env.starts_with(|c: char| c.is_ascii_digit())
+        && a.token_env
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_');
+    if !plain_name {
+        return Err(Failure::new(
+            Exit::Usage,
+            "bad_token_env",
+            format!(
+                "--token-env `{}` must be an environment variable's name (letters, digits, `_`)",
+                a.token_env
+            ),
         ));
     }
     let path = settings_path(a.scope, a.settings.clone())?;
@@ -395,10 +431,12 @@ fn install(a: InstallArgs, json: bool) -> CliResult {
         // Blocking events wait for a person; the rest only report and must stay quick.
         let blocking = matches!(*event, "PermissionRequest" | "PreToolUse");
         let timeout = if blocking { a.timeout } else { 10 };
-        let handler = if a.command {
+        // Claude Code 2.1.328 runs no `http` hook for `SessionStart` ("HTTP hooks are not
+        // supported for SessionStart"): only a command hook sees the session begin.
+        let handler = if a.command || *event == "SessionStart" {
             json!({
                 "type": "command",
-                "command": format!("waymark adapters claude-code hook --query '{q}'"),
+                "command": hook_command(&server, &a.token_env, &q),
                 "timeout": timeout,
             })
         } else {
@@ -576,6 +614,13 @@ mod tests {
         assert_eq!(ours["timeout"], 300);
         assert_eq!(s["hooks"]["Stop"][0]["hooks"][0]["timeout"], 10);
         assert_eq!(s["hooks"].as_object().unwrap().len(), EVENTS.len());
+        // No `http` hook runs for SessionStart: a command hook, to the same server.
+        let start = &s["hooks"]["SessionStart"][0]["hooks"][0];
+        assert_eq!(start["type"], "command", "{start}");
+        assert_eq!(
+            start["command"],
+            "waymark adapters claude-code hook --server 'http://127.0.0.1:9000' --query 'timeout=300&gate=Bash'"
+        );
 
         uninstall(
             UninstallArgs {
@@ -599,7 +644,7 @@ mod tests {
         std::fs::write(&path, "{ not json").unwrap();
         let err = install(
             InstallArgs {
-                server: "http://127.0.0.1:8787".into(),
+                server: crate::DEFAULT_SERVER.into(),
                 token_env: "WAYMARK_TOKEN".into(),
                 scope: Scope::Local,
                 settings: Some(path.clone()),
@@ -613,5 +658,92 @@ mod tests {
         .unwrap_err();
         assert_eq!(err.code, "bad_settings");
         assert_eq!(std::fs::read_to_string(&path).unwrap(), "{ not json");
+    }
+
+    #[test]
+    fn command_hooks_go_to_the_server_they_were_installed_for() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("settings.json");
+        install(
+            InstallArgs {
+                server: "https://waymark.example:9443".into(),
+                token_env: "CLAUDE_WAYMARK_TOKEN".into(),
+                scope: Scope::Local,
+                settings: Some(path.clone()),
+                gate: None,
+                defer: true,
+                timeout: 60,
+                command: true,
+            },
+            true,
+        )
+        .unwrap();
+        let s: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        for event in EVENTS {
+            let h = &s["hooks"][event][0]["hooks"][0];
+            assert_eq!(h["type"], "command", "{event}: {h}");
+            assert_eq!(
+                h["command"],
+                "WAYMARK_TOKEN=\"$CLAUDE_WAYMARK_TOKEN\" waymark adapters claude-code hook --server 'https://waymark.example:9443' --query 'timeout=60&defer=true'",
+                "{event}"
+            );
+        }
+        // A name that is not a variable would be run by the shell: refused.
+        let err = install(
+            InstallArgs {
+                server: "http://127.0.0.1:7700".into(),
+                token_env: "X; rm -rf ~".into(),
+                scope: Scope::Local,
+                settings: Some(path.clone()),
+                gate: None,
+                defer: false,
+                timeout: 60,
+                command: true,
+            },
+            true,
+        )
+        .unwrap_err();
+        assert_eq!(err.code, "bad_token_env");
+    }
+
+    #[test]
+    fn every_command_looks_for_the_server_where_serve_listens() {
+        use clap::Parser;
+        #[derive(Parser)]
+        struct Install {
+            #[command(flatten)]
+            a: InstallArgs,
+        }
+        #[derive(Parser)]
+        struct Hook {
+            #[command(flatten)]
+            a: HookArgs,
+        }
+        #[derive(Parser)]
+        struct Adapter {
+            #[command(flatten)]
+            c: Conn,
+        }
+        let want = format!("http://{}", crate::DEFAULT_LISTEN);
+        assert!(
+            std::env::var_os("WAYMARK_SERVER").is_none(),
+            "unset WAYMARK_SERVER to run this test: it would win over the defaults under test"
+        );
+        assert_eq!(Install::try_parse_from(["t"]).unwrap().a.server, want);
+        assert_eq!(
+            Hook::try_parse_from(["t", "--token", "x"])
+                .unwrap()
+                .a
+                .server,
+            want
+        );
+        assert_eq!(
+            Adapter::try_parse_from(["t", "--token", "x"])
+                .unwrap()
+                .c
+                .server,
+            want
+        );
+        assert_eq!(crate::DEFAULT_SERVER, want);
     }
 }

@@ -139,7 +139,7 @@ pub(crate) async fn run(args: AdminArgs, json: bool) -> CliResult {
                     .map_err(admin_failure)?;
             let server = server
                 .or_else(|| dir.recorded_url())
-                .unwrap_or_else(|| "http://127.0.0.1:7700".into());
+                .unwrap_or_else(|| crate::DEFAULT_SERVER.into());
             let fingerprint = match tls_cert {
                 _ if no_pin => None,
                 Some(path) => Some(

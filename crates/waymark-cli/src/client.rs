@@ -5,7 +5,7 @@
 use clap::{Args, Subcommand, ValueEnum};
 use serde_json::json;
 use waymark_companion::{Companion, Error, OutboxEntry, Seen, StageStatus};
-use waymark_proto::Operation;
+use waymark_proto::{ApprovalDurability, Operation};
 
 use crate::output::{CliResult, Exit, Failure, emit};
 
@@ -422,10 +422,18 @@ pub(crate) async fn run(cmd: ClientCommand, json: bool) -> CliResult {
                                 }
                             ));
                         }
+                        // A hook that times out fails open: the runtime decides, not our default.
+                        let then = match d.durability {
+                            Some(ApprovalDurability::FailOpenHook) => {
+                                "the runtime decides on its own (its hook gives up)".to_owned()
+                            }
+                            _ => {
+                                format!("default {}", d.default_option.as_deref().unwrap_or("none"))
+                            }
+                        };
                         out.push_str(&format!(
-                            "  expires {} → default {}\n",
+                            "  expires {} → {then}\n",
                             d.expires_at.format("%Y-%m-%d %H:%M UTC"),
-                            d.default_option.as_deref().unwrap_or("none")
                         ));
                         for r in &i.receipts {
                             out.push_str(&format!(

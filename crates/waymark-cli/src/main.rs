@@ -45,6 +45,12 @@ enum Command {
     Chaos(chaos::ChaosArgs),
 }
 
+/// Where `waymark serve` listens unless told otherwise.
+pub(crate) const DEFAULT_LISTEN: &str = "127.0.0.1:7700";
+/// Where every command that talks to a control plane looks for it unless told otherwise: the
+/// address `serve` listens on by default (one port for every command).
+pub(crate) const DEFAULT_SERVER: &str = "http://127.0.0.1:7700";
+
 /// Where the control plane keeps its data: `--data-dir`, else `$WAYMARK_DATA_DIR`, else the
 /// XDG data dir (`~/.local/share/waymark`).
 pub(crate) fn default_data_dir() -> PathBuf {

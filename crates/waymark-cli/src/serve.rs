@@ -14,7 +14,7 @@ pub(crate) struct ServeArgs {
     #[arg(long, env = "WAYMARK_DATA_DIR")]
     data_dir: Option<PathBuf>,
     /// Address to listen on.
-    #[arg(long, default_value = "127.0.0.1:7700", env = "WAYMARK_LISTEN")]
+    #[arg(long, default_value = crate::DEFAULT_LISTEN, env = "WAYMARK_LISTEN")]
     listen: SocketAddr,
     /// Database URL (`postgres://…` for replicas; SQLite in the data dir by default).
     #[arg(long, env = "WAYMARK_DATABASE_URL")]

@@ -8,6 +8,11 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
+/// The demo workers' lease: short, so a drill's take-over comes soon; long enough that a
+/// loaded machine's late heartbeat does not lose it (2 s did, on a machine running the whole
+/// suite beside other builds).
+const LEASE_SECONDS: &str = "4";
+const LEASE_MS: u64 = 4000;
 fn waymark() -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_waymark"));
     c.env_remove("WAYMARK_DATA_DIR")
@@ -97,7 +102,12 @@ impl Setup {
     fn demo(&self, extra: &[&str]) -> Command {
         let mut c = waymark();
         c.args(["demo", "--server", self.url(), "--token", &self.token])
-            .args(["--admin-token", &self.admin, "--lease-seconds", "2"])
+            .args([
+                "--admin-token",
+                &self.admin,
+                "--lease-seconds",
+                LEASE_SECONDS,
+            ])
             .args(["--deploy-url", self.deploy.1["listening"].as_str().unwrap()])
             .arg("--workdir")
             .arg(self.dir.path().join("work"))
@@ -578,7 +588,7 @@ fn the_drill_laptop_asleep_server_restarted_phone_says_report_only() {
     assert_eq!(res["status"], "applied", "{res}");
 
     // The next worker (the laptop wakes, or another machine) resumes the task.
-    std::thread::sleep(Duration::from_millis(2200));
+    std::thread::sleep(Duration::from_millis(LEASE_MS + 200));
     let out = s
         .demo(&[
             "--scenario",

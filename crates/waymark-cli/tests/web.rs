@@ -909,6 +909,79 @@ async fn a_phone_browser_pairs_by_link_approves_and_steers_offline() {
     );
     shot(&c, "denied").await;
 
+    // Two runs waiting at once: both selected and approved together — two signed commands,
+    // each bound to what its card showed — and both runs go on to finish.
+    let mut pair: Vec<Proc> = ["demo5", "demo6"]
+        .iter()
+        .map(|n| {
+            demo(
+                &url,
+                &token,
+                &tmp.path().join(n),
+                &out.join(format!("{n}.log")),
+            )
+        })
+        .collect();
+    click(&c, "[data-testid=nav-inbox]").await;
+    wait_until(&c, "two approvals waiting", 180, || async {
+        c.find_all(Locator::Css("[data-testid=approve]"))
+            .await
+            .map(|b| b.len())
+            .unwrap_or(0)
+            >= 2
+    })
+    .await;
+    let boxes = c
+        .find_all(Locator::XPath(&format!(
+            "{APPROVAL_CARD}//input[@data-testid='select']"
+        )))
+        .await
+        .expect("the approvals' select boxes");
+    assert_eq!(boxes.len(), 2, "each approval can be selected");
+    for b in &boxes {
+        b.click().await.expect("select an approval");
+    }
+    let bar = text(&c, "[data-testid=batch-bar]").await;
+    assert!(
+        bar.contains("2 selected"),
+        "the batch bar counts them: {bar}"
+    );
+    shot(&c, "batch-selected").await;
+    click(&c, "[data-testid=batch-approve]").await;
+    wait_until(&c, "two answers sent", 30, || async {
+        let sent = c
+            .find_all(Locator::Css("[data-testid=decision-result]"))
+            .await
+            .unwrap_or_default();
+        let mut n = 0;
+        for s in sent {
+            let t = s.text().await.unwrap_or_default();
+            if t.contains("approve") && (t.contains("delivered") || t.contains("acknowledged")) {
+                n += 1;
+            }
+        }
+        n >= 2
+    })
+    .await;
+    shot(&c, "batch-approved").await;
+    let until = Instant::now() + Duration::from_secs(120);
+    for p in &mut pair {
+        let status = loop {
+            if let Some(s) = p.0.try_wait().expect("demo status") {
+                break s;
+            }
+            assert!(
+                Instant::now() < until,
+                "a run approved together did not finish"
+            );
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        };
+        assert!(
+            status.success(),
+            "a run approved together ended cleanly: {status}"
+        );
+    }
+
     // Settings offer this device's notifications (Web Push; pushes carry no content).
     click(&c, "[data-testid=nav-settings]").await;
     let push = wait_css(&c, "[data-testid=push-settings]", 30)

@@ -137,9 +137,25 @@ pub(crate) async fn hook(
 
     let lock = session_lock(&caller.user_id, &input.session_id);
     let guard = lock.lock().await;
-    let s = ensure_session(&st, &caller, &input).await?;
-    settle_deliveries(&st, &caller, &s, &input).await?;
     let event = input.hook_event_name.as_str();
+    // A run's end never starts an attempt only to end it: `claude -p` fires `Stop` then
+    // `SessionEnd`, and a run is one attempt (a resumed run, a real restart, is the next one).
+    let ends = matches!(event, "Stop" | "StopFailure" | "SessionEnd");
+    let s = match ensure_session(&st, &caller, &input, !ends).await? {
+        Found::Live(s) => s,
+        Found::Ended { task_id } => {
+            if let Some(m) = input
+                .last_assistant_message
+                .clone()
+                .filter(|_| event == "Stop")
+            {
+                note(&st, &caller, &task_id, "assistant", m).await?;
+            }
+            return Ok(Out(json!({})));
+        }
+    };
+    settle_deliveries(&st, &caller, &s, &input).await?;
+    close_unrun_effects(&st, &caller, &s, &input).await?;
     let answer = match event {
         "SessionStart" => {
             let how = input.source.as_deref().unwrap_or("startup");
@@ -238,8 +254,23 @@ pub(crate) async fn hook(
     Ok(Out(answer))
 }
 
-/// Finds or creates the session's task, and its live attempt (renewing the lease).
-async fn ensure_session(st: &AppState, caller: &Caller, input: &HookInput) -> ApiResult<Session> {
+/// The session's task, with its live attempt or without one.
+enum Found {
+    Live(Session),
+    /// The task has no live attempt and the hook must not start one.
+    Ended {
+        task_id: String,
+    },
+}
+
+/// Finds or creates the session's task, and its live attempt (renewing the lease); starts an
+/// attempt when there is none and `start` allows it.
+async fn ensure_session(
+    st: &AppState,
+    caller: &Caller,
+    input: &HookInput,
+    start: bool,
+) -> ApiResult<Found> {
     let title = input
         .session_title
         .clone()
@@ -282,12 +313,15 @@ async fn ensure_session(st: &AppState, caller: &Caller, input: &HookInput) -> Ap
         )
         .await;
         if renewed.is_ok() {
-            return Ok(Session {
+            return Ok(Found::Live(Session {
                 task_id: task.id,
                 attempt_id: a.id,
                 fence: a.fence,
-            });
+            }));
         }
+    }
+    if !start {
+        return Ok(Found::Ended { task_id: task.id });
     }
     let attempt = leases::start_attempt(
         st,
@@ -301,11 +335,39 @@ async fn ensure_session(st: &AppState, caller: &Caller, input: &HookInput) -> Ap
         },
     )
     .await?;
-    Ok(Session {
+    Ok(Found::Live(Session {
         task_id: task.id,
         attempt_id: attempt.value.id,
         fence: attempt.value.fence,
-    })
+    }))
+}
+
+/// A message outside any attempt (the run's attempt already ended).
+async fn note(
+    st: &AppState,
+    caller: &Caller,
+    task_id: &str,
+    role: &str,
+    text: String,
+) -> ApiResult<()> {
+    if text.trim().is_empty() {
+        return Ok(());
+    }
+    evidence::append_messages(
+        st,
+        caller,
+        task_id.to_owned(),
+        AppendMessages {
+            attempt_id: None,
+            fence: None,
+            messages: vec![NewMessage {
+                role: role.into(),
+                text: truncate(&text, 60_000),
+            }],
+        },
+    )
+    .await
+    .map(drop)
 }
 
 async fn say(
@@ -487,19 +549,89 @@ async fn release(st: &AppState, caller: &Caller, s: &Session, summary: &str) -> 
     .map(drop)
 }
 
-/// The choices of a Claude Code permission prompt.
-fn choices(suggestions: bool) -> Vec<DecisionOption> {
+/// What one of Claude Code's permission suggestions changes, in words: a suggestion is not
+/// always a rule — Claude Code 2.1.328 offers `addDirectories` + `setMode: acceptEdits` for a
+/// `Bash` call, which switches the whole session to accepting file edits unasked.
+fn describe_suggestion(s: &Value) -> String {
+    let str_of = |k: &str| s[k].as_str().unwrap_or("?").to_owned();
+    let scope = match s["destination"].as_str() {
+        Some("session") | None => "for this session".to_owned(),
+        Some("localSettings") => "in this project's local settings".to_owned(),
+        Some("projectSettings") => "in this project's shared settings".to_owned(),
+        Some("userSettings") => "in your user settings".to_owned(),
+        Some(other) => format!("in {other}"),
+    };
+    let list = |k: &str| -> String {
+        s[k].as_array()
+            .map(|a| {
+                a.iter()
+                    .map(|r| match r.as_str() {
+                        Some(d) => format!("`{d}`"),
+                        None => match (r["toolName"].as_str(), r["ruleContent"].as_str()) {
+                            (Some(t), Some(c)) => format!("`{t}({c})`"),
+                            (Some(t), None) => format!("`{t}`"),
+                            _ => r.to_string(),
+                        },
+                    })
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            })
+            .unwrap_or_default()
+    };
+    match s["type"].as_str().unwrap_or("") {
+        "addRules" | "replaceRules" => {
+            let verb = if s["type"] == "addRules" {
+                "add"
+            } else {
+                "replace with"
+            };
+            format!(
+                "{verb} the {} rule {} {scope}",
+                str_of("behavior"),
+                list("rules")
+            )
+        }
+        "removeRules" => format!("remove the rule {} {scope}", list("rules")),
+        "addDirectories" => format!("give Claude Code access to {} {scope}", list("directories")),
+        "removeDirectories" => format!("remove access to {} {scope}", list("directories")),
+        "setMode" => match s["mode"].as_str() {
+            Some("acceptEdits") => {
+                format!(
+                    "switch the session to `acceptEdits` mode: file edits no longer ask ({scope})"
+                )
+            }
+            Some("bypassPermissions") => {
+                format!(
+                    "switch the session to `bypassPermissions` mode: nothing asks any more ({scope})"
+                )
+            }
+            Some("plan") => format!("switch the session to `plan` mode ({scope})"),
+            Some(m) => format!("switch the session's permission mode to `{m}` ({scope})"),
+            None => format!("change the session's permission mode ({scope})"),
+        },
+        other => format!("apply Claude Code's `{other}` change {scope}"),
+    }
+}
+
+/// The choices of a Claude Code permission prompt; "allow and apply the suggestions" says
+/// what each suggestion changes.
+fn choices(suggestions: &[Value]) -> Vec<DecisionOption> {
     let mut c = vec![DecisionOption {
         id: "approve".into(),
         label: "Allow once".into(),
         gives_up: String::new(),
         cost: None,
     }];
-    if suggestions {
+    if !suggestions.is_empty() {
+        let what: Vec<String> = suggestions.iter().map(describe_suggestion).collect();
+        let what = truncate(&what.join("; "), 440);
         c.push(DecisionOption {
             id: "approve_always".into(),
-            label: "Allow, and add Claude Code's suggested rule".into(),
-            gives_up: "Claude Code stops asking for calls the rule matches".into(),
+            label: truncate(&format!("Allow, and {what}"), 490),
+            gives_up: truncate(
+                &format!("Claude Code stops asking for what this allows: {what}"),
+                490,
+            ),
             cost: None,
         });
     }
@@ -533,7 +665,8 @@ async fn open_approval(
         .permission_suggestions
         .as_ref()
         .and_then(Value::as_array)
-        .is_some_and(|a| !a.is_empty());
+        .map(Vec::as_slice)
+        .unwrap_or_default();
     let d = decisions::request_approval(
         st,
         caller,
@@ -606,7 +739,7 @@ impl Drop for HoldGuard {
                 &caller,
                 &task,
                 &decision,
-                "Claude Code stopped waiting for the hook; it asks in its own prompt",
+                "Claude Code stopped waiting for the hook and decided without Waymark",
             )
             .await;
         });
@@ -658,14 +791,7 @@ async fn hold_for_answer(
     let closed = wait_closed(st, &d.id, hold).await?;
     guard.armed = false;
     if closed.is_none() {
-        expire(
-            st,
-            caller,
-            &s.task_id,
-            &d.id,
-            "the hook's timeout came first; Claude Code asks in its own prompt (hooks fail open)",
-        )
-        .await?;
+        expire(st, caller, &s.task_id, &d.id, decisions::HOOK_TIMED_OUT).await?;
         // An answer may have won the race with the expiry.
         let mut tx = Tx::read(st).await?;
         return Ok(tx
@@ -714,12 +840,13 @@ async fn permission_request(
     input: &HookInput,
     hold: Duration,
 ) -> ApiResult<Value> {
+    let effect_id = asked_call(st, s, input).await?;
     let d = open_approval(
         st,
         caller,
         s,
         input,
-        None,
+        effect_id,
         ApprovalDurability::FailOpenHook,
         hold,
     )
@@ -743,6 +870,115 @@ async fn permission_request(
         _ => json!({"behavior": "deny", "message": reason_of(&closed), "interrupt": false}),
     };
     Ok(json!({"hookSpecificOutput": {"hookEventName": "PermissionRequest", "decision": decision}}))
+}
+
+/// The effect a `PermissionRequest` asks about. Claude Code 2.1.328 sends it without a
+/// `tool_use_id`, so it is the newest call of the session's `PreToolUse`s with the same tool
+/// and input that is still `intended` and not yet asked about.
+async fn asked_call(st: &AppState, s: &Session, input: &HookInput) -> ApiResult<Option<String>> {
+    if let Some(key) = effect_key(input) {
+        let mut tx = Tx::read(st).await?;
+        return Ok(tx.effect_by_key(&s.task_id, &key).await?.map(|e| e.id));
+    }
+    let intent = tool_intent(input);
+    let mut tx = Tx::read(st).await?;
+    let asked: Vec<String> = tx
+        .list_decisions(&s.task_id)
+        .await?
+        .into_iter()
+        .filter_map(|d| d.effect_id)
+        .collect();
+    Ok(tx
+        .list_effects(&s.task_id)
+        .await?
+        .into_iter()
+        .filter(|e| {
+            e.status == EffectStatus::Intended && e.intent == intent && !asked.contains(&e.id)
+        })
+        .max_by_key(|e| e.created_at)
+        .map(|e| e.id))
+}
+
+/// A call Claude Code did not run gets no `PostToolUse` (nor a failure): its effect is closed
+/// `failed`, with why it did not run, once the session shows Claude Code went on without it —
+/// never left `intended`, never guessed as done. A denial shows at the session's next hook
+/// about anything but that call; an expiry only when the turn is over, since Claude Code then
+/// decided alone (`claude -p` denies; an interactive session asks in its own prompt, where the
+/// person may still allow it — the call's `PostToolUse` then confirms it before the turn ends).
+async fn close_unrun_effects(
+    st: &AppState,
+    caller: &Caller,
+    s: &Session,
+    input: &HookInput,
+) -> ApiResult<()> {
+    let event = input.hook_event_name.as_str();
+    let turn_over = matches!(
+        event,
+        "Stop" | "StopFailure" | "SessionEnd" | "UserPromptSubmit"
+    );
+    let (decisions, effects) = {
+        let mut tx = Tx::read(st).await?;
+        (
+            tx.list_decisions(&s.task_id).await?,
+            tx.list_effects(&s.task_id).await?,
+        )
+    };
+    let this_call = effect_key(input)
+        .and_then(|k| effects.iter().find(|e| e.idempotency_key == k))
+        .map(|e| e.id.clone());
+    for d in decisions {
+        let Some(effect_id) = d.effect_id.as_deref() else {
+            continue;
+        };
+        if d.kind != DecisionKind::Approval || this_call.as_deref() == Some(effect_id) {
+            continue;
+        }
+        let reason = match d.status {
+            DecisionStatus::Resolved
+                if chosen(&d).as_deref().and_then(approval_grants) != Some(true) =>
+            {
+                format!("not run: denied ({})", reason_of(&d))
+            }
+            DecisionStatus::Expired if turn_over => {
+                let why = d
+                    .outcome
+                    .as_ref()
+                    .and_then(|o| o.get("text"))
+                    .and_then(Value::as_str)
+                    .unwrap_or("no answer in time");
+                format!(
+                    "not run: the approval expired ({why}); Claude Code went on without the call ({event})"
+                )
+            }
+            _ => continue,
+        };
+        if !effects
+            .iter()
+            .any(|e| e.id == effect_id && e.status == EffectStatus::Intended)
+        {
+            continue;
+        }
+        let r = effects::update_effect(
+            st,
+            caller,
+            effect_id.to_owned(),
+            UpdateEffect {
+                attempt_id: s.attempt_id.clone(),
+                fence: s.fence,
+                status: EffectStatus::Failed,
+                receipt: Some(json!({"not_run": true, "decision_id": d.id, "reason": reason})),
+                resource_id: None,
+            },
+        )
+        .await;
+        // Closed in the meantime by a racing hook of the same session: that close stands.
+        if let Err(e) = r
+            && e.code() != ErrorCode::IllegalTransition
+        {
+            return Err(e);
+        }
+    }
+    Ok(())
 }
 
 fn pre_tool_answer(permission: &str, reason: String) -> Value {

@@ -240,12 +240,16 @@ impl Shared {
 async fn heartbeat_loop(shared: Arc<Shared>) {
     let every = (shared.lease / 3).max(Duration::from_millis(200));
     let path = format!("/v1/attempts/{}/heartbeat", shared.attempt.id);
+    // After a failed heartbeat the next comes sooner: waiting a whole third again could let a
+    // busy moment of the server or the network cost the lease.
+    let mut wait = every;
     loop {
         tokio::select! {
             _ = shared.stop.cancelled() => return,
-            _ = tokio::time::sleep(every) => {}
+            _ = tokio::time::sleep(wait) => {}
             _ = shared.beat_now.notified() => {}
         }
+        wait = every;
         if !shared.heartbeating.load(Ordering::SeqCst) {
             return;
         }
@@ -279,6 +283,7 @@ async fn heartbeat_loop(shared: Arc<Shared>) {
                 let mut acks = shared.acks.lock().unwrap_or_else(|e| e.into_inner());
                 acks.pending.splice(0..0, acknowledged);
                 tracing::warn!(attempt = %shared.attempt.id, error = %e, "heartbeat failed; trying again");
+                wait = (every / 4).max(Duration::from_millis(100));
             }
         }
     }

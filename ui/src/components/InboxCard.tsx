@@ -1,7 +1,8 @@
 // One pending decision: what is asked, the intent with its digest and the plan revision it is
 // bound to, the evidence (diff, receipts), when it expires and what happens then, and the
-// actions. A risky approval needs a second, explicit confirmation; budget options each say
-// what they give up.
+// actions. A risky approval needs a second, explicit confirmation, and so does a runtime's
+// choice that grants more than this one call ("always allow", "for this session"), saying what
+// it changes; budget options each say what they give up.
 import { useEffect, useState } from "react";
 import type { DecideOp, InboxItemView, OutboxView, SeenView } from "../bindings";
 import { useI18n } from "../i18n";
@@ -44,6 +45,8 @@ export function InboxCard({
   now = Date.now(),
   place,
   onEngaged,
+  selected,
+  onSelect,
 }: {
   item: InboxItemView;
   decide: Decide;
@@ -57,6 +60,10 @@ export function InboxCard({
   /** Told whether the card holds something a person would lose if it were unmounted (an open
    * diff, a confirmation, a typed answer, a send in flight), so a windowed feed keeps it. */
   onEngaged?: (decisionId: string, engaged: boolean) => void;
+  /** Whether the card is selected for answering several at once (approvals only). */
+  selected?: boolean;
+  /** Selects or unselects it, with what the card shows now (that is what gets signed). */
+  onSelect?: (decisionId: string, seen: SeenView | null) => void;
 }) {
   const { t } = useI18n();
   const d = item.decision;
@@ -102,6 +109,11 @@ export function InboxCard({
       <header className="card-head">
         <span className={`pill kind`}>{t(`inbox.kind.${d.kind}` as "inbox.kind.approval")}</span>
         {d.risky && <span className="pill bad">{t("inbox.risky")}</span>}
+        {onSelect && d.kind === "approval" && (
+          <label className="select small">
+            <input type="checkbox" checked={selected ?? false} data-testid="select" onChange={(e) => onSelect(d.id, e.target.checked ? shownBy(item) : null)} /> {t("inbox.select")}
+          </label>
+        )}
         <button type="button" className="link" onClick={() => openThread?.(d.task_id)}>
           {item.task_title}
         </button>
@@ -135,7 +147,7 @@ export function InboxCard({
       <p className={`small ${expired ? "warn" : "muted"}`}>
         {expired ? t("inbox.expired", { when: until(d.expires_at, t, now) }) : t("inbox.expires", { when: until(d.expires_at, t, now) })}
         {" — "}
-        {defaultLabel ? t("inbox.default", { option: defaultLabel }) : t("inbox.noDefault")}
+        {d.durability === "fail_open_hook" ? t("inbox.runtimeDecides") : defaultLabel ? t("inbox.default", { option: defaultLabel }) : t("inbox.noDefault")}
       </p>
 
       <section className="evidence">
@@ -174,7 +186,7 @@ export function InboxCard({
                 </button>
               </div>
             </div>
-          ) : (
+          ) : confirming == null ? (
             <div className="row">
               <button type="button" className="primary" disabled={busy} data-testid="approve" onClick={() => (d.risky ? setConfirming({ action: "approve", seen: shownBy(item) }) : send("approve"))}>
                 {t("inbox.approve")}
@@ -183,14 +195,35 @@ export function InboxCard({
                 {t("inbox.deny")}
               </button>
             </div>
-          ))}
-        {d.kind === "approval" && confirming?.action !== "approve" && d.options.some((o) => o.id !== "approve" && o.id !== "deny") && (
+          ) : null)}
+        {d.kind === "approval" &&
+          confirming != null &&
+          confirming.action.startsWith("approve_") &&
+          d.options
+            .filter((o) => o.id === confirming.action)
+            .map((o) => (
+              <div key={o.id} className="confirm" role="alertdialog" aria-label={t("inbox.confirmGrant")}>
+                <p>
+                  {t("inbox.confirmGrant")} <strong>{o.label}</strong>
+                </p>
+                {o.gives_up && <p className="warn">{o.gives_up}</p>}
+                <div className="row">
+                  <button type="button" className="primary" disabled={busy} onClick={() => send("approve", o.id, null, confirming.seen)} data-testid="confirm-option" autoFocus>
+                    {t("inbox.confirmGrantButton", { label: o.label })}
+                  </button>
+                  <button type="button" onClick={() => setConfirming(null)}>
+                    {t("inbox.cancel")}
+                  </button>
+                </div>
+              </div>
+            ))}
+        {d.kind === "approval" && confirming == null && d.options.some((o) => o.id !== "approve" && o.id !== "deny") && (
           <ul className="options" aria-label={t("inbox.moreChoices")}>
             {d.options
               .filter((o) => o.id !== "approve" && o.id !== "deny")
               .map((o) => (
                 <li key={o.id} className="option">
-                  <button type="button" className={o.id.startsWith("deny") ? "danger" : "secondary"} disabled={busy} onClick={() => send(o.id.startsWith("deny") ? "deny" : "approve", o.id)} data-testid={`option-${o.id}`}>
+                  <button type="button" className={o.id.startsWith("deny") ? "danger" : "secondary"} disabled={busy} onClick={() => (o.id.startsWith("deny") ? send("deny", o.id) : setConfirming({ action: o.id, seen: shownBy(item) }))} data-testid={`option-${o.id}`}>
                     {o.label}
                   </button>
                   {o.gives_up && <span className="small">{t("inbox.givesUp", { what: o.gives_up })}</span>}

@@ -2,7 +2,8 @@
 // (../windowed.ts): only the cards in view and an overscan are rendered, each measured as it
 // renders (cards differ in height, and grow when a diff is opened), so 10,000 pending decisions
 // cost what a screenful does. ARIA feed: each card says its place and the total, and
-// Page Down / Page Up move between cards. A card with an open diff, a confirmation, a typed
+// Page Down / Page Up move between cards. Approvals can be selected and answered together,
+// each still its own signed command. A card with an open diff, a confirmation, a typed
 // answer or a send in flight stays rendered when scrolled away, and so does the focused one.
 import { useCallback, useEffect, useRef, useState } from "react";
 import type { DecideOp, OutboxView, SeenView } from "../bindings";
@@ -10,6 +11,7 @@ import { del, get } from "idb-keyval";
 import { commands, errorText, loadText, useMirror } from "../data";
 import { useI18n } from "../i18n";
 import { InboxCard } from "../components/InboxCard";
+import { answerMany } from "../components/batch";
 import { useWindowed } from "../windowed";
 
 /** A card's height before it is measured (px): an approval with its intent, two receipts (one
@@ -35,11 +37,39 @@ export function InboxScreen({ focus, confirm, actionNonce, go }: { focus?: strin
     async (id: string, op: DecideOp, option: string | null, text: string | null, seen: SeenView) => {
       const question = data?.find((i) => i.decision.id === id)?.decision.question ?? id;
       const entry = await commands.decide(id, op, option, text, seen);
-      setSent((s) => [{ question, op, entry }, ...s].slice(0, 5));
+      setSent((s) => [{ question, op, entry }, ...s].slice(0, 20));
       return entry;
     },
     [data],
   );
+  // Several approvals answered at once (../components/batch.ts): each keeps what its card
+  // showed when it was selected.
+  const [selected, setSelected] = useState<ReadonlyMap<string, SeenView>>(new Map());
+  const [batchNote, setBatchNote] = useState<string[]>([]);
+  const [batchBusy, setBatchBusy] = useState(false);
+  const onSelect = useCallback((id: string, seen: SeenView | null) => {
+    setSelected((m) => {
+      const next = new Map(m);
+      if (seen) next.set(id, seen);
+      else next.delete(id);
+      return next;
+    });
+  }, []);
+  const answerSelected = async (op: "approve" | "deny") => {
+    if (!data) return;
+    setBatchBusy(true);
+    try {
+      const r = await answerMany(data, selected, op, decide);
+      const notes: string[] = [];
+      if (r.gone) notes.push(t("inbox.batch.gone", { n: r.gone }));
+      if (r.risky) notes.push(t("inbox.batch.risky", { n: r.risky }));
+      for (const f of r.failures) notes.push(`${f.question}: ${errorText(f.error)}`);
+      setSelected(r.left);
+      setBatchNote(notes);
+    } finally {
+      setBatchBusy(false);
+    }
+  };
   const [engaged, setEngaged] = useState<readonly string[]>([]);
   const onEngaged = useCallback((id: string, on: boolean) => {
     setEngaged((ids) => (ids.includes(id) === on ? ids : on ? [...ids, id] : ids.filter((x) => x !== id)));
@@ -97,6 +127,25 @@ export function InboxScreen({ focus, confirm, actionNonce, go }: { focus?: strin
           {s.entry.what_changed ? ` — ${s.entry.what_changed}` : ""}
         </p>
       ))}
+      {batchNote.map((n) => (
+        <p key={n} className="warn small" role="status" data-testid="batch-note">
+          {n}
+        </p>
+      ))}
+      {selected.size > 0 && (
+        <div className="batch row wrap" role="region" aria-label={t("inbox.batch.selected", { n: selected.size })} data-testid="batch-bar">
+          <span>{t("inbox.batch.selected", { n: selected.size })}</span>
+          <button type="button" className="primary" disabled={batchBusy} data-testid="batch-approve" onClick={() => void answerSelected("approve")}>
+            {t("inbox.batch.approve", { n: selected.size })}
+          </button>
+          <button type="button" className="danger" disabled={batchBusy} data-testid="batch-deny" onClick={() => void answerSelected("deny")}>
+            {t("inbox.batch.deny", { n: selected.size })}
+          </button>
+          <button type="button" disabled={batchBusy} onClick={() => setSelected(new Map())}>
+            {t("inbox.batch.clear")}
+          </button>
+        </div>
+      )}
       {data && data.length === 0 && <p className="muted empty">{t("inbox.empty")}</p>}
       <div className="cards" role="feed" aria-labelledby="inbox-title" aria-busy={data == null} {...feed.listProps} onKeyDown={feed.onKeyDown}>
         {data &&
@@ -113,6 +162,8 @@ export function InboxScreen({ focus, confirm, actionNonce, go }: { focus?: strin
                 openThread={openThread}
                 place={feed.rowProps(r)}
                 onEngaged={onEngaged}
+                selected={selected.has(item.decision.id)}
+                onSelect={onSelect}
               />
             );
           })}

@@ -8,7 +8,8 @@ import type { ArtifactText, DecideOp, Operation, OutboxView, SeenView, SteerOp }
 import { I18nProvider, translate, type Lang } from "../i18n";
 import { en } from "../i18n/en";
 import { zh } from "../i18n/zh";
-import { InboxCard } from "../components/InboxCard";
+import { InboxCard, type Decide } from "../components/InboxCard";
+import { answerMany } from "../components/batch";
 import { DiffViewer, LARGE_FILE_LINES } from "../components/DiffViewer";
 import { OfflineBanner } from "../components/OfflineBanner";
 import { OutboxList } from "../components/Outbox";
@@ -102,12 +103,67 @@ describe("InboxCard", () => {
     ui(<InboxCard item={item} decide={decide} load={load} now={NOW} />);
     expect(screen.getByTestId("durability").textContent).toContain("if it closes, this approval expires");
     expect(screen.getByText("Gives up: the whole turn stops")).toBeTruthy();
+    // A choice that grants more than this call says what it changes and needs a second tap.
     await userEvent.click(screen.getByTestId("option-approve_session"));
+    expect(calls).toEqual([]);
+    const dialog = screen.getByRole("alertdialog");
+    expect(dialog.textContent).toContain("changes more than this one call");
+    expect(dialog.textContent).toContain("Codex stops asking for this command in this session");
+    await userEvent.click(screen.getByTestId("confirm-option"));
     await userEvent.click(screen.getByTestId("option-deny_cancel"));
     expect(calls).toEqual([
       { id: "dec_1", op: "approve", option: "approve_session", text: null },
       { id: "dec_1", op: "deny", option: "deny_cancel", text: null },
     ]);
+  });
+
+  it("says the runtime decides when a hook's approval runs out, not our default", () => {
+    const hook = approval({ durability: "fail_open_hook", default_option: "deny" });
+    const { unmount } = ui(<InboxCard item={hook} decide={recorder().decide} load={load} now={NOW} />);
+    const text = screen.getByTestId(`decision-${hook.decision.id}`).textContent ?? "";
+    expect(text).toContain("the runtime decides on its own");
+    expect(text).not.toContain("the default applies");
+    unmount();
+    const held = approval({ durability: "durable", default_option: "deny" });
+    ui(<InboxCard item={held} decide={recorder().decide} load={load} now={NOW} />);
+    expect(screen.getByTestId(`decision-${held.decision.id}`).textContent).toContain("then the default applies: deny");
+  });
+
+  it("selects an approval with what its card shows, for answering several at once", async () => {
+    const picked: [string, SeenView | null][] = [];
+    const item = approval({});
+    ui(<InboxCard item={item} decide={recorder().decide} load={load} now={NOW} selected={false} onSelect={(id, seen) => picked.push([id, seen])} />);
+    await userEvent.click(screen.getByTestId("select"));
+    expect(picked).toEqual([[item.decision.id, { plan_revision: item.plan_revision, intent_digest: item.decision.intent_digest }]]);
+  });
+
+  it("answers several approvals as separate commands: a conflict on one, a failure on another, the rest still go", async () => {
+    const { calls, decide } = recorder(1);
+    const a = approval({ id: "dec_a" });
+    const b = approval({ id: "dec_b" });
+    const c = approval({ id: "dec_c" });
+    const r = approval({ id: "dec_r", risky: true });
+    const failing: Decide = async (id, op, option, text, seen) => {
+      if (id === "dec_c") throw new Error("the outbox is full");
+      return decide(id, op, option, text, seen);
+    };
+    const selected = new Map<string, SeenView>([
+      ["dec_a", { plan_revision: 1, intent_digest: a.decision.intent_digest }],
+      ["dec_b", { plan_revision: 0, intent_digest: b.decision.intent_digest }], // seen before a replan: conflict
+      ["dec_c", { plan_revision: 1, intent_digest: c.decision.intent_digest }],
+      ["dec_r", { plan_revision: 1, intent_digest: r.decision.intent_digest }],
+      ["dec_gone", { plan_revision: 1, intent_digest: null }],
+    ]);
+    const out = await answerMany([a, b, c, r], selected, "approve", failing);
+    expect(calls.map((x) => x.id)).toEqual(["dec_a", "dec_b"]);
+    expect(out.gone).toBe(1);
+    expect(out.risky).toBe(1);
+    expect(out.failures.map((f) => f.id)).toEqual(["dec_c"]);
+    expect([...out.left.keys()].sort()).toEqual(["dec_c", "dec_r"]);
+    // Deny takes the risky one too.
+    const denied = await answerMany([r], new Map([["dec_r", selected.get("dec_r")!]]), "deny", decide);
+    expect(denied.left.size).toBe(0);
+    expect(calls.at(-1)).toEqual({ id: "dec_r", op: "deny", option: null, text: null });
   });
 
   it("shows what each budget option gives up and sends the chosen one", async () => {

@@ -18,14 +18,6 @@ pub(super) const COMMAND_APPROVAL: &str = "item/commandExecution/requestApproval
 /// The file-change approval request.
 pub(super) const FILE_CHANGE_APPROVAL: &str = "item/fileChange/requestApproval";
 
-/// Codex's decisions, in the order it lists them, with our option ids.
-const DECISIONS: [(&str, &str); 4] = [
-    ("accept", "approve"),
-    ("acceptForSession", "approve_session"),
-    ("decline", "deny"),
-    ("cancel", "deny_cancel"),
-];
-
 /// The end of one app-server connection, with why it ended.
 #[derive(Debug, Clone, Default)]
 pub(super) struct Closed {
@@ -65,71 +57,106 @@ pub(super) struct Handle {
     pub(super) resolved: CancellationToken,
     /// Fired by `item/completed` of its item.
     pub(super) item_done: CancellationToken,
+    /// Closed, with why, when the adapter itself ends the turn under it (a pause).
+    pub(super) withdrawn: Closed,
 }
+
+/// A decision as `availableDecisions` lists it: a bare name (`"accept"`), or an object whose
+/// one key is the name and whose value its parameters
+/// (`{"acceptWithExecpolicyAmendment": {"execpolicy_amendment": ["touch", "f"]}}`).
+fn decision_name(d: &Value) -> Option<&str> {
+    match d {
+        Value::String(s) => Some(s),
+        Value::Object(m) if m.len() == 1 => m.keys().next().map(String::as_str),
+        _ => None,
+    }
+}
+
+/// The execpolicy amendment decision: accept, and let Codex allow commands with this prefix
+/// from now on (it writes a `prefix_rule` to `$CODEX_HOME/rules/default.rules`).
+const ACCEPT_WITH_RULE: &str = "acceptWithExecpolicyAmendment";
 
 /// The choices offered for one request and the Codex decision each one sends.
 #[derive(Debug, Clone)]
 pub(super) struct Offer {
-    pub(super) choices: Vec<(Choice, &'static str)>,
+    pub(super) choices: Vec<(Choice, Value)>,
 }
 
 impl Offer {
-    /// What Codex offers for `method` (`availableDecisions` when it says; all four when not).
-    /// `approve` and `deny` are always offered (the control plane requires them): they send
-    /// `accept` and `decline`, or the nearest decision Codex lists instead.
+    /// What to offer for `method`, from `availableDecisions` (all of Codex's plain decisions
+    /// when it lists none). `approve` is always offered (the control plane requires it): it
+    /// sends `accept`, or `acceptForSession` when only that is listed. Both denials are always
+    /// offered, listed or not: `deny` sends `decline` (the command or change does not happen
+    /// and the turn goes on) and `deny_cancel` sends `cancel` (the turn is interrupted).
+    /// Codex 0.169 lists `["accept", {"acceptWithExecpolicyAmendment": …}, "cancel"]` for a
+    /// command and takes `decline` all the same (the item ends `declined`, the turn goes on).
     pub(super) fn new(method: &str, available: Option<&Value>) -> Offer {
-        let listed: Option<Vec<&str>> = available
-            .and_then(Value::as_array)
-            .map(|a| a.iter().filter_map(Value::as_str).collect());
-        let offered = |d: &str| listed.as_ref().is_none_or(|l| l.contains(&d));
-        let approve = ["accept", "acceptForSession"]
-            .into_iter()
-            .find(|d| offered(d))
-            .unwrap_or("accept");
-        let deny = ["decline", "cancel"]
-            .into_iter()
-            .find(|d| offered(d))
-            .unwrap_or("decline");
+        let listed: Option<&Vec<Value>> = available.and_then(Value::as_array);
+        let find = |name: &str| -> Option<Value> {
+            match listed {
+                None => Some(Value::String(name.to_owned())),
+                Some(l) => l.iter().find(|d| decision_name(d) == Some(name)).cloned(),
+            }
+        };
         let file = method == FILE_CHANGE_APPROVAL;
-        let mut choices = Vec::new();
-        for (decision, option) in DECISIONS {
-            let sends = match option {
-                "approve" => approve,
-                "deny" => deny,
-                _ if offered(decision) && decision != approve && decision != deny => decision,
-                _ => continue,
-            };
-            choices.push((describe(option, sends, file), sends));
+        let session = find("acceptForSession");
+        let approve = match (find("accept"), &session) {
+            (Some(a), _) => a,
+            (None, Some(s)) => s.clone(),
+            (None, None) => json!("accept"),
+        };
+        let mut choices = vec![(describe("approve", &approve, file), approve.clone())];
+        if let Some(s) = session.filter(|s| *s != approve) {
+            choices.push((describe("approve_session", &s, file), s));
+        }
+        // Only as Codex listed it: the amendment names the prefix it would allow.
+        if let Some(rule) = listed.and_then(|l| {
+            l.iter()
+                .find(|d| d.is_object() && decision_name(d) == Some(ACCEPT_WITH_RULE))
+        }) {
+            choices.push((describe("approve_rule", rule, file), rule.clone()));
+        }
+        for (option, sends) in [("deny", "decline"), ("deny_cancel", "cancel")] {
+            let sends = json!(sends);
+            choices.push((describe(option, &sends, file), sends));
         }
         Offer { choices }
     }
 
     /// The Codex decision for the option a person chose; none (expired to nothing, void)
-    /// sends what `deny` sends.
-    pub(super) fn decision(&self, option: Option<&str>) -> &'static str {
-        let find = |id: &str| {
-            self.choices
-                .iter()
-                .find(|(c, _)| c.id == id)
-                .map(|(_, d)| *d)
-        };
+    /// sends `decline`.
+    pub(super) fn decision(&self, option: Option<&str>) -> Value {
         option
-            .and_then(find)
-            .or_else(|| find("deny"))
-            .unwrap_or("decline")
+            .and_then(|id| self.choices.iter().find(|(c, _)| c.id == id))
+            .map(|(_, d)| d.clone())
+            .unwrap_or_else(|| json!("decline"))
     }
 }
 
-/// Label and cost of one option, in Codex's terms.
-fn describe(option: &str, sends: &str, file: bool) -> Choice {
+/// Label and cost of one option, in Codex's terms and saying what happens to the turn.
+fn describe(option: &str, sends: &Value, file: bool) -> Choice {
     let what = if file { "the change" } else { "the command" };
-    let label = match sends {
-        "accept" => "Accept",
-        "acceptForSession" => "Accept for this session",
-        "decline" => "Decline",
-        _ => "Cancel the turn",
+    let name = decision_name(sends).unwrap_or("accept");
+    let prefix = sends
+        .get(ACCEPT_WITH_RULE)
+        .and_then(|a| a.get("execpolicy_amendment"))
+        .and_then(Value::as_array)
+        .map(|words| {
+            words
+                .iter()
+                .filter_map(Value::as_str)
+                .collect::<Vec<_>>()
+                .join(" ")
+        })
+        .unwrap_or_default();
+    let label = match name {
+        "accept" => "Approve".to_owned(),
+        "acceptForSession" => "Approve for this session".to_owned(),
+        ACCEPT_WITH_RULE => format!("Approve and always allow `{prefix}`"),
+        "decline" => "Deny, let the turn go on".to_owned(),
+        _ => "Deny and stop the turn".to_owned(),
     };
-    let gives_up = match sends {
+    let gives_up = match name {
         "accept" if file => {
             "the change is applied as Codex proposed it; this answer cannot edit it".to_owned()
         }
@@ -141,12 +168,18 @@ fn describe(option: &str, sends: &str, file: bool) -> Choice {
         "acceptForSession" => {
             "Codex will not ask again for this command for the rest of its session".to_owned()
         }
-        "decline" => format!("{what} does not happen; Codex continues the turn without it"),
+        ACCEPT_WITH_RULE => format!(
+            "the command runs, and Codex adds a rule to its home so that it never asks again \
+             for commands starting with `{prefix}` (in any thread, until the rule is removed)"
+        ),
+        "decline" => format!(
+            "{what} does not happen; Codex is told it was refused and continues the turn without it"
+        ),
         _ => format!("{what} does not happen and Codex interrupts the whole turn"),
     };
     Choice {
         id: option.to_owned(),
-        label: label.to_owned(),
+        label,
         gives_up,
     }
 }
@@ -211,6 +244,7 @@ pub(super) struct Job {
     pub(super) closed: Closed,
     pub(super) resolved: CancellationToken,
     pub(super) item_done: CancellationToken,
+    pub(super) withdrawn: Closed,
 }
 
 /// Opens the approval, waits for a person (or the end of the connection, or Codex resolving
@@ -250,6 +284,10 @@ pub(super) async fn carry(job: Job) {
     // sent before closing was handled.
     let answered = tokio::select! {
         biased;
+        _ = job.withdrawn.wait() => {
+            settle_unanswered(&job.run, &id, &job.withdrawn.reason()).await;
+            return;
+        }
         _ = job.resolved.cancelled() => {
             settle_unanswered(&job.run, &id, "Codex resolved the request itself (serverRequest/resolved) before an answer came from here, e.g. in its own terminal").await;
             return;
@@ -275,7 +313,9 @@ pub(super) async fn carry(job: Job) {
         }
     };
     // Codex stopped waiting meanwhile: nothing to send, and a person's answer never arrived.
-    let gone = if job.resolved.is_cancelled() {
+    let gone = if job.withdrawn.is_closed() {
+        Some(job.withdrawn.reason())
+    } else if job.resolved.is_cancelled() {
         Some("Codex resolved the request itself before this answer reached it".to_owned())
     } else if job.item_done.is_cancelled() {
         Some("Codex finished the item before this answer reached it".to_owned())
@@ -305,7 +345,7 @@ pub(super) async fn carry(job: Job) {
         }
         return;
     }
-    tracing::info!(decision = %id, sends, "answered Codex");
+    tracing::info!(decision = %id, %sends, "answered Codex");
     if !delivered {
         return;
     }
@@ -351,8 +391,11 @@ async fn report_lost(run: &Run, decision_id: &str, detail: &str) {
 mod tests {
     use super::*;
 
-    fn ids(o: &Offer) -> Vec<(&str, &str)> {
-        o.choices.iter().map(|(c, d)| (c.id.as_str(), *d)).collect()
+    fn ids(o: &Offer) -> Vec<(&str, Value)> {
+        o.choices
+            .iter()
+            .map(|(c, d)| (c.id.as_str(), d.clone()))
+            .collect()
     }
 
     #[test]
@@ -361,10 +404,10 @@ mod tests {
         assert_eq!(
             ids(&all),
             [
-                ("approve", "accept"),
-                ("approve_session", "acceptForSession"),
-                ("deny", "decline"),
-                ("deny_cancel", "cancel")
+                ("approve", json!("accept")),
+                ("approve_session", json!("acceptForSession")),
+                ("deny", json!("decline")),
+                ("deny_cancel", json!("cancel"))
             ]
         );
         assert!(all.choices.iter().all(|(c, _)| !c.gives_up.is_empty()));
@@ -373,18 +416,60 @@ mod tests {
         assert_eq!(all.decision(None), "decline");
         assert_eq!(all.decision(Some("approve_unknown")), "decline");
 
-        let listed = json!(["accept", "decline", {"acceptWithExecpolicyAmendment": {"execpolicy_amendment": ["npm"]}}]);
-        let two = Offer::new(COMMAND_APPROVAL, Some(&listed));
-        assert_eq!(ids(&two), [("approve", "accept"), ("deny", "decline")]);
-
         let odd = json!(["acceptForSession", "cancel"]);
         let odd = Offer::new(FILE_CHANGE_APPROVAL, Some(&odd));
         assert_eq!(
             ids(&odd),
-            [("approve", "acceptForSession"), ("deny", "cancel")]
+            [
+                ("approve", json!("acceptForSession")),
+                ("deny", json!("decline")),
+                ("deny_cancel", json!("cancel"))
+            ]
         );
-        assert_eq!(odd.decision(None), "cancel");
-        assert!(odd.choices[1].0.gives_up.contains("the change"));
+        assert_eq!(odd.decision(None), "decline");
+        assert!(odd.choices[2].0.gives_up.contains("the change"));
+    }
+
+    /// What Codex 0.169 lists for an escalated command (fixtures/codex/real/approve.jsonl):
+    /// strings and an object mixed, no `decline`. Both denials are offered all the same, each
+    /// saying what happens to the turn, and the amendment is sent back exactly as listed.
+    #[test]
+    fn codex_0_169_mixed_decisions_offer_both_denials_and_the_rule() {
+        let rule =
+            json!({"acceptWithExecpolicyAmendment": {"execpolicy_amendment": ["touch", "/tmp/x"]}});
+        let listed = json!(["accept", rule, "cancel"]);
+        let offer = Offer::new(COMMAND_APPROVAL, Some(&listed));
+        assert_eq!(
+            ids(&offer),
+            [
+                ("approve", json!("accept")),
+                ("approve_rule", rule.clone()),
+                ("deny", json!("decline")),
+                ("deny_cancel", json!("cancel"))
+            ]
+        );
+        assert_eq!(offer.decision(Some("approve_rule")), rule);
+        let labels: Vec<&str> = offer
+            .choices
+            .iter()
+            .map(|(c, _)| c.label.as_str())
+            .collect();
+        assert_eq!(
+            labels,
+            [
+                "Approve",
+                "Approve and always allow `touch /tmp/x`",
+                "Deny, let the turn go on",
+                "Deny and stop the turn"
+            ]
+        );
+        assert!(offer.choices[2].0.gives_up.contains("continues the turn"));
+        assert!(
+            offer.choices[3]
+                .0
+                .gives_up
+                .contains("interrupts the whole turn")
+        );
     }
 
     #[test]

@@ -85,12 +85,10 @@ impl FakeModel {
     }
 }
 
-async fn serve(
+/// One HTTP/1.1 request: method, path (without the query), body, and the stream to answer on.
+pub async fn read_request(
     stream: TcpStream,
-    turns: &[Turn],
-    kept: &Mutex<Vec<Value>>,
-    tool: &str,
-) -> std::io::Result<()> {
+) -> std::io::Result<(String, String, Vec<u8>, TcpStream)> {
     let mut reader = BufReader::new(stream);
     let mut request_line = String::new();
     reader.read_line(&mut request_line).await?;
@@ -108,10 +106,21 @@ async fn serve(
     }
     let mut body = vec![0u8; length];
     reader.read_exact(&mut body).await?;
-    let mut stream = reader.into_inner();
+    let stream = reader.into_inner();
     let mut parts = request_line.split_whitespace();
     let (method, path) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
     let path = path.split('?').next().unwrap_or("");
+    Ok((method.to_owned(), path.to_owned(), body, stream))
+}
+
+async fn serve(
+    stream: TcpStream,
+    turns: &[Turn],
+    kept: &Mutex<Vec<Value>>,
+    tool: &str,
+) -> std::io::Result<()> {
+    let (method, path, body, mut stream) = read_request(stream).await?;
+    let (method, path) = (method.as_str(), path.as_str());
     match (method, path) {
         ("GET", p) if p.ends_with("/models") => {
             let list = json!({"object": "list", "data": [{"id": MODEL, "object": "model", "owned_by": "waymark-tests"}]});
@@ -187,7 +196,8 @@ async fn serve(
     }
 }
 
-async fn respond(
+/// Answers with `body` and closes the connection.
+pub async fn respond(
     stream: &mut TcpStream,
     status: &str,
     content_type: &str,

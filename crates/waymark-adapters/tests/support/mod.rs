@@ -4,6 +4,7 @@
 #![allow(dead_code, unreachable_pub)]
 
 pub mod fake_model;
+pub mod fake_responses;
 
 use std::time::Duration;
 

@@ -21,7 +21,7 @@ use rand::Rng;
 use rand::rngs::StdRng;
 use serde_json::{Value, json};
 use waymark_proto::{
-    CheckpointBody, CreateTask, EffectRef, EffectStatus, FinishOutcome, TaskState,
+    Checkpoint, CheckpointBody, CreateTask, EffectRef, EffectStatus, FinishOutcome, TaskState,
 };
 use waymark_worker::deploy_service::DeployClient;
 use waymark_worker::{
@@ -116,6 +116,60 @@ async fn check_one_deploy(
     Ok(())
 }
 
+/// What the first worker of a `crash-after-commit` run hands back when it ends on its own.
+type FirstWorker = tokio::task::JoinHandle<anyhow::Result<(Checkpoint, Option<SdkError>)>>;
+
+/// Starts the first worker, in a task of its own so that it can be killed mid-call: it takes
+/// an attempt with `lease`, checkpoints, and runs the deploy effect, signalling on the channel
+/// once it reached the point where it is to die.
+fn first_worker(
+    env: &Arc<Env>,
+    task: &str,
+    key: &str,
+    intent: &Value,
+    commit: &str,
+    point: CrashPoint,
+    lease: Duration,
+) -> (FirstWorker, tokio::sync::oneshot::Receiver<()>) {
+    let (committed_tx, committed_rx) = tokio::sync::oneshot::channel::<()>();
+    let env = env.clone();
+    let (task, key, intent, commit) = (
+        task.to_owned(),
+        key.to_owned(),
+        intent.clone(),
+        commit.to_owned(),
+    );
+    let handle = tokio::spawn(async move {
+        let client = env.sdk(&env.url())?;
+        let run = client
+            .start_attempt(&task, AttemptOptions::new("chaos-first").lease(lease))
+            .await?;
+        let cp = run.checkpoint(body("about to deploy", vec![])).await?;
+        let deploy = env.deploy.clone();
+        let res = run
+            .effect(key, "deploy", intent)
+            .step("deploy")
+            .run(&env.deploy, |ctx| async move {
+                if point == CrashPoint::BeforeCall {
+                    let _ = committed_tx.send(());
+                    return std::future::pending().await;
+                }
+                let res = deploy.deploy(&ctx, TARGET, &commit).await;
+                let _ = committed_tx.send(());
+                match (point, res) {
+                    (CrashPoint::ReplyLost, Ok(_)) => Err(ProviderError::Unknown {
+                        reason: "the deploy reply was lost (chaos)".into(),
+                    }),
+                    (CrashPoint::AfterCommit, Ok(_)) => std::future::pending().await,
+                    (_, r) => r,
+                }
+            })
+            .await;
+        anyhow::Ok((cp, res.err()))
+    });
+    (handle, committed_rx)
+}
+
 /// `crash-after-commit`, one run.
 pub(crate) async fn crash_after_commit(
     env: Arc<Env>,
@@ -130,61 +184,52 @@ pub(crate) async fn crash_after_commit(
     // the others leave it to the SDK's own query-before-retry.
     let via_route = rng.gen_bool(0.5);
     let mut report = RunReport::default();
-    let mut acked = Acked::default();
-    let task = new_task(&env, "chaos: crash after commit").await?;
-    acked.count += 1;
-    let key = format!("deploy-{task}");
     let commit = format!("{:032x}", rng.r#gen::<u128>());
     let intent = json!({"target": TARGET, "commit": commit});
-
-    // The first worker, in a task of its own so that it can be killed mid-call.
-    let (committed_tx, committed_rx) = tokio::sync::oneshot::channel::<()>();
-    let first = {
-        let env = env.clone();
-        let (task, key, intent, commit) =
-            (task.clone(), key.clone(), intent.clone(), commit.clone());
-        tokio::spawn(async move {
-            let client = env.sdk(&env.url())?;
-            let run = client
-                .start_attempt(
-                    &task,
-                    AttemptOptions::new("chaos-first").lease(Duration::from_secs(1)),
-                )
-                .await?;
-            let cp = run.checkpoint(body("about to deploy", vec![])).await?;
-            let deploy = env.deploy.clone();
-            let res = run
-                .effect(key, "deploy", intent)
-                .step("deploy")
-                .run(&env.deploy, |ctx| async move {
-                    if point == CrashPoint::BeforeCall {
-                        let _ = committed_tx.send(());
-                        return std::future::pending().await;
-                    }
-                    let res = deploy.deploy(&ctx, TARGET, &commit).await;
-                    let _ = committed_tx.send(());
-                    match (point, res) {
-                        (CrashPoint::ReplyLost, Ok(_)) => Err(ProviderError::Unknown {
-                            reason: "the deploy reply was lost (chaos)".into(),
-                        }),
-                        (CrashPoint::AfterCommit, Ok(_)) => std::future::pending().await,
-                        (_, r) => r,
-                    }
-                })
-                .await;
-            anyhow::Ok((cp, res.err()))
-        })
-    };
-    if committed_rx.await.is_err() {
+    // The first worker's lease is short so that the second can take over soon after the
+    // crash. On a loaded machine it can run out before the worker even reaches the deploy:
+    // then the crash this run is about did not happen, so it starts over on a fresh task with
+    // twice the lease (and says so), rather than report a loaded machine as a failure.
+    let mut lease = Duration::from_secs(1);
+    let (task, key, mut acked, first) = loop {
+        let mut acked = Acked::default();
+        let task = new_task(&env, "chaos: crash after commit").await?;
+        acked.count += 1;
+        let key = format!("deploy-{task}");
+        let (first, committed_rx) = first_worker(&env, &task, &key, &intent, &commit, point, lease);
+        if committed_rx.await.is_ok() {
+            break (task, key, acked, first);
+        }
         // Say why it ended (a lost lease, a refusal), not just that a channel closed.
-        let why = match first.await {
-            Ok(Ok((_, Some(e)))) => format!("its effect failed before the call: {e}"),
-            Ok(Ok((_, None))) => "its effect completed without calling the provider".to_owned(),
-            Ok(Err(e)) => format!("{e:#}"),
-            Err(e) => format!("it panicked: {e}"),
+        let (why, lost_lease) = match first.await {
+            Ok(Ok((_, Some(e)))) => (
+                format!("its effect failed before the call: {e}"),
+                matches!(e, SdkError::LeaseLost { .. }),
+            ),
+            Ok(Ok((_, None))) => (
+                "its effect completed without calling the provider".to_owned(),
+                false,
+            ),
+            Ok(Err(e)) => {
+                let lost = matches!(
+                    e.downcast_ref::<SdkError>(),
+                    Some(SdkError::LeaseLost { .. })
+                );
+                (format!("{e:#}"), lost)
+            }
+            Err(e) => (format!("it panicked: {e}"), false),
         };
+        if lost_lease && lease < Duration::from_secs(16) {
+            report.note(format!(
+                "{task}: the first worker lost its {}s lease before the deploy ({why}); started over with {}s",
+                lease.as_secs(),
+                lease.as_secs() * 2
+            ));
+            lease *= 2;
+            continue;
+        }
         bail!("the first worker ended before reaching the provider: {why}");
-    }
+    };
     let first_error = if point == CrashPoint::ReplyLost {
         // It records `unknown` and gives up; then the process is gone.
         let (cp, err) = first.await.context("the first worker panicked")??;

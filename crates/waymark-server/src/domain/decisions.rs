@@ -540,6 +540,11 @@ pub(crate) async fn after_recovery_decision(
     emit_task(tx, &task, EventKind::TaskUpdated).await
 }
 
+/// Why an approval a fail-open hook held was closed without an answer, whoever closed it
+/// (the hook's own wait, or the expiry sweep): the same words either way. Only Claude Code's
+/// hooks hold approvals this way.
+pub(crate) const HOOK_TIMED_OUT: &str = "the hook's timeout came first; Claude Code decides without Waymark: `claude -p` denies the call, an interactive session asks in its own prompt";
+
 /// Applies the default of every pending decision whose expiry has passed. Returns how many.
 /// One replica at a time sweeps; each decision closes in its own transaction, under its
 /// task's lock, re-checked there — so a decision expires once even with several replicas,
@@ -585,10 +590,7 @@ pub(crate) async fn expire_overdue(st: &AppState, id: &str) -> ApiResult<bool> {
         // the same close as the hook's own timeout, whichever comes first.
         DecisionOutcome {
             option: None,
-            text: Some(
-                "the hook's deadline passed; the runtime decides on its own (hooks fail open)"
-                    .into(),
-            ),
+            text: Some(HOOK_TIMED_OUT.into()),
             by: "runtime".into(),
             at: st.now(),
         }

@@ -1,6 +1,10 @@
-//! Claude Code's `http` hooks against the real server: recorded hook inputs (shapes from Claude
-//! Code's hook documentation, kept in `tests/fixtures/claude-code/`) become a session's task,
-//! effects, checkpoints and approvals, and the hook answers in Claude Code's decision JSON.
+//! Claude Code's `http` hooks against the real server: hook inputs kept in
+//! `tests/fixtures/claude-code/` become a session's task, effects, checkpoints and approvals,
+//! and the hook answers in Claude Code's decision JSON. `real-2.1.328/*.jsonl` are whole runs
+//! recorded from the real Claude Code 2.1.328 (`claude -p` against a fake model, every hook
+//! posted to a recorder; `SessionStart` through a command hook); the single-event files are in
+//! the shapes those runs showed (events the runs did not reach, such as compaction, follow
+//! Claude Code's hook documentation).
 
 use std::time::Duration;
 
@@ -78,7 +82,8 @@ async fn a_session_becomes_a_task_with_effects_checkpoints_and_messages() {
     let task = session_task(&h, "abc123").await;
     let d = h.detail(&task).await;
     assert_eq!(d["task"]["runtime"], "claude-code");
-    assert_eq!(d["task"]["title"], "fix the checkout test");
+    // Real hook inputs carry no title: the task is named after the directory.
+    assert_eq!(d["task"]["title"], "Claude Code in /home/u/repo");
     assert_eq!(d["attempts"][0]["state"], "active");
 
     // Not gated: the call is recorded and allowed to go on without a decision.
@@ -419,4 +424,240 @@ async fn bad_hook_inputs_are_refused_clearly() {
     assert_problem(s, &v, 422, "validation_failed");
     let (s, _) = h.post("", HOOK, fixture("pre_tool_use")).await;
     assert_eq!(s, StatusCode::UNAUTHORIZED);
+}
+
+/// A run recorded from the real Claude Code 2.1.328, one hook input per line.
+fn recorded(name: &str) -> Vec<Value> {
+    let path = format!(
+        "{}/tests/fixtures/claude-code/real-2.1.328/{name}.jsonl",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    std::fs::read_to_string(&path)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+/// How the person (or nobody) answers the run's permission prompt.
+enum Person {
+    Approves,
+    Denies,
+    IsAway,
+}
+
+/// Replays a recorded run hook by hook as Claude Code sent it; the `PermissionRequest` is held
+/// until `person` answers from a paired device. Returns the task and the permission answer.
+async fn replay(h: &Harness, run: &str, query: &str, person: Person) -> (String, Value) {
+    let dev = h.pair_device("alice", &["view", "steer", "approve"]).await;
+    let mut answered = Value::Null;
+    let mut task = None;
+    for input in recorded(run) {
+        let session = input["session_id"].as_str().unwrap().to_owned();
+        if input["hook_event_name"] != "PermissionRequest" {
+            assert_eq!(hook(h, query, input).await, json!({}));
+            continue;
+        }
+        let held = tokio::spawn({
+            let (url, token) = (h.url(&format!("{HOOK}{query}")), h.alice.clone());
+            async move {
+                let r = reqwest::Client::new()
+                    .post(url)
+                    .bearer_auth(token)
+                    .json(&input)
+                    .send()
+                    .await
+                    .unwrap();
+                r.json::<Value>().await.unwrap()
+            }
+        });
+        let t = session_task(h, &session).await;
+        let dec = pending_decision(h, &t).await;
+        match person {
+            Person::Approves => answer(h, &dev, &t, &dec, Operation::Approve, json!({})).await,
+            Person::Denies => answer(h, &dev, &t, &dec, Operation::Deny, json!({})).await,
+            Person::IsAway => {}
+        }
+        answered = tokio::time::timeout(Duration::from_secs(30), held)
+            .await
+            .unwrap()
+            .unwrap();
+        task = Some(t);
+    }
+    (task.expect("the run asked for permission"), answered)
+}
+
+/// The one attempt of a recorded run, finished.
+fn one_attempt(d: &Value) {
+    let attempts = d["attempts"].as_array().unwrap();
+    assert_eq!(attempts.len(), 1, "one run, one attempt: {attempts:#?}");
+    assert_eq!(attempts[0]["state"], "finished");
+}
+
+#[tokio::test]
+async fn a_real_approved_run_is_one_task_with_one_attempt_and_a_confirmed_effect() {
+    let h = Harness::start().await;
+    let (task, out) = replay(&h, "allow", "?timeout=60", Person::Approves).await;
+    assert_eq!(
+        out["hookSpecificOutput"]["decision"]["behavior"], "allow",
+        "{out}"
+    );
+    let d = h.detail(&task).await;
+    one_attempt(&d);
+    let texts: Vec<&str> = d["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|m| m["text"].as_str())
+        .collect();
+    assert_eq!(
+        texts,
+        [
+            "Claude Code session started (startup)",
+            "make the file",
+            "Done: the file is there."
+        ]
+    );
+    let effect = &d["effects"][0];
+    assert_eq!(effect["status"], "confirmed", "{effect}");
+    assert_eq!(effect["receipt"]["tool_response"]["noOutputExpected"], true);
+    let dec = &d["decisions"][0];
+    assert_eq!(
+        dec["effect_id"], effect["id"],
+        "the prompt (no tool_use_id) is linked to its PreToolUse call"
+    );
+    assert_eq!(dec["delivery"]["state"], "acknowledged", "{dec}");
+}
+
+#[tokio::test]
+async fn a_real_denied_call_is_closed_as_not_run_never_left_intended() {
+    let h = Harness::start().await;
+    let (task, out) = replay(&h, "deny", "?timeout=60", Person::Denies).await;
+    assert_eq!(out["hookSpecificOutput"]["decision"]["behavior"], "deny");
+    let d = h.detail(&task).await;
+    one_attempt(&d);
+    let effect = &d["effects"][0];
+    assert_eq!(effect["status"], "failed", "{effect}");
+    assert_eq!(effect["receipt"]["not_run"], true, "{effect}");
+    assert_eq!(effect["receipt"]["decision_id"], d["decisions"][0]["id"]);
+    let why = effect["receipt"]["reason"].as_str().unwrap();
+    assert!(
+        why.starts_with("not run: denied") && why.contains("user:alice"),
+        "{why}"
+    );
+}
+
+#[tokio::test]
+async fn a_real_unanswered_call_expires_and_is_closed_as_not_run_when_the_turn_ends() {
+    let h = Harness::start().await;
+    // timeout=4: the server answers ~1 s in, before Claude Code's own timeout.
+    let (task, out) = replay(&h, "timeout", "?timeout=4", Person::IsAway).await;
+    assert_eq!(
+        out,
+        json!({}),
+        "no decision: Claude Code decides without us"
+    );
+    let d = h.detail(&task).await;
+    one_attempt(&d);
+    let dec = &d["decisions"][0];
+    assert_eq!(dec["status"], "expired");
+    let text = dec["outcome"]["text"].as_str().unwrap();
+    assert!(text.contains("`claude -p` denies the call"), "{text}");
+    let effect = &d["effects"][0];
+    assert_eq!(effect["status"], "failed", "closed at Stop: {effect}");
+    let why = effect["receipt"]["reason"].as_str().unwrap();
+    assert!(
+        why.contains("approval expired") && why.contains("(Stop)"),
+        "{why}"
+    );
+}
+
+/// An expired approval's call may still run in an interactive session (the person allows it in
+/// Claude Code's own prompt): its `PostToolUse` confirms it, and nothing closes it as not run.
+#[tokio::test]
+async fn an_expired_call_that_ran_after_all_is_confirmed_not_closed() {
+    let h = Harness::start().await;
+    let run = recorded("allow");
+    let (start, prompt, pre, perm, post, stop) =
+        (&run[0], &run[1], &run[2], &run[3], &run[4], &run[5]);
+    for i in [start, prompt, pre] {
+        hook(&h, "", i.clone()).await;
+    }
+    assert_eq!(hook(&h, "?timeout=4", perm.clone()).await, json!({}));
+    // Another hook before the call's outcome (Claude Code's notification of its own prompt).
+    hook(&h, "", json!({"session_id": start["session_id"], "hook_event_name": "Notification",
+        "message": "Claude needs your permission to use Bash", "notification_type": "permission_prompt"})).await;
+    let task = session_task(&h, start["session_id"].as_str().unwrap()).await;
+    assert_eq!(h.detail(&task).await["effects"][0]["status"], "intended");
+    hook(&h, "", post.clone()).await;
+    hook(&h, "", stop.clone()).await;
+    let d = h.detail(&task).await;
+    assert_eq!(d["decisions"][0]["status"], "expired");
+    assert_eq!(
+        d["effects"][0]["status"], "confirmed",
+        "{}",
+        d["effects"][0]
+    );
+}
+
+#[tokio::test]
+async fn allowing_with_claude_codes_suggestions_says_it_switches_the_session_to_accept_edits() {
+    let h = Harness::start().await;
+    let run = recorded("allow");
+    let perm = run
+        .iter()
+        .find(|i| i["hook_event_name"] == "PermissionRequest")
+        .unwrap()
+        .clone();
+    let held = tokio::spawn({
+        let (url, token) = (h.url(&format!("{HOOK}?timeout=4")), h.alice.clone());
+        async move {
+            reqwest::Client::new()
+                .post(url)
+                .bearer_auth(token)
+                .json(&perm)
+                .send()
+                .await
+                .unwrap()
+        }
+    });
+    let task = session_task(&h, run[0]["session_id"].as_str().unwrap()).await;
+    let dec = pending_decision(&h, &task).await;
+    let always = dec["options"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|o| o["id"] == "approve_always")
+        .expect("offered: Claude Code suggested changes")
+        .clone();
+    let label = always["label"].as_str().unwrap();
+    assert!(
+        label.contains("give Claude Code access to `/tmp/ccx/work` for this session")
+            && label.contains("switch the session to `acceptEdits` mode: file edits no longer ask"),
+        "{label}"
+    );
+    assert!(always["gives_up"].as_str().unwrap().contains("acceptEdits"));
+    held.await.unwrap();
+}
+
+#[tokio::test]
+async fn a_run_end_after_stop_starts_no_second_attempt() {
+    let h = Harness::start().await;
+    hook(&h, "", fixture("session_start")).await;
+    hook(&h, "", fixture("stop")).await;
+    hook(
+        &h,
+        "",
+        json!({"session_id": "abc123", "hook_event_name": "SessionEnd", "reason": "other"}),
+    )
+    .await;
+    let task = session_task(&h, "abc123").await;
+    let d = h.detail(&task).await;
+    one_attempt(&d);
+    // A resumed run is a real restart: its own attempt.
+    hook(&h, "", fixture("session_start")).await;
+    assert_eq!(
+        h.detail(&task).await["attempts"].as_array().unwrap().len(),
+        2
+    );
 }

@@ -227,6 +227,12 @@ async fn without_the_admin_token_the_demo_waits_for_a_person_and_follows_their_a
     let run = tokio::spawn(demo::run_with(cfg, w.plan(None), reporter));
     // A person answers once the demo says it waits for them (and how to answer).
     let decision = loop {
+        // The demo must not end before asking (say why it did, rather than wait forever).
+        assert!(
+            !run.is_finished(),
+            "the demo ended before asking: {:?}",
+            lines.lock().unwrap()
+        );
         let snapshot = lines.lock().unwrap().clone();
         let asked = snapshot.iter().find_map(|p| {
             (p.step == "approval" && p.text.starts_with("dec_"))

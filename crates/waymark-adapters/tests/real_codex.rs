@@ -1,0 +1,523 @@
+//! The Codex adapter against the REAL Codex (`@openai/codex@0.169.0` from npm, installed by
+//! `scripts/setup-debian` under `$WAYMARK_RUNTIMES_DIR/codex`, default
+//! `~/.cache/waymark-runtimes/codex`): its `codex app-server`, started and driven by the
+//! adapter, with a private `CODEX_HOME` pointed only at a fake Responses API
+//! (`support::fake_responses`), a real control plane in-process, and a phone answering with
+//! signed commands. In each turn the model asks `exec_command` to `touch` a file outside the
+//! sandbox, which makes Codex ask for approval; the approval must reach the inbox offering both
+//! denials. Approve runs the command (the file appears; the effect is confirmed with a
+//! receipt). "Deny, let the turn go on" does not run it and Codex finishes the turn with its
+//! answer. "Deny and stop the turn" interrupts the turn. Pause interrupts the turn and holds
+//! (the approval expires); resume continues the thread with a new turn.
+//!
+//! The test fails — never skips — when the runtime is not installed. Each turn is one
+//! `waymark adapters codex --prompt …` run (one thread, one task); the app-server it starts is
+//! killed when the adapter ends or, should the test fail, when the adapter task is dropped.
+
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+use support::fake_model::{self, Turn};
+use support::fake_responses::{FakeResponses, text_of};
+use support::{ControlPlane, Phone};
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+use waymark_adapters::codex::{self, CodexArgs, CodexError, RESUME_PROMPT};
+use waymark_proto::{
+    Decision, DecisionKind, DecisionStatus, DeliveryState, Effect, EffectStatus, Operation,
+    TaskDetail, TaskState,
+};
+
+/// The version `scripts/setup-debian` installs and this test was written against.
+const CODEX_VERSION: &str = "0.169.0";
+/// How long one turn may take end to end (model calls, approval, the command).
+const TURN: Duration = Duration::from_secs(60);
+
+// ---- the installed runtime -------------------------------------------------------------------
+
+/// The native `codex` binary of the installed `@openai/codex-linux-x64` (run directly, not
+/// through npm's Node launcher, so that killing the adapter's child kills Codex), or a failure
+/// that says how to install it.
+fn codex_binary() -> PathBuf {
+    let base = std::env::var_os("WAYMARK_RUNTIMES_DIR")
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
+        .or_else(|| {
+            std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/waymark-runtimes"))
+        })
+        .expect("neither WAYMARK_RUNTIMES_DIR nor HOME is set: cannot find the real Codex");
+    let dir = base.join("codex");
+    let stamp = std::fs::read_to_string(dir.join("installed")).unwrap_or_default();
+    let vendor = dir.join("node_modules/@openai/codex-linux-x64/vendor");
+    let binary = std::fs::read_dir(&vendor)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.path().join("bin/codex"))
+        .find(|p| p.exists());
+    match binary {
+        Some(b) if stamp.trim() == format!("@openai/codex@{CODEX_VERSION}") => b,
+        _ => panic!(
+            "the real Codex {CODEX_VERSION} is not installed in `{}` (installed: `{}`; native binary under `{}`: {}) — \
+             run `scripts/setup-debian`, which installs it there (set WAYMARK_RUNTIMES_DIR to use another place)",
+            dir.display(),
+            stamp.trim(),
+            vendor.display(),
+            if vendor.exists() {
+                "none"
+            } else {
+                "the directory is missing"
+            },
+        ),
+    }
+}
+
+/// A private Codex: its own `CODEX_HOME` (and `HOME`), pointed at the fake model only, and a
+/// workspace.
+struct Home {
+    dir: tempfile::TempDir,
+}
+
+impl Home {
+    fn new(model: &FakeResponses) -> Home {
+        let dir = tempfile::tempdir().unwrap();
+        for d in ["codex-home", "work"] {
+            std::fs::create_dir_all(dir.path().join(d)).unwrap();
+        }
+        // What each setting is for: docs/adapters/codex.md.
+        let config = format!(
+            r#"model = "{model}"
+model_provider = "fake"
+approval_policy = "on-request"
+sandbox_mode = "workspace-write"
+
+[model_providers.fake]
+name = "fake"
+base_url = "{url}"
+wire_api = "responses"
+env_key = "WAYMARK_FAKE_MODEL_KEY"
+request_max_retries = 0
+stream_max_retries = 0
+"#,
+            model = fake_model::MODEL,
+            url = model.base_url,
+        );
+        std::fs::write(dir.path().join("codex-home/config.toml"), config).unwrap();
+        Home { dir }
+    }
+
+    fn work(&self) -> PathBuf {
+        self.dir.path().join("work")
+    }
+
+    /// `--app-server-cmd`: `env` sets the private homes and execs Codex (no shell stays between).
+    fn app_server_cmd(&self, codex: &Path) -> String {
+        let home = self.dir.path().join("codex-home");
+        format!(
+            "env CODEX_HOME='{h}' HOME='{h}' WAYMARK_FAKE_MODEL_KEY=dummy '{c}' app-server",
+            h = home.display(),
+            c = codex.display()
+        )
+    }
+}
+
+/// One adapter run with `--prompt`; aborted (so its app-server is killed) when dropped.
+struct Adapter {
+    handle: Option<JoinHandle<Result<(), CodexError>>>,
+    shutdown: CancellationToken,
+}
+
+impl Adapter {
+    fn start(cp: &ControlPlane, home: &Home, codex: &Path, prompt: &str) -> Adapter {
+        let shutdown = CancellationToken::new();
+        let args = CodexArgs {
+            app_server_cmd: home.app_server_cmd(codex),
+            cwd: Some(home.work()),
+            prompt: Some(prompt.into()),
+            ..CodexArgs::new()
+        };
+        let handle = tokio::spawn(codex::run(args, cp.client.clone(), shutdown.clone()));
+        Adapter {
+            handle: Some(handle),
+            shutdown,
+        }
+    }
+
+    fn running(&self) -> bool {
+        self.handle.as_ref().is_some_and(|h| !h.is_finished())
+    }
+
+    /// Waits for the adapter to end by itself (its turn ended).
+    async fn ended(mut self) {
+        let handle = self.handle.take().unwrap();
+        let res = tokio::time::timeout(TURN, handle)
+            .await
+            .expect("the adapter ends when its turn ends")
+            .unwrap();
+        assert!(res.is_ok(), "{res:?}");
+    }
+}
+
+impl Drop for Adapter {
+    fn drop(&mut self) {
+        self.shutdown.cancel();
+        if let Some(h) = self.handle.take() {
+            h.abort();
+        }
+    }
+}
+
+// ---- waiting on the control plane -------------------------------------------------------------
+
+async fn within<T, F, Fut>(limit: Duration, what: &str, mut probe: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let started = Instant::now();
+    loop {
+        if let Some(v) = probe().await {
+            return v;
+        }
+        assert!(
+            started.elapsed() < limit,
+            "timed out after {limit:?} waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// The Codex task not among `seen` (each run starts a new thread, so a new task).
+async fn new_task(cp: &ControlPlane, seen: &mut Vec<String>) -> String {
+    let task = within(TURN, "a new Codex task", || async {
+        let (status, snap) = cp.admin_get("/v1/snapshot").await;
+        assert_eq!(status, 200, "{snap}");
+        snap["tasks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t.get("task").unwrap_or(t))
+            .filter(|t| t["runtime"] == "codex")
+            .filter_map(|t| t["id"].as_str())
+            .find(|id| !seen.iter().any(|s| s == id))
+            .map(str::to_owned)
+    })
+    .await;
+    seen.push(task.clone());
+    task
+}
+
+async fn detail(cp: &ControlPlane, task: &str) -> TaskDetail {
+    cp.detail(task).await
+}
+
+async fn pending_approval(cp: &ControlPlane, task: &str) -> Decision {
+    within(TURN, "a pending approval in the inbox", || async {
+        detail(cp, task)
+            .await
+            .decisions
+            .into_iter()
+            .find(|d| d.status == DecisionStatus::Pending)
+    })
+    .await
+}
+
+async fn answer(
+    phone: &Phone,
+    cp: &ControlPlane,
+    task: &str,
+    d: &Decision,
+    op: Operation,
+    option: &str,
+) {
+    let revision = detail(cp, task).await.task.plan_revision;
+    let args = json!({"decision_id": d.id, "intent_digest": d.intent_digest, "option": option});
+    phone.command(task, revision, op, args).await;
+}
+
+async fn steer(phone: &Phone, cp: &ControlPlane, task: &str, op: Operation) {
+    let revision = detail(cp, task).await.task.plan_revision;
+    phone.command(task, revision, op, json!({})).await;
+}
+
+/// The command item's effect, once settled.
+async fn settled_effect(cp: &ControlPlane, task: &str) -> Effect {
+    within(TURN, "the command's effect settled", || async {
+        detail(cp, task)
+            .await
+            .effects
+            .into_iter()
+            .find(|e| e.kind == "codex.commandExecution" && e.status.is_terminal())
+    })
+    .await
+}
+
+/// What every approval of these turns looks like in the inbox.
+fn check_offer(d: &Decision, command: &str) {
+    assert_eq!(d.kind, DecisionKind::Approval);
+    assert_eq!(
+        d.durability,
+        Some(waymark_proto::ApprovalDurability::ConnectionBound)
+    );
+    let params = &d.intent.as_ref().unwrap()["params"];
+    // Codex 0.169: strings and an object mixed, no `decline` listed.
+    let listed = &params["availableDecisions"];
+    assert_eq!(listed[0], "accept", "{listed}");
+    assert!(
+        listed[1]["acceptWithExecpolicyAmendment"].is_object(),
+        "{listed}"
+    );
+    assert_eq!(listed[2], "cancel", "{listed}");
+    assert!(!listed.to_string().contains("\"decline\""), "{listed}");
+    let options: Vec<(&str, &str)> = d
+        .options
+        .iter()
+        .map(|o| (o.id.as_str(), o.label.as_str()))
+        .collect();
+    let rule = format!(
+        "Approve and always allow `touch {}`",
+        command.trim_start_matches("touch ")
+    );
+    assert_eq!(
+        options,
+        [
+            ("approve", "Approve"),
+            ("approve_rule", rule.as_str()),
+            ("deny", "Deny, let the turn go on"),
+            ("deny_cancel", "Deny and stop the turn"),
+        ]
+    );
+    assert!(d.question.contains(command), "{}", d.question);
+    assert!(
+        d.question.contains("waymark test:"),
+        "the justification is shown: {}",
+        d.question
+    );
+}
+
+fn last_assistant(d: &TaskDetail) -> Option<String> {
+    d.messages
+        .iter()
+        .rev()
+        .find(|m| m.role == "assistant")
+        .map(|m| m.text.clone())
+}
+
+// ---- the test ---------------------------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn real_codex_command_approvals_reach_the_inbox_and_each_answer_does_what_it_says() {
+    let started = Instant::now();
+    let codex = codex_binary();
+    let cp = ControlPlane::start("alice-codex").await;
+    let phone = cp.phone().await;
+    let scratch = tempfile::tempdir().unwrap();
+    let file = |name: &str| scratch.path().join(name);
+    let cmd = |name: &str| format!("touch {}", file(name).display());
+    let model = FakeResponses::start(vec![
+        Turn {
+            prompt: "waymark turn one".into(),
+            command: cmd("approved"),
+            answer: "Created the file.".into(),
+        },
+        Turn {
+            prompt: "waymark turn two".into(),
+            command: cmd("declined"),
+            answer: "The command was not run; going on without it.".into(),
+        },
+        Turn {
+            prompt: "waymark turn three".into(),
+            command: cmd("cancelled"),
+            answer: "This answer never comes.".into(),
+        },
+        Turn {
+            prompt: "waymark turn four".into(),
+            command: cmd("paused"),
+            answer: "Continued after the pause.".into(),
+        },
+    ])
+    .await;
+    let home = Home::new(&model);
+    let mut seen = Vec::new();
+
+    // ---- turn one: approved -------------------------------------------------------------
+    let adapter = Adapter::start(&cp, &home, &codex, "waymark turn one: make the file");
+    let task = new_task(&cp, &mut seen).await;
+    let d = pending_approval(&cp, &task).await;
+    eprintln!("approval one in the inbox at {:?}", started.elapsed());
+    check_offer(&d, &cmd("approved"));
+    assert!(!file("approved").exists(), "nothing runs before the answer");
+    let asked = Instant::now();
+    answer(&phone, &cp, &task, &d, Operation::Approve, "approve").await;
+    within(TURN, "the approved command to run", || async {
+        file("approved").exists().then_some(())
+    })
+    .await;
+    eprintln!("approve → file exists in {:?}", asked.elapsed());
+    adapter.ended().await;
+    let t = detail(&cp, &task).await;
+    let d = t.decisions.iter().find(|x| x.id == d.id).unwrap();
+    assert_eq!(waymark_worker::chosen_option(d), Some("approve"));
+    let delivery = d.delivery.clone().unwrap();
+    assert_eq!(delivery.state, DeliveryState::Acknowledged);
+    assert!(delivery.detail.unwrap().contains("serverRequest/resolved"));
+    let effect = settled_effect(&cp, &task).await;
+    assert_eq!(effect.status, EffectStatus::Confirmed, "{effect:?}");
+    let receipt = effect
+        .receipt
+        .clone()
+        .expect("a confirmed effect has a receipt");
+    assert_eq!(receipt["exitCode"], 0, "{receipt}");
+    assert_eq!(receipt["status"], "completed", "{receipt}");
+    assert_eq!(t.task.state, TaskState::Completed, "{:?}", t.task);
+    assert_eq!(last_assistant(&t).as_deref(), Some("Created the file."));
+    eprintln!("turn one done at {:?}", started.elapsed());
+
+    // ---- turn two: deny, let the turn go on (`decline`) ---------------------------------
+    let adapter = Adapter::start(&cp, &home, &codex, "waymark turn two: make the other file");
+    let task = new_task(&cp, &mut seen).await;
+    let d = pending_approval(&cp, &task).await;
+    check_offer(&d, &cmd("declined"));
+    answer(&phone, &cp, &task, &d, Operation::Deny, "deny").await;
+    adapter.ended().await;
+    assert!(
+        !file("declined").exists(),
+        "the declined command did not run"
+    );
+    let t = detail(&cp, &task).await;
+    let dd = t.decisions.iter().find(|x| x.id == d.id).unwrap();
+    assert_eq!(waymark_worker::chosen_option(dd), Some("deny"));
+    assert_eq!(
+        dd.delivery.as_ref().unwrap().state,
+        DeliveryState::Acknowledged
+    );
+    let effect = settled_effect(&cp, &task).await;
+    assert_eq!(effect.status, EffectStatus::Failed, "{effect:?}");
+    assert!(
+        effect.receipt.as_ref().unwrap()["error"]
+            .as_str()
+            .unwrap()
+            .starts_with("declined")
+    );
+    // The turn went on: the model was told, and answered.
+    assert_eq!(t.task.state, TaskState::Completed, "{:?}", t.task);
+    assert_eq!(
+        last_assistant(&t).as_deref(),
+        Some("The command was not run; going on without it.")
+    );
+    let told = model.requests().iter().any(|r| {
+        r["input"].as_array().is_some_and(|items| {
+            items.iter().any(|i| {
+                i["type"] == "function_call_output"
+                    && i["output"].to_string().contains("rejected by user")
+            })
+        })
+    });
+    assert!(told, "the model saw the refusal");
+    eprintln!("turn two done at {:?}", started.elapsed());
+
+    // ---- turn three: deny and stop the turn (`cancel`) ----------------------------------
+    let adapter = Adapter::start(&cp, &home, &codex, "waymark turn three: make a third file");
+    let task = new_task(&cp, &mut seen).await;
+    let d = pending_approval(&cp, &task).await;
+    check_offer(&d, &cmd("cancelled"));
+    answer(&phone, &cp, &task, &d, Operation::Deny, "deny_cancel").await;
+    adapter.ended().await;
+    assert!(
+        !file("cancelled").exists(),
+        "the cancelled command did not run"
+    );
+    let t = detail(&cp, &task).await;
+    let dd = t.decisions.iter().find(|x| x.id == d.id).unwrap();
+    assert_eq!(waymark_worker::chosen_option(dd), Some("deny_cancel"));
+    assert!(
+        t.checkpoints.iter().any(|c| c
+            .body
+            .summary
+            .as_deref()
+            .is_some_and(|s| s.ends_with("was interrupted"))),
+        "the turn ended interrupted: {:?}",
+        t.checkpoints
+            .iter()
+            .map(|c| &c.body.summary)
+            .collect::<Vec<_>>()
+    );
+    assert_ne!(t.task.state, TaskState::Completed, "{:?}", t.task);
+    assert!(
+        !t.messages
+            .iter()
+            .any(|m| m.text.contains("This answer never comes.")),
+        "the turn stopped before the model answered"
+    );
+    eprintln!("turn three done at {:?}", started.elapsed());
+
+    // ---- turn four: pause interrupts and holds, resume continues ------------------------
+    let adapter = Adapter::start(&cp, &home, &codex, "waymark turn four: make a fourth file");
+    let task = new_task(&cp, &mut seen).await;
+    let d = pending_approval(&cp, &task).await;
+    check_offer(&d, &cmd("paused"));
+    let paused_at = Instant::now();
+    steer(&phone, &cp, &task, Operation::Pause).await;
+    let expired = within(TURN, "the approval expired by the pause", || async {
+        detail(&cp, &task)
+            .await
+            .decisions
+            .into_iter()
+            .find(|x| x.id == d.id && x.status == DecisionStatus::Expired)
+    })
+    .await;
+    let t = within(TURN, "the interrupted turn's checkpoint", || async {
+        let t = detail(&cp, &task).await;
+        t.checkpoints
+            .iter()
+            .any(|c| {
+                c.body
+                    .summary
+                    .as_deref()
+                    .is_some_and(|s| s.contains("interrupted by a pause"))
+            })
+            .then_some(t)
+    })
+    .await;
+    eprintln!("pause → turn interrupted in {:?}", paused_at.elapsed());
+    assert!(
+        format!("{:?}", expired.outcome).contains("paused in Waymark"),
+        "{:?}",
+        expired.outcome
+    );
+    assert!(
+        t.messages
+            .iter()
+            .any(|m| m.role == "system" && m.text.contains("was interrupted"))
+    );
+    // Held: the adapter keeps the thread; nothing runs and the model is not asked again.
+    let asked_before = model.requests().len();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(adapter.running(), "a paused thread is held, not ended");
+    assert_eq!(model.requests().len(), asked_before);
+    assert!(!file("paused").exists());
+    steer(&phone, &cp, &task, Operation::Resume).await;
+    adapter.ended().await;
+    let continued = model.requests().iter().skip(asked_before).any(|r| {
+        r["input"]
+            .as_array()
+            .and_then(|i| i.last())
+            .is_some_and(|m| text_of(m).contains(RESUME_PROMPT))
+    });
+    assert!(
+        continued,
+        "resume started a turn in the same thread: {:?}",
+        model.requests().len()
+    );
+    let t = detail(&cp, &task).await;
+    assert_eq!(
+        last_assistant(&t).as_deref(),
+        Some("Continued after the pause.")
+    );
+    assert_eq!(t.task.state, TaskState::Completed, "{:?}", t.task);
+    assert!(!file("paused").exists(), "the paused command never ran");
+    eprintln!("all done at {:?}", started.elapsed());
+}

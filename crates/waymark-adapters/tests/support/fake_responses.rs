@@ -1,0 +1,162 @@
+//! A fake model behind the OpenAI Responses API (`POST /v1/responses`, streamed as server-sent
+//! events), what Codex speaks with `wire_api = "responses"`. It plays the same script of turns
+//! as [`super::fake_model`]: in the turn whose prompt a user message carries, it first calls
+//! Codex's `exec_command` tool with `"sandbox_permissions": "require_escalated"` and a
+//! `justification` (which makes Codex ask for approval), and once a `function_call_output`
+//! follows that prompt (the command ran, was declined, or its turn was interrupted) it answers
+//! with the turn's final text. Every request body is kept for the test to read.
+//!
+//! Shapes as Codex 0.169.0 was seen to send and accept them (`fixtures/codex/real/`): the
+//! request has `model`, `stream: true`, `input` (messages, `function_call`,
+//! `function_call_output` items), `tools`; the stream needs `response.created`, the output
+//! items (`response.output_item.done`) and `response.completed` with `usage`.
+
+use std::sync::{Arc, Mutex};
+
+use serde_json::{Value, json};
+use tokio::net::{TcpListener, TcpStream};
+
+use super::fake_model::{Turn, read_request, respond};
+
+/// The running fake; stops when dropped.
+pub struct FakeResponses {
+    /// `http://127.0.0.1:PORT/v1`, the provider's `base_url`.
+    pub base_url: String,
+    requests: Arc<Mutex<Vec<Value>>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for FakeResponses {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl FakeResponses {
+    pub async fn start(turns: Vec<Turn>) -> FakeResponses {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let requests = Arc::new(Mutex::new(Vec::new()));
+        let turns = Arc::new(turns);
+        let kept = requests.clone();
+        let task = tokio::spawn(async move {
+            loop {
+                let Ok((stream, _)) = listener.accept().await else {
+                    continue;
+                };
+                let (turns, kept) = (turns.clone(), kept.clone());
+                tokio::spawn(async move {
+                    if let Err(e) = serve(stream, &turns, &kept).await {
+                        eprintln!("fake responses: {e}");
+                    }
+                });
+            }
+        });
+        FakeResponses {
+            base_url: format!("http://127.0.0.1:{port}/v1"),
+            requests,
+            task,
+        }
+    }
+
+    /// Every Responses request body received, in order.
+    pub fn requests(&self) -> Vec<Value> {
+        self.requests.lock().unwrap().clone()
+    }
+}
+
+async fn serve(stream: TcpStream, turns: &[Turn], kept: &Mutex<Vec<Value>>) -> std::io::Result<()> {
+    let (method, path, body, mut stream) = read_request(stream).await?;
+    if method != "POST" || !path.ends_with("/responses") {
+        let problem =
+            json!({"error": {"message": format!("the fake model serves no {method} {path}")}});
+        return respond(
+            &mut stream,
+            "404 Not Found",
+            "application/json",
+            &problem.to_string(),
+        )
+        .await;
+    }
+    let request: Value = match serde_json::from_slice(&body) {
+        Ok(v) => v,
+        Err(e) => {
+            let problem = json!({"error": {"message": format!("not JSON: {e}")}});
+            return respond(
+                &mut stream,
+                "400 Bad Request",
+                "application/json",
+                &problem.to_string(),
+            )
+            .await;
+        }
+    };
+    kept.lock().unwrap().push(request.clone());
+    let n = kept.lock().unwrap().len();
+    let item = reply_to(&request, turns, n);
+    respond(&mut stream, "200 OK", "text/event-stream", &sse(item, n)).await
+}
+
+/// The text of an `input` message (its `input_text` parts joined).
+pub fn text_of(item: &Value) -> String {
+    match &item["content"] {
+        Value::String(s) => s.clone(),
+        Value::Array(parts) => parts
+            .iter()
+            .filter_map(|p| p["text"].as_str())
+            .collect::<Vec<_>>()
+            .join("\n"),
+        _ => String::new(),
+    }
+}
+
+/// The output item to send: the `exec_command` call, or the answer once the call has an output.
+fn reply_to(request: &Value, turns: &[Turn], n: usize) -> Value {
+    let input = request["input"].as_array().cloned().unwrap_or_default();
+    let found = input.iter().enumerate().rev().find_map(|(at, item)| {
+        if item["type"] != "message" || item["role"] != "user" {
+            return None;
+        }
+        let text = text_of(item);
+        turns
+            .iter()
+            .enumerate()
+            .find(|(_, t)| text.contains(&t.prompt))
+            .map(|(i, t)| (at, i, t))
+    });
+    let answer = |text: &str| {
+        json!({"type": "message", "role": "assistant", "id": format!("msg_{n}"),
+               "content": [{"type": "output_text", "text": text, "annotations": []}]})
+    };
+    let Some((at, index, turn)) = found else {
+        return answer("The fake model has no turn for this prompt.");
+    };
+    if input[at..]
+        .iter()
+        .any(|i| i["type"] == "function_call_output")
+    {
+        return answer(&turn.answer);
+    }
+    let arguments = json!({
+        "cmd": turn.command,
+        "sandbox_permissions": "require_escalated",
+        "justification": format!("waymark test: {}", turn.prompt),
+    });
+    json!({"type": "function_call", "id": format!("fc_{index}_{n}"), "call_id": format!("call_{index}_{n}"),
+           "name": "exec_command", "arguments": arguments.to_string()})
+}
+
+fn sse(item: Value, n: usize) -> String {
+    let id = format!("resp_{n}");
+    let events = [
+        json!({"type": "response.created", "response": {"id": id}}),
+        json!({"type": "response.output_item.done", "output_index": 0, "item": item}),
+        json!({"type": "response.completed", "response": {"id": id, "usage": {
+            "input_tokens": 10, "input_tokens_details": null, "output_tokens": 5,
+            "output_tokens_details": null, "total_tokens": 15}}}),
+    ];
+    events
+        .iter()
+        .map(|e| format!("event: {}\ndata: {e}\n\n", e["type"].as_str().unwrap()))
+        .collect()
+}

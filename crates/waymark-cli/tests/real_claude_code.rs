@@ -1,0 +1,529 @@
+//! Claude Code through Waymark as a person sets it up, against the REAL Claude Code
+//! (`@anthropic-ai/claude-code@2.1.328` from npm, its native binary installed by
+//! `scripts/setup-debian` under `$WAYMARK_RUNTIMES_DIR/claude-code`, default
+//! `~/.cache/waymark-runtimes/claude-code`): a real `waymark serve`, the hooks written by
+//! `waymark adapters claude-code install`, a device paired with `waymark pair` answering from its
+//! inbox with `waymark approve` / `waymark deny`, and `claude -p` pointed at a fake Anthropic API
+//! (`real_claude_code/fake_anthropic.rs`) that asks `Bash` to `touch` a file.
+//!
+//! Three runs, each its own session: approved (the file appears, the effect is confirmed with
+//! the tool's output as receipt), denied (no file, the effect closed as not run, Claude Code
+//! tells the model it was denied), and unanswered until the hook's timeout (in `-p` Claude Code
+//! denies the call: the approval expires, the effect is closed as not run). Each run is one task
+//! with one attempt, its session start seen through the `SessionStart` command hook.
+//!
+//! Claude Code never reaches the internet: its only base URL is the fake, with telemetry,
+//! non-essential traffic and the auto-updater off, in a private `HOME`/`CLAUDE_CONFIG_DIR`.
+//! The test fails — never skips — when the runtime is not installed; every process it starts
+//! is killed when it ends, passing or not.
+
+#[path = "real_claude_code/fake_anthropic.rs"]
+mod fake_anthropic;
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use fake_anthropic::{FakeAnthropic, Turn};
+use serde_json::{Value, json};
+
+/// The version `scripts/setup-debian` installs and this test was written against.
+const CLAUDE_CODE_VERSION: &str = "2.1.328";
+/// How long one `claude -p` run may take, the wait for a person included.
+const RUN: Duration = Duration::from_secs(120);
+
+// ---- the installed runtime -------------------------------------------------------------------
+
+/// The installed `claude` binary, or a failure that says how to install it.
+fn claude_binary() -> PathBuf {
+    let base = std::env::var_os("WAYMARK_RUNTIMES_DIR")
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
+        .or_else(|| {
+            std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/waymark-runtimes"))
+        })
+        .expect("neither WAYMARK_RUNTIMES_DIR nor HOME is set: cannot find the real Claude Code");
+    let dir = base.join("claude-code");
+    let bin = dir.join("node_modules/@anthropic-ai/claude-code-linux-x64/claude");
+    let stamp = std::fs::read_to_string(dir.join("installed")).unwrap_or_default();
+    assert!(
+        bin.exists() && stamp.contains(&format!("@anthropic-ai/claude-code@{CLAUDE_CODE_VERSION}")),
+        "the real Claude Code {CLAUDE_CODE_VERSION} is not installed in `{}` (installed: `{}`; \
+         binary {} {}) — run `scripts/setup-debian`, which installs it there \
+         (set WAYMARK_RUNTIMES_DIR to use another place)",
+        dir.display(),
+        stamp.trim(),
+        bin.display(),
+        if bin.exists() { "present" } else { "missing" },
+    );
+    bin
+}
+
+// ---- waymark ---------------------------------------------------------------------------------
+
+fn waymark() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_waymark"));
+    c.env_remove("WAYMARK_DATA_DIR")
+        .env_remove("WAYMARK_SERVER")
+        .env_remove("WAYMARK_TOKEN")
+        .env_remove("WAYMARK_KEYSTORE")
+        .env("WAYMARK_LOG", "error");
+    c
+}
+
+fn run_ok(mut c: Command) -> Value {
+    let out = c.output().unwrap();
+    assert!(
+        out.status.success(),
+        "{c:?}: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap_or(Value::Null)
+}
+
+/// `waymark serve`, killed when dropped.
+struct Serving(Child, String);
+
+impl Drop for Serving {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn serve(data: &Path) -> Serving {
+    let mut child = waymark()
+        .args(["serve", "--json", "--listen", "127.0.0.1:0", "--data-dir"])
+        .arg(data)
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let v: Value = serde_json::from_str(&line).unwrap();
+    Serving(child, v["listening"].as_str().unwrap().to_owned())
+}
+
+fn admin(data: &Path, args: &[&str]) -> Value {
+    let mut c = waymark();
+    c.arg("admin")
+        .args(args)
+        .args(["--json", "--data-dir"])
+        .arg(data);
+    run_ok(c)
+}
+
+/// The terminal client of alice's paired device.
+fn device(home: &Path, args: &[&str]) -> Value {
+    let mut c = waymark();
+    c.env("WAYMARK_HOME", home)
+        .env("WAYMARK_KEYSTORE", "file-insecure")
+        .args(args);
+    run_ok(c)
+}
+
+// ---- one Claude Code run ---------------------------------------------------------------------
+
+/// A private Claude Code: its own HOME and config dir, and a project directory.
+struct Setup {
+    dir: tempfile::TempDir,
+    claude: PathBuf,
+    model: FakeAnthropic,
+    token: String,
+}
+
+impl Setup {
+    fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    /// `waymark adapters claude-code install` into the project's local settings.
+    fn install(&self, server: &str, timeout: u64) {
+        let mut c = waymark();
+        c.args([
+            "adapters",
+            "claude-code",
+            "install",
+            "--json",
+            "--server",
+            server,
+        ])
+        .args(["--timeout", &timeout.to_string(), "--settings"])
+        .arg(self.path("project/.claude/settings.local.json"));
+        run_ok(c);
+    }
+
+    /// `claude -p PROMPT --output-format json` in the project, in a process group of its own
+    /// (killed, with whatever it started, when dropped).
+    fn start(&self, prompt: &str) -> Claude {
+        let bin_dir = Path::new(env!("CARGO_BIN_EXE_waymark")).parent().unwrap();
+        // The SessionStart command hook runs `waymark` from PATH, as for a user.
+        let path = std::env::join_paths(
+            std::iter::once(bin_dir.to_owned())
+                .chain(["/usr/local/bin", "/usr/bin", "/bin"].map(PathBuf::from)),
+        )
+        .unwrap();
+        let out = self.path(&format!("claude-{}.out", rand_suffix()));
+        let mut cmd = tokio::process::Command::new(&self.claude);
+        cmd.args(["-p", prompt, "--output-format", "json"])
+            .current_dir(self.path("project"))
+            .env_clear()
+            .env("PATH", path)
+            .env("HOME", self.path("home"))
+            .env("CLAUDE_CONFIG_DIR", self.path("home/.claude"))
+            .env("TMPDIR", self.path("tmp"))
+            .env("ANTHROPIC_BASE_URL", &self.model.base_url)
+            .env("ANTHROPIC_API_KEY", "dummy")
+            .env("DISABLE_TELEMETRY", "1")
+            .env("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1")
+            .env("DISABLE_AUTOUPDATER", "1")
+            .env("WAYMARK_TOKEN", &self.token)
+            .env("WAYMARK_LOG", "error")
+            .stdin(Stdio::null())
+            .stdout(std::fs::File::create(&out).unwrap())
+            .stderr(Stdio::inherit())
+            .process_group(0)
+            .kill_on_drop(true);
+        Claude {
+            child: cmd.spawn().expect("the real `claude` starts"),
+            out,
+            started: Instant::now(),
+        }
+    }
+}
+
+fn rand_suffix() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as u64
+}
+
+struct Claude {
+    child: tokio::process::Child,
+    out: PathBuf,
+    started: Instant,
+}
+
+impl Drop for Claude {
+    fn drop(&mut self) {
+        if let Some(pid) = self.child.id() {
+            let _ = std::process::Command::new("kill")
+                .args(["-KILL", "--", &format!("-{pid}")])
+                .stderr(Stdio::null())
+                .status();
+        }
+        let _ = self.child.start_kill();
+    }
+}
+
+impl Claude {
+    /// Waits for the run to end; its `--output-format json` result.
+    async fn result(&mut self) -> Value {
+        let status = tokio::time::timeout(RUN, self.child.wait())
+            .await
+            .expect("claude -p ended in time")
+            .unwrap();
+        let text = std::fs::read_to_string(&self.out).unwrap();
+        assert!(status.success(), "claude -p failed ({status}): {text}");
+        eprintln!("claude -p ran {:?}", self.started.elapsed());
+        serde_json::from_str(&text).unwrap_or_else(|e| panic!("not JSON ({e}): {text}"))
+    }
+}
+
+// ---- reading the control plane ---------------------------------------------------------------
+
+/// The device's inbox after a sync: waits for the pending decision of a Claude Code task whose
+/// summary names `command`.
+async fn pending_in_inbox(home: &Path, command: &str) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        device(home, &["sync", "--json"]);
+        let inbox = device(home, &["inbox", "--json"]);
+        if let Some(item) = inbox.as_array().and_then(|a| {
+            a.iter().find(|i| {
+                i["decision"]["question"]
+                    .as_str()
+                    .is_some_and(|q| q.contains(command))
+            })
+        }) {
+            return item.clone();
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no decision about `{command}` reached the inbox: {inbox}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+async fn task_detail(server: &str, token: &str, task: &str) -> Value {
+    reqwest::Client::new()
+        .get(format!("{server}/v1/tasks/{task}"))
+        .bearer_auth(token)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap()
+}
+
+/// The task of a session, found the way the hook finds it: by the runtime's key.
+async fn session_task(server: &str, token: &str, session: &str) -> String {
+    let res = reqwest::Client::new()
+        .post(format!("{server}/v1/tasks"))
+        .bearer_auth(token)
+        .json(&json!({"title": "x", "runtime": "claude-code", "external_key": session}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        res.status(),
+        200,
+        "the hooks made the session's task already"
+    );
+    res.json::<Value>().await.unwrap()["id"]
+        .as_str()
+        .unwrap()
+        .to_owned()
+}
+
+fn texts(detail: &Value) -> Vec<String> {
+    detail["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| {
+            format!(
+                "{}: {}",
+                m["role"].as_str().unwrap_or(""),
+                m["text"].as_str().unwrap_or("")
+            )
+        })
+        .collect()
+}
+
+/// What every run shares: one task, one attempt (the run), its start seen, the prompt kept,
+/// one `Bash` effect; returns the detail.
+async fn one_run_one_attempt(server: &str, token: &str, result: &Value, prompt: &str) -> Value {
+    let session = result["session_id"].as_str().expect("a session id");
+    let task = session_task(server, token, session).await;
+    let d = task_detail(server, token, &task).await;
+    assert_eq!(d["task"]["runtime"], "claude-code", "{d}");
+    let attempts = d["attempts"].as_array().unwrap();
+    assert_eq!(attempts.len(), 1, "one run, one attempt: {attempts:#?}");
+    assert_eq!(attempts[0]["state"], "finished", "{attempts:#?}");
+    let said = texts(&d);
+    assert!(
+        said.iter()
+            .any(|t| t == "system: Claude Code session started (startup)"),
+        "the SessionStart command hook reported the start: {said:#?}"
+    );
+    assert!(
+        said.iter().any(|t| t == &format!("user: {prompt}")),
+        "{said:#?}"
+    );
+    let effects = d["effects"].as_array().unwrap();
+    assert_eq!(effects.len(), 1, "{effects:#?}");
+    assert_eq!(effects[0]["kind"], "claude_code.Bash");
+    d
+}
+
+// ---- the story -------------------------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn claude_code_asks_the_inbox_and_does_what_the_person_or_its_timeout_decided() {
+    let claude = claude_binary();
+    let dir = tempfile::tempdir().unwrap();
+    for d in ["data", "device", "home/.claude", "project/.claude", "tmp"] {
+        std::fs::create_dir_all(dir.path().join(d)).unwrap();
+    }
+    let project = dir.path().join("project").canonicalize().unwrap();
+    let file = |name: &str| project.join(name);
+    let turns = vec![
+        Turn {
+            prompt: "make the approved file".into(),
+            command: format!("touch {}", file("approved").display()),
+            answer: "Approved run finished.".into(),
+        },
+        Turn {
+            prompt: "make the denied file".into(),
+            command: format!("touch {}", file("denied").display()),
+            answer: "Denied run finished.".into(),
+        },
+        Turn {
+            prompt: "make the unanswered file".into(),
+            command: format!("touch {}", file("unanswered").display()),
+            answer: "Unanswered run finished.".into(),
+        },
+    ];
+    let model = FakeAnthropic::start(turns.clone()).await;
+
+    let data = dir.path().join("data");
+    admin(&data, &["user", "add", "alice"]);
+    let token = admin(
+        &data,
+        &["worker-token", "--name", "claude", "--user", "alice"],
+    )["token"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let server = serve(&data);
+    let url = server.1.clone();
+    let link = admin(&data, &["pair", "--user", "alice"])["link"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let phone = dir.path().join("device");
+    device(
+        &phone,
+        &["pair", &link, "--name", "alice's phone", "--json"],
+    );
+
+    let setup = Setup {
+        dir,
+        claude,
+        model,
+        token: token.clone(),
+    };
+    setup.install(&url, 120);
+
+    // 1. Approved from the device: the command runs, the effect gets its receipt.
+    let mut run = setup.start(&turns[0].prompt);
+    let item = pending_in_inbox(&phone, &turns[0].command).await;
+    let decision = item["decision"]["id"].as_str().unwrap().to_owned();
+    let options: Vec<&str> = item["decision"]["options"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|o| o["label"].as_str().unwrap())
+        .collect();
+    assert!(
+        options.iter().any(|l| l.contains("acceptEdits")),
+        "the option that applies Claude Code's suggestions says it switches the mode: {options:?}"
+    );
+    let asked = Instant::now();
+    device(&phone, &["approve", &decision, "--json"]);
+    while !file("approved").exists() && asked.elapsed() < Duration::from_secs(30) {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(file("approved").exists(), "approved: the command ran");
+    eprintln!("approve → file made: {:?}", asked.elapsed());
+    let result = run.result().await;
+    assert_eq!(result["permission_denials"], json!([]), "{result}");
+    assert!(
+        result["result"].as_str().unwrap().contains("[tool ok"),
+        "{result}"
+    );
+    let d = one_run_one_attempt(&url, &token, &result, &turns[0].prompt).await;
+    let effect = &d["effects"][0];
+    assert_eq!(effect["status"], "confirmed", "{effect}");
+    assert_eq!(
+        effect["intent"]["input"]["command"],
+        turns[0].command.as_str()
+    );
+    assert!(effect["receipt"]["tool_response"].is_object(), "{effect}");
+    let dec = &d["decisions"][0];
+    assert_eq!(dec["status"], "resolved", "{dec}");
+    assert_eq!(dec["outcome"]["option"], "approve", "{dec}");
+    assert_eq!(
+        dec["effect_id"], effect["id"],
+        "the prompt is about this call"
+    );
+    assert_eq!(dec["delivery"]["state"], "acknowledged", "{dec}");
+    assert!(
+        texts(&d)
+            .iter()
+            .any(|t| t.starts_with("assistant: Approved run finished.")),
+        "{:#?}",
+        texts(&d)
+    );
+
+    // 2. Denied from the device: no file; the effect is closed as not run.
+    let mut run = setup.start(&turns[1].prompt);
+    let item = pending_in_inbox(&phone, &turns[1].command).await;
+    let decision = item["decision"]["id"].as_str().unwrap().to_owned();
+    device(&phone, &["deny", &decision, "--json"]);
+    let result = run.result().await;
+    assert!(!file("denied").exists(), "denied: the command did not run");
+    assert_eq!(
+        result["permission_denials"][0]["tool_name"], "Bash",
+        "{result}"
+    );
+    let said = result["result"].as_str().unwrap();
+    assert!(
+        said.contains("[tool error") && said.contains("via Waymark"),
+        "the model was told who denied it: {said}"
+    );
+    let d = one_run_one_attempt(&url, &token, &result, &turns[1].prompt).await;
+    let effect = &d["effects"][0];
+    assert_eq!(effect["status"], "failed", "{effect}");
+    assert_eq!(effect["receipt"]["not_run"], true, "{effect}");
+    assert!(
+        effect["receipt"]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("denied"),
+        "{effect}"
+    );
+    assert_eq!(d["decisions"][0]["outcome"]["option"], "deny");
+
+    // 3. Nobody answers before the hook's timeout: in `-p` Claude Code denies the call.
+    setup.install(&url, 5);
+    let mut run = setup.start(&turns[2].prompt);
+    let started = Instant::now();
+    let result = run.result().await;
+    assert!(
+        started.elapsed() < Duration::from_secs(30),
+        "the hook answered before its timeout"
+    );
+    assert!(
+        !file("unanswered").exists(),
+        "unanswered: the command did not run"
+    );
+    assert_eq!(
+        result["permission_denials"][0]["tool_name"], "Bash",
+        "in -p an unanswered permission is a denial: {result}"
+    );
+    let d = one_run_one_attempt(&url, &token, &result, &turns[2].prompt).await;
+    let dec = &d["decisions"][0];
+    assert_eq!(dec["status"], "expired", "{dec}");
+    assert_eq!(
+        dec["outcome"]["option"],
+        Value::Null,
+        "never approved: {dec}"
+    );
+    assert!(
+        dec["outcome"]["text"]
+            .as_str()
+            .unwrap()
+            .contains("`claude -p` denies"),
+        "{dec}"
+    );
+    let effect = &d["effects"][0];
+    assert_eq!(effect["status"], "failed", "{effect}");
+    assert_eq!(effect["receipt"]["not_run"], true, "{effect}");
+    assert!(
+        effect["receipt"]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("expired"),
+        "{effect}"
+    );
+
+    // Claude Code spoke only to the fake, and the fake saw the three prompts.
+    let requests = setup.model.requests();
+    for t in &turns {
+        assert!(
+            requests.iter().any(|r| r.to_string().contains(&t.prompt)),
+            "the fake saw `{}`",
+            t.prompt
+        );
+    }
+    drop(server);
+}
