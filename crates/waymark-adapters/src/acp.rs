@@ -6,6 +6,14 @@
 //! ACP holds a permission request only while the connection lives, and says nothing when it has
 //! taken an answer: the answer counts once the agent next speaks of that tool call (or the turn
 //! ends), and an agent that exits first leaves its open approvals expired, never approved.
+//!
+//! What must hold for every tool call a permission request asked about: it is linked to that
+//! request (agents differ in whether the request carries the call's own id: Hermes asks under
+//! `perm-check-N` about the `tc-…` it announced just before, Gemini CLI under the id it uses
+//! later), and unless the answer allowed it, its effect is closed as not run (`failed`) —
+//! never left `intended`, nor `confirmed` by an agent that "completes" a refused call. An agent
+//! that ends a call whose approval is still open has stopped waiting (Hermes' fixed 60 s): the
+//! approval closes expired then, never to show open after the agent decided.
 
 mod agent;
 mod options;
@@ -45,11 +53,14 @@ const VOID_GRACE: Duration = Duration::from_secs(2);
 const EFFECT_SETTLE: Duration = Duration::from_secs(30);
 /// Longest message text recorded (the control plane takes up to 1 MiB).
 const MAX_TEXT: usize = 256 * 1024;
+/// How long Hermes waits for an answer to a permission request before it denies on its own
+/// (`acp_adapter/permissions.py`, `timeout=60.0`, fixed in 0.19: its config does not change it).
+pub const HERMES_PERMISSION_WAIT: Duration = Duration::from_secs(60);
 
 /// `waymark adapters acp`: run one prompt turn of an ACP agent under the control plane.
 #[derive(Debug, Clone, clap::Args)]
 pub struct AcpArgs {
-    /// The agent's command line, run with `sh -c` (e.g. `hermes acp`, `gemini --experimental-acp`).
+    /// The agent's command line, run with `sh -c` (e.g. `hermes acp`, `gemini --acp`).
     #[arg(long)]
     pub agent_cmd: String,
     /// The session's working directory (default: the current one).
@@ -68,7 +79,7 @@ pub struct AcpArgs {
     #[arg(long, default_value = "waymark-acp")]
     pub worker: String,
     /// Seconds an approval stays open before its default (deny) applies (server default: an
-    /// hour).
+    /// hour; for runtime `hermes`, Hermes' own fixed wait of 60 s).
     #[arg(long)]
     pub approval_expires_in: Option<u64>,
 }
@@ -241,9 +252,14 @@ async fn session(
         run: Arc::new(run),
         session_id,
         runtime: args.runtime.clone(),
-        expires_in: args.approval_expires_in.map(Duration::from_secs),
+        expires_in: args
+            .approval_expires_in
+            .map(Duration::from_secs)
+            .or_else(|| (args.runtime == "hermes").then_some(HERMES_PERMISSION_WAIT)),
+        started: tokio::time::Instant::now(),
         buffer: None,
         tools: HashMap::new(),
+        tool_seq: 0,
         effects: JoinSet::new(),
         pending: HashMap::new(),
         answered: HashMap::new(),
@@ -281,7 +297,11 @@ fn clip(text: &str, max: usize) -> String {
 #[derive(Debug)]
 struct Pending {
     rpc_id: RequestId,
+    /// The tool call it is for: the request's own `toolCallId`, or the pending tool call the
+    /// agent announced just before (Hermes asks under `perm-check-N`, not the tool call's id).
     tool_call_id: Option<String>,
+    /// The request's `toolCall`, for an effect when the call never ran.
+    tool_call: Value,
     answers: HashMap<String, Answer>,
     waiter: JoinHandle<()>,
 }
@@ -307,6 +327,10 @@ enum ToolEnd {
 struct Tool {
     fields: Map<String, Value>,
     end: Option<watch::Sender<Option<ToolEnd>>>,
+    /// The order the agent announced it in (a permission request is linked to the newest).
+    seq: u64,
+    /// The approval that asked for it.
+    approval: Option<String>,
 }
 
 /// A past tool call cannot be asked about: ACP has no such request.
@@ -338,9 +362,13 @@ struct Session {
     session_id: String,
     runtime: String,
     expires_in: Option<Duration>,
+    /// When the session started (the turn's wall time is reported with its usage).
+    started: tokio::time::Instant,
     /// Message chunks not yet recorded: (role, text).
     buffer: Option<(String, String)>,
     tools: HashMap<String, Tool>,
+    /// How many tool calls the session announced (`Tool::seq`).
+    tool_seq: u64,
     effects: JoinSet<Option<EffectRef>>,
     /// By decision id.
     pending: HashMap<String, Pending>,
@@ -467,6 +495,7 @@ impl Session {
                 p.waiter.abort();
                 let _ = self.peer.respond(&p.rpc_id, cancelled()).await;
                 let reason = "the agent ended its turn before an answer";
+                self.not_run(p.tool_call_id.as_deref(), &p.tool_call, reason);
                 if let Err(e) = self.run.expire_decision(&id, reason).await {
                     tracing::debug!(error = %e, decision = %id, "approval not expired");
                 }
@@ -479,6 +508,9 @@ impl Session {
             .and_then(Value::as_str)
             .unwrap_or("")
             .to_owned();
+        if let Ok(v) = &answer {
+            self.report_usage(v).await;
+        }
         let refs = self
             .settle_tools("the turn ended before the agent said how the tool call ended")
             .await;
@@ -553,7 +585,16 @@ impl Session {
                 }
                 self.checkpoint("turn_ended", refs, &format!("the turn ended with `{stop}`"))
                     .await;
-                let (outcome, summary) = outcome_of(&stop);
+                let (outcome, summary) = match outcome_of(&stop) {
+                    // A Hermes session outlives the ACP connection (state.db keeps it open,
+                    // `hermes --resume` goes on with it): the attempt is released, so the
+                    // mirror of state.db can add to this same task what it sees later.
+                    (FinishOutcome::Completed, summary) if self.runtime == "hermes" => (
+                        FinishOutcome::Released,
+                        format!("{summary}; Hermes keeps the session, which its mirror follows"),
+                    ),
+                    other => other,
+                };
                 self.finish(outcome, summary).await;
                 Ok(None)
             }
@@ -658,7 +699,16 @@ impl Session {
         // The agent speaking of this tool call after our answer is its acknowledgement.
         let kind = u["sessionUpdate"].as_str().unwrap_or("tool_call");
         self.acknowledge_tool(id, kind).await;
-        let tool = self.tools.entry(id.to_owned()).or_default();
+        let tool = match self.tools.entry(id.to_owned()) {
+            std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+            std::collections::hash_map::Entry::Vacant(e) => {
+                self.tool_seq += 1;
+                e.insert(Tool {
+                    seq: self.tool_seq,
+                    ..Tool::default()
+                })
+            }
+        };
         if let Some(fields) = u.as_object() {
             for (k, v) in fields {
                 if k != "sessionUpdate" && !v.is_null() {
@@ -672,33 +722,18 @@ impl Session {
             .and_then(Value::as_str)
             .unwrap_or("pending")
             .to_owned();
-        if tool.end.is_none() && status != "pending" {
-            let (tx, rx) = watch::channel(None);
-            tool.end = Some(tx);
-            let key = format!("{}:{id}", self.session_id);
-            let effect_kind = format!(
-                "tool_call:{}",
-                tool.fields
-                    .get("kind")
-                    .and_then(Value::as_str)
-                    .unwrap_or("other")
-            );
-            let intent = json!({
-                "toolCallId": id,
-                "title": tool.fields.get("title"),
-                "kind": tool.fields.get("kind"),
-                "rawInput": tool.fields.get("rawInput"),
-                "locations": tool.fields.get("locations"),
-            });
-            let run = self.run.clone();
-            self.effects.spawn(async move {
-                let res = run
-                    .effect(key.clone(), effect_kind, intent)
-                    .run(&NotAskable, move |_ctx| wait_for_end(rx))
-                    .await;
-                effect_ref(&key, res)
-            });
+        if matches!(status.as_str(), "completed" | "failed")
+            && let Some(decision) = tool.approval.clone()
+            && self.pending.contains_key(&decision)
+        {
+            self.gave_up_waiting(&decision, id).await;
         }
+        if self.tools.get(id).is_some_and(|t| t.end.is_none()) && status != "pending" {
+            self.start_effect(id);
+        }
+        let Some(tool) = self.tools.get(id) else {
+            return;
+        };
         let end = match status.as_str() {
             "completed" => Some(ToolEnd::Completed(json!({
                 "status": "completed",
@@ -711,7 +746,118 @@ impl Session {
             _ => None,
         };
         if let (Some(end), Some(tx)) = (end, &tool.end) {
-            tx.send_replace(Some(end));
+            // The first end counts: a call closed as not run stays so, whatever the agent
+            // reports of it afterwards (Hermes "completes" a denied call with its refusal).
+            end_once(tx, end);
+        }
+    }
+
+    /// The agent ended a tool call whose approval is still open: it stopped waiting and decided
+    /// on its own (Hermes denies after its fixed 60 s and reports the call "completed" with
+    /// its refusal). The approval closes as expired now, never to be answered into the void,
+    /// and the call is closed as not run.
+    async fn gave_up_waiting(&mut self, decision_id: &str, tool_call_id: &str) {
+        let Some(p) = self.pending.remove(decision_id) else {
+            return;
+        };
+        p.waiter.abort();
+        let _ = self.peer.respond(&p.rpc_id, cancelled()).await;
+        let reason = format!(
+            "{} stopped waiting for the answer and decided on its own",
+            self.runtime
+        );
+        tracing::info!(decision = decision_id, tool_call = tool_call_id, "{reason}");
+        self.not_run(Some(tool_call_id), &p.tool_call, &reason);
+        if let Err(e) = self.run.expire_decision(decision_id, &reason).await {
+            tracing::debug!(error = %e, decision = %decision_id, "approval not expired");
+        }
+    }
+
+    /// Declares the tool call's effect, which waits for the call's end.
+    fn start_effect(&mut self, id: &str) {
+        let Some(tool) = self.tools.get_mut(id) else {
+            return;
+        };
+        if tool.end.is_some() {
+            return;
+        }
+        let (tx, rx) = watch::channel(None);
+        tool.end = Some(tx);
+        let key = format!("{}:{id}", self.session_id);
+        let effect_kind = format!(
+            "tool_call:{}",
+            tool.fields
+                .get("kind")
+                .and_then(Value::as_str)
+                .unwrap_or("other")
+        );
+        let intent = json!({
+            "toolCallId": id,
+            "title": tool.fields.get("title"),
+            "kind": tool.fields.get("kind"),
+            "rawInput": tool.fields.get("rawInput"),
+            "locations": tool.fields.get("locations"),
+            "approval": tool.approval,
+        });
+        let run = self.run.clone();
+        self.effects.spawn(async move {
+            let res = run
+                .effect(key.clone(), effect_kind, intent)
+                .run(&NotAskable, move |_ctx| wait_for_end(rx))
+                .await;
+            effect_ref(&key, res)
+        });
+    }
+
+    /// The tool call a permission request is for: the one its `toolCallId` names, else the
+    /// newest one the agent announced that is still `pending` and asked for by no other
+    /// request (Hermes announces `tc-…`, then asks under `perm-check-N`).
+    fn tool_asked_about(&self, asked: Option<&str>) -> Option<String> {
+        if let Some(id) = asked
+            && self.tools.contains_key(id)
+        {
+            return Some(id.to_owned());
+        }
+        let waiting = self
+            .tools
+            .iter()
+            .filter(|(_, t)| t.end.is_none() && t.approval.is_none())
+            .filter(|(_, t)| {
+                t.fields
+                    .get("status")
+                    .and_then(Value::as_str)
+                    .unwrap_or("pending")
+                    == "pending"
+            })
+            .max_by_key(|(_, t)| t.seq)
+            .map(|(id, _)| id.clone());
+        waiting.or_else(|| asked.map(str::to_owned))
+    }
+
+    /// A tool call whose approval was denied, expired or withdrawn: its effect is closed as
+    /// not run (`failed`, never left `intended`), declared from the request when the agent
+    /// never announced the call (Gemini CLI sends nothing more of a rejected call).
+    fn not_run(&mut self, id: Option<&str>, request: &Value, reason: &str) {
+        let Some(id) = id else {
+            return;
+        };
+        if !self.tools.contains_key(id) {
+            self.tool_seq += 1;
+            let mut fields = request.as_object().cloned().unwrap_or_default();
+            fields.insert("toolCallId".into(), json!(id));
+            self.tools.insert(
+                id.to_owned(),
+                Tool {
+                    fields,
+                    seq: self.tool_seq,
+                    ..Tool::default()
+                },
+            );
+        }
+        self.start_effect(id);
+        if let Some(tx) = self.tools.get(id).and_then(|t| t.end.as_ref()) {
+            let end = ToolEnd::Failed(format!("not run: {reason}"));
+            end_once(tx, end);
         }
     }
 
@@ -748,10 +894,8 @@ impl Session {
 
     async fn on_permission(&mut self, rpc_id: RequestId, params: Value) {
         let tool_call = &params["toolCall"];
-        let tool_call_id = tool_call
-            .get("toolCallId")
-            .and_then(Value::as_str)
-            .map(str::to_owned);
+        let asked = tool_call.get("toolCallId").and_then(Value::as_str);
+        let tool_call_id = self.tool_asked_about(asked);
         let mapped = options::map(&params["options"], &self.runtime);
         let summary = tool_call
             .get("title")
@@ -773,10 +917,37 @@ impl Session {
             Err(e) => {
                 tracing::warn!(error = %e, "the approval could not be opened; the request is answered cancelled");
                 let _ = self.peer.respond(&rpc_id, cancelled()).await;
+                self.not_run(
+                    tool_call_id.as_deref(),
+                    tool_call,
+                    "the approval could not be opened",
+                );
                 return;
             }
         };
-        tracing::info!(decision = %decision.id, tool_call = ?tool_call_id, "permission request awaiting a person");
+        tracing::info!(decision = %decision.id, tool_call = ?tool_call_id, asked = ?asked, "permission request awaiting a person");
+        if let Some(id) = &tool_call_id {
+            match self.tools.get_mut(id) {
+                Some(t) => t.approval = Some(decision.id.clone()),
+                None => {
+                    // Asked before announced (Gemini CLI): what the request says of the call
+                    // is all there may ever be.
+                    self.tool_seq += 1;
+                    let mut fields = tool_call.as_object().cloned().unwrap_or_default();
+                    fields.remove("status");
+                    self.tools.insert(
+                        id.clone(),
+                        Tool {
+                            fields,
+                            seq: self.tool_seq,
+                            approval: Some(decision.id.clone()),
+                            ..Tool::default()
+                        },
+                    );
+                }
+            }
+        }
+        let tool_call = tool_call.clone();
         let run = self.run.clone();
         let tx = self.decided_tx.clone();
         let id = decision.id.clone();
@@ -789,6 +960,7 @@ impl Session {
             Pending {
                 rpc_id,
                 tool_call_id,
+                tool_call,
                 answers: mapped.answers,
                 waiter,
             },
@@ -813,6 +985,11 @@ impl Session {
             Err(e) => {
                 tracing::warn!(error = %e, decision = decision_id, "waiting for the decision failed; the request is answered cancelled");
                 let _ = self.peer.respond(&p.rpc_id, cancelled()).await;
+                self.not_run(
+                    p.tool_call_id.as_deref(),
+                    &p.tool_call,
+                    "waiting for the approval failed",
+                );
                 return;
             }
         };
@@ -834,6 +1011,19 @@ impl Session {
         };
         tracing::info!(decision = decision_id, status = %d.status, ?answer, "answering the agent");
         let wrote = self.peer.respond(&p.rpc_id, body).await;
+        let allowed = matches!(&answer, Answer::Select(_))
+            && chosen_option(&d).is_some_and(|o| o.starts_with("approve"));
+        if !allowed {
+            let reason = match d.status {
+                DecisionStatus::Expired => "the approval expired".to_owned(),
+                DecisionStatus::Void => "the approval was voided".to_owned(),
+                _ => format!(
+                    "the approval was answered `{}`",
+                    chosen_option(&d).unwrap_or("cancelled")
+                ),
+            };
+            self.not_run(p.tool_call_id.as_deref(), &p.tool_call, &reason);
+        }
         if d.status != DecisionStatus::Resolved {
             return;
         }
@@ -882,6 +1072,11 @@ impl Session {
         if let Some(id) = pending {
             let p = self.pending.remove(&id).expect("found above");
             p.waiter.abort();
+            self.not_run(
+                p.tool_call_id.as_deref(),
+                &p.tool_call,
+                "the agent withdrew its permission request",
+            );
             let _ = self
                 .peer
                 .respond_error(&p.rpc_id, -32800, "request cancelled")
@@ -938,6 +1133,11 @@ impl Session {
     async fn connection_lost(&mut self, why: &str) {
         for (id, p) in std::mem::take(&mut self.pending) {
             p.waiter.abort();
+            self.not_run(
+                p.tool_call_id.as_deref(),
+                &p.tool_call,
+                &format!("{why} before the approval was answered"),
+            );
             let reason = format!("{why}; ACP approvals do not survive it");
             if let Err(e) = self.run.expire_decision(&id, &reason).await {
                 tracing::warn!(error = %e, decision = %id, "expiring an approval failed");
@@ -971,10 +1171,25 @@ impl Session {
         for (id, p) in std::mem::take(&mut self.pending) {
             p.waiter.abort();
             let _ = self.peer.respond(&p.rpc_id, cancelled()).await;
+            self.not_run(p.tool_call_id.as_deref(), &p.tool_call, reason);
             // A replan or a cancel already voided it; then this is refused, as it should be.
             if let Err(e) = self.run.expire_decision(&id, reason).await {
                 tracing::debug!(error = %e, decision = %id, "approval not expired");
             }
+        }
+    }
+
+    /// Records the turn's token usage from the prompt's answer (`usage`, ACP's
+    /// `{inputTokens, outputTokens, totalTokens, …}`, which Hermes and Gemini CLI send) with
+    /// the session's wall time so far. Nothing is reported when the agent sends no usage.
+    async fn report_usage(&mut self, answer: &Value) {
+        let Some(tokens) = tokens_of(answer) else {
+            return;
+        };
+        let wall = self.started.elapsed().as_secs();
+        self.started = tokio::time::Instant::now();
+        if let Err(e) = self.run.usage(tokens, 0.0, wall).await {
+            tracing::warn!(error = %e, "reporting the turn's usage failed");
         }
     }
 
@@ -1018,8 +1233,40 @@ fn outcome_of(stop: &str) -> (FinishOutcome, String) {
     }
 }
 
+/// The tokens a prompt's answer reports: `usage.totalTokens`, else input + output (+ thought)
+/// tokens (Hermes 0.19), else Gemini CLI 0.61's `_meta.quota.token_count` (input + output);
+/// `None` when it reports none.
+fn tokens_of(answer: &Value) -> Option<u64> {
+    let Some(usage) = answer.get("usage").filter(|u| u.is_object()) else {
+        let count = answer.pointer("/_meta/quota/token_count")?;
+        let n = |k: &str| count.get(k).and_then(Value::as_u64);
+        let (input, output) = (n("input_tokens"), n("output_tokens"));
+        return (input.is_some() || output.is_some())
+            .then(|| input.unwrap_or(0) + output.unwrap_or(0));
+    };
+    let n = |k: &str| usage.get(k).and_then(Value::as_u64);
+    n("totalTokens").or_else(|| {
+        let parts = [n("inputTokens"), n("outputTokens"), n("thoughtTokens")];
+        parts
+            .iter()
+            .any(Option::is_some)
+            .then(|| parts.iter().flatten().sum())
+    })
+}
+
 fn cancelled() -> Value {
     json!({"outcome": {"outcome": "cancelled"}})
+}
+
+/// Records how a tool call ended unless an end is already recorded: the first end counts.
+fn end_once(tx: &watch::Sender<Option<ToolEnd>>, end: ToolEnd) {
+    tx.send_if_modified(|e| {
+        if e.is_some() {
+            return false;
+        }
+        *e = Some(end);
+        true
+    });
 }
 
 /// Waits for the agent to say how a tool call ended.
@@ -1107,6 +1354,18 @@ mod tests {
         assert_eq!(outcome_of("refusal").0, FinishOutcome::Failed);
         assert_eq!(outcome_of("cancelled").0, FinishOutcome::Cancelled);
         assert_eq!(outcome_of("sideways").0, FinishOutcome::PartiallyDelivered);
+    }
+
+    #[test]
+    fn usage_is_read_as_hermes_and_gemini_cli_send_it() {
+        // Recorded: fixtures/acp/real/hermes-0.19.0-approve.out.jsonl, gemini-0.61.0-*.out.jsonl.
+        let hermes = json!({"stopReason": "end_turn", "usage": {"cachedReadTokens": 0, "inputTokens": 20, "outputTokens": 10, "thoughtTokens": 0, "totalTokens": 30}});
+        assert_eq!(tokens_of(&hermes), Some(30));
+        let parts = json!({"usage": {"inputTokens": 20, "outputTokens": 10}});
+        assert_eq!(tokens_of(&parts), Some(30));
+        let gemini = json!({"stopReason": "end_turn", "_meta": {"quota": {"token_count": {"input_tokens": 20, "output_tokens": 10}, "model_usage": []}}});
+        assert_eq!(tokens_of(&gemini), Some(30));
+        assert_eq!(tokens_of(&json!({"stopReason": "end_turn"})), None);
     }
 
     #[test]

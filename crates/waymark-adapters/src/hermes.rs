@@ -34,8 +34,8 @@ pub enum HermesCommand {
 /// `waymark adapters hermes acp`.
 #[derive(Debug, Clone, clap::Args)]
 pub struct HermesAcpArgs {
-    /// Hermes' ACP entrypoint (`hermes acp`, or `hermes-acp`, per Hermes'
-    /// `acp_adapter/entry.py`; not run against a live Hermes here).
+    /// Hermes' ACP entrypoint (`hermes acp`, which needs `hermes-agent[acp]`; tested with
+    /// Hermes Agent 0.19.0).
     #[arg(long, default_value = "hermes acp")]
     pub agent_cmd: String,
     /// The session's working directory (default: the current one).
@@ -50,7 +50,8 @@ pub struct HermesAcpArgs {
     /// The worker name recorded on the attempt.
     #[arg(long, default_value = "waymark-hermes")]
     pub worker: String,
-    /// Seconds an approval stays open before its default (deny) applies.
+    /// Seconds an approval stays open before its default (deny) applies (default: Hermes' own
+    /// fixed wait, 60 s, after which Hermes denies on its own).
     #[arg(long)]
     pub approval_expires_in: Option<u64>,
 }

@@ -147,7 +147,8 @@ async fn acp_deny_from_a_device_reaches_the_agent_as_its_deny_option() {
         delivery.detail.as_deref().unwrap().contains("call-rm"),
         "{delivery:?}"
     );
-    // The refused tool call is a failed effect; the turn ended the attempt.
+    // The refused tool call is closed as not run (by the answer, before the agent's own
+    // report of it), linked to its approval; the turn ended the attempt.
     let e = detail
         .effects
         .iter()
@@ -156,8 +157,9 @@ async fn acp_deny_from_a_device_reaches_the_agent_as_its_deny_option() {
     assert_eq!(e.status, EffectStatus::Failed);
     assert_eq!(
         e.receipt.as_ref().unwrap()["error"],
-        "permission denied by the user"
+        "not run: the approval was answered `deny`"
     );
+    assert_eq!(e.intent["approval"], decision.as_str());
     assert_eq!(detail.attempts[0].outcome, Some(FinishOutcome::Completed));
     let texts: Vec<&str> = detail.messages.iter().map(|m| m.text.as_str()).collect();
     assert!(
@@ -203,25 +205,45 @@ async fn hermes_approve_session_selects_allow_session_and_the_tool_call_becomes_
         d.outcome.as_ref().unwrap().option.as_deref(),
         Some("approve_session")
     );
-    // Hermes never speaks of `perm-check-1` again: the turn's end acknowledges.
+    // Hermes asked under `perm-check-1` about the `tc-…` call it had just announced: its
+    // completion acknowledges the answer, and the effect names the approval.
     let delivery = d.delivery.as_ref().unwrap();
     assert_eq!(delivery.state, DeliveryState::Acknowledged);
-    assert!(delivery.detail.as_deref().unwrap().contains("turn ended"));
+    assert!(
+        delivery
+            .detail
+            .as_deref()
+            .unwrap()
+            .contains("tc-27db43bd501e"),
+        "{delivery:?}"
+    );
+    // Hermes' own 60 s wait is the approval's deadline, not the server's hour.
+    let deadline = (d.expires_at - d.created_at).num_milliseconds();
+    assert!((59_000..=60_000).contains(&deadline), "{deadline} ms");
 
     let e = detail
         .effects
         .iter()
-        .find(|e| e.idempotency_key == "20260901_101500_ab12:call_1")
+        .find(|e| e.idempotency_key == "20260901_101500_ab12:tc-27db43bd501e")
         .unwrap();
     assert_eq!(e.status, EffectStatus::Confirmed);
     assert_eq!(e.kind, "tool_call:execute");
-    assert_eq!(e.intent["rawInput"]["command"], "pytest -x");
-    assert_eq!(
-        e.receipt.as_ref().unwrap()["rawOutput"]["output"],
-        "3 passed"
+    assert_eq!(e.intent["approval"], decision.as_str());
+    assert_eq!(e.intent["title"], "terminal: pytest -x");
+    assert!(
+        e.receipt
+            .as_ref()
+            .unwrap()
+            .to_string()
+            .contains("exit_code:** 0"),
+        "{:?}",
+        e.receipt
     );
     assert_eq!(detail.task.runtime.as_deref(), Some("hermes"));
-    assert_eq!(detail.attempts[0].outcome, Some(FinishOutcome::Completed));
+    // The turn's usage, as Hermes reports it (`totalTokens`).
+    assert_eq!(detail.task.usage.tokens, 30);
+    // Hermes keeps the session: the attempt is released so the state.db mirror can add to it.
+    assert_eq!(detail.attempts[0].outcome, Some(FinishOutcome::Released));
 }
 
 #[tokio::test]
@@ -437,4 +459,62 @@ async fn acp_cancel_sends_session_cancel_and_answers_the_open_request_cancelled(
         .unwrap();
     assert_eq!(d.status, DecisionStatus::Void);
     assert!(d.delivery.is_none(), "never reported approved: {d:?}");
+}
+
+#[tokio::test]
+async fn hermes_that_stops_waiting_closes_the_approval_expired_and_the_call_as_not_run() {
+    let w = World::start().await;
+    let adapter = start(&w, w.args("hermes-timeout.json", "hermes"));
+    let task = w.task_of("hermes", "20260901_111500_cd34").await;
+    let pending = eventually("the approval", || async {
+        w.detail(&task)
+            .await
+            .decisions
+            .into_iter()
+            .find(|d| d.status == DecisionStatus::Pending)
+    })
+    .await;
+    // Hermes' 60 s pass (the gate): it denies on its own and reports the call ended.
+    std::fs::write(w.path("gate"), b"open").unwrap();
+    ended(adapter).await.unwrap();
+
+    let detail = w.detail(&task).await;
+    let d = detail
+        .decisions
+        .iter()
+        .find(|d| d.id == pending.id)
+        .unwrap();
+    assert_eq!(
+        d.status,
+        DecisionStatus::Expired,
+        "closed as Hermes decided, never left open: {d:?}"
+    );
+    assert_eq!(d.outcome.as_ref().unwrap().option, None, "{d:?}");
+    let e = detail
+        .effects
+        .iter()
+        .find(|e| e.intent["approval"] == d.id.as_str())
+        .expect("the call names its approval");
+    assert_eq!(
+        e.status,
+        EffectStatus::Failed,
+        "not run, though Hermes reports it completed: {e:?}"
+    );
+    assert!(
+        e.receipt.as_ref().unwrap()["error"]
+            .as_str()
+            .unwrap()
+            .contains("stopped waiting"),
+        "{e:?}"
+    );
+    // The request was answered once (cancelled), after Hermes had moved on.
+    let answers: Vec<Value> = w
+        .received()
+        .into_iter()
+        .filter(|m| m["id"] == 1 && m.get("method").is_none())
+        .collect();
+    assert_eq!(
+        answers,
+        [json!({"jsonrpc":"2.0","id":1,"result":{"outcome":{"outcome":"cancelled"}}})]
+    );
 }

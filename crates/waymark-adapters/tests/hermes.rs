@@ -31,6 +31,15 @@ impl World {
         w
     }
 
+    /// A world whose `state.db` is Hermes 0.19.0's real schema, still empty.
+    async fn start_real() -> World {
+        let w = World {
+            cp: ControlPlane::start("hermes").await,
+        };
+        w.hermes_writes(&["real/schema-22.sql"]).await;
+        w
+    }
+
     fn state_db(&self) -> PathBuf {
         self.cp.dir.path().join("hermes/state.db")
     }
@@ -289,4 +298,121 @@ async fn hermes_mirror_follow_keeps_one_attempt_per_open_session_and_picks_up_ne
         .expect("the mirror stops")
         .unwrap()
         .unwrap();
+}
+
+/// Issue #21: a session run through `hermes acp` was refused by the mirror (the live adapter
+/// had completed its task), so its history never arrived. Now the live adapter releases the
+/// attempt and the mirror adds, to the same task, only what it did not record.
+#[tokio::test]
+async fn hermes_acp_session_then_the_mirror_is_one_task_and_nothing_twice() {
+    let w = World::start_real().await;
+    // The live adapter runs the session (the recorded Hermes 0.19 exchange)…
+    let fixture =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/acp/hermes-allow-session.json");
+    let args = waymark_adapters::acp::AcpArgs {
+        agent_cmd: format!(
+            "'{}' --scenario '{}'",
+            env!("CARGO_BIN_EXE_waymark-fake-acp"),
+            fixture.display()
+        ),
+        cwd: Some(w.cp.dir.path().to_owned()),
+        prompt: "clean up the build and run the tests".into(),
+        runtime: "hermes".into(),
+        title: None,
+        worker: "waymark-hermes".into(),
+        approval_expires_in: None,
+    };
+    let client = w.cp.client.clone();
+    let live = tokio::spawn(async move {
+        waymark_adapters::acp::run(args, client, CancellationToken::new()).await
+    });
+    let task = w.cp.task_of("hermes", CHILD).await;
+    let d = eventually("the approval", || async {
+        w.cp.detail(&task)
+            .await
+            .decisions
+            .into_iter()
+            .find(|d| d.status == waymark_proto::DecisionStatus::Pending)
+    })
+    .await;
+    let phone = w.cp.phone().await;
+    let revision = w.cp.detail(&task).await.task.plan_revision;
+    phone
+        .command(
+            &task,
+            revision,
+            waymark_proto::Operation::Approve,
+            serde_json::json!({"decision_id": d.id, "intent_digest": d.intent_digest}),
+        )
+        .await;
+    tokio::time::timeout(Duration::from_secs(30), live)
+        .await
+        .expect("the turn ends")
+        .unwrap()
+        .unwrap();
+    let before = w.task(CHILD).await;
+    assert_eq!(before.attempts[0].outcome, Some(FinishOutcome::Released));
+
+    // …and Hermes' store holds it as Hermes 0.19 writes it (cwd NULL, ended_at NULL).
+    w.hermes_writes(&["real/acp-session.sql"]).await;
+    w.mirror_once().await;
+
+    assert_eq!(
+        w.cp.tasks_of("hermes", CHILD).await,
+        vec![task.clone()],
+        "one task per session"
+    );
+    let after = w.task(CHILD).await;
+    assert_eq!(
+        after.attempts.len(),
+        2,
+        "the mirror's attempt on the same task"
+    );
+    assert_eq!(after.attempts[1].worker, "hermes-mirror-test");
+    let all = texts(&after);
+    let count = |role: &str, text: &str| {
+        all.iter()
+            .filter(|(r, t)| *r == role && t.contains(text))
+            .count()
+    };
+    assert_eq!(count("user", "clean up the build"), 1, "{all:?}");
+    assert_eq!(count("assistant", "All 3 tests pass."), 1, "{all:?}");
+    // What the live adapter did not see: the model's call and the tool's own result.
+    assert_eq!(
+        count("assistant", "[tool call call_0_1] terminal"),
+        1,
+        "{all:?}"
+    );
+    assert_eq!(
+        count("tool", "[tool result call_0_1 terminal]"),
+        1,
+        "{all:?}"
+    );
+    // The tool call is the live adapter's effect, not recorded again under the model's id.
+    assert_eq!(after.effects.len(), 1, "{:?}", after.effects);
+    assert_eq!(after.effects[0].status, EffectStatus::Confirmed);
+    // The directory comes from `model_config` (Hermes leaves `sessions.cwd` NULL for ACP).
+    assert_eq!(
+        after.task.goal, before.task.goal,
+        "the live adapter's goal stays"
+    );
+}
+
+/// Hermes 0.19 leaves `sessions.cwd` NULL for ACP sessions and keeps the directory in
+/// `model_config.cwd`; its `messages` has no `display_kind`.
+#[tokio::test]
+async fn hermes_mirror_reads_hermes_0_19s_real_schema_and_finds_an_acp_sessions_directory() {
+    let w = World::start_real().await;
+    w.hermes_writes(&["real/acp-session.sql"]).await;
+    w.mirror_once().await;
+    let d = w.task(CHILD).await;
+    assert!(d.task.goal.contains("from `acp`"), "{}", d.task.goal);
+    assert!(d.task.goal.contains("in `/work/repo`"), "{}", d.task.goal);
+    assert_eq!(d.task.title, "Fake title");
+    assert_eq!(texts(&d).len(), 4, "{:?}", texts(&d));
+    assert_eq!(d.effects.len(), 1);
+    assert_eq!(d.effects[0].kind, "tool:terminal");
+    assert_eq!(d.effects[0].status, EffectStatus::Confirmed);
+    // `ended_at` stays NULL: the session is open, the attempt released.
+    assert_eq!(d.attempts[0].outcome, Some(FinishOutcome::Released));
 }

@@ -231,10 +231,17 @@ impl Mirror {
                 bridge::attach(&self.client, &spec, &self.worker, Duration::from_secs(45)).await?
             }
         };
+        let mut live = Live::default();
         let mut mark = match mark {
             Some(m) => m,
             None => {
-                // First sight: where the session comes from, once.
+                // First sight. The live adapter (`waymark adapters hermes acp`) may have made
+                // this task already: what it recorded is not recorded twice.
+                live = Live::of(&self.client.task(run.task_id()).await?);
+                if live.tool_calls > 0 || !live.messages.is_empty() {
+                    tracing::info!(session = %s.id, task = %run.task_id(), tool_calls = live.tool_calls, messages = live.messages.len(), "the live adapter recorded part of this session; the mirror adds the rest");
+                }
+                // Where the session comes from, once.
                 if let Some(note) = lineage(s, all) {
                     run.messages(vec![NewMessage {
                         role: "system".into(),
@@ -254,12 +261,22 @@ impl Mirror {
             // Effects first: repeating one is harmless, so a failure here leaves nothing to
             // duplicate on the next pass.
             let calls = self.db.tool_calls(&s.id).await?;
-            for m in new.iter().filter(|m| m.role == "tool") {
+            // The live adapter's effects are the session's first tool calls, in order (Hermes
+            // announces each call over ACP as it starts it, under an id of its own).
+            for m in new
+                .iter()
+                .filter(|m| m.role == "tool")
+                .skip(live.tool_calls)
+            {
                 if let Some(call_id) = &m.tool_call_id {
                     record_effect(&run, &s.id, call_id, calls.get(call_id), Some(m)).await?;
                 }
             }
-            let texts: Vec<NewMessage> = new.iter().filter_map(message_of).collect();
+            let texts: Vec<NewMessage> = new
+                .iter()
+                .filter_map(message_of)
+                .filter(|m| !live.take(m))
+                .collect();
             for batch in texts.chunks(BATCH) {
                 run.messages(batch.to_vec()).await?;
             }
@@ -308,6 +325,48 @@ impl Mirror {
             .await?;
         }
         Ok(())
+    }
+}
+
+/// What the live ACP adapter already recorded on a session's task.
+#[derive(Debug, Default)]
+struct Live {
+    /// (role, trimmed text) of its messages, each matched once.
+    messages: Vec<(String, String)>,
+    /// The tool calls it recorded as effects (kind `tool_call:…`).
+    tool_calls: usize,
+}
+
+impl Live {
+    fn of(detail: &waymark_proto::TaskDetail) -> Live {
+        Live {
+            messages: detail
+                .messages
+                .iter()
+                .map(|m| (m.role.clone(), m.text.trim().to_owned()))
+                .collect(),
+            tool_calls: detail
+                .effects
+                .iter()
+                .filter(|e| e.kind.starts_with("tool_call:"))
+                .count(),
+        }
+    }
+
+    /// Whether `m` is one the live adapter recorded (and forgets that one).
+    fn take(&mut self, m: &NewMessage) -> bool {
+        let text = m.text.trim();
+        match self
+            .messages
+            .iter()
+            .position(|(r, t)| *r == m.role && t == text)
+        {
+            Some(i) => {
+                self.messages.remove(i);
+                true
+            }
+            None => false,
+        }
     }
 }
 
@@ -383,10 +442,23 @@ fn goal_of(s: &SessionRow) -> String {
     if let Some(src) = &s.source {
         g.push_str(&format!(" from `{src}`"));
     }
-    if let Some(cwd) = &s.cwd {
+    if let Some(cwd) = cwd_of(s) {
         g.push_str(&format!(" in `{cwd}`"));
     }
     g
+}
+
+/// The session's working directory: `sessions.cwd`, which Hermes 0.19 leaves NULL for ACP
+/// sessions and keeps in `model_config.cwd` instead.
+pub(crate) fn cwd_of(s: &SessionRow) -> Option<String> {
+    s.cwd.clone().filter(|c| !c.is_empty()).or_else(|| {
+        s.model_config
+            .as_ref()?
+            .get("cwd")?
+            .as_str()
+            .filter(|c| !c.is_empty())
+            .map(str::to_owned)
+    })
 }
 
 /// The note recorded on a child session saying where it comes from.

@@ -46,6 +46,14 @@ impl Drop for FakeModel {
 
 impl FakeModel {
     pub async fn start(turns: Vec<Turn>) -> FakeModel {
+        FakeModel::start_calling("exec", turns).await
+    }
+
+    /// A fake whose tool call is `tool` with `{"command": …}` (Hermes' shell tool is
+    /// `terminal`). A request that offers no tools (Hermes' title and other auxiliary calls)
+    /// gets a plain answer.
+    pub async fn start_calling(tool: &str, turns: Vec<Turn>) -> FakeModel {
+        let tool: Arc<str> = Arc::from(tool);
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let port = listener.local_addr().unwrap().port();
         let requests = Arc::new(Mutex::new(Vec::new()));
@@ -56,9 +64,9 @@ impl FakeModel {
                 let Ok((stream, _)) = listener.accept().await else {
                     continue;
                 };
-                let (turns, kept) = (turns.clone(), kept.clone());
+                let (turns, kept, tool) = (turns.clone(), kept.clone(), tool.clone());
                 tokio::spawn(async move {
-                    if let Err(e) = serve(stream, &turns, &kept).await {
+                    if let Err(e) = serve(stream, &turns, &kept, &tool).await {
                         eprintln!("fake model: {e}");
                     }
                 });
@@ -105,7 +113,12 @@ pub async fn read_request(
     Ok((method.to_owned(), path.to_owned(), body, stream))
 }
 
-async fn serve(stream: TcpStream, turns: &[Turn], kept: &Mutex<Vec<Value>>) -> std::io::Result<()> {
+async fn serve(
+    stream: TcpStream,
+    turns: &[Turn],
+    kept: &Mutex<Vec<Value>>,
+    tool: &str,
+) -> std::io::Result<()> {
     let (method, path, body, mut stream) = read_request(stream).await?;
     let (method, path) = (method.as_str(), path.as_str());
     match (method, path) {
@@ -128,15 +141,43 @@ async fn serve(stream: TcpStream, turns: &[Turn], kept: &Mutex<Vec<Value>>) -> s
                 }
             };
             kept.lock().unwrap().push(request.clone());
-            let reply = reply_to(&request, turns);
+            let reply = match reply_to(&request, turns) {
+                Reply::Exec { .. } if tool != "exec" && !offers_tools(&request) => {
+                    Reply::Answer("Fake title".into())
+                }
+                r => r,
+            };
             if request["stream"].as_bool().unwrap_or(false) {
-                respond(&mut stream, "200 OK", "text/event-stream", &sse(&reply)).await
+                respond(
+                    &mut stream,
+                    "200 OK",
+                    "text/event-stream",
+                    &sse(&reply, tool),
+                )
+                .await
             } else {
                 respond(
                     &mut stream,
                     "200 OK",
                     "application/json",
-                    &whole(&reply).to_string(),
+                    &whole(&reply, tool).to_string(),
+                )
+                .await
+            }
+        }
+        ("POST", p) if p.contains(":streamGenerateContent") || p.contains(":generateContent") => {
+            let request: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+            kept.lock().unwrap().push(request.clone());
+            let reply = gemini_reply(&request, turns);
+            if p.contains(":stream") {
+                let body = format!("data: {reply}\r\n\r\n");
+                respond(&mut stream, "200 OK", "text/event-stream", &body).await
+            } else {
+                respond(
+                    &mut stream,
+                    "200 OK",
+                    "application/json",
+                    &reply.to_string(),
                 )
                 .await
             }
@@ -220,11 +261,11 @@ fn chunk(delta: Value, finish: Option<&str>) -> Value {
 
 /// The reply as a stream: the tool call's name, then its arguments, then the finish, then
 /// usage, then `[DONE]` (as OpenAI streams them).
-fn sse(reply: &Reply) -> String {
+fn sse(reply: &Reply, tool: &str) -> String {
     let chunks = match reply {
         Reply::Exec { call_id, command } => vec![
             chunk(
-                json!({"role": "assistant", "content": null, "tool_calls": [{"index": 0, "id": call_id, "type": "function", "function": {"name": "exec", "arguments": ""}}]}),
+                json!({"role": "assistant", "content": null, "tool_calls": [{"index": 0, "id": call_id, "type": "function", "function": {"name": tool, "arguments": ""}}]}),
                 None,
             ),
             chunk(
@@ -249,10 +290,10 @@ fn sse(reply: &Reply) -> String {
 }
 
 /// The reply as one JSON body (a request without `stream`).
-fn whole(reply: &Reply) -> Value {
+fn whole(reply: &Reply, tool: &str) -> Value {
     let (message, finish) = match reply {
         Reply::Exec { call_id, command } => (
-            json!({"role": "assistant", "content": null, "tool_calls": [{"id": call_id, "type": "function", "function": {"name": "exec", "arguments": json!({"command": command}).to_string()}}]}),
+            json!({"role": "assistant", "content": null, "tool_calls": [{"id": call_id, "type": "function", "function": {"name": tool, "arguments": json!({"command": command}).to_string()}}]}),
             "tool_calls",
         ),
         Reply::Answer(text) => (json!({"role": "assistant", "content": text}), "stop"),
@@ -260,4 +301,60 @@ fn whole(reply: &Reply) -> Value {
     json!({"id": "chatcmpl-fake", "object": "chat.completion", "created": 0, "model": MODEL,
            "choices": [{"index": 0, "message": message, "finish_reason": finish}],
            "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}})
+}
+
+/// Whether the request offers the model any tool.
+fn offers_tools(request: &Value) -> bool {
+    request["tools"].as_array().is_some_and(|t| !t.is_empty())
+}
+
+/// The Gemini API (`generativelanguage` v1beta, what Gemini CLI 0.61 sends to
+/// `GOOGLE_GEMINI_BASE_URL`: `POST /v1beta/models/{model}:streamGenerateContent?alt=sse` for the
+/// turn, `:generateContent` for its side questions). The turn is the one whose prompt the
+/// latest user text carries; a `functionResponse` after it means the tool answered. With tools
+/// offered it asks `run_shell_command` to run the turn's command, else (or once answered) it
+/// says the turn's answer. Use `FakeModel::start` and give Gemini CLI the URL without `/v1`.
+fn gemini_reply(request: &Value, turns: &[Turn]) -> Value {
+    let contents = request["contents"].as_array().cloned().unwrap_or_default();
+    let texts = |c: &Value| -> String {
+        c["parts"]
+            .as_array()
+            .map(Vec::as_slice)
+            .unwrap_or_default()
+            .iter()
+            .filter_map(|p| p["text"].as_str())
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    let found = contents.iter().enumerate().rev().find_map(|(at, c)| {
+        let text = texts(c);
+        (c["role"] == "user")
+            .then(|| turns.iter().find(|t| text.contains(&t.prompt)))
+            .flatten()
+            .map(|t| (at, t))
+    });
+    let answered = |at: usize| {
+        contents[at..].iter().any(|c| {
+            c["parts"]
+                .as_array()
+                .is_some_and(|ps| ps.iter().any(|p| p.get("functionResponse").is_some()))
+        })
+    };
+    let part = match found {
+        Some((at, turn)) if offers_gemini_tools(request) && !answered(at) => json!({
+            "functionCall": {"name": "run_shell_command",
+                             "args": {"command": turn.command, "description": "run the command"}}
+        }),
+        Some((_, turn)) => json!({"text": turn.answer}),
+        None => json!({"text": "The fake model has no turn for this prompt."}),
+    };
+    json!({
+        "candidates": [{"content": {"role": "model", "parts": [part]}, "finishReason": "STOP", "index": 0}],
+        "usageMetadata": {"promptTokenCount": 10, "candidatesTokenCount": 5, "totalTokenCount": 15},
+        "modelVersion": MODEL,
+    })
+}
+
+fn offers_gemini_tools(request: &Value) -> bool {
+    request["tools"].as_array().is_some_and(|t| !t.is_empty())
 }
