@@ -196,6 +196,9 @@ async fn real_opencode_bash_permission_reaches_the_inbox_and_approve_runs_it_and
     .await;
     let home = Home::new(&dir, &model);
     let mut seen = Vec::new();
+    // What the ACP adapter does not yet do for OpenCode, checked last so that everything
+    // else is proven first (docs/adapters/opencode.md, "What the adapter still lacks").
+    let mut lacking: Vec<String> = Vec::new();
 
     // ---- turn one: approved -------------------------------------------------------------
     let prompt = "waymark turn one: make the file";
@@ -255,7 +258,13 @@ async fn real_opencode_bash_permission_reaches_the_inbox_and_approve_runs_it_and
     });
     assert!(asked_with_bash, "OpenCode offered its bash tool");
     eprintln!("turn one done at {:?}", started.elapsed());
-    let usage_one = t.task.usage.tokens;
+    if t.task.usage.tokens == 0 {
+        lacking.push(
+            "turn one's token usage, which OpenCode reported in its answer to `session/prompt` \
+             (`usage: {inputTokens, outputTokens, totalTokens}`), is recorded on the task"
+                .into(),
+        );
+    }
 
     // ---- turn two: denied ---------------------------------------------------------------
     let prompt = "waymark turn two: make the other file";
@@ -298,13 +307,9 @@ async fn real_opencode_bash_permission_reaches_the_inbox_and_approve_runs_it_and
     );
     eprintln!("turn two done at {:?}", started.elapsed());
 
-    // ---- usage: OpenCode reports it in the prompt's answer -------------------------------
-    // `session/prompt` answers `{stopReason, usage: {inputTokens, outputTokens, totalTokens}}`
-    // (fixtures/opencode/real/); issue 21 asks that every runtime's reported usage be recorded.
     assert!(
-        usage_one > 0,
-        "turn one's token usage, which OpenCode reported in its answer to `session/prompt`, is \
-         recorded on the task (tokens: {usage_one}): the ACP adapter does not yet read that \
-         `usage` (docs/adapters/opencode.md)"
+        lacking.is_empty(),
+        "OpenCode runs through the ACP adapter, but the adapter does not yet:\n- {}",
+        lacking.join("\n- ")
     );
 }
