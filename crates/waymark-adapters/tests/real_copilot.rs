@@ -34,7 +34,7 @@ use waymark_proto::{
 const COPILOT_VERSION: &str = "1.0.102";
 const RUNTIME: &str = "copilot";
 /// How long one turn may take end to end (start-up, model calls, approval, the command).
-const TURN: Duration = Duration::from_secs(90);
+const TURN: Duration = Duration::from_secs(150);
 
 /// The native binary of `@github/copilot-linux-x64`, run directly (not through npm's Node
 /// launcher) so that killing the adapter's child kills Copilot.

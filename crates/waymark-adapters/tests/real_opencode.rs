@@ -34,7 +34,7 @@ use waymark_proto::{
 const OPENCODE_VERSION: &str = "1.18.33";
 const RUNTIME: &str = "opencode";
 /// How long one turn may take end to end (start-up ~5 s, model calls, approval, the command).
-const TURN: Duration = Duration::from_secs(90);
+const TURN: Duration = Duration::from_secs(150);
 
 fn opencode_binary() -> PathBuf {
     installed_binary(
