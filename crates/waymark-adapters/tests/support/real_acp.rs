@@ -27,6 +27,7 @@ pub fn runtimes_dir() -> PathBuf {
 
 /// The native binary `relative` under `runtimes_dir()/name`, when its stamp file says `want`
 /// is installed; else a failure that says how to install it.
+#[track_caller]
 pub fn installed_binary(name: &str, want: &str, relative: &str) -> PathBuf {
     let dir = runtimes_dir().join(name);
     let stamp = std::fs::read_to_string(dir.join("installed")).unwrap_or_default();
