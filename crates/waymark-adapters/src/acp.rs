@@ -741,7 +741,9 @@ impl Session {
                 "rawOutput": tool.fields.get("rawOutput"),
             }))),
             "failed" => Some(ToolEnd::Failed(
-                tool_text(&tool.fields).unwrap_or_else(|| "the agent reported it failed".into()),
+                tool_text(&tool.fields)
+                    .or_else(|| raw_output_text(&tool.fields))
+                    .unwrap_or_else(|| "the agent reported it failed".into()),
             )),
             _ => None,
         };
@@ -897,12 +899,7 @@ impl Session {
         let asked = tool_call.get("toolCallId").and_then(Value::as_str);
         let tool_call_id = self.tool_asked_about(asked);
         let mapped = options::map(&params["options"], &self.runtime);
-        let summary = tool_call
-            .get("title")
-            .and_then(Value::as_str)
-            .filter(|t| !t.trim().is_empty())
-            .map(|t| format!("{}: {t}", self.runtime))
-            .unwrap_or_else(|| format!("{} asks permission for a tool call", self.runtime));
+        let summary = permission_summary(&self.runtime, tool_call);
         let opened = bridge::open_approval(
             &self.run,
             params.clone(),
@@ -1326,6 +1323,36 @@ fn text_of(content: &Value) -> String {
         Some(other) => format!("[{other}]"),
         None => String::new(),
     }
+}
+
+/// The approval's question: the call's title, and its command when the title does not show it
+/// (GitHub Copilot CLI titles a shell call with the model's description).
+fn permission_summary(runtime: &str, tool_call: &Value) -> String {
+    let title = tool_call
+        .get("title")
+        .and_then(Value::as_str)
+        .filter(|t| !t.trim().is_empty());
+    let command = tool_call
+        .pointer("/rawInput/command")
+        .and_then(Value::as_str)
+        .filter(|c| !c.trim().is_empty());
+    match (title, command) {
+        (Some(t), Some(c)) if !t.contains(c) => format!("{runtime}: {t} — `{c}`"),
+        (Some(t), _) => format!("{runtime}: {t}"),
+        (None, Some(c)) => format!("{runtime} asks to run `{c}`"),
+        (None, None) => format!("{runtime} asks permission for a tool call"),
+    }
+}
+
+/// A failure's reason in `rawOutput` when the update has no `content` (Copilot CLI:
+/// `{message, code}`; OpenCode: `{error}`).
+fn raw_output_text(fields: &Map<String, Value>) -> Option<String> {
+    let raw = fields.get("rawOutput")?;
+    ["message", "error"]
+        .iter()
+        .find_map(|k| raw.get(*k).and_then(Value::as_str))
+        .filter(|t| !t.trim().is_empty())
+        .map(str::to_owned)
 }
 
 /// The text of a tool call's content (`[{type: "content", content: {type: "text", …}}]`).

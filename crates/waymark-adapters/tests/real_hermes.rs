@@ -23,7 +23,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use support::fake_model::{FakeModel, Turn};
+use support::fake_model::{FakeModel, Shape, Turn};
 use support::{ControlPlane, Phone};
 use tokio_util::sync::CancellationToken;
 use waymark_adapters::hermes::{self, HermesAcpArgs, HermesArgs, HermesCommand, MirrorArgs};
@@ -308,8 +308,7 @@ async fn real_hermes_approvals_reach_the_inbox_with_its_deadline_and_the_mirror_
     let approved_file = scratch.path().join("approved");
     let denied_file = scratch.path().join("denied");
     let unanswered_file = scratch.path().join("unanswered");
-    let model = FakeModel::start_calling(
-        "terminal",
+    let model = FakeModel::start_with(
         vec![
             Turn {
                 prompt: "waymark turn one".into(),
@@ -327,6 +326,7 @@ async fn real_hermes_approvals_reach_the_inbox_with_its_deadline_and_the_mirror_
                 answer: "Nobody answered.".into(),
             },
         ],
+        Shape::TERMINAL,
     )
     .await;
     let home = Home::new(&model);

@@ -9,6 +9,12 @@
 //! `stream_options.include_usage`, the tool result as a `tool` message, and after it a `user`
 //! message of OpenClaw's own internal context (not a prompt). HTTP/1.1 by hand, one request
 //! per connection (`Connection: close`), so the test needs no HTTP server crate.
+//!
+//! Other runtimes name their shell tool otherwise: [`FakeModel::start_with`] takes a
+//! [`Shape`] ([`Shape::BASH`] for OpenCode 1.18 and GitHub Copilot CLI 1.0, whose tool is `bash`
+//! with `command` and `description`). Such runtimes also ask the model for a session title in a
+//! request that offers no tools; with [`Shape::answer_toolless`] that request gets a title, not a
+//! tool call.
 
 use std::sync::{Arc, Mutex};
 
@@ -30,6 +36,55 @@ pub struct Turn {
     pub answer: String,
 }
 
+/// How the model asks for the shell command, and what it does with requests that offer no tools.
+#[derive(Debug, Clone, Copy)]
+pub struct Shape {
+    /// The tool the model calls.
+    pub tool: &'static str,
+    /// The call's arguments for a command.
+    pub args: fn(&str) -> Value,
+    /// Answer a request without `tools` (e.g. a title generator) with [`TITLE`].
+    pub answer_toolless: bool,
+}
+
+/// What a request without tools is answered when [`Shape::answer_toolless`] is set.
+pub const TITLE: &str = "Waymark test session";
+
+impl Shape {
+    /// OpenClaw's `exec` tool, `{command}` (what [`FakeModel::start`] plays).
+    pub const EXEC: Shape = Shape {
+        tool: "exec",
+        args: exec_args,
+        answer_toolless: false,
+    };
+    /// Hermes Agent 0.19's shell tool `terminal`, `{command}`; its title and other auxiliary
+    /// requests offer no tools and get a plain answer.
+    pub const TERMINAL: Shape = Shape {
+        tool: "terminal",
+        args: exec_args,
+        answer_toolless: true,
+    };
+    /// A `bash` tool with `{command, description}` (OpenCode 1.18, Copilot CLI 1.0), and a title
+    /// for tool-less requests.
+    pub const BASH: Shape = Shape {
+        tool: "bash",
+        args: bash_args,
+        answer_toolless: true,
+    };
+}
+
+fn exec_args(command: &str) -> Value {
+    json!({"command": command})
+}
+
+/// The `description` of every [`Shape::BASH`] call.
+pub const BASH_DESCRIPTION: &str = "Create the file the user asked for";
+
+fn bash_args(command: &str) -> Value {
+    // The description is what Copilot shows as the call's title: it does not repeat the command.
+    json!({"command": command, "description": BASH_DESCRIPTION})
+}
+
 /// The running fake; stops when dropped.
 pub struct FakeModel {
     /// `http://127.0.0.1:PORT/v1`, the provider's `baseUrl`.
@@ -46,14 +101,11 @@ impl Drop for FakeModel {
 
 impl FakeModel {
     pub async fn start(turns: Vec<Turn>) -> FakeModel {
-        FakeModel::start_calling("exec", turns).await
+        FakeModel::start_with(turns, Shape::EXEC).await
     }
 
-    /// A fake whose tool call is `tool` with `{"command": …}` (Hermes' shell tool is
-    /// `terminal`). A request that offers no tools (Hermes' title and other auxiliary calls)
-    /// gets a plain answer.
-    pub async fn start_calling(tool: &str, turns: Vec<Turn>) -> FakeModel {
-        let tool: Arc<str> = Arc::from(tool);
+    /// Like [`FakeModel::start`], with the tool and habits of another runtime.
+    pub async fn start_with(turns: Vec<Turn>, shape: Shape) -> FakeModel {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let port = listener.local_addr().unwrap().port();
         let requests = Arc::new(Mutex::new(Vec::new()));
@@ -64,9 +116,9 @@ impl FakeModel {
                 let Ok((stream, _)) = listener.accept().await else {
                     continue;
                 };
-                let (turns, kept, tool) = (turns.clone(), kept.clone(), tool.clone());
+                let (turns, kept) = (turns.clone(), kept.clone());
                 tokio::spawn(async move {
-                    if let Err(e) = serve(stream, &turns, &kept, &tool).await {
+                    if let Err(e) = serve(stream, &turns, &kept, shape).await {
                         eprintln!("fake model: {e}");
                     }
                 });
@@ -117,7 +169,7 @@ async fn serve(
     stream: TcpStream,
     turns: &[Turn],
     kept: &Mutex<Vec<Value>>,
-    tool: &str,
+    shape: Shape,
 ) -> std::io::Result<()> {
     let (method, path, body, mut stream) = read_request(stream).await?;
     let (method, path) = (method.as_str(), path.as_str());
@@ -141,26 +193,20 @@ async fn serve(
                 }
             };
             kept.lock().unwrap().push(request.clone());
-            let reply = match reply_to(&request, turns) {
-                Reply::Exec { .. } if tool != "exec" && !offers_tools(&request) => {
-                    Reply::Answer("Fake title".into())
-                }
-                r => r,
+            let offers_tools = request["tools"].as_array().is_some_and(|t| !t.is_empty());
+            let reply = if shape.answer_toolless && !offers_tools {
+                Reply::Answer(TITLE.into())
+            } else {
+                reply_to(&request, turns, shape)
             };
             if request["stream"].as_bool().unwrap_or(false) {
-                respond(
-                    &mut stream,
-                    "200 OK",
-                    "text/event-stream",
-                    &sse(&reply, tool),
-                )
-                .await
+                respond(&mut stream, "200 OK", "text/event-stream", &sse(&reply)).await
             } else {
                 respond(
                     &mut stream,
                     "200 OK",
                     "application/json",
-                    &whole(&reply, tool).to_string(),
+                    &whole(&reply).to_string(),
                 )
                 .await
             }
@@ -216,15 +262,19 @@ pub async fn respond(
 /// What the model says next.
 #[derive(Debug, Clone, PartialEq)]
 enum Reply {
-    /// Call `exec` with this command.
-    Exec { call_id: String, command: String },
+    /// Call the shell tool (`exec` unless the [`Shape`] says otherwise) with these arguments.
+    Exec {
+        call_id: String,
+        tool: &'static str,
+        args: Value,
+    },
     /// Say this and stop.
     Answer(String),
 }
 
 /// The turn is the one whose prompt the latest prompt (a user message that is not OpenClaw's
 /// internal context) carries; a `tool` message after that prompt means the tool has answered.
-fn reply_to(request: &Value, turns: &[Turn]) -> Reply {
+fn reply_to(request: &Value, turns: &[Turn], shape: Shape) -> Reply {
     let messages = request["messages"].as_array().cloned().unwrap_or_default();
     let text = |m: &Value| match &m["content"] {
         Value::String(s) => s.clone(),
@@ -249,7 +299,8 @@ fn reply_to(request: &Value, turns: &[Turn]) -> Reply {
     } else {
         Reply::Exec {
             call_id: format!("call_{index}_{at}"),
-            command: turn.command.clone(),
+            tool: shape.tool,
+            args: (shape.args)(&turn.command),
         }
     }
 }
@@ -261,15 +312,19 @@ fn chunk(delta: Value, finish: Option<&str>) -> Value {
 
 /// The reply as a stream: the tool call's name, then its arguments, then the finish, then
 /// usage, then `[DONE]` (as OpenAI streams them).
-fn sse(reply: &Reply, tool: &str) -> String {
+fn sse(reply: &Reply) -> String {
     let chunks = match reply {
-        Reply::Exec { call_id, command } => vec![
+        Reply::Exec {
+            call_id,
+            tool,
+            args,
+        } => vec![
             chunk(
                 json!({"role": "assistant", "content": null, "tool_calls": [{"index": 0, "id": call_id, "type": "function", "function": {"name": tool, "arguments": ""}}]}),
                 None,
             ),
             chunk(
-                json!({"tool_calls": [{"index": 0, "function": {"arguments": json!({"command": command}).to_string()}}]}),
+                json!({"tool_calls": [{"index": 0, "function": {"arguments": args.to_string()}}]}),
                 None,
             ),
             chunk(json!({}), Some("tool_calls")),
@@ -290,10 +345,14 @@ fn sse(reply: &Reply, tool: &str) -> String {
 }
 
 /// The reply as one JSON body (a request without `stream`).
-fn whole(reply: &Reply, tool: &str) -> Value {
+fn whole(reply: &Reply) -> Value {
     let (message, finish) = match reply {
-        Reply::Exec { call_id, command } => (
-            json!({"role": "assistant", "content": null, "tool_calls": [{"id": call_id, "type": "function", "function": {"name": tool, "arguments": json!({"command": command}).to_string()}}]}),
+        Reply::Exec {
+            call_id,
+            tool,
+            args,
+        } => (
+            json!({"role": "assistant", "content": null, "tool_calls": [{"id": call_id, "type": "function", "function": {"name": tool, "arguments": args.to_string()}}]}),
             "tool_calls",
         ),
         Reply::Answer(text) => (json!({"role": "assistant", "content": text}), "stop"),
@@ -301,11 +360,6 @@ fn whole(reply: &Reply, tool: &str) -> Value {
     json!({"id": "chatcmpl-fake", "object": "chat.completion", "created": 0, "model": MODEL,
            "choices": [{"index": 0, "message": message, "finish_reason": finish}],
            "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}})
-}
-
-/// Whether the request offers the model any tool.
-fn offers_tools(request: &Value) -> bool {
-    request["tools"].as_array().is_some_and(|t| !t.is_empty())
 }
 
 /// The Gemini API (`generativelanguage` v1beta, what Gemini CLI 0.61 sends to
