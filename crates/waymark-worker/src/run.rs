@@ -249,7 +249,6 @@ async fn heartbeat_loop(shared: Arc<Shared>) {
             _ = tokio::time::sleep(wait) => {}
             _ = shared.beat_now.notified() => {}
         }
-        wait = every;
         if !shared.heartbeating.load(Ordering::SeqCst) {
             return;
         }
@@ -268,10 +267,14 @@ async fn heartbeat_loop(shared: Arc<Shared>) {
         let Ok(payload) = Payload::json(&body) else {
             return;
         };
+        let began = tokio::time::Instant::now();
         let res = tokio::select! {
             _ = shared.stop.cancelled() => return,
             r = shared.client.call::<HeartbeatReply>(Method::POST, &path, &[], payload, Resend::Always, None) => r,
         };
+        // The next renewal is due a third of the lease after this one began, not after it
+        // ended: a server slow to commit (a busy disk) must not stretch the gap past the lease.
+        wait = every.saturating_sub(began.elapsed());
         match res {
             Ok(reply) => shared.on_reply(reply),
             Err(e @ (Error::Fenced { .. } | Error::LeaseLost { .. })) => {
@@ -283,7 +286,7 @@ async fn heartbeat_loop(shared: Arc<Shared>) {
                 let mut acks = shared.acks.lock().unwrap_or_else(|e| e.into_inner());
                 acks.pending.splice(0..0, acknowledged);
                 tracing::warn!(attempt = %shared.attempt.id, error = %e, "heartbeat failed; trying again");
-                wait = (every / 4).max(Duration::from_millis(100));
+                wait = wait.min((every / 4).max(Duration::from_millis(100)));
             }
         }
     }
