@@ -18,6 +18,19 @@ export type Decide = (decisionId: string, op: DecideOp, option: string | null, t
 /** What this card shows now: the task's plan revision and the intent digest. */
 const shownBy = (item: InboxItemView): SeenView => ({ plan_revision: item.plan_revision, intent_digest: item.decision.intent_digest });
 
+const scalar = (v: unknown): v is string | number | boolean => typeof v === "string" || typeof v === "number" || typeof v === "boolean";
+
+/** A value of the intent as a person reads it: a flat object as `key: value · …` (a budget's
+ * usage, say), anything deeper as JSON. */
+function intentValue(v: unknown): string {
+  if (scalar(v)) return String(v);
+  if (v && typeof v === "object" && !Array.isArray(v)) {
+    const entries = Object.entries(v as Record<string, unknown>);
+    if (entries.length > 0 && entries.every(([, x]) => scalar(x) || x == null)) return entries.map(([k, x]) => `${k}: ${x == null ? "—" : String(x)}`).join(" · ");
+  }
+  return JSON.stringify(v);
+}
+
 function IntentTable({ intent }: { intent: unknown }) {
   if (!intent || typeof intent !== "object") return null;
   const entries = Object.entries(intent as Record<string, unknown>);
@@ -27,7 +40,7 @@ function IntentTable({ intent }: { intent: unknown }) {
         <div key={k} className="kv-row">
           <dt>{k}</dt>
           <dd>
-            <code>{typeof v === "string" || typeof v === "number" || typeof v === "boolean" ? String(v) : JSON.stringify(v)}</code>
+            <code>{intentValue(v)}</code>
           </dd>
         </div>
       ))}

@@ -141,7 +141,7 @@ export function InboxScreen({ focus, confirm, actionNonce, go }: { focus?: strin
           <button type="button" className="danger" disabled={batchBusy} data-testid="batch-deny" onClick={() => void answerSelected("deny")}>
             {t("inbox.batch.deny", { n: selected.size })}
           </button>
-          <button type="button" disabled={batchBusy} onClick={() => setSelected(new Map())}>
+          <button type="button" className="link" disabled={batchBusy} onClick={() => setSelected(new Map())}>
             {t("inbox.batch.clear")}
           </button>
         </div>

@@ -129,6 +129,12 @@ describe("InboxCard", () => {
     expect(screen.getByTestId(`decision-${held.decision.id}`).textContent).toContain("then the default applies: deny");
   });
 
+  it("shows a flat object in the intent as key: value pairs, not JSON", () => {
+    const item = approval({ kind: "budget", intent: { threshold: 0.8, usage: { tokens: 32300, cost_usd: 0.19, wall_seconds: 7 } }, intent_digest: null });
+    ui(<InboxCard item={item} decide={recorder().decide} load={load} now={NOW} />);
+    expect(screen.getByText("tokens: 32300 · cost_usd: 0.19 · wall_seconds: 7")).toBeTruthy();
+  });
+
   it("selects an approval with what its card shows, for answering several at once", async () => {
     const picked: [string, SeenView | null][] = [];
     const item = approval({});
