@@ -604,11 +604,16 @@ async fn an_expired_call_that_ran_after_all_is_confirmed_not_closed() {
 async fn allowing_with_claude_codes_suggestions_says_it_switches_the_session_to_accept_edits() {
     let h = Harness::start().await;
     let run = recorded("allow");
-    let perm = run
+    let at = run
         .iter()
-        .find(|i| i["hook_event_name"] == "PermissionRequest")
-        .unwrap()
-        .clone();
+        .position(|i| i["hook_event_name"] == "PermissionRequest")
+        .unwrap();
+    let perm = run[at].clone();
+    // What Claude Code sent before it asked (its session start among them), so the session's
+    // task exists before the question is held.
+    for input in &run[..at] {
+        hook(&h, "", input.clone()).await;
+    }
     let held = tokio::spawn({
         let (url, token) = (h.url(&format!("{HOOK}?timeout=4")), h.alice.clone());
         async move {
