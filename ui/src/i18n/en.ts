@@ -62,7 +62,7 @@ export const en = {
   "inbox.sent": "Sent — {status}",
   "inbox.held.durable": "Held by the runtime durably: it waits for this answer, even across restarts.",
   "inbox.held.connection_bound": "Held by the runtime's live connection: if it closes, this approval expires and nothing is approved.",
-  "inbox.held.fail_open_hook": "Held by a hook: if no answer comes before its timeout, the runtime asks in its own prompt and this approval expires.",
+  "inbox.held.fail_open_hook": "Held by a hook: if no answer comes before its timeout, this approval expires and the runtime decides on its own (an interactive session asks in its own prompt; a headless run such as `claude -p` denies).",
   "inbox.select": "Select",
   "inbox.confirmGrant": "This choice changes more than this one call:",
   "inbox.confirmGrantButton": "Confirm: {label}",

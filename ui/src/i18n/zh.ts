@@ -58,7 +58,7 @@ export const zh: Record<Key, string> = {
   "inbox.givesUp": "放弃：{what}",
   "inbox.held.durable": "由运行时持久保留：即使重启，它也会等待这个答复。",
   "inbox.held.connection_bound": "由运行时的实时连接保留：连接断开时此审批过期，不会被视为批准。",
-  "inbox.held.fail_open_hook": "由钩子保留：超时前没有答复时，运行时会用自己的提示询问，此审批过期。",
+  "inbox.held.fail_open_hook": "由钩子持有：若在其超时前没有答复，此审批即过期，由运行时自行决定（交互会话会在自己的提示中询问；`claude -p` 这类无界面运行会拒绝）。",
   "inbox.select": "选择",
   "inbox.confirmGrant": "此选项的影响不止这一次调用：",
   "inbox.confirmGrantButton": "确认：{label}",
