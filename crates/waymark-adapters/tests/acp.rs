@@ -518,3 +518,89 @@ async fn hermes_that_stops_waiting_closes_the_approval_expired_and_the_call_as_n
         [json!({"jsonrpc":"2.0","id":1,"result":{"outcome":{"outcome":"cancelled"}}})]
     );
 }
+
+/// GitHub Copilot CLI 1.0.102's own frames (recorded from `copilot --acp`, run `deny`): the call
+/// is titled with the model's description, so the approval names the command beside it; the
+/// denial reaches Copilot as its `reject_once`; the call is closed as not run although Copilot
+/// reports it only in `rawOutput`; the turn's usage is recorded.
+#[tokio::test]
+async fn copilot_recorded_denial_names_the_command_and_closes_the_call_as_not_run() {
+    let w = World::start().await;
+    let adapter = start(&w, w.args("copilot-deny.json", "copilot"));
+    let task = w
+        .task_of("copilot", "bc7e2746-7105-4a70-80e1-c7f53c8e5e2a")
+        .await;
+    let decision = w.answer(&task, Operation::Deny, None).await;
+    ended(adapter).await.unwrap();
+
+    let answer = w
+        .received()
+        .into_iter()
+        .find(|m| m["id"] == 0 && m.get("method").is_none())
+        .expect("Copilot got an answer to request 0");
+    assert_eq!(
+        answer["result"],
+        json!({"outcome": {"outcome": "selected", "optionId": "reject_once"}})
+    );
+    let detail = w.detail(&task).await;
+    let d = detail.decisions.iter().find(|d| d.id == decision).unwrap();
+    assert!(
+        d.question.contains("Create the file the user asked for")
+            && d.question.contains("touch /tmp/cp/work/deny"),
+        "the card says what runs, not only the model's description: {}",
+        d.question
+    );
+    let e = detail
+        .effects
+        .iter()
+        .find(|e| e.idempotency_key.ends_with(":call_1"))
+        .expect("the call's effect");
+    assert_eq!(e.status, EffectStatus::Failed);
+    assert_eq!(
+        e.receipt.as_ref().unwrap()["error"],
+        "not run: the approval was answered `deny`"
+    );
+    assert_eq!(detail.task.usage.tokens, 15, "the turn's usage");
+}
+
+/// OpenCode 1.18.33's own frames (recorded from `opencode acp`, run `deny`): its call is
+/// reported running before it asks, the denial reaches OpenCode as its `reject`, and the call is
+/// closed as not run (never confirmed) with the turn's usage recorded.
+#[tokio::test]
+async fn opencode_recorded_denial_reaches_it_as_reject_and_the_call_is_not_run() {
+    let w = World::start().await;
+    let adapter = start(&w, w.args("opencode-deny.json", "opencode"));
+    let task = w
+        .task_of("opencode", "ses_dcc5a40ffffeaGWjFziwnlhxjP")
+        .await;
+    let decision = w.answer(&task, Operation::Deny, None).await;
+    ended(adapter).await.unwrap();
+
+    let answer = w
+        .received()
+        .into_iter()
+        .find(|m| m["id"] == 0 && m.get("method").is_none())
+        .expect("OpenCode got an answer to request 0");
+    assert_eq!(
+        answer["result"],
+        json!({"outcome": {"outcome": "selected", "optionId": "reject"}})
+    );
+    let detail = w.detail(&task).await;
+    let d = detail.decisions.iter().find(|d| d.id == decision).unwrap();
+    assert!(
+        d.question.contains("touch /tmp/oc/work/deny"),
+        "{}",
+        d.question
+    );
+    let e = detail
+        .effects
+        .iter()
+        .find(|e| e.idempotency_key.ends_with(":call_1"))
+        .expect("the call's effect");
+    assert_eq!(e.status, EffectStatus::Failed, "{e:?}");
+    assert_eq!(
+        e.receipt.as_ref().unwrap()["error"],
+        "not run: the approval was answered `deny`"
+    );
+    assert_eq!(detail.task.usage.tokens, 15, "the turn's usage");
+}
