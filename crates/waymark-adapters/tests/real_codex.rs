@@ -22,6 +22,7 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 use support::fake_model::{self, Turn};
 use support::fake_responses::{FakeResponses, text_of};
+use support::real_acp::within;
 use support::{ControlPlane, Phone};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -171,24 +172,6 @@ impl Drop for Adapter {
 }
 
 // ---- waiting on the control plane -------------------------------------------------------------
-
-async fn within<T, F, Fut>(limit: Duration, what: &str, mut probe: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Option<T>>,
-{
-    let started = Instant::now();
-    loop {
-        if let Some(v) = probe().await {
-            return v;
-        }
-        assert!(
-            started.elapsed() < limit,
-            "timed out after {limit:?} waiting for {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
 
 /// The Codex task not among `seen` (each run starts a new thread, so a new task).
 async fn new_task(cp: &ControlPlane, seen: &mut Vec<String>) -> String {

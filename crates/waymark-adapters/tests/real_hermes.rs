@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 use support::fake_model::{FakeModel, Shape, Turn};
-use support::{ControlPlane, Phone};
+use support::{ControlPlane, Phone, within};
 use tokio_util::sync::CancellationToken;
 use waymark_adapters::hermes::{self, HermesAcpArgs, HermesArgs, HermesCommand, MirrorArgs};
 use waymark_proto::{Decision, DecisionStatus, EffectStatus, Operation, TaskDetail, TaskState};
@@ -141,44 +141,7 @@ impl Home {
 impl Drop for Home {
     fn drop(&mut self) {
         let needle = format!("HERMES_HOME={}", self.hermes_home().display());
-        for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
-            let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
-                continue;
-            };
-            let Ok(env) = std::fs::read(entry.path().join("environ")) else {
-                continue;
-            };
-            if env.split(|b| *b == 0).any(|kv| kv == needle.as_bytes()) {
-                let _ = std::process::Command::new("kill")
-                    .args(["-KILL", &pid.to_string()])
-                    .status();
-            }
-        }
-    }
-}
-
-/// Polls `probe` until it yields, up to `limit`; on timeout fails with `context()`.
-async fn within<T, F, Fut>(
-    limit: Duration,
-    what: &str,
-    context: impl Fn() -> String,
-    mut probe: F,
-) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Option<T>>,
-{
-    let started = Instant::now();
-    loop {
-        if let Some(v) = probe().await {
-            return v;
-        }
-        assert!(
-            started.elapsed() < limit,
-            "timed out after {limit:?} waiting for {what}\n{}",
-            context()
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
+        support::kill_processes_with_env(&needle);
     }
 }
 

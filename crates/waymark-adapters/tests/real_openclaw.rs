@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 use support::fake_model::{self, FakeModel, Turn};
-use support::{ControlPlane, Phone};
+use support::{ControlPlane, Phone, within};
 use tokio_util::sync::CancellationToken;
 use waymark_adapters::openclaw::{self, OpenClawArgs, OpenClawError};
 use waymark_proto::{
@@ -338,32 +338,6 @@ impl AgentTurn {
 }
 
 // ---- waiting on the control plane -------------------------------------------------------------
-
-/// Polls `probe` until it yields, up to `limit` (the runtime is an external process: its
-/// pace is not ours to drive). On timeout, fails with `context()`.
-async fn within<T, F, Fut>(
-    limit: Duration,
-    what: &str,
-    context: impl Fn() -> String,
-    mut probe: F,
-) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Option<T>>,
-{
-    let started = Instant::now();
-    loop {
-        if let Some(v) = probe().await {
-            return v;
-        }
-        assert!(
-            started.elapsed() < limit,
-            "timed out after {limit:?} waiting for {what}\n{}",
-            context()
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-}
 
 async fn detail(cp: &ControlPlane, task: &str) -> TaskDetail {
     cp.detail(task).await

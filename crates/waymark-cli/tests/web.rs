@@ -83,6 +83,18 @@ fn admin(data: &Path, args: &[&str]) -> Value {
     serde_json::from_slice(&out.stdout).expect("JSON from `waymark --json admin`")
 }
 
+/// Waits up to two minutes for a demo run to end; its exit status.
+async fn finished(run: &mut Proc, what: &str) -> std::process::ExitStatus {
+    let until = Instant::now() + Duration::from_secs(120);
+    loop {
+        if let Some(s) = run.0.try_wait().expect("demo status") {
+            return s;
+        }
+        assert!(Instant::now() < until, "{what}");
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+}
+
 fn demo(url: &str, token: &str, workdir: &Path, log: &Path) -> Proc {
     demo_with(url, token, workdir, log, &[])
 }
@@ -597,17 +609,7 @@ async fn a_phone_browser_pairs_by_link_approves_and_steers_offline() {
         sent.contains("delivered") || sent.contains("acknowledged"),
         "approval delivered: {sent}"
     );
-    let until = Instant::now() + Duration::from_secs(120);
-    let status = loop {
-        if let Some(s) = first.0.try_wait().expect("demo status") {
-            break s;
-        }
-        assert!(
-            Instant::now() < until,
-            "the agent did not finish after the approval"
-        );
-        tokio::time::sleep(Duration::from_millis(300)).await;
-    };
+    let status = finished(&mut first, "the agent did not finish after the approval").await;
     assert!(
         status.success(),
         "the demo agent finished cleanly: {status}"
@@ -849,14 +851,11 @@ async fn a_phone_browser_pairs_by_link_approves_and_steers_offline() {
         decision_status(&url, &admin_token, &third_task, &id),
         "resolved"
     );
-    let until = Instant::now() + Duration::from_secs(120);
-    while third.0.try_wait().expect("demo status").is_none() {
-        assert!(
-            Instant::now() < until,
-            "the third run did not finish after the approval"
-        );
-        tokio::time::sleep(Duration::from_millis(300)).await;
-    }
+    finished(
+        &mut third,
+        "the third run did not finish after the approval",
+    )
+    .await;
 
     // Deny from the phone: the run delivers its patch and report without deploying.
     let mut fourth = demo(
@@ -883,17 +882,11 @@ async fn a_phone_browser_pairs_by_link_approves_and_steers_offline() {
         sent.contains("delivered") || sent.contains("acknowledged"),
         "the denial delivered: {sent}"
     );
-    let until = Instant::now() + Duration::from_secs(120);
-    let status = loop {
-        if let Some(s) = fourth.0.try_wait().expect("demo status") {
-            break s;
-        }
-        assert!(
-            Instant::now() < until,
-            "the fourth run did not finish after the denial"
-        );
-        tokio::time::sleep(Duration::from_millis(300)).await;
-    };
+    let status = finished(
+        &mut fourth,
+        "the fourth run did not finish after the denial",
+    )
+    .await;
     assert!(status.success(), "the denied run ended cleanly: {status}");
     let log = std::fs::read_to_string(out.join("demo4.log")).unwrap_or_default();
     let fourth_task = log
@@ -964,18 +957,8 @@ async fn a_phone_browser_pairs_by_link_approves_and_steers_offline() {
     })
     .await;
     shot(&c, "batch-approved").await;
-    let until = Instant::now() + Duration::from_secs(120);
     for p in &mut pair {
-        let status = loop {
-            if let Some(s) = p.0.try_wait().expect("demo status") {
-                break s;
-            }
-            assert!(
-                Instant::now() < until,
-                "a run approved together did not finish"
-            );
-            tokio::time::sleep(Duration::from_millis(300)).await;
-        };
+        let status = finished(p, "a run approved together did not finish").await;
         assert!(
             status.success(),
             "a run approved together ended cleanly: {status}"

@@ -36,6 +36,50 @@ where
     }
 }
 
+/// Polls `probe` until it yields, up to `limit` (a real runtime is an external process: its
+/// pace is not ours to drive). On timeout, fails with `context()`.
+pub async fn within<T, F, Fut>(
+    limit: Duration,
+    what: &str,
+    context: impl Fn() -> String,
+    mut probe: F,
+) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let started = std::time::Instant::now();
+    loop {
+        if let Some(v) = probe().await {
+            return v;
+        }
+        assert!(
+            started.elapsed() < limit,
+            "timed out after {limit:?} waiting for {what}\n{}",
+            context()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// Kills every process whose environment holds `needle` (`NAME=value`): what a real runtime
+/// started under a test's private home, its helpers included, once the test is done.
+pub fn kill_processes_with_env(needle: &str) {
+    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        let Ok(env) = std::fs::read(entry.path().join("environ")) else {
+            continue;
+        };
+        if env.split(|b| *b == 0).any(|kv| kv == needle.as_bytes()) {
+            let _ = std::process::Command::new("kill")
+                .args(["-KILL", &pid.to_string()])
+                .status();
+        }
+    }
+}
+
 /// One request; the body is JSON when it parses, else the text as a JSON string.
 pub async fn http(
     method: reqwest::Method,
