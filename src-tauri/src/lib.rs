@@ -52,6 +52,7 @@ pub fn specta_builder() -> tauri_specta::Builder<tauri::Wry> {
             threads::pin_thread,
             inbox::list_inbox,
             inbox::decide,
+            inbox::approve_edited,
             steer::steer,
             steer::list_outbox,
             steer::sync_now,

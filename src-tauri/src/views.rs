@@ -306,6 +306,8 @@ pub struct OutcomeView {
     pub by: String,
     /// When (unix ms).
     pub at: i64,
+    /// The intent approved in place of the one asked, when the person edited it.
+    pub edited_intent: Option<Value>,
 }
 
 /// An approval, question, budget choice or recovery decision.
@@ -349,6 +351,9 @@ pub struct DecisionView {
     pub delivery: Option<String>,
     /// What the runtime said when it took (or lost) the answer.
     pub delivery_detail: Option<String>,
+    /// Where the runtime takes an edited intent: the JSON pointer of the part a person may
+    /// change before approving (`approve_edited`).
+    pub editable: Option<String>,
 }
 
 impl From<Decision> for DecisionView {
@@ -383,10 +388,12 @@ impl From<Decision> for DecisionView {
                 text: o.text,
                 by: o.by,
                 at: ms(o.at),
+                edited_intent: o.edited_intent,
             }),
             durability: d.durability,
             delivery: d.delivery.as_ref().map(|x| x.state.as_str().to_owned()),
             delivery_detail: d.delivery.and_then(|x| x.detail),
+            editable: d.editable,
         }
     }
 }

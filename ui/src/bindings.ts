@@ -24,6 +24,12 @@ export const commands = {
 	 */
 	decide: (decisionId: string, op: DecideOp, option: string | null, text: string | null, seen: SeenView) => __TAURI_INVOKE<OutboxView>("decide", { decisionId, op, option, text, seen }),
 	/**
+	 *  Approves an approval with its editable part (`DecisionView::editable`) changed to
+	 *  `edited_part` (JSON text): signed with the edited intent's digest beside the digest the card
+	 *  showed (`seen`), so only what the person read and changed runs.
+	 */
+	approveEdited: (decisionId: string, editedPart: string, seen: SeenView) => __TAURI_INVOKE<OutboxView>("approve_edited", { decisionId, editedPart, seen }),
+	/**
 	 *  Sends a steer command (queued when offline), signed with `seen_revision`: the plan revision
 	 *  on the screen the person acted from, never one read afterwards.
 	 */
@@ -265,6 +271,11 @@ export type DecisionView = {
 	delivery: string | null,
 	/**  What the runtime said when it took (or lost) the answer. */
 	delivery_detail: string | null,
+	/**
+	 *  Where the runtime takes an edited intent: the JSON pointer of the part a person may
+	 *  change before approving (`approve_edited`).
+	 */
+	editable: string | null,
 };
 
 /**  A paired device. */
@@ -467,6 +478,8 @@ export type OutcomeView = {
 	by: string,
 	/**  When (unix ms). */
 	at: number,
+	/**  The intent approved in place of the one asked, when the person edited it. */
+	edited_intent: Value | null,
 };
 
 /**  The step in flight at a checkpoint. */

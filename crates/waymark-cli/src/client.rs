@@ -3,7 +3,7 @@
 //! they work offline.
 
 use clap::{Args, Subcommand, ValueEnum};
-use serde_json::json;
+use serde_json::{Value, json};
 use waymark_companion::{Companion, Error, OutboxEntry, Seen, StageStatus};
 use waymark_proto::{ApprovalDurability, Operation};
 
@@ -68,6 +68,13 @@ pub(crate) enum ClientCommand {
         /// without it, the mirror's. Another intent is refused before anything is signed.
         #[arg(long, value_name = "SHA256")]
         intent_digest: Option<String>,
+        /// Approve this command instead of the one asked (where the runtime takes an edit,
+        /// `editable` in `waymark inbox`; Claude Code does): e.g. `--edit-command 'rm -rf build -n'`.
+        #[arg(long, value_name = "COMMAND", conflicts_with = "edit_input")]
+        edit_command: Option<String>,
+        /// Approve this JSON in place of the intent's editable part (e.g. a tool's whole input).
+        #[arg(long, value_name = "JSON")]
+        edit_input: Option<String>,
     },
     /// Deny an approval.
     Deny {
@@ -464,7 +471,14 @@ pub(crate) async fn run(cmd: ClientCommand, json: bool) -> CliResult {
                             ));
                         }
                         let verbs = if d.kind == waymark_proto::DecisionKind::Approval {
-                            format!("waymark approve {0} | waymark deny {0}", d.id)
+                            let edit = match &d.editable {
+                                Some(p) => format!(
+                                    " | waymark approve {} --edit-command CMD (or --edit-input JSON for `{p}`)",
+                                    d.id
+                                ),
+                                None => String::new(),
+                            };
+                            format!("waymark approve {0} | waymark deny {0}{edit}", d.id)
                         } else {
                             format!("waymark choose {} OPTION", d.id)
                         };
@@ -498,9 +512,14 @@ pub(crate) async fn run(cmd: ClientCommand, json: bool) -> CliResult {
             decision,
             expected_revision,
             intent_digest,
+            edit_command,
+            edit_input,
         } => {
             let shown = (expected_revision, intent_digest);
-            decide(&c, json, &decision, Operation::Approve, None, None, shown).await
+            if edit_command.is_none() && edit_input.is_none() {
+                return decide(&c, json, &decision, Operation::Approve, None, None, shown).await;
+            }
+            approve_edited(&c, json, &decision, edit_command, edit_input, shown).await
         }
         ClientCommand::Deny {
             decision,
@@ -641,6 +660,96 @@ async fn decide(
         &seen,
         c.answer(decision, op, option, text, &seen.seen).await,
     )
+}
+
+/// `approve --edit-command / --edit-input`: the intent's editable part replaced, the change
+/// shown on stderr, then signed with both digests.
+async fn approve_edited(
+    c: &Companion,
+    json: bool,
+    decision: &str,
+    command: Option<String>,
+    input: Option<String>,
+    shown: (Option<i64>, Option<String>),
+) -> CliResult {
+    let seen = seen_decision(c, decision, shown.0, shown.1).await?;
+    let d = c
+        .mirror()
+        .decision(decision)
+        .await
+        .map_err(failure)?
+        .ok_or_else(|| failure(Error::NotFound(format!("no decision `{decision}`"))))?;
+    let asked = d
+        .editable
+        .as_deref()
+        .and_then(|p| d.intent.as_ref()?.pointer(p))
+        .cloned()
+        .unwrap_or(Value::Null);
+    let part = match (command, input) {
+        (Some(cmd), _) => {
+            let mut part = asked.clone();
+            match part.get_mut("command") {
+                Some(slot @ Value::String(_)) => *slot = json!(cmd),
+                _ => {
+                    return Err(failure(Error::Invalid(format!(
+                        "`{decision}` has no command to edit{}: use `--edit-input JSON`",
+                        d.editable
+                            .as_deref()
+                            .map_or(String::new(), |p| format!(" at `{p}`"))
+                    ))));
+                }
+            }
+            part
+        }
+        (None, Some(text)) => serde_json::from_str(&text).map_err(|e| {
+            failure(Error::Invalid(format!(
+                "`--edit-input` is not JSON ({e}): give the whole new value, e.g. '{{\"command\": \"ls -n\"}}'"
+            )))
+        })?,
+        (None, None) => unreachable!("called only with an edit"),
+    };
+    waymark_companion::edited_intent(&d, part.clone()).map_err(failure)?;
+    if !json {
+        eprintln!("approving an edited intent:");
+        for line in changed_lines(&asked, &part) {
+            eprintln!("  {line}");
+        }
+    }
+    report_seen(
+        json,
+        &seen,
+        c.approve_edited(decision, part, None, &seen.seen).await,
+    )
+}
+
+/// `- key: was` / `+ key: now` for each top-level key that differs (the whole value when it
+/// is not an object).
+fn changed_lines(was: &Value, now: &Value) -> Vec<String> {
+    let show = |v: Option<&Value>| match v {
+        Some(Value::String(s)) => s.clone(),
+        Some(v) => v.to_string(),
+        None => "(absent)".into(),
+    };
+    match (was, now) {
+        (Value::Object(a), Value::Object(b)) => {
+            let mut keys: Vec<&String> = a.keys().chain(b.keys()).collect();
+            keys.sort();
+            keys.dedup();
+            keys.into_iter()
+                .filter(|k| a.get(*k) != b.get(*k))
+                .flat_map(|k| {
+                    [
+                        format!("- {k}: {}", show(a.get(k))),
+                        format!("+ {k}: {}", show(b.get(k))),
+                    ]
+                })
+                .collect()
+        }
+        _ => vec![
+            format!("- {}", show(Some(was))),
+            format!("+ {}", show(Some(now))),
+        ],
+    }
 }
 
 /// A decision's revision (its task's) and intent digest: as named, else the mirror's now.

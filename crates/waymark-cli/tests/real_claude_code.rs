@@ -6,10 +6,12 @@
 //! inbox with `waymark approve` / `waymark deny`, and `claude -p` pointed at a fake Anthropic API
 //! (`real_claude_code/fake_anthropic.rs`) that asks `Bash` to `touch` a file.
 //!
-//! Three runs, each its own session: approved (the file appears, the effect is confirmed with
+//! Four runs, each its own session: approved (the file appears, the effect is confirmed with
 //! the tool's output as receipt), denied (no file, the effect closed as not run, Claude Code
-//! tells the model it was denied), and unanswered until the hook's timeout (in `-p` Claude Code
-//! denies the call: the approval expires, the effect is closed as not run). Each run is one task
+//! tells the model it was denied), edited before approval (`waymark approve --edit-command`:
+//! Claude Code runs the person's command through `updatedInput`, not its own), and unanswered
+//! until the hook's timeout (in `-p` Claude Code denies the call: the approval expires, the
+//! effect is closed as not run). Each run is one task
 //! with one attempt, its session start seen through the `SessionStart` command hook.
 //!
 //! Claude Code never reaches the internet: its only base URL is the fake, with telemetry,
@@ -361,6 +363,11 @@ async fn claude_code_asks_the_inbox_and_does_what_the_person_or_its_timeout_deci
             command: format!("touch {}", file("unanswered").display()),
             answer: "Unanswered run finished.".into(),
         },
+        Turn {
+            prompt: "make the file the person will rename".into(),
+            command: format!("touch {}", file("asked").display()),
+            answer: "Edited run finished.".into(),
+        },
     ];
     let model = FakeAnthropic::start(turns.clone()).await;
 
@@ -473,7 +480,38 @@ async fn claude_code_asks_the_inbox_and_does_what_the_person_or_its_timeout_deci
     );
     assert_eq!(d["decisions"][0]["outcome"]["option"], "deny");
 
-    // 3. Nobody answers before the hook's timeout: in `-p` Claude Code denies the call.
+    // 3. Edited before it was approved: Claude Code runs the person's command, not its own.
+    let mut run = setup.start(&turns[3].prompt);
+    let item = pending_in_inbox(&phone, &turns[3].command).await;
+    assert_eq!(item["decision"]["editable"], "/input", "{item}");
+    let decision = item["decision"]["id"].as_str().unwrap().to_owned();
+    let edited = format!("touch {}", file("edited").display());
+    let signed = device(
+        &phone,
+        &["approve", &decision, "--edit-command", &edited, "--json"],
+    );
+    assert_eq!(signed["status"], "delivered", "{signed}");
+    let result = run.result().await;
+    assert!(file("edited").exists(), "the edited command ran");
+    assert!(!file("asked").exists(), "the command asked did not");
+    let d = one_run_one_attempt(&url, &token, &result, &turns[3].prompt).await;
+    let dec = &d["decisions"][0];
+    assert_eq!(dec["intent"]["input"]["command"], turns[3].command.as_str());
+    assert_eq!(
+        dec["outcome"]["edited_intent"]["input"]["command"],
+        edited.as_str(),
+        "{dec}"
+    );
+    assert_eq!(dec["delivery"]["state"], "acknowledged", "{dec}");
+    let effect = &d["effects"][0];
+    assert_eq!(effect["status"], "confirmed", "{effect}");
+    assert_eq!(
+        effect["intent"]["input"]["command"],
+        edited.as_str(),
+        "the effect is what ran: {effect}"
+    );
+
+    // 4. Nobody answers before the hook's timeout: in `-p` Claude Code denies the call.
     setup.install(&url, 5);
     let mut run = setup.start(&turns[2].prompt);
     let started = Instant::now();

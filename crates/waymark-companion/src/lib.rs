@@ -22,7 +22,7 @@ pub use mirror::{
     InboxItem, Mirror, OutboxEntry, OutboxStatus, Stage, StageStatus, ThreadDetail, ThreadRow,
 };
 pub use pairing::{Identity, PairingLink, parse_pairing_link};
-pub use steer::Seen;
+pub use steer::{Seen, edited_intent};
 pub use sync::{LinkHealth, SyncReport};
 pub use touched::{Look, Touched};
 

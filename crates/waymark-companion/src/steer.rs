@@ -215,4 +215,123 @@ impl Companion {
         self.command(&d.task_id, op, args, vec![], seen.plan_revision)
             .await
     }
+
+    /// Approves an approval with its editable part (`Decision::editable`) changed to `part`:
+    /// the command carries the edited intent and its digest beside the digest of the intent
+    /// the person was shown, so the server runs only what they read and changed.
+    pub async fn approve_edited(
+        &self,
+        decision_id: &str,
+        part: serde_json::Value,
+        text: Option<&str>,
+        seen: &Seen,
+    ) -> Result<OutboxEntry, Error> {
+        let d = self.mirror.decision(decision_id).await?.ok_or_else(|| {
+            Error::NotFound(format!(
+                "no decision `{decision_id}` in the mirror — run `waymark sync`"
+            ))
+        })?;
+        let edited = edited_intent(&d, part)?;
+        let digest = waymark_proto::digest::json_digest(&edited)
+            .map_err(|e| Error::Invalid(format!("the edited intent: {e}")))?;
+        let Some(shown) = &seen.intent_digest else {
+            return Err(Error::Invalid(format!(
+                "`{}` is an approval: say which intent digest you were shown",
+                d.id
+            )));
+        };
+        let mut args = serde_json::json!({
+            "decision_id": d.id,
+            "intent_digest": shown,
+            "edited_intent": edited,
+            "edited_intent_digest": digest,
+        });
+        if let Some(t) = text {
+            args["text"] = serde_json::json!(t);
+        }
+        self.command(
+            &d.task_id,
+            Operation::Approve,
+            args,
+            vec![],
+            seen.plan_revision,
+        )
+        .await
+    }
+}
+
+/// `d`'s intent with its editable part replaced by `part`; refused where the runtime takes no
+/// changed intent, or where the part would change its JSON type.
+pub fn edited_intent(d: &Decision, part: serde_json::Value) -> Result<serde_json::Value, Error> {
+    let (Some(pointer), Some(intent)) = (d.editable.as_deref(), d.intent.as_ref()) else {
+        return Err(Error::Invalid(format!(
+            "`{}` cannot be edited: its runtime runs the intent only as asked",
+            d.id
+        )));
+    };
+    let mut edited = intent.clone();
+    let slot = edited
+        .pointer_mut(pointer)
+        .ok_or_else(|| Error::Invalid(format!("`{}` has nothing at `{pointer}` to edit", d.id)))?;
+    if std::mem::discriminant(slot) != std::mem::discriminant(&part) {
+        return Err(Error::Invalid(format!(
+            "the edit of `{pointer}` must keep its JSON type (it is {})",
+            match slot {
+                serde_json::Value::Object(_) => "an object",
+                serde_json::Value::Array(_) => "an array",
+                serde_json::Value::String(_) => "a string",
+                serde_json::Value::Number(_) => "a number",
+                serde_json::Value::Bool(_) => "a boolean",
+                serde_json::Value::Null => "null",
+            }
+        )));
+    }
+    *slot = part;
+    Ok(edited)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn asked(editable: Option<&str>) -> Decision {
+        serde_json::from_value(json!({
+            "id": "dec_1", "task_id": "task_1", "kind": "approval", "status": "pending",
+            "step": null, "question": "q", "options": [], "default_option": "deny",
+            "intent": {"tool": "Bash", "input": {"command": "rm -rf node_modules"}},
+            "intent_digest": null, "effect_id": null, "plan_revision": 1, "risky": false,
+            "expires_at": "2026-12-02T00:00:00Z", "created_at": "2026-12-02T00:00:00Z",
+            "outcome": null, "editable": editable,
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn an_edit_replaces_the_editable_part_and_has_the_digest_the_web_companion_computes() {
+        let edited = edited_intent(
+            &asked(Some("/input")),
+            json!({"command": "rm -ri node_modules"}),
+        )
+        .unwrap();
+        assert_eq!(
+            edited,
+            json!({"tool": "Bash", "input": {"command": "rm -ri node_modules"}})
+        );
+        // The same value and digest `ui/src/web/sign.test.ts` asserts.
+        assert_eq!(
+            waymark_proto::digest::json_digest(&edited).unwrap(),
+            "sha256:08d4c0d1f5d6421984ae74107d184cef9dd474add66b0b0000d79ef78e1028c1"
+        );
+    }
+
+    #[test]
+    fn an_edit_is_refused_where_the_runtime_takes_none_or_the_type_would_change() {
+        let e = edited_intent(&asked(None), json!({})).unwrap_err();
+        assert!(e.to_string().contains("only as asked"), "{e}");
+        let e = edited_intent(&asked(Some("/input")), json!("rm -ri x")).unwrap_err();
+        assert!(e.to_string().contains("an object"), "{e}");
+        let e = edited_intent(&asked(Some("/nothing")), json!({})).unwrap_err();
+        assert!(e.to_string().contains("nothing at `/nothing`"), "{e}");
+    }
 }

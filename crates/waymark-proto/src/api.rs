@@ -585,6 +585,12 @@ pub struct RequestApproval {
     /// both, and further ids start with `approve_` (they grant) or `deny_` (they refuse).
     #[serde(default)]
     pub options: Vec<DecisionOption>,
+    /// Where the runtime takes a changed intent (Claude Code's `updatedInput`): the JSON
+    /// pointer (RFC 6901) of the part a person may edit before approving, e.g. `/input`.
+    /// Absent: the intent is approved or denied as asked.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(pattern = r"^(/[^/]*)+$")]
+    pub editable: Option<String>,
 }
 
 /// The kinds of decision `POST /v1/tasks/{task}/decisions` opens: a [`DecisionKind`] other than
@@ -651,6 +657,15 @@ pub struct DecisionOutcome {
     pub by: String,
     /// When.
     pub at: DateTime<Utc>,
+    /// For an approval edited before it was approved: the intent approved instead of the one
+    /// asked (which stays the decision's `intent`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>)]
+    pub edited_intent: Option<Value>,
+    /// `sha256:` of `edited_intent`'s canonical JSON, as the person signed it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(pattern = r"^sha256:[0-9a-f]{64}$")]
+    pub edited_intent_digest: Option<String>,
 }
 
 /// An approval, question, budget choice or recovery decision.
@@ -699,6 +714,10 @@ pub struct Decision {
     /// For answered approvals held by a runtime: whether it has taken the answer.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub delivery: Option<Delivery>,
+    /// For approvals whose runtime takes a changed intent: the JSON pointer of the part a
+    /// person may edit before approving (`approve` with `args.edited_intent`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub editable: Option<String>,
 }
 
 /// Whether a runtime has taken an answer, as its adapter reported.

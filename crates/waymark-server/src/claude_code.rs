@@ -684,6 +684,8 @@ async fn open_approval(
             risky: false,
             durability: Some(durability),
             options: choices(suggestions),
+            // Claude Code runs an allowed call with `updatedInput` in place of its own.
+            editable: Some("/input".into()),
         },
     )
     .await?;
@@ -813,6 +815,15 @@ fn chosen(d: &DecisionRow) -> Option<String> {
         .map(str::to_owned)
 }
 
+/// The tool input a person approved in place of Claude Code's own, when they edited it.
+fn edited_input(d: &DecisionRow) -> Option<Value> {
+    d.outcome
+        .as_ref()?
+        .get("edited_intent")?
+        .get("input")
+        .cloned()
+}
+
 fn reason_of(d: &DecisionRow) -> String {
     let by = d
         .outcome
@@ -860,6 +871,9 @@ async fn permission_request(
     let decision = match approval_grants(&option) {
         Some(true) => {
             let mut allow = json!({"behavior": "allow"});
+            if let Some(input) = edited_input(&closed) {
+                allow["updatedInput"] = input;
+            }
             if option == "approve_always"
                 && let Some(sug) = &input.permission_suggestions
             {
@@ -989,6 +1003,15 @@ fn pre_tool_answer(permission: &str, reason: String) -> Value {
     }})
 }
 
+/// `allow`, with the person's edit of the tool input when they made one.
+fn pre_tool_allow(d: &DecisionRow) -> Value {
+    let mut out = pre_tool_answer("allow", reason_of(d));
+    if let Some(input) = edited_input(d) {
+        out["hookSpecificOutput"]["updatedInput"] = input;
+    }
+    out
+}
+
 /// A gated `PreToolUse`: held like a permission prompt, or in `-p` runs deferred so the
 /// approval is durable; the resumed run's `PreToolUse` for the same call gets the answer.
 async fn gate_tool(
@@ -1017,7 +1040,7 @@ async fn gate_tool(
                 ));
             }
             return Ok(match chosen(&d).as_deref().and_then(approval_grants) {
-                Some(true) => pre_tool_answer("allow", reason_of(&d)),
+                Some(true) => pre_tool_allow(&d),
                 _ => pre_tool_answer(
                     "deny",
                     format!("not approved in Waymark ({}): {}", d.status, reason_of(&d)),
@@ -1055,7 +1078,7 @@ async fn gate_tool(
         return Ok(json!({}));
     };
     Ok(match chosen(&closed).as_deref().and_then(approval_grants) {
-        Some(true) => pre_tool_answer("allow", reason_of(&closed)),
+        Some(true) => pre_tool_allow(&closed),
         _ => pre_tool_answer("deny", reason_of(&closed)),
     })
 }
@@ -1099,7 +1122,16 @@ async fn settle_deliveries(
         let grants = chosen(&d).as_deref().and_then(approval_grants) == Some(true);
         let same_call = match (&d.effect_id, &this_effect) {
             (Some(a), Some(b)) => a == b,
-            _ => d.intent_digest.is_some() && d.intent_digest == this_call,
+            // Approved as asked, or as the person edited it (the call then carries the edit).
+            _ => {
+                let edited = d
+                    .outcome
+                    .as_ref()
+                    .and_then(|o| o.get("edited_intent_digest"))
+                    .and_then(Value::as_str);
+                this_call.is_some()
+                    && (d.intent_digest == this_call || edited == this_call.as_deref())
+            }
         };
         let detail = if !grants {
             format!("Claude Code went on without the tool ({event})")

@@ -133,6 +133,7 @@ pub(crate) fn decision(d: &s::DecisionRow) -> R<p::Decision> {
             .as_ref()
             .map(|x| json(x, "decision delivery"))
             .transpose()?,
+        editable: d.editable.clone(),
     })
 }
 

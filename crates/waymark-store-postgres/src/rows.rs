@@ -163,6 +163,7 @@ pub(crate) fn decision_row(r: &PgRow) -> Result<DecisionRow> {
         outcome: get_json_opt(r, "outcome")?,
         durability: get_enum_opt(r, "durability")?,
         delivery: get_json_opt(r, "delivery")?,
+        editable: get(r, "editable")?,
     })
 }
 

@@ -490,8 +490,8 @@ impl StoreTx for PgTx {
         self.exec(
             sqlx::query(
                 "UPDATE effects SET resource_id = $1, status = $2, receipt = $3, attempt_id = $4,
-                   fence = $5, updated_at = $6, flag = $7
-                 WHERE id = $8",
+                   fence = $5, updated_at = $6, flag = $7, intent = $8, intent_digest = $9
+                 WHERE id = $10",
             )
             .bind(&e.resource_id)
             .bind(e.status.as_str())
@@ -500,6 +500,8 @@ impl StoreTx for PgTx {
             .bind(e.fence)
             .bind(e.updated_at)
             .bind(&e.flag)
+            .bind(&e.intent)
+            .bind(&e.intent_digest)
             .bind(&e.id),
         )
         .await
@@ -521,8 +523,8 @@ impl StoreTx for PgTx {
             sqlx::query(
                 "INSERT INTO decisions (id, task_id, kind, status, step, question, options,
                    default_option, intent, intent_digest, effect_id, plan_revision, risky, expires_at,
-                   created_at, outcome, durability, delivery)
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18)
+                   created_at, outcome, durability, delivery, editable)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19)
                  ON CONFLICT DO NOTHING",
             )
             .bind(&d.id)
@@ -542,7 +544,8 @@ impl StoreTx for PgTx {
             .bind(d.created_at)
             .bind(&d.outcome)
             .bind(d.durability.map(|x| x.as_str()))
-            .bind(&d.delivery),
+            .bind(&d.delivery)
+            .bind(&d.editable),
         )
         .await
     }

@@ -173,6 +173,7 @@ pub(crate) fn decision_row(r: &SqliteRow) -> Result<DecisionRow> {
         outcome: get_json_opt(r, "outcome")?,
         durability: get_enum_opt(r, "durability")?,
         delivery: get_json_opt(r, "delivery")?,
+        editable: get(r, "editable")?,
     })
 }
 

@@ -425,7 +425,7 @@ impl StoreTx for SqliteTx {
         self.exec(
             sqlx::query(
                 "UPDATE effects SET resource_id = ?, status = ?, receipt = ?, attempt_id = ?, fence = ?,
-                   updated_at = ?, flag = ?
+                   updated_at = ?, flag = ?, intent = ?, intent_digest = ?
                  WHERE id = ?",
             )
             .bind(&e.resource_id)
@@ -435,6 +435,8 @@ impl StoreTx for SqliteTx {
             .bind(e.fence)
             .bind(e.updated_at)
             .bind(&e.flag)
+            .bind(json_text(&e.intent))
+            .bind(&e.intent_digest)
             .bind(&e.id),
         )
         .await
@@ -455,8 +457,8 @@ impl StoreTx for SqliteTx {
             sqlx::query(
                 "INSERT INTO decisions (id, task_id, kind, status, step, question, options,
                    default_option, intent, intent_digest, effect_id, plan_revision, risky, expires_at,
-                   created_at, outcome, durability, delivery)
-                 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                   created_at, outcome, durability, delivery, editable)
+                 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             )
             .bind(&d.id)
             .bind(&d.task_id)
@@ -475,7 +477,8 @@ impl StoreTx for SqliteTx {
             .bind(d.created_at)
             .bind(d.outcome.as_ref().map(json_text))
             .bind(d.durability.map(|x| x.as_str()))
-            .bind(d.delivery.as_ref().map(json_text)),
+            .bind(d.delivery.as_ref().map(json_text))
+            .bind(&d.editable),
         )
         .await
         .map(drop)

@@ -136,6 +136,8 @@ pub trait StoreTx: Send {
     /// An effect by its task and idempotency key.
     async fn effect_by_key(&mut self, task_id: &str, key: &str) -> Result<Option<EffectRow>>;
     /// Writes every mutable column of an effect.
+    /// Writes an effect's status, receipt, owner and flag — and its intent, which changes only
+    /// when a person edited it before approving.
     async fn update_effect(&mut self, effect: &EffectRow) -> Result<()>;
     /// A task's effects, oldest first.
     async fn list_effects(&mut self, task_id: &str) -> Result<Vec<EffectRow>>;

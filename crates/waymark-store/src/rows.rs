@@ -179,6 +179,8 @@ pub struct DecisionRow {
     pub durability: Option<ApprovalDurability>,
     /// JSON `Delivery`: whether the runtime took the answer.
     pub delivery: Option<Value>,
+    /// The JSON pointer of the intent's part a person may edit before approving.
+    pub editable: Option<String>,
 }
 
 /// An artifact's metadata; the bytes are a blob.

@@ -313,6 +313,7 @@ pub async fn run_store_story(store: &dyn Store) {
         outcome: None,
         durability: None,
         delivery: None,
+        editable: None,
     };
     tx.insert_decision(&d).await.unwrap();
     tx.commit().await.unwrap();

@@ -21,5 +21,5 @@ pub use effect::{
 };
 pub use error::{Error, Result};
 pub use retry::{DELIVER_PARTIAL, Exhausted, PartialDelivery, RETRY_AGAIN, Retried};
-pub use run::{ApprovalOptions, AttemptOptions, ControlState, Run, chosen_option};
+pub use run::{ApprovalOptions, AttemptOptions, ControlState, Run, approved_intent, chosen_option};
 pub use tokio_util::sync::CancellationToken;

@@ -399,11 +399,26 @@ pub struct ApprovalOptions {
     /// The runtime's own choices (must hold `approve` and `deny`; others are `approve_…` or
     /// `deny_…`). Empty: approve and deny.
     pub choices: Vec<DecisionOption>,
+    /// For runtimes that take a changed intent: the JSON pointer of the part a person may
+    /// edit before approving. Follow [`approved_intent`], not the intent asked, once approved.
+    pub editable: Option<String>,
 }
 
 /// The option a closed decision ended with (`None` while pending, or when void).
 pub fn chosen_option(decision: &Decision) -> Option<&str> {
     decision.outcome.as_ref().and_then(|o| o.option.as_deref())
+}
+
+/// The intent a person approved: the one asked, or their edit of it. `None` unless the
+/// decision closed with a granting option.
+pub fn approved_intent(decision: &Decision) -> Option<&Value> {
+    let outcome = decision.outcome.as_ref()?;
+    let option = outcome.option.as_deref()?;
+    let grants = option == "approve" || option.starts_with("approve_");
+    if decision.status != DecisionStatus::Resolved || !grants {
+        return None;
+    }
+    outcome.edited_intent.as_ref().or(decision.intent.as_ref())
 }
 
 #[derive(Debug, Default)]
@@ -790,6 +805,7 @@ impl Run {
             risky: options.risky,
             durability: options.durability,
             options: options.choices,
+            editable: options.editable,
         };
         self.post(
             &format!("/v1/tasks/{}/approvals", self.task_id()),

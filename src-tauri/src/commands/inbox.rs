@@ -21,6 +21,35 @@ pub async fn list_inbox(s: State<'_, AppState>) -> AppResult<Vec<InboxItemView>>
         .collect())
 }
 
+/// Approves an approval with its editable part (`DecisionView::editable`) changed to
+/// `edited_part` (JSON text): signed with the edited intent's digest beside the digest the card
+/// showed (`seen`), so only what the person read and changed runs.
+#[tauri::command]
+#[specta::specta]
+pub async fn approve_edited(
+    app: AppHandle,
+    s: State<'_, AppState>,
+    decision_id: String,
+    edited_part: String,
+    seen: SeenView,
+) -> AppResult<OutboxView> {
+    let part: serde_json::Value = serde_json::from_str(&edited_part)
+        .map_err(|e| waymark_companion::Error::Invalid(format!("the edit is not JSON: {e}")))?;
+    let task = s
+        .companion
+        .mirror()
+        .decision(&decision_id)
+        .await?
+        .map(|d| d.task_id)
+        .unwrap_or_default();
+    let r = s
+        .companion
+        .approve_edited(&decision_id, part, None, &seen.into())
+        .await;
+    crate::sync::nudge(&app);
+    super::queued_ok(&s, &task, r).await
+}
+
 /// Answers a decision: approve / deny an approval, choose an option, or answer a question —
 /// signed with what its card showed (`seen`: the plan revision and, for an approval, the
 /// intent digest), never with what the mirror holds by the time the command is made.

@@ -8,12 +8,17 @@ import type { DecideOp, InboxItemView, OutboxView, SeenView } from "../bindings"
 import { useI18n } from "../i18n";
 import { short, until } from "../format";
 import { ArtifactBody, type LoadText } from "./Artifact";
+import { EditIntent } from "./EditIntent";
 import { Receipts } from "./Receipts";
 import type { RowProps } from "../windowed";
 
 /** Answers a decision with what its card showed (`seen`): the device signs exactly that, so a
  * plan that moved on between the render and the tap comes back as a conflict. */
 export type Decide = (decisionId: string, op: DecideOp, option: string | null, text: string | null, seen: SeenView) => Promise<OutboxView>;
+
+/** Approves an approval with its editable part changed (JSON text), signed with what the card
+ * showed (`seen`) and the edit's own digest. */
+export type ApproveEdited = (decisionId: string, editedPart: string, seen: SeenView) => Promise<OutboxView>;
 
 /** What this card shows now: the task's plan revision and the intent digest. */
 const shownBy = (item: InboxItemView): SeenView => ({ plan_revision: item.plan_revision, intent_digest: item.decision.intent_digest });
@@ -60,9 +65,12 @@ export function InboxCard({
   onEngaged,
   selected,
   onSelect,
+  approveEdited,
 }: {
   item: InboxItemView;
   decide: Decide;
+  /** Where given, an approval whose runtime takes an edit offers "Edit, then approve". */
+  approveEdited?: ApproveEdited;
   load: LoadText;
   focus?: boolean;
   confirmFirst?: string | null;
@@ -88,7 +96,9 @@ export function InboxCard({
   const [busy, setBusy] = useState(false);
   const [result, setResult] = useState<OutboxView | null>(null);
   const [error, setError] = useState<string | null>(null);
-  const engaged = showDiff != null || confirming != null || answer !== "" || busy;
+  // Editing keeps what the card showed when it opened: that is what the edit is signed against.
+  const [editing, setEditing] = useState<SeenView | null>(null);
+  const engaged = showDiff != null || confirming != null || answer !== "" || busy || editing != null;
   useEffect(() => {
     if (!onEngaged) return;
     onEngaged(d.id, engaged);
@@ -101,6 +111,20 @@ export function InboxCard({
     try {
       setResult(await decide(d.id, op, option, text, seen));
       setConfirming(null);
+    } catch (e) {
+      setError((e as { message?: string })?.message ?? String(e));
+    } finally {
+      setBusy(false);
+    }
+  };
+
+  const sendEdited = async (part: string, seen: SeenView) => {
+    if (!approveEdited) return;
+    setBusy(true);
+    setError(null);
+    try {
+      setResult(await approveEdited(d.id, part, seen));
+      setEditing(null);
     } catch (e) {
       setError((e as { message?: string })?.message ?? String(e));
     } finally {
@@ -199,6 +223,8 @@ export function InboxCard({
                 </button>
               </div>
             </div>
+          ) : editing != null && d.editable ? (
+            <EditIntent intent={d.intent} pointer={d.editable} busy={busy} onApprove={(part) => void sendEdited(part, editing)} onCancel={() => setEditing(null)} />
           ) : confirming == null ? (
             <div className="row">
               <button type="button" className="primary" disabled={busy} data-testid="approve" onClick={() => (d.risky ? setConfirming({ action: "approve", seen: shownBy(item) }) : send("approve"))}>
@@ -207,6 +233,11 @@ export function InboxCard({
               <button type="button" className="danger" disabled={busy} data-testid="deny" onClick={() => send("deny")}>
                 {t("inbox.deny")}
               </button>
+              {d.editable && approveEdited && (
+                <button type="button" className="secondary" disabled={busy} data-testid="edit" onClick={() => setEditing(shownBy(item))}>
+                  {t("inbox.edit.open")}
+                </button>
+              )}
             </div>
           ) : null)}
         {d.kind === "approval" &&
@@ -230,7 +261,7 @@ export function InboxCard({
                 </div>
               </div>
             ))}
-        {d.kind === "approval" && confirming == null && d.options.some((o) => o.id !== "approve" && o.id !== "deny") && (
+        {d.kind === "approval" && confirming == null && editing == null && d.options.some((o) => o.id !== "approve" && o.id !== "deny") && (
           <ul className="options" aria-label={t("inbox.moreChoices")}>
             {d.options
               .filter((o) => o.id !== "approve" && o.id !== "deny")

@@ -42,6 +42,15 @@ export function InboxScreen({ focus, confirm, actionNonce, go }: { focus?: strin
     },
     [data],
   );
+  const approveEdited = useCallback(
+    async (id: string, part: string, seen: SeenView) => {
+      const question = data?.find((i) => i.decision.id === id)?.decision.question ?? id;
+      const entry = await commands.approveEdited(id, part, seen);
+      setSent((s) => [{ question, op: "approve" as DecideOp, entry }, ...s].slice(0, 20));
+      return entry;
+    },
+    [data],
+  );
   // Several approvals answered at once (../components/batch.ts): each keeps what its card
   // showed when it was selected.
   const [selected, setSelected] = useState<ReadonlyMap<string, SeenView>>(new Map());
@@ -156,6 +165,7 @@ export function InboxScreen({ focus, confirm, actionNonce, go }: { focus?: strin
                 key={r.key as string}
                 item={item}
                 decide={decide}
+                approveEdited={approveEdited}
                 load={loadText}
                 focus={focus === item.decision.id}
                 confirmFirst={focus === item.decision.id ? confirm : null}

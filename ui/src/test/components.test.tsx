@@ -67,6 +67,42 @@ describe("InboxCard", () => {
     expect(within(viewer).getByText("checkout/pricing.py")).toBeTruthy();
   });
 
+  it("edits the command before approving: shows what changes, signs the edit with what the card showed", async () => {
+    const { calls, decide } = recorder();
+    const edits: { id: string; part: unknown; seen: SeenView }[] = [];
+    const approveEdited = async (id: string, part: string, seen: SeenView): Promise<OutboxView> => {
+      edits.push({ id, part: JSON.parse(part), seen });
+      return outbox({ operation: "approve", status: "delivered", based_on_revision: seen.plan_revision });
+    };
+    const item = approval({
+      question: "Claude Code wants to use Bash: rm -rf node_modules",
+      intent: { tool: "Bash", input: { command: "rm -rf node_modules", description: "clean" } },
+      editable: "/input",
+    });
+    ui(<InboxCard item={item} decide={decide} approveEdited={approveEdited} load={load} now={NOW} />);
+    await userEvent.click(screen.getByTestId("edit"));
+    const box = screen.getByTestId("edit-text") as HTMLTextAreaElement;
+    expect(box.value).toBe("rm -rf node_modules");
+    expect((screen.getByTestId("approve-edited") as HTMLButtonElement).disabled).toBe(true);
+    await userEvent.clear(box);
+    await userEvent.type(box, "rm -ri node_modules");
+    const diff = screen.getByTestId("edit-diff");
+    expect(diff.querySelector("del")?.textContent).toBe("rf");
+    expect(diff.querySelector("ins")?.textContent).toBe("ri");
+    await userEvent.click(screen.getByTestId("approve-edited"));
+    expect(calls).toEqual([]);
+    expect(edits).toEqual([
+      { id: "dec_1", part: { command: "rm -ri node_modules", description: "clean" }, seen: { plan_revision: 1, intent_digest: "sha256:" + "ab12".repeat(16) } },
+    ]);
+    expect((await screen.findByTestId("decision-result")).textContent).toContain("delivered");
+  });
+
+  it("offers no edit where the runtime runs the intent only as asked", () => {
+    const { decide } = recorder();
+    ui(<InboxCard item={approval()} decide={decide} approveEdited={async () => outbox({})} load={load} now={NOW} />);
+    expect(screen.queryByTestId("edit")).toBeNull();
+  });
+
   it("approves a plain approval with one click, bound to the decision", async () => {
     const { calls, seen, decide } = recorder();
     ui(<InboxCard item={approval()} decide={decide} load={load} now={NOW} />);

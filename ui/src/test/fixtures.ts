@@ -63,6 +63,7 @@ export function approval(over: Partial<InboxItemView["decision"]> = {}): InboxIt
       durability: null,
       delivery: null,
       delivery_detail: null,
+      editable: null,
       ...over,
     },
     task_title: "Fix the failing checkout discount test and deploy to staging",

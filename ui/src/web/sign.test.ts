@@ -8,7 +8,9 @@ import envelopes from "./fixtures/envelopes.json";
 import { base64url, forgetKey, KEY_NAME, loadOrCreateKey, type DeviceKey, type KeyStore } from "./keys";
 import {
   answerArgs,
+  approveEditedArgs,
   canonicalBytes,
+  editedIntent,
   commandId,
   InexactNumberError,
   newCommand,
@@ -350,6 +352,29 @@ describe("answerArgs", () => {
     expect(() => answerArgs(approval, "deny", "maybe", null, seen)).toThrow(/not an option of `dec_1`/);
     expect(() => answerArgs(budget, "choose_option", null, null, seen)).toThrow(/name an option/);
     expect(() => answerArgs(budget, "choose_option", "more", null, seen)).toThrow(/choose one of raise, stop/);
+  });
+});
+
+describe("approveEditedArgs", () => {
+  const asked = { id: "dec_1", intent: { tool: "Bash", input: { command: "rm -rf node_modules" } }, editable: "/input" };
+  const seen = { plan_revision: 3, intent_digest: "sha256:ab" };
+
+  test("signs the edited intent with the digest the Rust companion computes", async () => {
+    // The same value and digest `waymark_companion::steer` tests assert.
+    expect(await approveEditedArgs(asked, { command: "rm -ri node_modules" }, seen)).toEqual({
+      decision_id: "dec_1",
+      intent_digest: "sha256:ab",
+      edited_intent: { tool: "Bash", input: { command: "rm -ri node_modules" } },
+      edited_intent_digest: "sha256:08d4c0d1f5d6421984ae74107d184cef9dd474add66b0b0000d79ef78e1028c1",
+    });
+    expect(asked.intent.input.command).toBe("rm -rf node_modules");
+  });
+
+  test("refuses what the Rust companion refuses", async () => {
+    expect(() => editedIntent({ ...asked, editable: null }, {})).toThrow(/only as asked/);
+    expect(() => editedIntent(asked, "rm -ri node_modules")).toThrow(/keep its JSON type \(it is object\)/);
+    expect(() => editedIntent({ ...asked, editable: "/nothing" }, {})).toThrow(/nothing at `\/nothing`/);
+    await expect(approveEditedArgs(asked, {}, { plan_revision: 3, intent_digest: null })).rejects.toThrow(/intent digest/);
   });
 });
 

@@ -257,3 +257,57 @@ export function answerArgs(
   if (text !== null) args.text = text;
   return { operation: op, args };
 }
+
+/** `sha256:` + hex of a value's RFC 8785 bytes, as `waymark_proto::digest::json_digest`. */
+export async function jsonDigest(value: unknown): Promise<string> {
+  const hash = new Uint8Array(await crypto.subtle.digest("SHA-256", canonicalBytes(value) as BufferSource));
+  return `sha256:${Array.from(hash, (b) => b.toString(16).padStart(2, "0")).join("")}`;
+}
+
+/** An approval whose runtime takes an edit: its intent and the pointer of the editable part. */
+export interface EditableRef {
+  id: string;
+  intent: unknown;
+  editable: string | null;
+}
+
+/** `d`'s intent with the part at its `editable` pointer (RFC 6901) replaced by `part`, as
+ * `waymark_companion::edited_intent` makes it; refused where the runtime takes no edit or the
+ * part would change its JSON type. */
+export function editedIntent(d: EditableRef, part: unknown): Record<string, unknown> {
+  if (!d.editable || typeof d.intent !== "object" || d.intent === null) {
+    throw new Error(`\`${d.id}\` cannot be edited: its runtime runs the intent only as asked`);
+  }
+  const edited = structuredClone(d.intent) as Record<string, unknown>;
+  const keys = d.editable
+    .split("/")
+    .slice(1)
+    .map((k) => k.replaceAll("~1", "/").replaceAll("~0", "~"));
+  let parent: Record<string, unknown> = edited;
+  for (const k of keys.slice(0, -1)) {
+    const next = parent[k];
+    if (typeof next !== "object" || next === null) throw new Error(`\`${d.id}\` has nothing at \`${d.editable}\` to edit`);
+    parent = next as Record<string, unknown>;
+  }
+  const last = keys[keys.length - 1];
+  if (!(last in parent)) throw new Error(`\`${d.id}\` has nothing at \`${d.editable}\` to edit`);
+  const kind = (v: unknown) => (v === null ? "null" : Array.isArray(v) ? "array" : typeof v);
+  if (kind(parent[last]) !== kind(part)) {
+    throw new Error(`the edit of \`${d.editable}\` must keep its JSON type (it is ${kind(parent[last])})`);
+  }
+  parent[last] = part;
+  return edited;
+}
+
+/** The args of an `approve` of an edited intent: the digest the person was shown, the edited
+ * intent and its digest (`waymark_companion`'s `approve_edited`). */
+export async function approveEditedArgs(d: EditableRef, part: unknown, seen: Seen): Promise<Record<string, unknown>> {
+  if (seen.intent_digest === null) throw new Error(`\`${d.id}\` is an approval: say which intent digest you were shown`);
+  const edited = editedIntent(d, part);
+  return {
+    decision_id: d.id,
+    intent_digest: seen.intent_digest,
+    edited_intent: edited,
+    edited_intent_digest: await jsonDigest(edited),
+  };
+}

@@ -23,7 +23,7 @@ import { Api, ApiError, type Snapshot } from "./api";
 import { type Db, openBrowserDb } from "./db";
 import { type DeviceKey, forgetKey, loadOrCreateKey } from "./keys";
 import { type Identity, MirrorError, WebMirror } from "./mirror";
-import { answerArgs, newCommand, signCommand, type Seen } from "./sign";
+import { answerArgs, approveEditedArgs, newCommand, signCommand, type Seen } from "./sign";
 import { inboxItemView, outboxView, threadDetailView, threadRowView } from "./views";
 import type { Operation, OutboxStatus } from "../bindings";
 import type { CommandResult, Event, TaskDetail } from "./wire";
@@ -347,6 +347,20 @@ export class WebCompanion {
     const s: Seen = { plan_revision: seen.plan_revision, intent_digest: seen.intent_digest ?? null };
     const a = answerArgs(d, operation, option, text, s);
     return this.signAndQueue(d.task_id, a.operation, a.args, [], s.plan_revision);
+  }
+
+  async approveEdited(decisionId: string, editedPart: string, seen: SeenView): Promise<OutboxView> {
+    const d = await this.mirror.decision(decisionId);
+    if (!d) throw new Error(`no decision \`${decisionId}\` in the mirror — sync first`);
+    let part: unknown;
+    try {
+      part = JSON.parse(editedPart);
+    } catch (e) {
+      throw new Error(`the edit is not JSON: ${(e as Error).message}`);
+    }
+    const s: Seen = { plan_revision: seen.plan_revision, intent_digest: seen.intent_digest ?? null };
+    const args = await approveEditedArgs({ id: d.id, intent: d.intent, editable: d.editable ?? null }, part, s);
+    return this.signAndQueue(d.task_id, "approve", args, [], s.plan_revision);
   }
 
   async status(): Promise<StatusView> {

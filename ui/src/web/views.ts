@@ -133,11 +133,18 @@ export function decisionView(d: Decision): DecisionView {
     expires_at: ms(d.expires_at),
     created_at: ms(d.created_at),
     outcome: d.outcome
-      ? { option: d.outcome.option ?? null, text: d.outcome.text ?? null, by: d.outcome.by, at: ms(d.outcome.at) }
+      ? {
+          option: d.outcome.option ?? null,
+          text: d.outcome.text ?? null,
+          by: d.outcome.by,
+          at: ms(d.outcome.at),
+          edited_intent: d.outcome.edited_intent ?? null,
+        }
       : null,
     durability: d.durability ?? null,
     delivery: d.delivery?.state ?? null,
     delivery_detail: d.delivery?.detail ?? null,
+    editable: d.editable ?? null,
   };
 }
 

@@ -119,7 +119,14 @@ export type Effect = {
   flag?: string | null;
 };
 
-export type DecisionOutcome = { option: string | null; text?: string | null; by: string; at: Time };
+export type DecisionOutcome = {
+  option: string | null;
+  text?: string | null;
+  by: string;
+  at: Time;
+  edited_intent?: Value | null;
+  edited_intent_digest?: string | null;
+};
 
 export type Delivery = { state: string; detail?: string | null; at: Time };
 
@@ -142,6 +149,7 @@ export type Decision = {
   outcome: DecisionOutcome | null;
   durability?: ApprovalDurability | null;
   delivery?: Delivery | null;
+  editable?: string | null;
 };
 
 export type Artifact = {

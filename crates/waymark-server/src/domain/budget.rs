@@ -126,5 +126,6 @@ pub(crate) async fn crossed(tx: &mut Tx, task: &TaskRow) -> ApiResult<Option<Dec
         outcome: None,
         durability: None,
         delivery: None,
+        editable: None,
     }))
 }

@@ -9,7 +9,7 @@ use waymark_store::*;
 
 use crate::convert;
 use crate::domain::core::{Tx, emit, record_refusal};
-use crate::domain::decisions::{approval_grants, close_decision};
+use crate::domain::decisions::{amend_effect, approval_grants, checked_edit, close_decision};
 use crate::domain::devices::{
     Rejection, Verified, has_scope, reject, required_scope, result, verify_envelope,
 };
@@ -405,6 +405,8 @@ pub(crate) async fn void_decisions(
             text: Some(text.into()),
             by: by.to_owned(),
             at: tx.now_utc(),
+            edited_intent: None,
+            edited_intent_digest: None,
         };
         close_decision(tx, &mut d, DecisionStatus::Void, outcome).await?;
         n += 1;
@@ -450,6 +452,7 @@ pub(crate) async fn answer(
         )));
     }
     let is_approval = d.kind == DecisionKind::Approval;
+    let mut edit = None;
     let (option, text) = match cmd.operation {
         Operation::Approve | Operation::Deny => {
             if !is_approval {
@@ -494,6 +497,19 @@ pub(crate) async fn answer(
                     o.to_owned()
                 }
             };
+            if let Some(e) = cmd.args.get("edited_intent") {
+                if !grant {
+                    return Ok(Err(reject(
+                        RejectReason::InvalidCommand,
+                        "an edited intent goes with `approve`; a denial runs nothing",
+                    )));
+                }
+                let signed = cmd.args.get("edited_intent_digest").and_then(Value::as_str);
+                match checked_edit(&d, e, signed) {
+                    Ok(x) => edit = x,
+                    Err((reason, why)) => return Ok(Err(reject(reason, why))),
+                }
+            }
             (
                 Some(opt),
                 cmd.args
@@ -557,7 +573,12 @@ pub(crate) async fn answer(
         text,
         by: by.to_owned(),
         at: tx.now_utc(),
+        edited_intent: edit.as_ref().map(|(e, _)| e.clone()),
+        edited_intent_digest: edit.as_ref().map(|(_, x)| x.clone()),
     };
+    if let Some((edited, digest)) = &edit {
+        amend_effect(tx, task, &d, edited, digest).await?;
+    }
     close_decision(tx, &mut d, DecisionStatus::Resolved, outcome).await?;
     Ok(Ok(()))
 }

@@ -2,7 +2,7 @@
 //! (answered, expired to their default, voided), and — for approvals a runtime holds — the
 //! runtime's own delivery and expiry.
 
-use serde_json::json;
+use serde_json::{Value, json};
 use waymark_proto::*;
 use waymark_store::*;
 
@@ -118,6 +118,94 @@ pub(crate) fn approval_grants(option: &str) -> Option<bool> {
     }
 }
 
+/// An approval's intent as a person edited it before approving, checked: the runtime takes a
+/// changed intent (`editable`), only that part changed (and kept its JSON type), and the digest
+/// the person signed is the edited intent's. `Ok(None)`: the edit changed nothing.
+pub(crate) fn checked_edit(
+    d: &DecisionRow,
+    edited: &Value,
+    signed_digest: Option<&str>,
+) -> Result<Option<(Value, String)>, (RejectReason, String)> {
+    let bad = |why: String| Err((RejectReason::InvalidCommand, why));
+    let (Some(pointer), Some(original)) = (d.editable.as_deref(), d.intent.as_ref()) else {
+        return bad(
+            "this runtime takes the intent only as asked: approve or deny it, or deny with a note"
+                .into(),
+        );
+    };
+    let Some(part) = edited.pointer(pointer) else {
+        return bad(format!("`args.edited_intent` has nothing at `{pointer}`"));
+    };
+    let was = original.pointer(pointer).unwrap_or(&Value::Null);
+    if std::mem::discriminant(part) != std::mem::discriminant(was) {
+        return bad(format!(
+            "`args.edited_intent{pointer}` must stay a JSON {} like the one asked",
+            json_type(was)
+        ));
+    }
+    let mut rest = edited.clone();
+    if let Some(slot) = rest.pointer_mut(pointer) {
+        *slot = was.clone();
+    }
+    if rest != *original {
+        return bad(format!(
+            "only `{pointer}` of the intent may be edited; the rest must stay as asked"
+        ));
+    }
+    let digest = match waymark_proto::digest::json_digest(edited) {
+        Ok(x) => x,
+        Err(e) => return bad(format!("`args.edited_intent`: {e}")),
+    };
+    if signed_digest != Some(digest.as_str()) {
+        return Err((
+            RejectReason::DigestMismatch,
+            format!("`args.edited_intent_digest` must be the edited intent's digest ({digest})"),
+        ));
+    }
+    if edited == original {
+        return Ok(None);
+    }
+    Ok(Some((edited.clone(), digest)))
+}
+
+fn json_type(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "boolean",
+        Value::Number(_) => "number",
+        Value::String(_) => "string",
+        Value::Array(_) => "array",
+        Value::Object(_) => "object",
+    }
+}
+
+/// Gives an approved edit to the effect the approval allows, while it has not started: the
+/// effect then records what will run. The decision keeps the intent asked.
+pub(crate) async fn amend_effect(
+    tx: &mut Tx,
+    task: &TaskRow,
+    d: &DecisionRow,
+    edited: &Value,
+    digest: &str,
+) -> ApiResult<()> {
+    let Some(effect_id) = d.effect_id.as_deref() else {
+        return Ok(());
+    };
+    let Some(mut effect) = tx.effect(effect_id).await? else {
+        return Ok(());
+    };
+    if effect.status != EffectStatus::Intended {
+        return Ok(());
+    }
+    effect.intent = edited.clone();
+    effect.intent_digest = digest.to_owned();
+    effect.updated_at = tx.now;
+    tx.update_effect(&effect).await?;
+    let wire = convert::effect(&effect)?;
+    emit(tx, task, EventKind::EffectUpdated, &wire).await?;
+    Ok(())
+}
+
 /// Closes a pending decision with an outcome, and lets the task run again when nothing else
 /// waits. Returns the newest cursor written.
 pub(crate) async fn close_decision(
@@ -205,6 +293,13 @@ pub(crate) async fn request_approval(
     }
     let options = approval_options(&req.options)?;
     let expires_at = expiry_ms(st, req.expires_in_seconds)?;
+    if let Some(p) = &req.editable
+        && (!p.starts_with('/') || p.len() > 200 || req.intent.pointer(p).is_none())
+    {
+        return Err(invalid(format!(
+            "`editable` `{p}` must be a JSON pointer (RFC 6901) to a part of the intent, e.g. `/input`"
+        )));
+    }
     audited(st, caller, "approval.request", async {
         let mut tx = Tx::write(st).await?;
         let task = task_for(&mut tx, caller, &task_id).await?;
@@ -236,6 +331,7 @@ pub(crate) async fn request_approval(
             outcome: None,
             durability: req.durability,
             delivery: None,
+            editable: req.editable.clone(),
         };
         let out = open_decision(&mut tx, task, row).await?;
         tx.commit().await?;
@@ -303,6 +399,7 @@ pub(crate) async fn request_decision(
             outcome: None,
             durability: None,
             delivery: None,
+            editable: None,
         };
         let out = open_decision(&mut tx, task, row).await?;
         tx.commit().await?;
@@ -376,6 +473,8 @@ pub(crate) async fn admin_resolve(
             text: req.text.clone(),
             by: "admin".into(),
             at: st.now(),
+            edited_intent: None,
+            edited_intent_digest: None,
         };
         let cursor = close_decision(&mut tx, &mut d, DecisionStatus::Resolved, outcome).await?;
         tx.commit().await?;
@@ -484,6 +583,8 @@ pub(crate) async fn expire_held(
             text: Some(req.reason.clone()),
             by: "runtime".into(),
             at: st.now(),
+            edited_intent: None,
+            edited_intent_digest: None,
         };
         let cursor = close_decision(&mut tx, &mut d, DecisionStatus::Expired, outcome).await?;
         tx.commit().await?;
@@ -593,6 +694,8 @@ pub(crate) async fn expire_overdue(st: &AppState, id: &str) -> ApiResult<bool> {
             text: Some(HOOK_TIMED_OUT.into()),
             by: "runtime".into(),
             at: st.now(),
+            edited_intent: None,
+            edited_intent_digest: None,
         }
     } else {
         DecisionOutcome {
@@ -600,6 +703,8 @@ pub(crate) async fn expire_overdue(st: &AppState, id: &str) -> ApiResult<bool> {
             text: None,
             by: "default".into(),
             at: st.now(),
+            edited_intent: None,
+            edited_intent_digest: None,
         }
     };
     close_decision(&mut tx, &mut d, DecisionStatus::Expired, outcome).await?;

@@ -208,6 +208,8 @@ pub(crate) async fn finish(
                         text: Some(format!("the task ended {next}")),
                         by: "server".into(),
                         at: st.now(),
+                        edited_intent: None,
+                        edited_intent_digest: None,
                     };
                     close_decision(&mut tx, &mut d, DecisionStatus::Void, outcome).await?;
                 }

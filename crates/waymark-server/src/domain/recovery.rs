@@ -270,6 +270,7 @@ pub(crate) async fn refuse_admission(
                 outcome: None,
                 durability: None,
                 delivery: None,
+                editable: None,
             };
             let id = row.id.clone();
             let mut t = task.clone();
@@ -455,6 +456,7 @@ pub(crate) async fn freeze(tx: &mut Tx, e: &EffectRow, detail: Option<&str>) -> 
         outcome: None,
         durability: None,
         delivery: None,
+        editable: None,
     };
     let id = row.id.clone();
     let _ = open_decision(tx, task, row).await?;
@@ -546,6 +548,7 @@ pub(crate) async fn compensation_task(
         outcome: None,
         durability: None,
         delivery: None,
+        editable: None,
     };
     let _ = open_decision(tx, row, approval).await?;
     Ok(id)

@@ -263,6 +263,135 @@ async fn an_allow_always_answer_counts_once_the_tool_ran() {
     assert_eq!(d["delivery"]["state"], "acknowledged", "{d}");
 }
 
+/// Edit before approve: the person changes the command, signs the edited intent's digest
+/// beside the one they were shown, and Claude Code gets the edit as `updatedInput`; the decision
+/// keeps the intent asked, the effect records what runs, and a wrong edit is refused first.
+#[tokio::test]
+async fn an_edited_command_is_approved_and_claude_code_runs_the_edit() {
+    let h = Harness::start().await;
+    let dev = h.pair_device("alice", &["view", "steer", "approve"]).await;
+    hook(&h, "", fixture("session_start")).await;
+    // The call as Claude Code announces it before asking (same input, with its tool_use_id).
+    let mut pre = fixture("permission_request");
+    pre["hook_event_name"] = json!("PreToolUse");
+    pre["tool_use_id"] = json!("toolu_01RM");
+    hook(&h, "", pre).await;
+    let held = tokio::spawn({
+        let (url, token) = (h.url(&format!("{HOOK}?timeout=60")), h.alice.clone());
+        async move {
+            let r = reqwest::Client::new()
+                .post(url)
+                .bearer_auth(token)
+                .json(&fixture("permission_request"))
+                .send()
+                .await
+                .unwrap();
+            r.json::<Value>().await.unwrap()
+        }
+    });
+    let task = session_task(&h, "abc123").await;
+    let dec = pending_decision(&h, &task).await;
+    assert_eq!(
+        dec["editable"], "/input",
+        "Claude Code takes an edited input"
+    );
+    let effect_id = dec["effect_id"]
+        .as_str()
+        .expect("the call's effect")
+        .to_owned();
+    let rev = dec["plan_revision"].as_i64().unwrap();
+    let edited = json!({"tool": "Bash", "input": {"command": "rm -ri node_modules"}});
+    let digest = waymark_proto::digest::json_digest(&edited).unwrap();
+    let submit = |op: Operation, args: Value| {
+        let mut a = json!({"decision_id": dec["id"], "intent_digest": dec["intent_digest"]});
+        for (k, v) in args.as_object().unwrap() {
+            a[k] = v.clone();
+        }
+        let env = dev.sign(&dev.command(&task, Some(rev), op, a));
+        let h = &h;
+        async move { h.submit(&env).await }
+    };
+    // Refused, and nothing closes: another tool, a digest not the edit's, an edited denial.
+    let other_tool = json!({"tool": "Write", "input": {"command": "rm -ri node_modules"}});
+    for (op, args, reason) in [
+        (
+            Operation::Approve,
+            json!({"edited_intent": other_tool, "edited_intent_digest": waymark_proto::digest::json_digest(&other_tool).unwrap()}),
+            "invalid_command",
+        ),
+        (
+            Operation::Approve,
+            json!({"edited_intent": edited, "edited_intent_digest": dec["intent_digest"]}),
+            "digest_mismatch",
+        ),
+        (
+            Operation::Approve,
+            json!({"edited_intent": {"tool": "Bash", "input": "rm -ri node_modules"}, "edited_intent_digest": digest}),
+            "invalid_command",
+        ),
+        (
+            Operation::Deny,
+            json!({"edited_intent": edited, "edited_intent_digest": digest}),
+            "invalid_command",
+        ),
+    ] {
+        let (s, r) = submit(op, args).await;
+        assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY, "{r}");
+        assert_eq!(
+            (r["status"].as_str(), r["reason"].as_str()),
+            (Some("rejected"), Some(reason)),
+            "{r}"
+        );
+    }
+    assert!(!held.is_finished(), "a refused edit answers nothing");
+
+    let (_, r) = submit(
+        Operation::Approve,
+        json!({"edited_intent": edited, "edited_intent_digest": digest}),
+    )
+    .await;
+    assert_eq!(r["status"], "applied", "{r}");
+    let out = tokio::time::timeout(Duration::from_secs(10), held)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        out["hookSpecificOutput"]["decision"],
+        json!({"behavior": "allow", "updatedInput": {"command": "rm -ri node_modules"}}),
+        "{out}"
+    );
+    let d = decision(&h, &task, dec["id"].as_str().unwrap()).await;
+    assert_eq!(
+        d["intent"], dec["intent"],
+        "the decision keeps what was asked"
+    );
+    assert_eq!(d["outcome"]["edited_intent"], edited);
+    assert_eq!(d["outcome"]["edited_intent_digest"], digest.as_str());
+    let effect = h.detail(&task).await["effects"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["id"] == effect_id.as_str())
+        .cloned()
+        .unwrap();
+    assert_eq!(effect["intent"], edited, "the effect records what will run");
+    assert_eq!(effect["intent_digest"], digest.as_str());
+    // Claude Code ran the edit: its PostToolUse carries the edited input and settles it.
+    let mut post = fixture("post_permitted_tool");
+    post["tool_input"] = json!({"command": "rm -ri node_modules"});
+    hook(&h, "", post).await;
+    let d = decision(&h, &task, dec["id"].as_str().unwrap()).await;
+    assert_eq!(d["delivery"]["state"], "acknowledged", "{d}");
+    let effect = h.detail(&task).await["effects"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["id"] == effect_id.as_str())
+        .cloned()
+        .unwrap();
+    assert_eq!(effect["status"], "confirmed", "{effect}");
+}
+
 #[tokio::test]
 async fn a_hook_timeout_expires_the_approval_and_renders_no_decision() {
     let h = Harness::start().await;
