@@ -53,6 +53,7 @@ pub fn specta_builder() -> tauri_specta::Builder<tauri::Wry> {
             inbox::list_inbox,
             inbox::decide,
             inbox::approve_edited,
+            inbox::mark_opened,
             steer::steer,
             steer::list_outbox,
             steer::sync_now,

@@ -72,18 +72,42 @@ pub fn show(app: AppHandle, shared: Arc<Shared>, n: Notification) {
             note.action(&a.id, &a.label);
         }
         match note.show() {
-            Ok(handle) => handle.wait_for_action(|action| {
-                let what = act(&n, action);
-                let app = app.clone();
-                let shared = shared.clone();
-                tauri::async_runtime::spawn(async move { perform(app, shared, what).await });
-            }),
+            Ok(handle) => {
+                // Proof of delivery: the desktop showed it.
+                if let Some(d) = n.decision_id.clone() {
+                    let shared = shared.clone();
+                    tauri::async_runtime::spawn(async move {
+                        receipt(&shared, d, waymark_proto::DeliveryStep::Shown).await
+                    });
+                }
+                handle.wait_for_action(|action| {
+                    if let Some(d) = n.decision_id.clone()
+                        && action != "__closed"
+                    {
+                        let shared = shared.clone();
+                        tauri::async_runtime::spawn(async move {
+                            receipt(&shared, d, waymark_proto::DeliveryStep::Opened).await
+                        });
+                    }
+                    let what = act(&n, action);
+                    let app = app.clone();
+                    let shared = shared.clone();
+                    tauri::async_runtime::spawn(async move { perform(app, shared, what).await });
+                })
+            }
             Err(e) => tracing::warn!(error = %e, "cannot show a desktop notification"),
         }
     });
     #[cfg(not(all(unix, not(any(target_os = "android", target_os = "ios")))))]
     {
         let _ = (app, shared, n);
+    }
+}
+
+/// Tells the server how far a decision reached this device; a failure is only logged.
+async fn receipt(shared: &Shared, decision: String, step: waymark_proto::DeliveryStep) {
+    if let Err(e) = shared.companion.report_receipts(&[decision], step).await {
+        tracing::info!(error = %e, %step, "could not report the notification's receipt");
     }
 }
 

@@ -354,6 +354,23 @@ pub struct DecisionView {
     /// Where the runtime takes an edited intent: the JSON pointer of the part a person may
     /// change before approving (`approve_edited`).
     pub editable: Option<String>,
+    /// How far it has reached each device, oldest step first.
+    pub deliveries: Vec<DeliveryView>,
+}
+
+/// One step a decision reached on one device.
+#[derive(Debug, Clone, Serialize, Type)]
+pub struct DeliveryView {
+    /// The device.
+    pub device_id: String,
+    /// Its name.
+    pub device_name: String,
+    /// Pushed, fetched, shown, opened or answered.
+    pub step: DeliveryStep,
+    /// When (unix ms).
+    pub at: i64,
+    /// What the server or the device said.
+    pub detail: Option<String>,
 }
 
 impl From<Decision> for DecisionView {
@@ -394,6 +411,21 @@ impl From<Decision> for DecisionView {
             delivery: d.delivery.as_ref().map(|x| x.state.as_str().to_owned()),
             delivery_detail: d.delivery.and_then(|x| x.detail),
             editable: d.editable,
+            deliveries: {
+                let mut v: Vec<DeliveryView> = d
+                    .deliveries
+                    .into_iter()
+                    .map(|x| DeliveryView {
+                        device_id: x.device_id,
+                        device_name: x.device_name,
+                        step: x.step,
+                        at: ms(x.at),
+                        detail: x.detail,
+                    })
+                    .collect();
+                v.sort_by(|a, b| (a.at, &a.device_id).cmp(&(b.at, &b.device_id)));
+                v
+            },
         }
     }
 }
@@ -766,6 +798,27 @@ pub struct DeviceView {
     pub created_at: Option<i64>,
     /// Revoked (unix ms).
     pub revoked_at: Option<i64>,
+    /// Last heard from by the server (unix ms), where the server says.
+    pub last_seen_at: Option<i64>,
+    /// Not heard from for long: never shown as connected.
+    pub stale: bool,
+}
+
+impl DeviceView {
+    /// A device as the server lists it.
+    pub fn of(d: Device, this: &str) -> DeviceView {
+        DeviceView {
+            this_device: d.id == this,
+            id: d.id,
+            user: d.user,
+            name: d.name,
+            scopes: d.scopes,
+            created_at: Some(ms(d.created_at)),
+            revoked_at: d.revoked_at.map(ms),
+            last_seen_at: d.last_seen_at.map(ms),
+            stale: d.stale,
+        }
+    }
 }
 
 /// The app's link to its control plane, for the banner and the status bar.

@@ -155,6 +155,22 @@ async function describe(payload) {
   }
 }
 
+/** Proof of delivery: tells the server this device fetched, showed or opened a decision, with
+ * the page's read session. Never in the way of the notification itself. */
+async function receipt(decisionId, steps) {
+  const session = await readKey("waymark-session");
+  if (!decisionId || !session || !session.token || !session.device_id) return;
+  try {
+    await fetch(`../v1/devices/${encodeURIComponent(session.device_id)}/receipts`, {
+      method: "POST",
+      headers: { authorization: `Bearer ${session.token}`, "content-type": "application/json" },
+      body: JSON.stringify({ receipts: steps.map((step) => ({ decision_id: decisionId, step })) }),
+    });
+  } catch (e) {
+    console.info("waymark: could not report the notification's receipt", e);
+  }
+}
+
 self.addEventListener("push", (event) => {
   let payload = {};
   try {
@@ -164,13 +180,15 @@ self.addEventListener("push", (event) => {
   }
   event.waitUntil(
     describe(payload).then((n) =>
-      self.registration.showNotification(n.title, {
-        body: n.body,
-        tag: n.tag,
-        icon: "icon-192.png",
-        data: n.data,
-        actions: n.actions,
-      }),
+      self.registration
+        .showNotification(n.title, {
+          body: n.body,
+          tag: n.tag,
+          icon: "icon-192.png",
+          data: n.data,
+          actions: n.actions,
+        })
+        .then(() => receipt(n.data.decision_id, ["fetched", "shown"])),
     ),
   );
 });
@@ -193,8 +211,9 @@ async function target(action, data) {
 
 self.addEventListener("notificationclick", (event) => {
   event.notification.close();
+  const data = event.notification.data || {};
   event.waitUntil(
-    target(event.action, event.notification.data).then((path) => {
+    Promise.all([receipt(data.decision_id, ["opened"]), target(event.action, data)]).then(([, path]) => {
       const url = new URL(path, self.registration.scope).href;
       return self.clients.matchAll({ type: "window", includeUncontrolled: true }).then((wins) => {
         for (const w of wins) {

@@ -30,6 +30,11 @@ export const commands = {
 	 */
 	approveEdited: (decisionId: string, editedPart: string, seen: SeenView) => __TAURI_INVOKE<OutboxView>("approve_edited", { decisionId, editedPart, seen }),
 	/**
+	 *  Tells the server a person opened these decisions' cards on this device (proof of
+	 *  delivery); steps already recorded are not sent again. Failures are the caller's to ignore.
+	 */
+	markOpened: (decisionIds: string[]) => __TAURI_INVOKE<number>("mark_opened", { decisionIds }),
+	/**
 	 *  Sends a steer command (queued when offline), signed with `seen_revision`: the plan revision
 	 *  on the screen the person acted from, never one read afterwards.
 	 */
@@ -276,6 +281,39 @@ export type DecisionView = {
 	 *  change before approving (`approve_edited`).
 	 */
 	editable: string | null,
+	/**  How far it has reached each device, oldest step first. */
+	deliveries: DeliveryView[],
+};
+
+/**
+ *  How far a decision has reached one device, step by step (each recorded once, when first
+ *  seen): the push service took a push for it, the device fetched it, showed it in a
+ *  notification, a person opened it, and answered it from that device.
+ */
+export type DeliveryStep = 
+/**  A push about it was accepted by the device's push service. */
+"pushed" | 
+/**  The device fetched it (its mirror or its notification read it). */
+"fetched" | 
+/**  The device showed it in a notification. */
+"shown" | 
+/**  A person opened it on the device (its card, or its notification). */
+"opened" | 
+/**  It was answered from the device. */
+"answered";
+
+/**  One step a decision reached on one device. */
+export type DeliveryView = {
+	/**  The device. */
+	device_id: string,
+	/**  Its name. */
+	device_name: string,
+	/**  Pushed, fetched, shown, opened or answered. */
+	step: DeliveryStep,
+	/**  When (unix ms). */
+	at: number,
+	/**  What the server or the device said. */
+	detail: string | null,
 };
 
 /**  A paired device. */
@@ -294,6 +332,10 @@ export type DeviceView = {
 	created_at: number | null,
 	/**  Revoked (unix ms). */
 	revoked_at: number | null,
+	/**  Last heard from by the server (unix ms), where the server says. */
+	last_seen_at: number | null,
+	/**  Not heard from for long: never shown as connected. */
+	stale: boolean,
 };
 
 /**  An effect's status as a checkpoint saw it. */

@@ -453,6 +453,7 @@ pub(crate) async fn run(cmd: ClientCommand, json: bool) -> CliResult {
                             "  expires {} → {then}\n",
                             d.expires_at.format("%Y-%m-%d %H:%M UTC"),
                         ));
+                        out.push_str(&format!("  {}\n", delivery_line(&d.deliveries)));
                         for r in &i.receipts {
                             out.push_str(&format!(
                                 "  receipt: `{}` exit {} — {} passed, {} failed\n",
@@ -660,6 +661,47 @@ async fn decide(
         &seen,
         c.answer(decision, op, option, text, &seen.seen).await,
     )
+}
+
+/// Where a decision stands on each device, at its furthest step: "delivered: alice's phone
+/// shown 14:02 (not opened) · laptop opened 14:03", or that no device has it yet.
+fn delivery_line(deliveries: &[waymark_proto::DeviceDelivery]) -> String {
+    use waymark_proto::DeliveryStep;
+    let rank = |s: DeliveryStep| match s {
+        DeliveryStep::Pushed => 0,
+        DeliveryStep::Fetched => 1,
+        DeliveryStep::Shown => 2,
+        DeliveryStep::Opened => 3,
+        DeliveryStep::Answered => 4,
+    };
+    let mut furthest: Vec<&waymark_proto::DeviceDelivery> = Vec::new();
+    for d in deliveries {
+        match furthest.iter_mut().find(|x| x.device_id == d.device_id) {
+            Some(x) if rank(d.step) > rank(x.step) => *x = d,
+            Some(_) => {}
+            None => furthest.push(d),
+        }
+    }
+    if furthest.is_empty() {
+        return "delivered: to no device yet".into();
+    }
+    let each: Vec<String> = furthest
+        .iter()
+        .map(|d| {
+            let open = if rank(d.step) < rank(DeliveryStep::Opened) {
+                " (not opened)"
+            } else {
+                ""
+            };
+            format!(
+                "{} {} {}{open}",
+                d.device_name,
+                d.step,
+                d.at.format("%H:%M UTC")
+            )
+        })
+        .collect();
+    format!("delivered: {}", each.join(" · "))
 }
 
 /// `approve --edit-command / --edit-input`: the intent's editable part replaced, the change

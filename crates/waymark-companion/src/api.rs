@@ -144,6 +144,23 @@ impl Api {
         self.decode(res).await
     }
 
+    pub(crate) async fn post<B: serde::Serialize, T: DeserializeOwned>(
+        &self,
+        token: &str,
+        path: &str,
+        body: &B,
+    ) -> Result<T, Error> {
+        let res = self
+            .http
+            .post(format!("{}{path}", self.base))
+            .bearer_auth(token)
+            .json(body)
+            .send()
+            .await
+            .map_err(|e| unreachable(&self.base, e))?;
+        self.decode(res).await
+    }
+
     pub(crate) async fn blob(&self, token: &str, sha256: &str) -> Result<Vec<u8>, Error> {
         let res = self
             .http

@@ -8,6 +8,7 @@ pub mod keystore;
 pub mod mirror;
 pub mod notify;
 mod pairing;
+mod receipts;
 mod steer;
 mod sync;
 pub mod touched;

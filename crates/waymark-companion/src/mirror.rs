@@ -323,6 +323,7 @@ impl Mirror {
             "artifacts",
             "receipts",
             "messages",
+            "deliveries",
         ] {
             sqlx::query(&format!("DELETE FROM {table}"))
                 .execute(&mut *tx)
@@ -336,6 +337,11 @@ impl Mirror {
             rows.checkpoints.extend(d.checkpoints.iter().cloned());
             rows.effects.extend(d.effects.iter().cloned());
             rows.decisions.extend(d.decisions.iter().cloned());
+            rows.deliveries.extend(
+                d.decisions
+                    .iter()
+                    .flat_map(|x| x.deliveries.iter().cloned()),
+            );
             rows.artifacts.extend(d.artifacts.iter().cloned());
             rows.receipts.extend(d.test_receipts.iter().cloned());
             rows.messages
@@ -451,9 +457,9 @@ impl Mirror {
 
     /// Pending decisions, most urgent (soonest expiry) first, with their evidence.
     pub async fn inbox(&self) -> Result<Vec<InboxItem>, Error> {
-        let rows: Vec<String> = sqlx::query_scalar(
-            "SELECT data FROM decisions WHERE status = 'pending' ORDER BY expires_at, id",
-        )
+        let rows: Vec<String> = sqlx::query_scalar(&format!(
+            "{DECISIONS} WHERE status = 'pending' ORDER BY expires_at, id"
+        ))
         .fetch_all(&self.pool)
         .await
         .map_err(db)?;
@@ -495,7 +501,7 @@ impl Mirror {
 
     /// A pending or closed decision by id.
     pub async fn decision(&self, id: &str) -> Result<Option<Decision>, Error> {
-        let row: Option<String> = sqlx::query_scalar("SELECT data FROM decisions WHERE id = ?")
+        let row: Option<String> = sqlx::query_scalar(&format!("{DECISIONS} WHERE id = ?"))
             .bind(id)
             .fetch_optional(&self.pool)
             .await
@@ -533,7 +539,7 @@ impl Mirror {
             effects,
             decisions: self
                 .list(
-                    "SELECT data FROM decisions WHERE task_id = ? ORDER BY rowid DESC",
+                    &format!("{DECISIONS} WHERE task_id = ? ORDER BY rowid DESC"),
                     id,
                 )
                 .await?,
@@ -768,6 +774,12 @@ async fn set_meta_tx(tx: &mut Tx<'_>, key: &str, value: &str) -> Result<(), Erro
         .map(drop)
 }
 
+/// Decisions as their `data`, with `deliveries` put back from their own table (a newer
+/// version of a decision arrives without them).
+const DECISIONS: &str = "SELECT CASE WHEN EXISTS (SELECT 1 FROM deliveries x WHERE x.decision_id = decisions.id) \
+     THEN json_set(data, '$.deliveries', json((SELECT json_group_array(json(x.data)) \
+     FROM deliveries x WHERE x.decision_id = decisions.id))) ELSE data END AS data FROM decisions";
+
 /// Rows per statement (at most 6 columns each, far below SQLite's limit on parameters).
 const CHUNK: usize = 256;
 
@@ -784,6 +796,7 @@ struct Rows {
     /// With their task's id.
     messages: Vec<(Message, String)>,
     acks: Vec<CommandAck>,
+    deliveries: Vec<DeviceDelivery>,
 }
 
 fn data<T: DeserializeOwned>(ev: &Event) -> Result<T, Error> {
@@ -820,7 +833,12 @@ impl Rows {
             EventKind::EffectDeclared | EventKind::EffectUpdated => self.effects.push(data(ev)?),
             EventKind::DecisionRequested
             | EventKind::DecisionClosed
-            | EventKind::DecisionUpdated => self.decisions.push(data(ev)?),
+            | EventKind::DecisionUpdated => {
+                let d: Decision = data(ev)?;
+                self.deliveries.extend(d.deliveries.iter().cloned());
+                self.decisions.push(d);
+            }
+            EventKind::DecisionDelivered => self.deliveries.push(data(ev)?),
             EventKind::ArtifactAdded => self.artifacts.push(data(ev)?),
             EventKind::TestReceiptAdded => self.receipts.push(data(ev)?),
             EventKind::MessagesAppended => {
@@ -945,6 +963,19 @@ impl Rows {
                     .push_bind(m.seq)
                     .push_bind(task_id.clone())
                     .push_bind(text(m));
+            },
+        )
+        .await?;
+        insert_many(
+            tx,
+            "INSERT INTO deliveries (decision_id, device_id, step, data) ",
+            " ON CONFLICT DO NOTHING",
+            &self.deliveries,
+            |b, d| {
+                b.push_bind(d.decision_id.clone())
+                    .push_bind(d.device_id.clone())
+                    .push_bind(d.step.as_str())
+                    .push_bind(text(d));
             },
         )
         .await?;

@@ -144,6 +144,7 @@ impl Companion {
                 }
             }
         }
+        self.fetched_receipts(&api, &token).await;
         report.prefetched = self.prefetch(&api, &token).await?;
         report.cursor = self.mirror.cursor().await?.unwrap_or(cursor);
         // Commands the stream showed acknowledged are reflected in the outbox entries.
@@ -221,13 +222,15 @@ impl Companion {
                         "the server closed the event stream".into(),
                     ));
                 }
-                // The stream paused: apply what came, and after a whole quiet wait, stop.
+                // The stream paused: apply what came, say which new decisions this device now
+                // has, and after a whole quiet wait, stop.
                 Err(_) => {
                     self.written(&mut writing, follow, report).await?;
                     self.flush(&mut batch, follow, report).await?;
                     if !pending {
                         return Ok(());
                     }
+                    self.fetched_receipts(api, token).await;
                 }
             }
         }
@@ -263,6 +266,14 @@ impl Companion {
         self.applied(batch, follow, report);
         batch.clear();
         Ok(())
+    }
+
+    /// Proof of delivery never stops a sync: a failed report is logged and made again after
+    /// the next batch.
+    async fn fetched_receipts(&self, api: &Api, token: &str) {
+        if let Err(e) = self.report_fetched(api, token).await {
+            tracing::info!(error = %e, "could not report the decisions fetched");
+        }
     }
 
     pub(crate) fn applied(&self, batch: &[Event], follow: OnBatch<'_>, report: &mut SyncReport) {

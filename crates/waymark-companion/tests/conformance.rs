@@ -38,6 +38,7 @@ const TABLES: &[(&str, &str)] = &[
     ("artifacts", "id"),
     ("receipts", "id"),
     ("messages", "session_id, seq"),
+    ("deliveries", "decision_id, device_id, step"),
     ("outbox", "seq"),
     ("blobs", "sha256"),
     ("notified", "key"),

@@ -909,3 +909,82 @@ async fn another_device_replans(s: &Server, task: &str) {
         .unwrap();
     assert_eq!(e.status, OutboxStatus::Delivered);
 }
+
+/// Proof of delivery from the companion: a sync that brings a new decision tells the server
+/// this device fetched it (once), an opened card says so, and the mirror keeps every step
+/// even after a newer version of the decision arrives without them.
+#[tokio::test]
+async fn a_synced_decision_is_reported_fetched_once_and_the_mirror_keeps_its_deliveries() {
+    let s = Server::start(Config::default()).await;
+    let (task, att) = s.busy_task("deploy", 1).await;
+    let id = s.approval(&task, &att).await;
+    let (_home, c) = companion(&s).await;
+    c.sync_once().await.unwrap();
+    let me = c.identity().await.unwrap().unwrap().device_id;
+    let server_steps = || async {
+        let d: Value = s
+            .http
+            .get(format!("{}/v1/tasks/{task}/decisions/{id}", s.url()))
+            .bearer_auth(&s.worker)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        d["deliveries"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
+            .iter()
+            .map(|x| {
+                (
+                    x["device_id"].as_str().unwrap().to_owned(),
+                    x["step"].as_str().unwrap().to_owned(),
+                )
+            })
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(server_steps().await, [(me.clone(), "fetched".to_owned())]);
+    // The next sync brings the `decision.delivered` event back into the mirror, and reports
+    // nothing again.
+    c.sync_once().await.unwrap();
+    let d = c.mirror().decision(&id).await.unwrap().unwrap();
+    assert_eq!(d.deliveries.len(), 1, "{:?}", d.deliveries);
+    assert_eq!(d.deliveries[0].device_name, "test laptop");
+    assert_eq!(
+        c.report_receipts(
+            std::slice::from_ref(&id),
+            waymark_proto::DeliveryStep::Fetched
+        )
+        .await
+        .unwrap(),
+        0,
+        "the mirror shows it fetched already: nothing is sent"
+    );
+    // The card was opened; then the decision changes (answered), arriving without deliveries.
+    assert_eq!(
+        c.report_receipts(
+            std::slice::from_ref(&id),
+            waymark_proto::DeliveryStep::Opened
+        )
+        .await
+        .unwrap(),
+        1
+    );
+    let seen = shown_card(&c, &id).await;
+    c.answer(&id, Operation::Approve, None, None, &seen)
+        .await
+        .unwrap();
+    c.sync_once().await.unwrap();
+    let d = c.mirror().decision(&id).await.unwrap().unwrap();
+    assert!(d.outcome.is_some(), "answered");
+    let steps: Vec<String> = d.deliveries.iter().map(|x| x.step.to_string()).collect();
+    for want in ["fetched", "opened", "answered"] {
+        assert!(steps.iter().any(|s| s == want), "{want} kept: {steps:?}");
+    }
+    // The server lists this device, heard from just now.
+    let devices = c.devices().await.unwrap();
+    assert_eq!(devices.len(), 1);
+    assert!(!devices[0].stale && devices[0].last_seen_at.is_some());
+}

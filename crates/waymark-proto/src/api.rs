@@ -718,6 +718,10 @@ pub struct Decision {
     /// person may edit before approving (`approve` with `args.edited_intent`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub editable: Option<String>,
+    /// How far it has reached each device, step by step (reads fill it; `decision.delivered`
+    /// events add to it).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub deliveries: Vec<crate::steer::DeviceDelivery>,
 }
 
 /// Whether a runtime has taken an answer, as its adapter reported.

@@ -60,6 +60,9 @@ pub enum EventKind {
     /// `data`: the `CommandAck` (the worker saw the command).
     #[serde(rename = "command.acknowledged")]
     CommandAcknowledged,
+    /// `data`: the `DeviceDelivery` (a decision reached one more step on a device).
+    #[serde(rename = "decision.delivered")]
+    DecisionDelivered,
 }
 
 impl EventKind {
@@ -83,6 +86,7 @@ impl EventKind {
             EventKind::CommandApplied => "command.applied",
             EventKind::FollowupFired => "followup.fired",
             EventKind::CommandAcknowledged => "command.acknowledged",
+            EventKind::DecisionDelivered => "decision.delivered",
         }
     }
 }

@@ -21,8 +21,8 @@ pub use error::{ErrorCode, Problem};
 pub use event::{Event, EventKind};
 pub use followup::*;
 pub use state::{
-    ApprovalDurability, AttemptState, DecisionKind, DecisionStatus, DeliveryState, EffectStatus,
-    FinishOutcome, FollowupState, Operation, PushKind, TaskState,
+    ApprovalDurability, AttemptState, DecisionKind, DecisionStatus, DeliveryState, DeliveryStep,
+    EffectStatus, FinishOutcome, FollowupState, Operation, PushKind, TaskState,
 };
 pub use steer::*;
 

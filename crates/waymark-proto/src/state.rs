@@ -137,6 +137,24 @@ str_enum! {
 }
 
 str_enum! {
+    /// How far a decision has reached one device, step by step (each recorded once, when first
+    /// seen): the push service took a push for it, the device fetched it, showed it in a
+    /// notification, a person opened it, and answered it from that device.
+    pub enum DeliveryStep {
+        /// A push about it was accepted by the device's push service.
+        Pushed => "pushed",
+        /// The device fetched it (its mirror or its notification read it).
+        Fetched => "fetched",
+        /// The device showed it in a notification.
+        Shown => "shown",
+        /// A person opened it on the device (its card, or its notification).
+        Opened => "opened",
+        /// It was answered from the device.
+        Answered => "answered",
+    }
+}
+
+str_enum! {
     /// Where a decision stands.
     pub enum DecisionStatus {
         Pending => "pending",

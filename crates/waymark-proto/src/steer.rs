@@ -220,6 +220,62 @@ pub struct Device {
     pub created_at: DateTime<Utc>,
     /// Revoked at.
     pub revoked_at: Option<DateTime<Utc>>,
+    /// When it was last heard from (a read session opened, a receipt posted).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_seen_at: Option<DateTime<Utc>>,
+    /// Not heard from for longer than the server's `device_stale_after`: shown stale, never
+    /// connected.
+    #[serde(default)]
+    pub stale: bool,
+}
+
+/// One step a decision reached on one device (`decision.delivered`; a decision's `deliveries`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct DeviceDelivery {
+    /// The decision.
+    #[schema(pattern = r"^dec_[0-9a-f]{32}$")]
+    pub decision_id: String,
+    /// The device.
+    pub device_id: String,
+    /// Its name, for people.
+    pub device_name: String,
+    /// The step reached.
+    pub step: crate::state::DeliveryStep,
+    /// When it was first reached.
+    pub at: DateTime<Utc>,
+    /// What the server or the device said (e.g. the push service's status).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub detail: Option<String>,
+}
+
+/// One receipt a device posts about a decision: `fetched`, `shown` or `opened`.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct DeviceReceipt {
+    /// The decision.
+    #[schema(pattern = r"^dec_[0-9a-f]{32}$")]
+    pub decision_id: String,
+    /// `fetched`, `shown` or `opened` (`pushed` and `answered` the server records itself).
+    pub step: crate::state::DeliveryStep,
+}
+
+/// `POST /v1/devices/{device}/receipts` (the device's read session): how far decisions have
+/// reached it. Each step is recorded once; repeats are fine.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PostReceipts {
+    /// At most 200.
+    #[schema(max_items = 200)]
+    pub receipts: Vec<DeviceReceipt>,
+}
+
+/// The answer to `POST /v1/devices/{device}/receipts`.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct ReceiptsRecorded {
+    /// Steps recorded now (repeats are not counted).
+    pub recorded: usize,
+    /// The cursor of the last event written (or the head, when nothing was new).
+    pub cursor: i64,
 }
 
 /// A read session for a device.

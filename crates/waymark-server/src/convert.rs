@@ -134,6 +134,7 @@ pub(crate) fn decision(d: &s::DecisionRow) -> R<p::Decision> {
             .map(|x| json(x, "decision delivery"))
             .transpose()?,
         editable: d.editable.clone(),
+        deliveries: Vec::new(),
     })
 }
 
@@ -197,7 +198,20 @@ pub(crate) fn device(d: &s::DeviceRow, user: &str) -> R<p::Device> {
         public_key: d.public_key.clone(),
         created_at: dt(d.created_at),
         revoked_at: d.revoked_at.map(dt),
+        last_seen_at: d.last_seen_at.map(dt),
+        stale: false,
     })
+}
+
+pub(crate) fn delivery(d: &s::DeliveryRow, device_name: &str) -> p::DeviceDelivery {
+    p::DeviceDelivery {
+        decision_id: d.decision_id.clone(),
+        device_id: d.device_id.clone(),
+        device_name: device_name.to_owned(),
+        step: d.step,
+        at: dt(d.at),
+        detail: d.detail.clone(),
+    }
 }
 
 /// A control command as the worker sees it.

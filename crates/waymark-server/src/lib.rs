@@ -8,6 +8,7 @@ mod background;
 pub mod claude_code;
 mod clock;
 mod convert;
+mod deliveries;
 mod domain;
 pub mod error;
 mod extract;
@@ -91,7 +92,9 @@ pub fn app(state: AppState) -> Router {
         .route("/v1/followups/{followup}", get(followups::get))
         .route("/v1/attempts/{attempt}/released", post(recovery::released))
         .route("/v1/attempts/{attempt}/control", get(steer::control_stream))
+        .route("/v1/devices", get(deliveries::list))
         .route("/v1/devices/pair", post(steer::pair))
+        .route("/v1/devices/{device}/receipts", post(deliveries::receipts))
         .route("/v1/devices/{device}/session", post(steer::open_session))
         .route("/v1/commands", post(steer::submit))
         .route(

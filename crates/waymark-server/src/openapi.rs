@@ -5,7 +5,7 @@ use axum::Json;
 use utoipa::OpenApi;
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 
-use crate::{claude_code, followups, push, reads, recovery, steer, worker};
+use crate::{claude_code, deliveries, followups, push, reads, recovery, steer, worker};
 
 #[derive(OpenApi)]
 #[openapi(
@@ -37,6 +37,8 @@ use crate::{claude_code, followups, push, reads, recovery, steer, worker};
         steer::pair,
         steer::open_session,
         steer::submit,
+        deliveries::list,
+        deliveries::receipts,
         push::register,
         push::list,
         push::vapid,

@@ -18,6 +18,7 @@ use crate::auth::{Caller, CallerKind};
 use crate::convert;
 use crate::domain::core::{Tx, task_for};
 use crate::domain::decisions::expire_overdue;
+use crate::domain::deliveries;
 use crate::domain::reads::{self, AuditEntry};
 use crate::domain::retention::{self, Pruned};
 use crate::error::{ApiError, ApiResult};
@@ -118,7 +119,10 @@ pub(crate) async fn get_decision(
             continue;
         }
         if !pending || tokio::time::Instant::now() >= deadline {
-            return Ok(Out(convert::decision(&d)?));
+            let mut wire = [convert::decision(&d)?];
+            deliveries::attach(&mut Tx::read(&st).await?, &mut wire).await?;
+            let [wire] = wire;
+            return Ok(Out(wire));
         }
         let until_expiry = Duration::from_millis((d.expires_at - now).max(0) as u64);
         let wake = deadline.min(tokio::time::Instant::now() + until_expiry);

@@ -63,6 +63,8 @@ pub struct Config {
     /// closed over TLS) while the open ones are served. Keep it above `max_streams` (each
     /// stream holds a connection) and below the process's open-file limit.
     pub max_connections: usize,
+    /// A device not heard from for this long is shown stale (never connected).
+    pub device_stale_after: Duration,
     /// What "now" is for every rule: the system clock, or a driven one in tests.
     pub clock: Clock,
 }
@@ -91,6 +93,7 @@ impl Default for Config {
             max_streams_per_credential: 32,
             max_streams: 1024,
             max_connections: 4096,
+            device_stale_after: Duration::from_secs(24 * 3600),
             clock: Clock::system(),
         }
     }

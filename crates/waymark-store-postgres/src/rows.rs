@@ -239,6 +239,17 @@ pub(crate) fn device_row(r: &PgRow) -> Result<DeviceRow> {
         scopes: get_json(r, "scopes")?,
         created_at: get(r, "created_at")?,
         revoked_at: get(r, "revoked_at")?,
+        last_seen_at: get(r, "last_seen_at")?,
+    })
+}
+
+pub(crate) fn delivery_row(r: &PgRow) -> Result<DeliveryRow> {
+    Ok(DeliveryRow {
+        decision_id: get(r, "decision_id")?,
+        device_id: get(r, "device_id")?,
+        step: get_enum(r, "step")?,
+        at: get(r, "at")?,
+        detail: get(r, "detail")?,
     })
 }
 

@@ -855,8 +855,9 @@ impl StoreTx for PgTx {
         self.insert(
             "devices",
             sqlx::query(
-                "INSERT INTO devices (id, user_id, name, public_key, scopes, created_at, revoked_at)
-                 VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT DO NOTHING",
+                "INSERT INTO devices (id, user_id, name, public_key, scopes, created_at, revoked_at,
+                   last_seen_at)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT DO NOTHING",
             )
             .bind(&d.id)
             .bind(&d.user_id)
@@ -864,7 +865,8 @@ impl StoreTx for PgTx {
             .bind(&d.public_key)
             .bind(&d.scopes)
             .bind(d.created_at)
-            .bind(d.revoked_at),
+            .bind(d.revoked_at)
+            .bind(d.last_seen_at),
         )
         .await
     }
@@ -891,14 +893,49 @@ impl StoreTx for PgTx {
 
     async fn update_device(&mut self, d: &DeviceRow) -> Result<()> {
         self.exec(
-            sqlx::query("UPDATE devices SET name = $1, scopes = $2, revoked_at = $3 WHERE id = $4")
-                .bind(&d.name)
-                .bind(&d.scopes)
-                .bind(d.revoked_at)
-                .bind(&d.id),
+            sqlx::query(
+                "UPDATE devices SET name = $1, scopes = $2, revoked_at = $3, last_seen_at = $4
+                 WHERE id = $5",
+            )
+            .bind(&d.name)
+            .bind(&d.scopes)
+            .bind(d.revoked_at)
+            .bind(d.last_seen_at)
+            .bind(&d.id),
         )
         .await
         .map(drop)
+    }
+
+    async fn insert_delivery(&mut self, d: &DeliveryRow) -> Result<bool> {
+        let n = self
+            .exec(
+                sqlx::query(
+                    "INSERT INTO deliveries (decision_id, device_id, step, at, detail)
+                     VALUES ($1, $2, $3, $4, $5) ON CONFLICT DO NOTHING",
+                )
+                .bind(&d.decision_id)
+                .bind(&d.device_id)
+                .bind(d.step.as_str())
+                .bind(d.at)
+                .bind(&d.detail),
+            )
+            .await?;
+        Ok(n == 1)
+    }
+
+    async fn deliveries(&mut self, decision_ids: &[String]) -> Result<Vec<DeliveryRow>> {
+        if decision_ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        self.all(
+            sqlx::query(
+                "SELECT * FROM deliveries WHERE decision_id = ANY($1) ORDER BY at, device_id, step",
+            )
+            .bind(decision_ids),
+            delivery_row,
+        )
+        .await
     }
 
     async fn insert_pairing(&mut self, p: &PairingRow) -> Result<()> {

@@ -774,8 +774,9 @@ impl StoreTx for SqliteTx {
     async fn insert_device(&mut self, d: &DeviceRow) -> Result<()> {
         self.exec(
             sqlx::query(
-                "INSERT INTO devices (id, user_id, name, public_key, scopes, created_at, revoked_at)
-                 VALUES (?, ?, ?, ?, ?, ?, ?)",
+                "INSERT INTO devices (id, user_id, name, public_key, scopes, created_at, revoked_at,
+                   last_seen_at)
+                 VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
             )
             .bind(&d.id)
             .bind(&d.user_id)
@@ -783,7 +784,8 @@ impl StoreTx for SqliteTx {
             .bind(&d.public_key)
             .bind(json_text(&d.scopes))
             .bind(d.created_at)
-            .bind(d.revoked_at),
+            .bind(d.revoked_at)
+            .bind(d.last_seen_at),
         )
         .await
         .map(drop)
@@ -811,14 +813,50 @@ impl StoreTx for SqliteTx {
 
     async fn update_device(&mut self, d: &DeviceRow) -> Result<()> {
         self.exec(
-            sqlx::query("UPDATE devices SET name = ?, scopes = ?, revoked_at = ? WHERE id = ?")
-                .bind(&d.name)
-                .bind(json_text(&d.scopes))
-                .bind(d.revoked_at)
-                .bind(&d.id),
+            sqlx::query(
+                "UPDATE devices SET name = ?, scopes = ?, revoked_at = ?, last_seen_at = ? WHERE id = ?",
+            )
+            .bind(&d.name)
+            .bind(json_text(&d.scopes))
+            .bind(d.revoked_at)
+            .bind(d.last_seen_at)
+            .bind(&d.id),
         )
         .await
         .map(drop)
+    }
+
+    async fn insert_delivery(&mut self, d: &DeliveryRow) -> Result<bool> {
+        let n = self
+            .exec(
+                sqlx::query(
+                    "INSERT INTO deliveries (decision_id, device_id, step, at, detail)
+                     VALUES (?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
+                )
+                .bind(&d.decision_id)
+                .bind(&d.device_id)
+                .bind(d.step.as_str())
+                .bind(d.at)
+                .bind(&d.detail),
+            )
+            .await?;
+        Ok(n == 1)
+    }
+
+    async fn deliveries(&mut self, decision_ids: &[String]) -> Result<Vec<DeliveryRow>> {
+        if decision_ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let ids = serde_json::to_string(decision_ids).unwrap_or_default();
+        self.all(
+            sqlx::query(
+                "SELECT * FROM deliveries WHERE decision_id IN (SELECT value FROM json_each(?))
+                 ORDER BY at, device_id, step",
+            )
+            .bind(ids),
+            delivery_row,
+        )
+        .await
     }
 
     async fn insert_pairing(&mut self, p: &PairingRow) -> Result<()> {

@@ -207,8 +207,13 @@ pub trait StoreTx: Send {
     async fn device(&mut self, id: &str) -> Result<Option<DeviceRow>>;
     /// All devices, oldest first; only `user_id`'s when given.
     async fn list_devices(&mut self, user_id: Option<&str>) -> Result<Vec<DeviceRow>>;
-    /// Writes a device's mutable columns (name, scopes, revocation).
+    /// Writes a device's mutable columns (name, scopes, revocation, last seen).
     async fn update_device(&mut self, device: &DeviceRow) -> Result<()>;
+    /// Records a step a decision reached on a device, once: `false` when it was recorded
+    /// before (the first time stands).
+    async fn insert_delivery(&mut self, delivery: &DeliveryRow) -> Result<bool>;
+    /// The steps recorded for these decisions, by time.
+    async fn deliveries(&mut self, decision_ids: &[String]) -> Result<Vec<DeliveryRow>>;
     /// Adds a pairing code.
     async fn insert_pairing(&mut self, pairing: &PairingRow) -> Result<()>;
     /// A pairing code by its hash.

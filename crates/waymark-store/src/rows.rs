@@ -5,7 +5,8 @@
 use serde_json::Value;
 pub use waymark_proto::{
     ApprovalDurability, AttemptState, CatchUp, CommandStatus, DecisionKind, DecisionStatus,
-    EffectStatus, EventKind, FinishOutcome, FollowupState, Operation, PushKind, TaskState,
+    DeliveryStep, EffectStatus, EventKind, FinishOutcome, FollowupState, Operation, PushKind,
+    TaskState,
 };
 
 /// What a bearer token is for.
@@ -274,6 +275,18 @@ pub struct DeviceRow {
     pub scopes: Value,
     pub created_at: i64,
     pub revoked_at: Option<i64>,
+    /// When it was last heard from (a read session, a receipt).
+    pub last_seen_at: Option<i64>,
+}
+
+/// One step a decision reached on one device, recorded once.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DeliveryRow {
+    pub decision_id: String,
+    pub device_id: String,
+    pub step: DeliveryStep,
+    pub at: i64,
+    pub detail: Option<String>,
 }
 
 /// A one-time pairing code, stored as the sha256 of its normalised form.

@@ -483,6 +483,7 @@ pub async fn run_store_story(store: &dyn Store) {
         scopes: json!(["view", "steer"]),
         created_at: 90,
         revoked_at: None,
+        last_seen_at: None,
     };
     tx.insert_device(&phone).await.unwrap();
     tx.commit().await.unwrap();
@@ -498,12 +499,63 @@ pub async fn run_store_story(store: &dyn Store) {
     drop(tx);
     let mut tx = store.write().await.unwrap();
     phone.revoked_at = Some(95);
+    phone.last_seen_at = Some(94);
     tx.update_device(&phone).await.unwrap();
     tx.commit().await.unwrap();
     let mut r = store.read().await.unwrap();
     assert_eq!(r.device("dev_1").await.unwrap(), Some(phone.clone()));
     assert_eq!(r.list_devices(Some("usr_a")).await.unwrap(), vec![phone]);
     assert!(r.list_devices(Some("usr_b")).await.unwrap().is_empty());
+    drop(r);
+
+    // deliveries: each step once per decision and device, the first time standing
+    let mut tx = store.write().await.unwrap();
+    let step = |decision: &str, step: DeliveryStep, at: i64| DeliveryRow {
+        decision_id: decision.into(),
+        device_id: "dev_1".into(),
+        step,
+        at,
+        detail: Some(format!("at {at}")),
+    };
+    assert!(
+        tx.insert_delivery(&step("dec_a", DeliveryStep::Pushed, 10))
+            .await
+            .unwrap()
+    );
+    assert!(
+        tx.insert_delivery(&step("dec_a", DeliveryStep::Shown, 12))
+            .await
+            .unwrap()
+    );
+    assert!(
+        !tx.insert_delivery(&step("dec_a", DeliveryStep::Pushed, 20))
+            .await
+            .unwrap(),
+        "a step is recorded once"
+    );
+    assert!(
+        tx.insert_delivery(&step("dec_b", DeliveryStep::Fetched, 11))
+            .await
+            .unwrap()
+    );
+    tx.commit().await.unwrap();
+    let mut r = store.read().await.unwrap();
+    let got = r.deliveries(&["dec_a".into()]).await.unwrap();
+    assert_eq!(
+        got,
+        vec![
+            step("dec_a", DeliveryStep::Pushed, 10),
+            step("dec_a", DeliveryStep::Shown, 12)
+        ]
+    );
+    assert_eq!(
+        r.deliveries(&["dec_a".into(), "dec_b".into()])
+            .await
+            .unwrap()
+            .len(),
+        3
+    );
+    assert!(r.deliveries(&[]).await.unwrap().is_empty());
     drop(r);
 
     // pairing codes and device sessions

@@ -21,6 +21,18 @@ pub async fn list_inbox(s: State<'_, AppState>) -> AppResult<Vec<InboxItemView>>
         .collect())
 }
 
+/// Tells the server a person opened these decisions' cards on this device (proof of
+/// delivery); steps already recorded are not sent again. Failures are the caller's to ignore.
+#[tauri::command]
+#[specta::specta]
+pub async fn mark_opened(s: State<'_, AppState>, decision_ids: Vec<String>) -> AppResult<u32> {
+    let n = s
+        .companion
+        .report_receipts(&decision_ids, waymark_proto::DeliveryStep::Opened)
+        .await?;
+    Ok(n as u32)
+}
+
 /// Approves an approval with its editable part (`DecisionView::editable`) changed to
 /// `edited_part` (JSON text): signed with the edited intent's digest beside the digest the card
 /// showed (`seen`), so only what the person read and changed runs.

@@ -55,18 +55,16 @@ pub async fn list_devices(s: State<'_, AppState>) -> AppResult<Vec<DeviceView>> 
             .devices()
             .await?
             .into_iter()
-            .map(|d| DeviceView {
-                this_device: d.id == this,
-                id: d.id,
-                user: d.user,
-                name: d.name,
-                scopes: d.scopes,
-                created_at: Some(d.created_at.timestamp_millis()),
-                revoked_at: d.revoked_at.map(|t| t.timestamp_millis()),
-            })
+            .map(|d| DeviceView::of(d, &this))
             .collect());
     }
     let me = me.ok_or_else(|| AppError::from(waymark_companion::Error::NotPaired))?;
+    // The server lists the user's devices with when each was last heard from; offline, this
+    // one alone.
+    match s.companion.devices().await {
+        Ok(list) => return Ok(list.into_iter().map(|d| DeviceView::of(d, &this)).collect()),
+        Err(e) => tracing::info!(error = %e, "listing the devices from the server"),
+    }
     Ok(vec![DeviceView {
         id: me.device_id,
         user: me.user,
@@ -75,5 +73,7 @@ pub async fn list_devices(s: State<'_, AppState>) -> AppResult<Vec<DeviceView>> 
         this_device: true,
         created_at: None,
         revoked_at: None,
+        last_seen_at: None,
+        stale: false,
     }])
 }

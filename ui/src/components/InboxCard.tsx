@@ -4,9 +4,9 @@
 // choice that grants more than this one call ("always allow", "for this session"), saying what
 // it changes; budget options each say what they give up.
 import { useEffect, useState } from "react";
-import type { DecideOp, InboxItemView, OutboxView, SeenView } from "../bindings";
+import type { DecideOp, DeliveryStep, DeliveryView, InboxItemView, OutboxView, SeenView } from "../bindings";
 import { useI18n } from "../i18n";
-import { short, until } from "../format";
+import { ago, short, until } from "../format";
 import { ArtifactBody, type LoadText } from "./Artifact";
 import { EditIntent } from "./EditIntent";
 import { Receipts } from "./Receipts";
@@ -53,6 +53,38 @@ function IntentTable({ intent }: { intent: unknown }) {
   );
 }
 
+const STEPS: DeliveryStep[] = ["pushed", "fetched", "shown", "opened", "answered"];
+
+/** Each device's furthest step, in the order devices were first reached. */
+export function furthest(deliveries: readonly DeliveryView[]): DeliveryView[] {
+  const by = new Map<string, DeliveryView>();
+  for (const d of deliveries) {
+    const was = by.get(d.device_id);
+    if (!was || STEPS.indexOf(d.step) > STEPS.indexOf(was.step)) by.set(d.device_id, d);
+  }
+  return [...by.values()];
+}
+
+/** Where the decision stands on each device: "alice's phone: notified 2 min ago, not yet
+ * opened", or that no device has it yet. */
+function Deliveries({ deliveries, now }: { deliveries: readonly DeliveryView[]; now: number }) {
+  const { t } = useI18n();
+  const each = furthest(deliveries);
+  return (
+    <p className="small muted" data-testid="deliveries">
+      {each.length === 0
+        ? t("inbox.delivery.none")
+        : each
+            .map((d) => {
+              const step = t(`inbox.delivery.step.${d.step}` as "inbox.delivery.step.pushed");
+              const pending = STEPS.indexOf(d.step) < STEPS.indexOf("opened") ? `, ${t("inbox.delivery.notOpened")}` : "";
+              return t("inbox.delivery.device", { device: d.device_name, step, when: ago(d.at, t, now) }) + pending;
+            })
+            .join(" · ")}
+    </p>
+  );
+}
+
 export function InboxCard({
   item,
   decide,
@@ -66,11 +98,14 @@ export function InboxCard({
   selected,
   onSelect,
   approveEdited,
+  onOpened,
 }: {
   item: InboxItemView;
   decide: Decide;
   /** Where given, an approval whose runtime takes an edit offers "Edit, then approve". */
   approveEdited?: ApproveEdited;
+  /** Told once the card is on screen: the person has it in front of them (proof of delivery). */
+  onOpened?: (decisionId: string) => void;
   load: LoadText;
   focus?: boolean;
   confirmFirst?: string | null;
@@ -99,6 +134,9 @@ export function InboxCard({
   // Editing keeps what the card showed when it opened: that is what the edit is signed against.
   const [editing, setEditing] = useState<SeenView | null>(null);
   const engaged = showDiff != null || confirming != null || answer !== "" || busy || editing != null;
+  useEffect(() => {
+    onOpened?.(d.id);
+  }, [onOpened, d.id]);
   useEffect(() => {
     if (!onEngaged) return;
     onEngaged(d.id, engaged);
@@ -174,6 +212,8 @@ export function InboxCard({
           </p>
         </section>
       )}
+
+      <Deliveries deliveries={d.deliveries} now={now} />
 
       {d.durability != null && (
         <p className="small muted" data-testid="durability">

@@ -51,6 +51,20 @@ export function InboxScreen({ focus, confirm, actionNonce, go }: { focus?: strin
     },
     [data],
   );
+  // Cards on screen are "opened" on this device (proof of delivery), reported in batches.
+  const opened = useRef<Set<string>>(new Set());
+  const toReport = useRef<string[]>([]);
+  const onOpened = useCallback((id: string) => {
+    if (opened.current.has(id)) return;
+    opened.current.add(id);
+    toReport.current.push(id);
+    if (toReport.current.length > 1) return;
+    window.setTimeout(() => {
+      const ids = toReport.current;
+      toReport.current = [];
+      commands.markOpened(ids).catch((e: unknown) => console.info("waymark: could not report the cards opened", e));
+    }, 500);
+  }, []);
   // Several approvals answered at once (../components/batch.ts): each keeps what its card
   // showed when it was selected.
   const [selected, setSelected] = useState<ReadonlyMap<string, SeenView>>(new Map());
@@ -166,6 +180,7 @@ export function InboxScreen({ focus, confirm, actionNonce, go }: { focus?: strin
                 item={item}
                 decide={decide}
                 approveEdited={approveEdited}
+                onOpened={onOpened}
                 load={loadText}
                 focus={focus === item.decision.id}
                 confirmFirst={focus === item.decision.id ? confirm : null}

@@ -84,9 +84,15 @@ export function PairingScreen({ status, initialLink, pairNow, done }: { status: 
           <li key={d.id}>
             <strong>{d.name}</strong> {d.this_device && <span className="pill ok">{t("pairing.thisDevice")}</span>}
             {d.revoked_at != null && <span className="pill bad">{t("pairing.revoked")}</span>}
+            {d.revoked_at == null && d.stale && (
+              <span className="pill warn" data-testid="device-stale">
+                {t("pairing.stale")}
+              </span>
+            )}
             <div className="small muted">
               {d.id} · {d.user} · {d.scopes.join(", ")}
               {d.created_at != null && ` · ${ago(d.created_at, t)}`}
+              {d.last_seen_at != null && ` · ${t("pairing.lastSeen", { when: ago(d.last_seen_at, t) })}`}
             </div>
           </li>
         ))}

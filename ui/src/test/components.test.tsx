@@ -97,6 +97,28 @@ describe("InboxCard", () => {
     expect((await screen.findByTestId("decision-result")).textContent).toContain("delivered");
   });
 
+  it("says where the decision stands on each device, and tells when the card is on screen", () => {
+    const { decide } = recorder();
+    const opened: string[] = [];
+    const at = (minutes: number) => NOW - minutes * 60_000;
+    const item = approval({
+      deliveries: [
+        { device_id: "dev_p", device_name: "alice's phone", step: "pushed", at: at(3), detail: "push.example accepted the push" },
+        { device_id: "dev_p", device_name: "alice's phone", step: "shown", at: at(2), detail: null },
+        { device_id: "dev_l", device_name: "laptop", step: "opened", at: at(1), detail: null },
+      ],
+    });
+    ui(<InboxCard item={item} decide={decide} load={load} now={NOW} onOpened={(id) => opened.push(id)} />);
+    expect(screen.getByTestId("deliveries").textContent).toBe("alice's phone: notified 2m ago, not yet opened · laptop: opened 1m ago");
+    expect(opened).toEqual(["dec_1"]);
+  });
+
+  it("says so when no device has the decision yet", () => {
+    const { decide } = recorder();
+    ui(<InboxCard item={approval()} decide={decide} load={load} now={NOW} />);
+    expect(screen.getByTestId("deliveries").textContent).toBe("Not on any device yet.");
+  });
+
   it("offers no edit where the runtime runs the intent only as asked", () => {
     const { decide } = recorder();
     ui(<InboxCard item={approval()} decide={decide} approveEdited={async () => outbox({})} load={load} now={NOW} />);

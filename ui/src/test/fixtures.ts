@@ -64,6 +64,7 @@ export function approval(over: Partial<InboxItemView["decision"]> = {}): InboxIt
       delivery: null,
       delivery_detail: null,
       editable: null,
+      deliveries: [],
       ...over,
     },
     task_title: "Fix the failing checkout discount test and deploy to staging",

@@ -23,6 +23,7 @@ export function webTransport(open: () => Promise<WebCompanion>) {
     pinThread: call((w, taskId: string, pinned: boolean) => w.mirror.pin(taskId, pinned)),
     listInbox: call((w) => w.inbox()),
     decide: call((w, decisionId: string, op: DecideOp, option: string | null, text: string | null, seen: SeenView) => w.decide(decisionId, op, option, text, seen)),
+    markOpened: call((w, decisionIds: string[]) => w.markOpened(decisionIds)),
     approveEdited: call((w, decisionId: string, editedPart: string, seen: SeenView) => w.approveEdited(decisionId, editedPart, seen)),
     steer: call((w, taskId: string, op: SteerOp, instructions: string | null, suspend: string[], seenRevision: number) => w.steer(taskId, op, instructions, suspend, seenRevision)),
     listOutbox: call((w) => w.outbox()),

@@ -39,6 +39,7 @@ const TABLES: [string, string][] = [
   ["artifacts", "id"],
   ["receipts", "id"],
   ["messages", "session_id, seq"],
+  ["deliveries", "decision_id, device_id, step"],
   ["outbox", "seq"],
   ["blobs", "sha256"],
   ["notified", "key"],
@@ -194,7 +195,7 @@ describe("the outbox", () => {
 });
 
 describe("what the screens render", () => {
-  const now = Date.parse("2026-12-01T19:00:00Z");
+  const now = Date.parse("2026-12-03T00:00:00Z");
 
   test("the pending approval is in the inbox with its diff and test receipt", async () => {
     const m = await replayed();

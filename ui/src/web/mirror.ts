@@ -12,6 +12,7 @@ import {
   type CommandAck,
   type CommandResult,
   type Decision,
+  type DeviceDelivery,
   type Effect,
   type Event,
   type Message,
@@ -172,6 +173,7 @@ class Rows {
   /** With their task's id. */
   messages: [Message, string][] = [];
   acks: CommandAck[] = [];
+  deliveries: DeviceDelivery[] = [];
 
   /** Takes in one event's object. */
   add(ev: Event): void {
@@ -202,6 +204,11 @@ class Rows {
       case "decision.updated":
         need(ev, d, { id: "string", task_id: "string", status: "string", kind: "string", expires_at: "time" });
         this.decisions.push(d as Decision);
+        this.deliveries.push(...((d as Decision).deliveries ?? []));
+        break;
+      case "decision.delivered":
+        need(ev, d, { decision_id: "string", device_id: "string", step: "string", at: "time" });
+        this.deliveries.push(d as DeviceDelivery);
         break;
       case "artifact.added":
         need(ev, d, { id: "string", task_id: "string", sha256: "string", size: "number" });
@@ -292,6 +299,13 @@ class Rows {
       this.messages,
       ([m, taskId]) => [m.session_id, m.seq, taskId, text(m)],
     );
+    await insertMany(
+      tx,
+      "INSERT INTO deliveries (decision_id, device_id, step, data) ",
+      " ON CONFLICT DO NOTHING",
+      this.deliveries,
+      (d) => [d.decision_id, d.device_id, d.step, text(d)],
+    );
     for (const ack of this.acks) await acknowledgeIn(tx, ack);
   }
 }
@@ -307,7 +321,14 @@ const SET_META =
   "INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value";
 
 /** Tables a snapshot replaces (the outbox, blob cache and notification marks are the device's). */
-const MIRRORED = ["tasks", "attempts", "checkpoints", "effects", "decisions", "artifacts", "receipts", "messages"];
+const MIRRORED = ["tasks", "attempts", "checkpoints", "effects", "decisions", "artifacts", "receipts", "messages", "deliveries"];
+
+/** Decisions as their `data`, with `deliveries` put back from their own table (a newer version
+ * of a decision arrives without them) — the Rust mirror's `DECISIONS`. */
+const DECISIONS =
+  "SELECT CASE WHEN EXISTS (SELECT 1 FROM deliveries x WHERE x.decision_id = decisions.id) " +
+  "THEN json_set(data, '$.deliveries', json((SELECT json_group_array(json(x.data)) " +
+  "FROM deliveries x WHERE x.decision_id = decisions.id))) ELSE data END AS data FROM decisions";
 
 type OutboxRow = {
   seq: number;
@@ -391,6 +412,7 @@ export class WebMirror {
       rows.checkpoints.push(...d.checkpoints);
       rows.effects.push(...d.effects);
       rows.decisions.push(...d.decisions);
+      for (const x of d.decisions) rows.deliveries.push(...(x.deliveries ?? []));
       rows.artifacts.push(...d.artifacts);
       rows.receipts.push(...d.test_receipts);
       rows.messages.push(...d.messages.map((m): [Message, string] => [m, d.task.id]));
@@ -490,7 +512,7 @@ export class WebMirror {
   /** Pending decisions, most urgent (soonest expiry) first, with their evidence. */
   async inbox(): Promise<InboxItem[]> {
     const rows = await this.db.select<{ data: string }>(
-      "SELECT data FROM decisions WHERE status = 'pending' ORDER BY expires_at, id",
+      `${DECISIONS} WHERE status = 'pending' ORDER BY expires_at, id`,
     );
     const out: InboxItem[] = [];
     // Each task's evidence is read once, however many of its decisions wait: every query is a
@@ -522,7 +544,7 @@ export class WebMirror {
 
   /** A pending or closed decision by id. */
   async decision(id: string): Promise<Decision | null> {
-    const rows = await this.db.select<{ data: string }>("SELECT data FROM decisions WHERE id = ?", [id]);
+    const rows = await this.db.select<{ data: string }>(`${DECISIONS} WHERE id = ?`, [id]);
     return rows[0] ? parse<Decision>(rows[0].data) : null;
   }
 
@@ -540,7 +562,7 @@ export class WebMirror {
       attempts: await this.list<Attempt>("SELECT data FROM attempts WHERE task_id = ? ORDER BY fence", id),
       checkpoints,
       effects,
-      decisions: await this.list<Decision>("SELECT data FROM decisions WHERE task_id = ? ORDER BY rowid DESC", id),
+      decisions: await this.list<Decision>(`${DECISIONS} WHERE task_id = ? ORDER BY rowid DESC`, id),
       artifacts: await this.list<Artifact>("SELECT data FROM artifacts WHERE task_id = ? ORDER BY rowid", id),
       receipts: await this.list<TestReceipt>("SELECT data FROM receipts WHERE task_id = ? ORDER BY rowid", id),
       messages: await this.list<Message>("SELECT data FROM messages WHERE task_id = ? ORDER BY seq", id),

@@ -6,6 +6,7 @@ import { del, set } from "idb-keyval";
 import type {
   ArtifactText,
   DecideOp,
+  DeliveryStep,
   DeviceView,
   InboxItemView,
   MirrorChanged,
@@ -136,7 +137,8 @@ export class WebCompanion {
     const cmd = newCommand({ taskId: null, operation: "open_session", expectedPlanRevision: null, user: id.user, deviceId: id.device_id });
     const s = await this.api.openSession(id.device_id, (await signCommand(key, cmd)));
     this.session = { token: s.token, expires: Date.parse(s.expires_at) };
-    await set(SESSION_KEY, { token: s.token, expires_at: s.expires_at });
+    // The service worker reads it too: to describe a push, and to say it showed and opened it.
+    await set(SESSION_KEY, { token: s.token, expires_at: s.expires_at, device_id: id.device_id });
     return s.token;
   }
 
@@ -197,6 +199,7 @@ export class WebCompanion {
         }
       }
       cursor = (await this.mirror.cursor()) ?? cursor;
+      await this.fetchedReceipts(token);
       this.health = { ...this.health, reachable: true, lastSyncAt: Date.now(), lastError: null, reconnectingSince: null };
       this.mirrorChanged.emit({});
       this.statusChanged.emit({});
@@ -249,6 +252,34 @@ export class WebCompanion {
     return applied;
   }
 
+  /** Tells the server how far decisions reached this phone (`fetched`, `shown`, `opened`),
+   * skipping steps the mirror shows recorded — `Companion::report_receipts`. */
+  async reportReceipts(decisionIds: readonly string[], step: DeliveryStep, token?: string): Promise<number> {
+    const id = await this.identity();
+    const receipts: { decision_id: string; step: DeliveryStep }[] = [];
+    for (const d of decisionIds) {
+      const dec = await this.mirror.decision(d);
+      if (dec && !(dec.deliveries ?? []).some((x) => x.device_id === id.device_id && x.step === step)) receipts.push({ decision_id: dec.id, step });
+    }
+    let recorded = 0;
+    for (let i = 0; i < receipts.length; i += 200) {
+      const r = await this.api.post<{ recorded: number }>(token ?? (await this.token()), `/v1/devices/${encodeURIComponent(id.device_id)}/receipts`, { receipts: receipts.slice(i, i + 200) });
+      recorded += r.recorded;
+    }
+    return recorded;
+  }
+
+  /** The pending decisions this phone has not said it fetched; a failure only waits for the
+   * next batch (proof of delivery never stops a sync). */
+  private async fetchedReceipts(token: string): Promise<void> {
+    try {
+      const ids = (await this.mirror.inbox()).map((i) => i.decision.id);
+      await this.reportReceipts(ids, "fetched", token);
+    } catch (e) {
+      console.info("waymark: could not report the decisions fetched", e);
+    }
+  }
+
   private failed(e: unknown) {
     this.health = { ...this.health, connected: false, reachable: !(e instanceof ApiError && e.kind === "unreachable"), lastError: (e as Error)?.message ?? String(e), reconnectingSince: this.health.reconnectingSince ?? Date.now() };
     this.statusChanged.emit({});
@@ -272,6 +303,7 @@ export class WebCompanion {
         batch = [];
         if (!events.length) return;
         await this.mirror.applyEvents(events);
+        if (events.some((e) => e.kind === "decision.requested")) await this.fetchedReceipts(token);
         this.health = { ...this.health, lastSyncAt: Date.now() };
         this.mirrorChanged.emit({});
         this.statusChanged.emit({});
@@ -432,9 +464,32 @@ export class WebCompanion {
     return (await this.mirror.outbox(null)).map(outboxView);
   }
 
+  /** This user's devices as the server lists them (last heard from, stale); offline, this
+   * browser alone. */
   async devices(): Promise<DeviceView[]> {
     const id = await this.mirror.identity();
-    return id ? [{ id: id.device_id, name: "this browser", user: id.user, scopes: id.scopes, created_at: null, revoked_at: null, this_device: true }] : [];
+    if (!id) return [];
+    try {
+      type Device = { id: string; user: string; name: string; scopes: string[]; created_at: string; revoked_at?: string | null; last_seen_at?: string | null; stale?: boolean };
+      const list = await this.api.get<Device[]>(await this.token(), "/v1/devices");
+      return list.map((d) => ({
+        id: d.id,
+        name: d.name,
+        user: d.user,
+        scopes: d.scopes,
+        created_at: Date.parse(d.created_at),
+        revoked_at: d.revoked_at ? Date.parse(d.revoked_at) : null,
+        last_seen_at: d.last_seen_at ? Date.parse(d.last_seen_at) : null,
+        stale: d.stale ?? false,
+        this_device: d.id === id.device_id,
+      }));
+    } catch {
+      return [{ id: id.device_id, name: "this browser", user: id.user, scopes: id.scopes, created_at: null, revoked_at: null, last_seen_at: null, stale: false, this_device: true }];
+    }
+  }
+
+  async markOpened(decisionIds: string[]): Promise<number> {
+    return this.reportReceipts(decisionIds, "opened");
   }
 
   async artifactText(sha256: string): Promise<ArtifactText> {

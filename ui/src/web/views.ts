@@ -145,6 +145,9 @@ export function decisionView(d: Decision): DecisionView {
     delivery: d.delivery?.state ?? null,
     delivery_detail: d.delivery?.detail ?? null,
     editable: d.editable ?? null,
+    deliveries: (d.deliveries ?? [])
+      .map((x) => ({ device_id: x.device_id, device_name: x.device_name, step: x.step, at: ms(x.at), detail: x.detail ?? null }))
+      .sort((a, b) => a.at - b.at || (a.device_id < b.device_id ? -1 : a.device_id > b.device_id ? 1 : 0)),
   };
 }
 

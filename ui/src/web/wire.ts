@@ -5,6 +5,7 @@ import type {
   AttemptState,
   DecisionKind,
   DecisionStatus,
+  DeliveryStep,
   EffectStatus,
   Operation,
   TaskState,
@@ -150,6 +151,17 @@ export type Decision = {
   durability?: ApprovalDurability | null;
   delivery?: Delivery | null;
   editable?: string | null;
+  deliveries?: DeviceDelivery[];
+};
+
+/** One step a decision reached on one device (`decision.delivered`). */
+export type DeviceDelivery = {
+  decision_id: string;
+  device_id: string;
+  device_name: string;
+  step: DeliveryStep;
+  at: Time;
+  detail?: string | null;
 };
 
 export type Artifact = {
@@ -218,6 +230,7 @@ export const EVENT_KINDS = [
   "command.applied",
   "followup.fired",
   "command.acknowledged",
+  "decision.delivered",
 ] as const;
 
 export type EventKind = (typeof EVENT_KINDS)[number];

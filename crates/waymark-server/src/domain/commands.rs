@@ -10,6 +10,7 @@ use waymark_store::*;
 use crate::convert;
 use crate::domain::core::{Tx, emit, record_refusal};
 use crate::domain::decisions::{amend_effect, approval_grants, checked_edit, close_decision};
+use crate::domain::deliveries;
 use crate::domain::devices::{
     Rejection, Verified, has_scope, reject, required_scope, result, verify_envelope,
 };
@@ -580,6 +581,9 @@ pub(crate) async fn answer(
         amend_effect(tx, task, &d, edited, digest).await?;
     }
     close_decision(tx, &mut d, DecisionStatus::Resolved, outcome).await?;
+    if let Some(device) = tx.device(&cmd.device_id).await? {
+        deliveries::record(tx, task, &d.id, &device, DeliveryStep::Answered, None).await?;
+    }
     Ok(Ok(()))
 }
 

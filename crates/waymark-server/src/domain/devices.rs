@@ -108,6 +108,7 @@ pub(crate) async fn pair(st: &AppState, req: PairDevice) -> ApiResult<Device> {
         return Err(refused_pairing(st, e).await);
     }
     let device = DeviceRow {
+        last_seen_at: Some(st.now_ms()),
         id: ids::device(),
         user_id: pairing.user_id.clone(),
         name: name.to_owned(),
@@ -357,6 +358,10 @@ pub(crate) async fn open_session(
     }
     let token = new_secret(CallerKind::Device);
     let expires_at = st.now_ms() + SESSION_MS;
+    // Heard from now: a device that opens read sessions is not stale.
+    let mut device = v.device.clone();
+    device.last_seen_at = Some(st.now_ms());
+    tx.update_device(&device).await?;
     tx.insert_device_session(&DeviceSessionRow {
         token_hash: secret_hash(&token),
         device_id: v.device.id.clone(),

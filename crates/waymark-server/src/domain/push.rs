@@ -8,6 +8,7 @@
 use crate::auth::{Caller, CallerKind};
 use crate::convert;
 use crate::domain::core::{Tx, invalid};
+use crate::domain::deliveries;
 use crate::error::{ApiError, ApiResult};
 use crate::state::AppState;
 use std::time::Duration;
@@ -243,6 +244,8 @@ pub(crate) async fn deliver(st: &AppState, mut c: PushChannelRow) -> ApiResult<u
         tx.events_after(c.cursor, BATCH, Some(&c.user_id)).await?
     };
     let mut sent = 0;
+    // Decisions the push service took a push about: proof of delivery's first step.
+    let mut pushed: Vec<(String, String)> = Vec::new();
     for e in events {
         if worth_a_push(&e) {
             let payload = PushPayload {
@@ -258,6 +261,11 @@ pub(crate) async fn deliver(st: &AppState, mut c: PushChannelRow) -> ApiResult<u
                     c.delivered += 1;
                     c.consecutive_failures = 0;
                     sent += 1;
+                    if e.kind == EventKind::DecisionRequested
+                        && let Some(id) = e.data.get("id").and_then(|v| v.as_str())
+                    {
+                        pushed.push((e.task_id.clone(), id.to_owned()));
+                    }
                 }
                 Err(Failure::Gone(why)) => {
                     c.failures += 1;
@@ -279,6 +287,24 @@ pub(crate) async fn deliver(st: &AppState, mut c: PushChannelRow) -> ApiResult<u
     }
     let mut tx = Tx::write(st).await?;
     tx.update_push_channel(&c).await?;
+    if !pushed.is_empty()
+        && let Some(device) = tx.device(&c.device_id).await?
+    {
+        let detail = format!("{} accepted the push", push_service(&c.endpoint));
+        for (task_id, decision_id) in pushed {
+            if let Some(task) = tx.task(&task_id).await? {
+                deliveries::record(
+                    &mut tx,
+                    &task,
+                    &decision_id,
+                    &device,
+                    DeliveryStep::Pushed,
+                    Some(detail.clone()),
+                )
+                .await?;
+            }
+        }
+    }
     tx.commit().await?;
     Ok(sent)
 }
@@ -303,6 +329,14 @@ enum Failure {
     Retry(String),
     /// The push service says the subscription is gone (404/410).
     Gone(String),
+}
+
+/// The push service, for people: the endpoint's host.
+fn push_service(endpoint: &str) -> String {
+    url::Url::parse(endpoint)
+        .ok()
+        .and_then(|u| u.host_str().map(str::to_owned))
+        .unwrap_or_else(|| "the push service".into())
 }
 
 async fn send(st: &AppState, c: &PushChannelRow, payload: &PushPayload) -> Result<(), Failure> {

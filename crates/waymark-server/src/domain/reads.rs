@@ -8,6 +8,7 @@ use crate::auth::Caller;
 use crate::convert;
 use crate::domain::checkpoints::verify_chain;
 use crate::domain::core::{Tx, task_for, task_wire};
+use crate::domain::deliveries;
 use crate::error::{ApiError, ApiResult};
 use crate::state::AppState;
 
@@ -47,6 +48,13 @@ pub(crate) async fn task_detail(
     if !chain.intact {
         tracing::warn!(task = %row.id, reason = ?chain.reason, "checkpoint chain is broken");
     }
+    let mut decisions: Vec<Decision> = tx
+        .list_decisions(&row.id)
+        .await?
+        .iter()
+        .map(convert::decision)
+        .collect::<Result<_, _>>()?;
+    deliveries::attach(&mut tx, &mut decisions).await?;
     let detail = TaskDetail {
         cursor,
         task,
@@ -65,12 +73,7 @@ pub(crate) async fn task_detail(
             .iter()
             .map(convert::effect)
             .collect::<Result<_, _>>()?,
-        decisions: tx
-            .list_decisions(&row.id)
-            .await?
-            .iter()
-            .map(convert::decision)
-            .collect::<Result<_, _>>()?,
+        decisions,
         artifacts: tx
             .list_artifacts(&row.id)
             .await?
