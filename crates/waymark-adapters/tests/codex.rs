@@ -435,6 +435,19 @@ async fn codex_pause_interrupts_the_turn_and_holds_and_resume_continues_the_thre
             .iter()
             .any(|m| m.text == "Continued after the pause.")
     );
+    // Codex ended the interrupted turn without a word about the command (no item/completed),
+    // but its approval was never answered: it certainly did not run.
+    let effect = d
+        .effects
+        .iter()
+        .find(|e| e.idempotency_key == "thr_pause:turn_p1:call_1")
+        .unwrap();
+    assert_eq!(effect.status, EffectStatus::Failed, "{effect:?}");
+    let why = effect.receipt.as_ref().unwrap()["error"].to_string();
+    assert!(
+        why.contains("not run: the turn was interrupted before its approval was answered"),
+        "{why}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -483,13 +496,19 @@ async fn codex_connection_loss_expires_the_pending_approval_and_resumes_the_thre
     );
     assert_eq!(outcome.text.as_deref(), Some(CONNECTION_CLOSED));
     assert!(decision.delivery.is_none());
-    // The file change was under way when the connection closed: nobody can say what happened.
+    // The app-server died with the change's approval unanswered: Codex cannot have applied
+    // it, so it is closed as not run (not left `unknown`).
     let effect = d
         .effects
         .iter()
         .find(|e| e.idempotency_key == "thr_lost:turn_l1:patch_9")
         .unwrap();
-    assert_eq!(effect.status, EffectStatus::Unknown);
+    assert_eq!(effect.status, EffectStatus::Failed, "{effect:?}");
+    let why = effect.receipt.as_ref().unwrap()["error"].to_string();
+    assert!(
+        why.contains("not run: the Codex app-server connection closed before its approval"),
+        "{why}"
+    );
     assert_eq!(d.task.state, TaskState::Completed);
     assert_eq!(
         d.attempts.len(),

@@ -502,5 +502,78 @@ async fn real_codex_command_approvals_reach_the_inbox_and_each_answer_does_what_
     );
     assert_eq!(t.task.state, TaskState::Completed, "{:?}", t.task);
     assert!(!file("paused").exists(), "the paused command never ran");
+    // Codex ended the interrupted turn without a word about the command (no item/completed),
+    // but its approval was never answered: the effect is closed as not run, not `unknown`.
+    let effect = settled_effect(&cp, &task).await;
+    assert_eq!(effect.status, EffectStatus::Failed, "{effect:?}");
+    let why = effect.receipt.as_ref().unwrap()["error"].to_string();
+    assert!(
+        why.contains("not run: the turn was interrupted before its approval was answered"),
+        "{why}"
+    );
     eprintln!("all done at {:?}", started.elapsed());
+}
+
+/// The app-server is killed while its command approval waits in the inbox: the approval
+/// expires by the runtime with no option, the command (which waited on it) is closed as not
+/// run, and a late approve is refused. The adapter restarts the app-server and resumes the
+/// thread.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn real_codex_killed_under_a_pending_approval_expires_it_and_the_command_did_not_run() {
+    let started = Instant::now();
+    let codex = codex_binary();
+    let cp = ControlPlane::start("alice-codex").await;
+    let phone = cp.phone().await;
+    let scratch = tempfile::tempdir().unwrap();
+    let file = scratch.path().join("killed");
+    let command = format!("touch {}", file.display());
+    let model = FakeResponses::start(vec![Turn {
+        prompt: "waymark turn killed".into(),
+        command: command.clone(),
+        answer: "This answer never comes.".into(),
+    }])
+    .await;
+    let home = Home::new(&model);
+    let adapter = Adapter::start(&cp, &home, &codex, "waymark turn killed: make the file");
+    let task = new_task(&cp, &mut Vec::new()).await;
+    let d = pending_approval(&cp, &task).await;
+    check_offer(&d, &command);
+    let codex_home = format!(
+        "CODEX_HOME={}",
+        home.dir.path().join("codex-home").display()
+    );
+    let (closed, effect) = support::a_dropped_connection_expires_the_approval(
+        &cp,
+        &phone,
+        &task,
+        &d,
+        TURN,
+        || support::kill_processes_with_env(&codex_home),
+        |e| e.kind == "codex.commandExecution",
+    )
+    .await;
+    assert_eq!(
+        closed.outcome.unwrap().text.as_deref(),
+        Some(codex::CONNECTION_CLOSED)
+    );
+    assert!(
+        effect.receipt.unwrap()["error"]
+            .to_string()
+            .contains("connection closed before its approval was answered")
+    );
+    assert!(!file.exists(), "the command never ran");
+    // The adapter restarts the app-server and resumes the thread; the same attempt goes on.
+    let t = within(TURN, "the thread resumed on a new app-server", || async {
+        let t = detail(&cp, &task).await;
+        t.messages
+            .iter()
+            .any(|m| m.text == "the Codex app-server restarted; the thread was resumed")
+            .then_some(t)
+    })
+    .await;
+    assert_eq!(t.attempts.len(), 1, "{:?}", t.attempts);
+    assert!(adapter.running());
+    drop(adapter);
+    support::kill_processes_with_env(&codex_home);
+    eprintln!("done at {:?}", started.elapsed());
 }

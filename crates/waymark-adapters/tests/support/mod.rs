@@ -256,3 +256,93 @@ impl Phone {
         body
     }
 }
+
+/// What a runtime connection dropped under a pending approval must leave, whatever the
+/// runtime: `drop_it` drops it (kills the runtime, or its gateway); then, within `limit`, the
+/// approval `d` closes `expired` by the runtime with no option (never approved) and no
+/// delivery, the effect `is_call` finds is closed as not run (`failed`, its receipt saying
+/// "not run" — only where it is certain, which each caller's runtime makes it: the call
+/// waited on the approval), and a person's late `approve` is refused as `decision_closed`,
+/// saying the decision expired. Returns the closed decision and the effect; prints how long
+/// the close took.
+pub async fn a_dropped_connection_expires_the_approval(
+    cp: &ControlPlane,
+    phone: &Phone,
+    task: &str,
+    d: &waymark_proto::Decision,
+    limit: Duration,
+    drop_it: impl FnOnce(),
+    is_call: impl Fn(&waymark_proto::Effect) -> bool,
+) -> (waymark_proto::Decision, waymark_proto::Effect) {
+    use waymark_proto::{DecisionStatus, EffectStatus};
+    let dropped = std::time::Instant::now();
+    drop_it();
+    let closed = within(
+        limit,
+        "the approval closed by the dropped connection",
+        String::new,
+        || async {
+            cp.detail(task)
+                .await
+                .decisions
+                .into_iter()
+                .find(|x| x.id == d.id && x.status != DecisionStatus::Pending)
+        },
+    )
+    .await;
+    eprintln!(
+        "connection dropped → approval closed in {:?}",
+        dropped.elapsed()
+    );
+    assert_eq!(closed.status, DecisionStatus::Expired, "{closed:?}");
+    let outcome = closed
+        .outcome
+        .clone()
+        .expect("a closed decision has an outcome");
+    assert_eq!(outcome.option, None, "expired with no option: {outcome:?}");
+    assert_eq!(outcome.by, "runtime", "{outcome:?}");
+    assert!(
+        outcome.text.as_deref().is_some_and(|t| !t.is_empty()),
+        "the close says why: {outcome:?}"
+    );
+    assert!(
+        closed.delivery.is_none(),
+        "nothing was answered: {closed:?}"
+    );
+    let effect = within(limit, "the call's effect closed", String::new, || async {
+        cp.detail(task).await.effects.into_iter().find(|e| {
+            is_call(e) && e.status != EffectStatus::InProgress && e.status != EffectStatus::Intended
+        })
+    })
+    .await;
+    eprintln!(
+        "connection dropped → effect closed in {:?}",
+        dropped.elapsed()
+    );
+    assert_eq!(effect.status, EffectStatus::Failed, "{effect:?}");
+    let why = effect
+        .receipt
+        .as_ref()
+        .map(|r| r["error"].to_string())
+        .unwrap_or_default();
+    assert!(
+        why.contains("not run"),
+        "the effect says it was not run: {effect:?}"
+    );
+    // A person who answers late is told the decision is closed, not silently ignored.
+    let revision = cp.detail(task).await.task.plan_revision;
+    let args = serde_json::json!({
+        "decision_id": d.id, "intent_digest": d.intent_digest, "option": "approve",
+    });
+    let (status, body) = phone.submit(task, revision, Operation::Approve, args).await;
+    assert_ne!(status, 200, "a late approve is refused: {body}");
+    assert_eq!(body["status"], "rejected", "{body}");
+    assert_eq!(body["reason"], "decision_closed", "{body}");
+    assert!(
+        body["detail"]
+            .as_str()
+            .is_some_and(|t| t.contains("expired")),
+        "the refusal says the decision expired: {body}"
+    );
+    (closed, effect)
+}
