@@ -542,14 +542,16 @@ async fn real_codex_killed_under_a_pending_approval_expires_it_and_the_command_d
         "CODEX_HOME={}",
         home.dir.path().join("codex-home").display()
     );
-    let (closed, effect) = support::a_dropped_connection_expires_the_approval(
+    let (closed, effect, ()) = support::a_dropped_connection_expires_the_approval(
         &cp,
         &phone,
         &task,
         &d,
         TURN,
-        || support::kill_processes_with_env(&codex_home),
+        async { support::kill_processes_with_env(&codex_home) },
         |e| e.kind == "codex.commandExecution",
+        // Codex runs the command only on an accept, and its app-server is gone.
+        support::CallAfterDrop::NotRun,
     )
     .await;
     assert_eq!(

@@ -437,6 +437,65 @@ async fn settled_effect(
     .await
 }
 
+/// Makes the session with a first turn that runs no tool, then runs the adapter on the gateway
+/// and waits until it mirrors the session (it is connected as an approver): with no approver
+/// connected the gateway denies an exec at once. Returns the adapter, its shutdown, the task.
+async fn warm_up_and_connect(
+    rt: &Runtime,
+    home: &Home,
+    gw: &Gateway,
+    cp: &ControlPlane,
+    scratch: &std::path::Path,
+) -> (
+    tokio::task::JoinHandle<Result<(), OpenClawError>>,
+    CancellationToken,
+    String,
+) {
+    let log = || gw.log_tail();
+    // A first turn that runs no tool makes the session, so that the adapter, once connected,
+    // finds it (`sessions.list`) and the test knows it is connected as an approver before a
+    // turn asks for approval (with no approver connected the gateway denies at once).
+    let warm = AgentTurn::start(rt, home, "warm-up", "hello");
+    warm.finish(gw).await;
+
+    let shutdown = CancellationToken::new();
+    let adapter = tokio::spawn(openclaw::run(
+        OpenClawArgs {
+            gateway: home.url(),
+            gateway_token: Some(GATEWAY_TOKEN.into()),
+            device_key: Some(scratch.join("device.json")),
+            client_id: "gateway-client".into(),
+            client_mode: "backend".into(),
+        },
+        cp.client.clone(),
+        shutdown.clone(),
+    ));
+    let task = within(
+        Duration::from_secs(60),
+        "the adapter to mirror the session (it is connected)",
+        log,
+        || async { cp.tasks_of("openclaw", SESSION).await.into_iter().next() },
+    )
+    .await;
+    // The warm-up turn's ledger entry is read after the sessions: the backfill is under way.
+    within(
+        Duration::from_secs(30),
+        "the task ledger noted",
+        log,
+        || async {
+            detail(cp, &task)
+                .await
+                .messages
+                .iter()
+                .any(|m| m.text.starts_with("OpenClaw task `"))
+                .then_some(())
+        },
+    )
+    .await;
+    assert!(!adapter.is_finished(), "the adapter runs: {:?}", adapter);
+    (adapter, shutdown, task)
+}
+
 // ---- the test ---------------------------------------------------------------------------------
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -468,48 +527,8 @@ async fn real_openclaw_exec_approvals_reach_the_inbox_and_the_answer_decides_whe
     let gw = Gateway::start(&rt, &home).await;
     let log = || gw.log_tail();
 
-    // A first turn that runs no tool makes the session, so that the adapter, once connected,
-    // finds it (`sessions.list`) and the test knows it is connected as an approver before a
-    // turn asks for approval (with no approver connected the gateway denies at once).
-    let warm = AgentTurn::start(&rt, &home, "warm-up", "hello");
-    warm.finish(&gw).await;
-    eprintln!("warm-up turn done at {:?}", started.elapsed());
-
-    let shutdown = CancellationToken::new();
-    let adapter = tokio::spawn(openclaw::run(
-        OpenClawArgs {
-            gateway: home.url(),
-            gateway_token: Some(GATEWAY_TOKEN.into()),
-            device_key: Some(scratch.path().join("device.json")),
-            client_id: "gateway-client".into(),
-            client_mode: "backend".into(),
-        },
-        cp.client.clone(),
-        shutdown.clone(),
-    ));
-    let task = within(
-        Duration::from_secs(60),
-        "the adapter to mirror the session (it is connected)",
-        log,
-        || async { cp.tasks_of("openclaw", SESSION).await.into_iter().next() },
-    )
-    .await;
-    // The warm-up turn's ledger entry is read after the sessions: the backfill is under way.
-    within(
-        Duration::from_secs(30),
-        "the task ledger noted",
-        log,
-        || async {
-            detail(&cp, &task)
-                .await
-                .messages
-                .iter()
-                .any(|m| m.text.starts_with("OpenClaw task `"))
-                .then_some(())
-        },
-    )
-    .await;
-    assert!(!adapter.is_finished(), "the adapter runs: {:?}", adapter);
+    let (adapter, shutdown, task) = warm_up_and_connect(&rt, &home, &gw, &cp, scratch.path()).await;
+    eprintln!("adapter connected at {:?}", started.elapsed());
 
     // ---- turn one: approved -------------------------------------------------------------
     let turn = AgentTurn::start(&rt, &home, "one", "waymark turn one: make the file");
@@ -614,6 +633,80 @@ async fn real_openclaw_exec_approvals_reach_the_inbox_and_the_answer_decides_whe
 
     shutdown.cancel();
     let res: Result<(), OpenClawError> = tokio::time::timeout(Duration::from_secs(20), adapter)
+        .await
+        .expect("the adapter stops")
+        .unwrap();
+    assert!(res.is_ok(), "{res:?}");
+    eprintln!("all done at {:?}", started.elapsed());
+    drop(gw);
+}
+
+/// The gateway is killed while an exec approval waits in the inbox, and started again (the
+/// approvals of OpenClaw are the gateway's, not the connection's: the adapter learns they are
+/// gone only from the gateway's list once it reconnects). The approval closes expired by the
+/// runtime with no option; the exec it guarded becomes `unknown` (the adapter cannot tell a
+/// gateway that died with it from one answered in OpenClaw meanwhile), never left
+/// `in_progress`; a late approve is refused; the command never ran.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn real_openclaw_gateway_killed_under_a_pending_approval_expires_it() {
+    let started = Instant::now();
+    let rt = runtime();
+    let cp = ControlPlane::start("alice-openclaw").await;
+    let phone = cp.phone().await;
+    let scratch = tempfile::tempdir().unwrap();
+    let file = scratch.path().join("killed");
+    let command = format!("touch {}", file.display());
+    let model = FakeModel::start(vec![Turn {
+        prompt: "waymark turn killed".into(),
+        command: command.clone(),
+        answer: "This answer never comes.".into(),
+    }])
+    .await;
+    let home = Home::new(&model);
+    let gw = Gateway::start(&rt, &home).await;
+    let (adapter, shutdown, task) = warm_up_and_connect(&rt, &home, &gw, &cp, scratch.path()).await;
+    let turn = AgentTurn::start(&rt, &home, "killed", "waymark turn killed: make the file");
+    let d = new_approval(&cp, &task, &command, &[], || {
+        format!("{}\n-- agent --\n{}", gw.log_tail(), turn.output())
+    })
+    .await;
+    eprintln!("approval in the inbox at {:?}", started.elapsed());
+    let request = d.intent.as_ref().unwrap()["request"].clone();
+    let key = format!(
+        "{SESSION}:{}:{}",
+        request["runId"].as_str().unwrap(),
+        request["toolCallId"].as_str().unwrap()
+    );
+    let (closed, _, gw) = support::a_dropped_connection_expires_the_approval(
+        &cp,
+        &phone,
+        &task,
+        &d,
+        GATEWAY_READY,
+        async {
+            drop(gw);
+            drop(turn);
+            Gateway::start(&rt, &home).await
+        },
+        |e| e.idempotency_key == key,
+        support::CallAfterDrop::Unknown,
+    )
+    .await;
+    assert!(
+        closed
+            .outcome
+            .unwrap()
+            .text
+            .unwrap()
+            .starts_with("OpenClaw no longer holds it"),
+    );
+    assert!(!file.exists(), "the command never ran");
+    assert!(
+        !adapter.is_finished(),
+        "the adapter reconnected and runs on"
+    );
+    shutdown.cancel();
+    let res = tokio::time::timeout(Duration::from_secs(20), adapter)
         .await
         .expect("the adapter stops")
         .unwrap();

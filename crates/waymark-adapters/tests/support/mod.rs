@@ -278,27 +278,40 @@ impl Phone {
     }
 }
 
+/// What a dropped connection must leave of the call its approval guarded.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum CallAfterDrop {
+    /// Closed as not run (`failed`, its receipt saying "not run"): the runtime makes it
+    /// certain (the call waited on the approval, and the runtime holding it is gone).
+    NotRun,
+    /// `unknown`: nothing makes it certain (the approval outlived the connection and may have
+    /// been answered elsewhere).
+    Unknown,
+}
+
 /// What a runtime connection dropped under a pending approval must leave, whatever the
-/// runtime: `drop_it` drops it (kills the runtime, or its gateway); then, within `limit`, the
+/// runtime: `drop_it` drops it (kills the runtime, or its gateway, and starts it again where
+/// that is how the adapter finds out; its output is returned); then, within `limit`, the
 /// approval `d` closes `expired` by the runtime with no option (never approved) and no
-/// delivery, the effect `is_call` finds is closed as not run (`failed`, its receipt saying
-/// "not run" — only where it is certain, which each caller's runtime makes it: the call
-/// waited on the approval), and a person's late `approve` is refused, saying the decision
-/// expired (`decision_closed`) or, when the adapter ended the task with its runtime, that the
-/// task is over (`task_terminal`). Returns the closed decision and the effect; prints how long
-/// the close took.
-pub async fn a_dropped_connection_expires_the_approval(
+/// delivery, the effect `is_call` finds leaves `in_progress` as `call` says (never guessed),
+/// and a person's late `approve` is refused, saying the decision expired (`decision_closed`)
+/// or, when the adapter ended the task with its runtime, that the task is over
+/// (`task_terminal`). Returns the closed decision, the effect and what `drop_it` gave; prints
+/// how long the close took.
+#[allow(clippy::too_many_arguments)]
+pub async fn a_dropped_connection_expires_the_approval<T>(
     cp: &ControlPlane,
     phone: &Phone,
     task: &str,
     d: &waymark_proto::Decision,
     limit: Duration,
-    drop_it: impl FnOnce(),
+    drop_it: impl Future<Output = T>,
     is_call: impl Fn(&waymark_proto::Effect) -> bool,
-) -> (waymark_proto::Decision, waymark_proto::Effect) {
+    call: CallAfterDrop,
+) -> (waymark_proto::Decision, waymark_proto::Effect, T) {
     use waymark_proto::{DecisionStatus, EffectStatus};
     let dropped = std::time::Instant::now();
-    drop_it();
+    let dropped_with = drop_it.await;
     let closed = within(
         limit,
         "the approval closed by the dropped connection",
@@ -341,16 +354,20 @@ pub async fn a_dropped_connection_expires_the_approval(
         "connection dropped → effect closed in {:?}",
         dropped.elapsed()
     );
-    assert_eq!(effect.status, EffectStatus::Failed, "{effect:?}");
-    let why = effect
-        .receipt
-        .as_ref()
-        .map(|r| r["error"].to_string())
-        .unwrap_or_default();
-    assert!(
-        why.contains("not run"),
-        "the effect says it was not run: {effect:?}"
-    );
+    if call == CallAfterDrop::Unknown {
+        assert_eq!(effect.status, EffectStatus::Unknown, "{effect:?}");
+    } else {
+        assert_eq!(effect.status, EffectStatus::Failed, "{effect:?}");
+        let why = effect
+            .receipt
+            .as_ref()
+            .map(|r| r["error"].to_string())
+            .unwrap_or_default();
+        assert!(
+            why.contains("not run"),
+            "the effect says it was not run: {effect:?}"
+        );
+    }
     // A person who answers late is told the decision is closed, not silently ignored.
     let revision = cp.detail(task).await.task.plan_revision;
     let args = serde_json::json!({
@@ -370,5 +387,5 @@ pub async fn a_dropped_connection_expires_the_approval(
         ),
         _ => panic!("a late approve is refused as `decision_closed` or `task_terminal`: {body}"),
     }
-    (closed, effect)
+    (closed, effect, dropped_with)
 }

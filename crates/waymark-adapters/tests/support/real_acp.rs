@@ -213,13 +213,13 @@ pub async fn killed_under_a_pending_approval(
         started.elapsed()
     );
     check(&d, &session);
-    let (closed, effect) = super::a_dropped_connection_expires_the_approval(
+    let (closed, effect, ()) = super::a_dropped_connection_expires_the_approval(
         cp,
         phone,
         &task,
         &d,
         limit,
-        kill,
+        async { kill() },
         // The call the approval guards: linked to it, or named by its request.
         |e| {
             e.intent["approval"] == d.id.as_str()
@@ -228,6 +228,7 @@ pub async fn killed_under_a_pending_approval(
                         && i["toolCall"]["toolCallId"] == e.intent["toolCallId"]
                 })
         },
+        super::CallAfterDrop::NotRun,
     )
     .await;
     let text = closed
