@@ -117,13 +117,29 @@ stream_max_retries = 0
     }
 
     /// `--app-server-cmd`: `env` sets the private homes and execs Codex (no shell stays between).
-    fn app_server_cmd(&self, codex: &Path) -> String {
+    /// With `WAYMARK_RECORD_FIXTURES=DIR`, `waymark-record-stdio` runs in front of it and writes
+    /// every line of the run to `DIR/codex-<name>.jsonl` (`waymark-fake-codex --convert` makes a
+    /// fast test's scenario of it).
+    fn app_server_cmd(&self, codex: &Path, name: &str) -> String {
         let home = self.dir.path().join("codex-home");
-        format!(
+        let cmd = format!(
             "env CODEX_HOME='{h}' HOME='{h}' WAYMARK_FAKE_MODEL_KEY=dummy '{c}' app-server",
             h = home.display(),
             c = codex.display()
-        )
+        );
+        match std::env::var_os("WAYMARK_RECORD_FIXTURES").filter(|d| !d.is_empty()) {
+            Some(dir) => {
+                std::fs::create_dir_all(&dir).unwrap();
+                let out = PathBuf::from(dir).join(format!("codex-{name}.jsonl"));
+                let _ = std::fs::remove_file(&out);
+                format!(
+                    "'{}' --out '{}' -- {cmd}",
+                    env!("CARGO_BIN_EXE_waymark-record-stdio"),
+                    out.display()
+                )
+            }
+            None => cmd,
+        }
     }
 }
 
@@ -136,8 +152,15 @@ struct Adapter {
 impl Adapter {
     fn start(cp: &ControlPlane, home: &Home, codex: &Path, prompt: &str) -> Adapter {
         let shutdown = CancellationToken::new();
+        // The run's name: its prompt up to the colon ("waymark turn one: …" → "turn-one").
+        let name = prompt
+            .split(':')
+            .next()
+            .unwrap_or(prompt)
+            .trim_start_matches("waymark ")
+            .replace(' ', "-");
         let args = CodexArgs {
-            app_server_cmd: home.app_server_cmd(codex),
+            app_server_cmd: home.app_server_cmd(codex, &name),
             cwd: Some(home.work()),
             prompt: Some(prompt.into()),
             ..CodexArgs::new()
