@@ -60,6 +60,10 @@ pub(crate) enum ClientCommand {
     Approve {
         /// Decision id.
         decision: String,
+        /// Which of the approval's own ways to approve (`approve_always`, `approve_rule`…, as
+        /// `waymark inbox` lists them); without it, plain `approve`.
+        #[arg(long, value_name = "OPTION")]
+        option: Option<String>,
         /// The plan revision you were shown (`waymark show`, `waymark inbox`); without it, the
         /// mirror's current one is used and printed. A plan that moved on is a conflict.
         #[arg(long, value_name = "N")]
@@ -496,11 +500,13 @@ pub(crate) async fn run(cmd: ClientCommand, json: bool) -> CliResult {
         }
         ClientCommand::Approve {
             decision,
+            option,
             expected_revision,
             intent_digest,
         } => {
             let shown = (expected_revision, intent_digest);
-            decide(&c, json, &decision, Operation::Approve, None, None, shown).await
+            let option = option.as_deref();
+            decide(&c, json, &decision, Operation::Approve, option, None, shown).await
         }
         ClientCommand::Deny {
             decision,
