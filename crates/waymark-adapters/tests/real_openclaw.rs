@@ -23,6 +23,7 @@ use tokio_util::sync::CancellationToken;
 use waymark_adapters::openclaw::{self, OpenClawArgs, OpenClawError};
 use waymark_proto::{
     Decision, DecisionKind, DecisionStatus, DeliveryState, EffectStatus, Operation, TaskDetail,
+    TaskState,
 };
 
 /// The version `scripts/setup-debian` installs and this test was written against.
@@ -711,6 +712,142 @@ async fn real_openclaw_gateway_killed_under_a_pending_approval_expires_it() {
         .expect("the adapter stops")
         .unwrap();
     assert!(res.is_ok(), "{res:?}");
+    eprintln!("all done at {:?}", started.elapsed());
+    drop(gw);
+}
+
+/// A person's replan and cancel reach the real gateway, whose params for them are closed like
+/// `exec.approval.resolve`'s. With a turn under way (its exec waiting for approval), a replan
+/// with instructions is sent as `sessions.steer`: OpenClaw 2026.9.6 aborts the running run (the
+/// `openclaw agent` that started it ends "aborted"; our approval for it is void and not asked
+/// again) and starts one with the instructions — the model is asked with them, and its exec
+/// asks anew. A cancel is sent as `sessions.abort`: the gateway aborts that run too, nothing
+/// runs, and nothing waits in the inbox.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn real_openclaw_replan_steers_the_running_session_and_cancel_aborts_it() {
+    let started = Instant::now();
+    let rt = runtime();
+    let cp = ControlPlane::start("alice-openclaw").await;
+    let phone = cp.phone().await;
+    let scratch = tempfile::tempdir().unwrap();
+    let first = scratch.path().join("first");
+    let steered = scratch.path().join("steered");
+    let first_cmd = format!("touch {}", first.display());
+    let steered_cmd = format!("touch {}", steered.display());
+    let model = FakeModel::start(vec![
+        Turn {
+            prompt: "waymark turn steer".into(),
+            command: first_cmd.clone(),
+            answer: "This answer never comes.".into(),
+        },
+        Turn {
+            prompt: "waymark steered instructions".into(),
+            command: steered_cmd.clone(),
+            answer: "Nor this one.".into(),
+        },
+    ])
+    .await;
+    let home = Home::new(&model);
+    let gw = Gateway::start(&rt, &home).await;
+    let (adapter, shutdown, task) = warm_up_and_connect(&rt, &home, &gw, &cp, scratch.path()).await;
+    let mut turn = AgentTurn::start(&rt, &home, "steer", "waymark turn steer: make a file");
+    let agent_out = turn.out.clone();
+    let agent_said = || strip_ansi(&std::fs::read_to_string(&agent_out).unwrap_or_default());
+    let context = || format!("{}\n-- agent --\n{}", gw.log_tail(), agent_said());
+    let d = new_approval(&cp, &task, &first_cmd, &[], context).await;
+    eprintln!("approval in the inbox at {:?}", started.elapsed());
+
+    // ---- replan: steered ----------------------------------------------------------------------
+    let instructions = "waymark steered instructions: make the steered file instead";
+    let revision = detail(&cp, &task).await.task.plan_revision;
+    let steered_at = Instant::now();
+    phone
+        .command(
+            &task,
+            revision,
+            Operation::Replan,
+            json!({"instructions": instructions}),
+        )
+        .await;
+    let d2 = new_approval(
+        &cp,
+        &task,
+        &steered_cmd,
+        std::slice::from_ref(&d.id),
+        context,
+    )
+    .await;
+    eprintln!(
+        "replan → the steered run's approval in the inbox in {:?}",
+        steered_at.elapsed()
+    );
+    assert!(
+        model
+            .requests()
+            .iter()
+            .any(|r| r.to_string().contains(instructions)),
+        "the model was asked with the instructions"
+    );
+    let ended = tokio::time::timeout(TURN, turn.child.wait()).await;
+    assert!(
+        matches!(ended, Ok(Ok(s)) if !s.success()) && agent_said().contains("aborted"),
+        "the steer aborted the run `openclaw agent` waited on: {ended:?}\n{}",
+        context()
+    );
+    // The replan voided the approval; OpenClaw still held it at that moment, so it was asked
+    // again under the new plan, and closed when the steer aborted its run — by OpenClaw, with
+    // no option, never approved. Nothing of the first run waits in the inbox.
+    let firsts = within(
+        TURN,
+        "the first run's approvals closed",
+        context,
+        || async {
+            let t = detail(&cp, &task).await;
+            let firsts: Vec<Decision> = t
+                .decisions
+                .into_iter()
+                .filter(|x| x.question.contains(&first_cmd))
+                .collect();
+            firsts
+                .iter()
+                .all(|x| x.status != DecisionStatus::Pending)
+                .then_some(firsts)
+        },
+    )
+    .await;
+    assert_eq!(firsts[0].status, DecisionStatus::Void, "{firsts:?}");
+    for again in &firsts[1..] {
+        let out = again.outcome.clone().unwrap();
+        assert_eq!(again.status, DecisionStatus::Expired, "{again:?}");
+        assert_eq!((out.option, out.by.as_str()), (None, "runtime"));
+        assert!(
+            out.text
+                .unwrap()
+                .starts_with("OpenClaw closed it: the run that asked ended"),
+            "{again:?}"
+        );
+    }
+
+    // ---- cancel: aborted ----------------------------------------------------------------------
+    assert!(!gw.log_text().contains("aborted: rpc"), "{}", gw.log_tail());
+    let revision = detail(&cp, &task).await.task.plan_revision;
+    let cancelled_at = Instant::now();
+    phone
+        .command(&task, revision, Operation::Cancel, json!({}))
+        .await;
+    // What the gateway logs when `sessions.abort` (an RPC) aborts the session's run.
+    within(TURN, "the gateway aborting the run", context, || async {
+        gw.log_text().contains("aborted: rpc").then_some(())
+    })
+    .await;
+    eprintln!("cancel → the run aborted in {:?}", cancelled_at.elapsed());
+    let t = detail(&cp, &task).await;
+    assert_eq!(t.task.state, TaskState::Cancelled, "{:?}", t.task);
+    let d2 = t.decisions.iter().find(|x| x.id == d2.id).unwrap();
+    assert_eq!(d2.status, DecisionStatus::Void, "{d2:?}");
+    assert!(!first.exists() && !steered.exists(), "nothing ran");
+    shutdown.cancel();
+    let _ = tokio::time::timeout(Duration::from_secs(20), adapter).await;
     eprintln!("all done at {:?}", started.elapsed());
     drop(gw);
 }

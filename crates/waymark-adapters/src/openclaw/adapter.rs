@@ -1040,14 +1040,24 @@ impl Adapter {
             return;
         };
         let decision = str_of(payload, &["decision"]).unwrap_or_else(|| "?".into());
-        let by = str_of(payload, &["resolvedBy"])
+        let resolved_by = str_of(payload, &["resolvedBy"]);
+        let by = resolved_by
+            .as_deref()
             .map(|b| format!(" by {b}"))
             .unwrap_or_default();
         match &a.state {
             ApprovalState::Open => {
-                let reason = format!(
-                    "answered in OpenClaw itself ({decision}{by}) before anyone answered here"
-                );
+                // OpenClaw 2026.9.6 closes the approvals of a run it aborted (a steer, an
+                // abort) itself, as `deny` by `approval-scope-closed`: nobody answered it.
+                let reason = if resolved_by.as_deref() == Some(SCOPE_CLOSED) {
+                    format!(
+                        "OpenClaw closed it: the run that asked ended before anyone answered ({decision}{by})"
+                    )
+                } else {
+                    format!(
+                        "answered in OpenClaw itself ({decision}{by}) before anyone answered here"
+                    )
+                };
                 match a.run.expire_decision(&a.decision_id, &reason).await {
                     Ok(_) => tracing::info!(approval = %id, %reason, "expired our approval"),
                     Err(e) => {
@@ -1385,6 +1395,10 @@ impl ToolEvent {
         format!("{}:{}:{}", self.key, self.run_id, self.call)
     }
 }
+
+/// Who OpenClaw names as resolving the approvals of a run that ended (aborted by a steer or an
+/// abort) before they were answered.
+const SCOPE_CLOSED: &str = "approval-scope-closed";
 
 /// The tool call an exec approval request guards, `(sessionKey, sessionKey:runId:toolCallId)` —
 /// the key its `session.tool` events give its effect.
