@@ -257,8 +257,32 @@ struct Conn {
     approvals: HashMap<String, approval::Handle>,
     /// Items under way by `threadId:turnId:itemId`.
     items: HashMap<String, items::Pending>,
+    /// Approval requests by the `threadId:turnId:itemId` they guard, until the item ends.
+    asked: HashMap<String, approval::Asked>,
     /// Approval and steer tasks.
     tasks: JoinSet<()>,
+}
+
+impl Conn {
+    /// How an item Codex never reported the end of ended: not run when its approval was
+    /// still unanswered or refused (`not_run` says why), else unknown (`unknown` says why) —
+    /// never guessed.
+    fn unfinished(&self, key: &str, not_run: &str, unknown: &str) -> items::Outcome {
+        match self.asked.get(key) {
+            Some(a) if a.certainly_not_run() => {
+                items::Outcome::Failed(format!("not run: {not_run}"))
+            }
+            _ => items::Outcome::Unknown(unknown.to_owned()),
+        }
+    }
+
+    /// Ends every item still under way, the connection being over.
+    fn end_items(&mut self, not_run: &str, unknown: &str) {
+        for (key, p) in std::mem::take(&mut self.items) {
+            let _ = p.done.send(self.unfinished(&key, not_run, unknown));
+        }
+        self.asked.clear();
+    }
 }
 
 struct Adapter {
@@ -308,6 +332,7 @@ impl Adapter {
             closed: Closed::default(),
             approvals: HashMap::new(),
             items: HashMap::new(),
+            asked: HashMap::new(),
             tasks: JoinSet::new(),
         };
         let hello = conn
@@ -598,7 +623,8 @@ impl Adapter {
     }
 
     /// Paused: interrupt the active turn (`turn/interrupt`) and hold. An approval pending in
-    /// that turn expires (Codex drops it with the turn); the attempt stays open.
+    /// that turn expires (Codex drops it with the turn, and its item, never answered, is
+    /// closed as not run when the turn ends); the attempt stays open.
     async fn pause(&mut self, conn: &mut Conn, thread: &str) {
         let Some(t) = self.threads.get_mut(thread) else {
             return;
@@ -735,6 +761,14 @@ impl Adapter {
                 let resolved = CancellationToken::new();
                 let item_done = CancellationToken::new();
                 let withdrawn = Closed::default();
+                let sent = approval::Sent::default();
+                conn.asked.insert(
+                    item_key.clone(),
+                    approval::Asked {
+                        sent: sent.clone(),
+                        resolved: resolved.clone(),
+                    },
+                );
                 let job = approval::Job {
                     run: t.run.clone(),
                     peer: conn.peer.clone(),
@@ -746,6 +780,7 @@ impl Adapter {
                     resolved: resolved.clone(),
                     item_done: item_done.clone(),
                     withdrawn: withdrawn.clone(),
+                    sent,
                 };
                 conn.approvals.insert(
                     id.to_string(),
@@ -942,6 +977,7 @@ impl Adapter {
         for h in conn.approvals.values().filter(|h| h.item_key == key) {
             h.item_done.cancel();
         }
+        conn.asked.remove(&key);
         let item_type = item.get("type").and_then(Value::as_str).unwrap_or("");
         match item_type {
             "agentMessage" => {
@@ -1004,13 +1040,21 @@ impl Adapter {
             .filter(|k| k.starts_with(&prefix))
             .cloned()
             .collect();
+        let why = if status == "interrupted" {
+            "the turn was interrupted before its approval was answered"
+        } else {
+            "the turn ended before its approval was answered"
+        };
         for key in open {
             if let Some(p) = conn.items.remove(&key) {
-                let _ = p.done.send(items::Outcome::Unknown(
-                    "the turn ended before Codex reported the item's end".into(),
+                let _ = p.done.send(conn.unfinished(
+                    &key,
+                    why,
+                    "the turn ended before Codex reported the item's end",
                 ));
             }
         }
+        conn.asked.retain(|k, _| !k.starts_with(&prefix));
         let Some(t) = self.threads.get_mut(thread) else {
             return;
         };
@@ -1092,15 +1136,16 @@ impl Adapter {
     }
 
     /// The app-server went away: pending approvals expire, answered ones not yet taken are
-    /// lost, items under way become unknown; turns are over.
+    /// lost; items under way are closed as not run when their approval was still unanswered
+    /// (Codex cannot have run them), else become unknown; turns are over.
     async fn lose(&mut self, conn: &mut Conn) {
         conn.closed.close(CONNECTION_CLOSED);
-        for (_, p) in conn.items.drain() {
-            let _ = p.done.send(items::Outcome::Unknown(
-                "the Codex app-server connection closed while the item ran".into(),
-            ));
-        }
+        // The approvals settle first, so that what was sent to Codex is final.
         settle(&mut conn.tasks).await;
+        conn.end_items(
+            "the Codex app-server connection closed before its approval was answered",
+            "the Codex app-server connection closed while the item ran",
+        );
         match tokio::time::timeout(Duration::from_secs(2), conn.child.wait()).await {
             Ok(Ok(status)) => tracing::warn!(%status, "the Codex app-server exited"),
             _ => {
@@ -1136,12 +1181,11 @@ impl Adapter {
         // Stop Codex first, so calls still waiting on it fail at once.
         let _ = conn.child.kill().await;
         conn.closed.close(why);
-        for (_, p) in conn.items.drain() {
-            let _ = p.done.send(items::Outcome::Unknown(
-                "the adapter stopped before Codex reported the item's end".into(),
-            ));
-        }
         settle(&mut conn.tasks).await;
+        conn.end_items(
+            "the adapter stopped Codex before its approval was answered",
+            "the adapter stopped before Codex reported the item's end",
+        );
         self.release_all().await;
     }
 

@@ -24,6 +24,52 @@ fn fixture(name: &str) -> String {
     format!("{}/fixtures/codex/{name}.jsonl", env!("CARGO_MANIFEST_DIR"))
 }
 
+/// What a scenario recorded from the real Codex (`fixtures/codex/recorded/`, converted by
+/// `waymark-fake-codex --convert`) is about: its thread, and its approval request's turn, item
+/// and request id — read from the scenario, so that recording it again needs no edit here.
+struct Recorded {
+    thread: String,
+    turn: String,
+    item: String,
+    request: Value,
+}
+
+impl Recorded {
+    fn of(name: &str) -> Recorded {
+        let steps: Vec<Value> = std::fs::read_to_string(fixture(name))
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        let thread = steps
+            .iter()
+            .find(|s| s["expect"] == "thread/start")
+            .and_then(|s| s["reply"]["thread"]["id"].as_str())
+            .expect("the recording starts a thread")
+            .to_owned();
+        let asked = steps
+            .iter()
+            .map(|s| &s["send"])
+            .find(|m| {
+                m["method"]
+                    .as_str()
+                    .is_some_and(|m| m.ends_with("/requestApproval"))
+            })
+            .expect("the recording has an approval request");
+        Recorded {
+            thread,
+            turn: asked["params"]["turnId"].as_str().unwrap().to_owned(),
+            item: asked["params"]["itemId"].as_str().unwrap().to_owned(),
+            request: asked["id"].clone(),
+        }
+    }
+
+    /// The effect key of the item the approval guarded.
+    fn item_key(&self) -> String {
+        format!("{}:{}:{}", self.thread, self.turn, self.item)
+    }
+}
+
 struct World {
     cp: ControlPlane,
     phone: Phone,
@@ -168,6 +214,11 @@ impl Fake {
 }
 
 /// The answer (not a request) the fake received for its request `id`.
+/// The answer (not a request) to the fake's request `id`, as the scenario names it.
+fn is_answer_to_id(id: Value) -> impl Fn(&Value) -> bool {
+    move |m: &Value| m.get("method").is_none() && m["id"] == id
+}
+
 fn is_answer_to(id: i64) -> impl Fn(&Value) -> bool {
     move |m| m.get("method").is_none() && m["id"] == id
 }
@@ -303,14 +354,17 @@ async fn codex_approval_from_a_phone_reaches_codex_as_accept_for_session_and_cou
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+/// Replays the real Codex 0.169 declining a command (`recorded/turn-two.jsonl`, recorded by
+/// `real_codex.rs`).
 async fn codex_denial_from_a_phone_reaches_codex_as_decline() {
     let w = &World::start().await;
     let fake = w.fake("deny");
+    let rec = Recorded::of("recorded/turn-two");
     let adapter = w.start_adapter(CodexArgs {
-        prompt: Some("clean the build".into()),
-        ..w.args(&fake, &["deny"])
+        prompt: Some("make the other file".into()),
+        ..w.args(&fake, &["recorded/turn-two"])
     });
-    let task = w.task_of("thr_deny").await;
+    let task = w.task_of(&rec.thread).await;
     let pending = w
         .approval(&task, |d| d.status == DecisionStatus::Pending)
         .await;
@@ -325,11 +379,14 @@ async fn codex_denial_from_a_phone_reaches_codex_as_decline() {
 
     w.answer(&pending, Operation::Deny, None).await;
     let answer = fake
-        .wait_for("the answer to request 71", is_answer_to(71))
+        .wait_for(
+            "the answer to the request",
+            is_answer_to_id(rec.request.clone()),
+        )
         .await;
     assert_eq!(
         answer["message"],
-        json!({"id": 71, "result": {"decision": "decline"}})
+        json!({"id": rec.request, "result": {"decision": "decline"}})
     );
     adapter.ended().await.unwrap();
 
@@ -347,7 +404,7 @@ async fn codex_denial_from_a_phone_reaches_codex_as_decline() {
     let effect = d
         .effects
         .iter()
-        .find(|e| e.idempotency_key == "thr_deny:turn_d1:call_7")
+        .find(|e| e.idempotency_key == rec.item_key())
         .unwrap();
     assert_eq!(effect.status, EffectStatus::Failed);
     assert!(
@@ -360,17 +417,78 @@ async fn codex_denial_from_a_phone_reaches_codex_as_decline() {
     );
 }
 
+/// Replays the real Codex 0.169 asking to add a file outside the workspace
+/// (`recorded/patch-one.jsonl`, recorded by `real_codex.rs`): the file-change approval names
+/// the path and carries the diff; approve reaches Codex as `accept`, and the change's effect
+/// is confirmed with its path once Codex completes the item.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn codex_file_change_approval_carries_the_diff_and_approve_reaches_codex_as_accept() {
+    let w = &World::start().await;
+    let fake = w.fake("patch");
+    let rec = Recorded::of("recorded/patch-one");
+    let adapter = w.start_adapter(CodexArgs {
+        prompt: Some("add the file".into()),
+        ..w.args(&fake, &["recorded/patch-one"])
+    });
+    let task = w.task_of(&rec.thread).await;
+    let pending = w
+        .approval(&task, |d| d.status == DecisionStatus::Pending)
+        .await;
+    let intent = pending.intent.clone().unwrap();
+    assert_eq!(intent["method"], "item/fileChange/requestApproval");
+    let change = &intent["item"]["changes"][0];
+    let path = change["path"].as_str().unwrap();
+    assert!(path.ends_with("/approved.txt"), "{intent}");
+    assert_eq!(change["diff"], "written after approval\n", "{intent}");
+    assert!(
+        pending
+            .question
+            .starts_with(&format!("Codex wants to change 1 file: {path}")),
+        "{}",
+        pending.question
+    );
+    w.answer(&pending, Operation::Approve, Some("approve"))
+        .await;
+    let answer = fake
+        .wait_for(
+            "the answer to the request",
+            is_answer_to_id(rec.request.clone()),
+        )
+        .await;
+    assert_eq!(
+        answer["message"],
+        json!({"id": rec.request, "result": {"decision": "accept"}})
+    );
+    adapter.ended().await.unwrap();
+    let d = w.detail(&task).await;
+    let effect = d
+        .effects
+        .iter()
+        .find(|e| e.idempotency_key == rec.item_key())
+        .unwrap();
+    assert_eq!(effect.kind, "codex.fileChange");
+    assert_eq!(effect.status, EffectStatus::Confirmed, "{effect:?}");
+    assert_eq!(effect.receipt.as_ref().unwrap()["paths"][0], path);
+    assert_eq!(
+        d.decisions[0].delivery.as_ref().unwrap().state,
+        DeliveryState::Acknowledged
+    );
+    assert_eq!(d.task.state, TaskState::Completed);
+}
+
 /// Pause interrupts the running turn and holds (the pending approval expires and is never
 /// answered in Codex; the `--prompt` run does not end); resume starts a new turn in the thread.
+/// Replays the real Codex 0.169 (`recorded/turn-four.jsonl`, recorded by `real_codex.rs`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn codex_pause_interrupts_the_turn_and_holds_and_resume_continues_the_thread() {
     let w = &World::start().await;
     let fake = w.fake("pause");
+    let rec = Recorded::of("recorded/turn-four");
     let adapter = w.start_adapter(CodexArgs {
-        prompt: Some("make the file".into()),
-        ..w.args(&fake, &["pause"])
+        prompt: Some("make a fourth file".into()),
+        ..w.args(&fake, &["recorded/turn-four"])
     });
-    let task = w.task_of("thr_pause").await;
+    let task = w.task_of(&rec.thread).await;
     let pending = w
         .approval(&task, |d| d.status == DecisionStatus::Pending)
         .await;
@@ -380,7 +498,7 @@ async fn codex_pause_interrupts_the_turn_and_holds_and_resume_continues_the_thre
         .await;
     assert_eq!(
         interrupt["message"]["params"],
-        json!({"threadId": "thr_pause", "turnId": "turn_p1"})
+        json!({"threadId": rec.thread, "turnId": rec.turn})
     );
     let expired = w
         .approval(&task, |d| {
@@ -420,12 +538,12 @@ async fn codex_pause_interrupts_the_turn_and_holds_and_resume_continues_the_thre
     assert_eq!(starts.len(), 2);
     assert_eq!(
         starts[1]["message"]["params"],
-        json!({"threadId": "thr_pause", "input": [{"type": "text", "text": codex::RESUME_PROMPT}]})
+        json!({"threadId": rec.thread, "input": [{"type": "text", "text": codex::RESUME_PROMPT}]})
     );
     assert!(
         fake.received()
             .iter()
-            .all(|e| !is_answer_to(0)(&e["message"])),
+            .all(|e| !is_answer_to_id(rec.request.clone())(&e["message"])),
         "the dropped request is never answered"
     );
     let d = w.detail(&task).await;
@@ -434,6 +552,19 @@ async fn codex_pause_interrupts_the_turn_and_holds_and_resume_continues_the_thre
         d.messages
             .iter()
             .any(|m| m.text == "Continued after the pause.")
+    );
+    // Codex ended the interrupted turn without a word about the command (no item/completed),
+    // but its approval was never answered: it certainly did not run.
+    let effect = d
+        .effects
+        .iter()
+        .find(|e| e.idempotency_key == rec.item_key())
+        .unwrap();
+    assert_eq!(effect.status, EffectStatus::Failed, "{effect:?}");
+    let why = effect.receipt.as_ref().unwrap()["error"].to_string();
+    assert!(
+        why.contains("not run: the turn was interrupted before its approval was answered"),
+        "{why}"
     );
 }
 
@@ -483,13 +614,19 @@ async fn codex_connection_loss_expires_the_pending_approval_and_resumes_the_thre
     );
     assert_eq!(outcome.text.as_deref(), Some(CONNECTION_CLOSED));
     assert!(decision.delivery.is_none());
-    // The file change was under way when the connection closed: nobody can say what happened.
+    // The app-server died with the change's approval unanswered: Codex cannot have applied
+    // it, so it is closed as not run (not left `unknown`).
     let effect = d
         .effects
         .iter()
         .find(|e| e.idempotency_key == "thr_lost:turn_l1:patch_9")
         .unwrap();
-    assert_eq!(effect.status, EffectStatus::Unknown);
+    assert_eq!(effect.status, EffectStatus::Failed, "{effect:?}");
+    let why = effect.receipt.as_ref().unwrap()["error"].to_string();
+    assert!(
+        why.contains("not run: the Codex app-server connection closed before its approval"),
+        "{why}"
+    );
     assert_eq!(d.task.state, TaskState::Completed);
     assert_eq!(
         d.attempts.len(),

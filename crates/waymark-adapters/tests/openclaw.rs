@@ -17,7 +17,7 @@ use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio_tungstenite::tungstenite::Message;
 use tokio_util::sync::CancellationToken;
 use waymark_adapters::openclaw::{self, AuthPayload, DeviceKey, OpenClawArgs, OpenClawError};
-use waymark_proto::{CreateTask, Decision, Operation, TaskDetail};
+use waymark_proto::{CreateTask, Decision, EffectStatus, Operation, TaskDetail};
 
 const GATEWAY_TOKEN: &str = "gw-secret";
 
@@ -627,6 +627,55 @@ async fn approvals_closed_in_openclaw_expire_ours_never_approve_them() {
         gw.requests("exec.approval.resolve").is_empty(),
         "nothing answered for anyone"
     );
+    adapter.stop().await;
+}
+
+/// A gateway that dies under a pending approval and comes back no longer holds it: once the
+/// adapter reconnects and lists, the approval is expired by the runtime with no option (never
+/// approved), and the exec it guarded — started, never reported ended — becomes `unknown`
+/// (it may have been answered in OpenClaw meanwhile), not left `in_progress`.
+#[tokio::test]
+async fn a_gateway_restarted_without_the_approval_expires_it_and_its_exec_becomes_unknown() {
+    let w = World::start().await;
+    let gw = Gateway::start(&w, "restart", &[]).await;
+    let adapter = Adapter::start(&w, &gw);
+    let task = w.session_task("agent:main:main").await;
+    let key = "agent:main:main:run_7:call_1";
+    eventually("the exec under way", || async {
+        w.detail(&task)
+            .await
+            .effects
+            .into_iter()
+            .find(|e| e.idempotency_key == key)
+    })
+    .await;
+    let expired = eventually("ap_1 expired after the restart", || async {
+        w.approvals_for(&task, "ap_1")
+            .await
+            .into_iter()
+            .find(|d| d.status == waymark_proto::DecisionStatus::Expired)
+    })
+    .await;
+    let out = expired.outcome.unwrap();
+    assert_eq!(out.option, None, "never approved");
+    assert_eq!(out.by, "runtime");
+    assert!(
+        out.text
+            .as_deref()
+            .is_some_and(|t| t.starts_with("OpenClaw no longer holds it")),
+        "{out:?}"
+    );
+    let effect = eventually("the exec's effect closed", || async {
+        w.detail(&task)
+            .await
+            .effects
+            .into_iter()
+            .find(|e| e.idempotency_key == key && e.status != EffectStatus::InProgress)
+    })
+    .await;
+    assert_eq!(effect.status, EffectStatus::Unknown, "{effect:?}");
+    assert_eq!(gw.requests("connect").len(), 2);
+    assert!(gw.requests("exec.approval.resolve").is_empty());
     adapter.stop().await;
 }
 

@@ -8,7 +8,9 @@
 //! denials. Approve runs the command (the file appears; the effect is confirmed with a
 //! receipt). "Deny, let the turn go on" does not run it and Codex finishes the turn with its
 //! answer. "Deny and stop the turn" interrupts the turn. Pause interrupts the turn and holds
-//! (the approval expires); resume continues the thread with a new turn.
+//! (the approval expires); resume continues the thread with a new turn. Further tests kill the
+//! app-server under a pending approval, and have Codex change a file (approve writes it, deny
+//! does not).
 //!
 //! The test fails — never skips — when the runtime is not installed. Each turn is one
 //! `waymark adapters codex --prompt …` run (one thread, one task); the app-server it starts is
@@ -115,13 +117,29 @@ stream_max_retries = 0
     }
 
     /// `--app-server-cmd`: `env` sets the private homes and execs Codex (no shell stays between).
-    fn app_server_cmd(&self, codex: &Path) -> String {
+    /// With `WAYMARK_RECORD_FIXTURES=DIR`, `waymark-record-stdio` runs in front of it and writes
+    /// every line of the run to `DIR/codex-<name>.jsonl` (`waymark-fake-codex --convert` makes a
+    /// fast test's scenario of it).
+    fn app_server_cmd(&self, codex: &Path, name: &str) -> String {
         let home = self.dir.path().join("codex-home");
-        format!(
+        let cmd = format!(
             "env CODEX_HOME='{h}' HOME='{h}' WAYMARK_FAKE_MODEL_KEY=dummy '{c}' app-server",
             h = home.display(),
             c = codex.display()
-        )
+        );
+        match std::env::var_os("WAYMARK_RECORD_FIXTURES").filter(|d| !d.is_empty()) {
+            Some(dir) => {
+                std::fs::create_dir_all(&dir).unwrap();
+                let out = PathBuf::from(dir).join(format!("codex-{name}.jsonl"));
+                let _ = std::fs::remove_file(&out);
+                format!(
+                    "'{}' --out '{}' -- {cmd}",
+                    env!("CARGO_BIN_EXE_waymark-record-stdio"),
+                    out.display()
+                )
+            }
+            None => cmd,
+        }
     }
 }
 
@@ -134,8 +152,15 @@ struct Adapter {
 impl Adapter {
     fn start(cp: &ControlPlane, home: &Home, codex: &Path, prompt: &str) -> Adapter {
         let shutdown = CancellationToken::new();
+        // The run's name: its prompt up to the colon ("waymark turn one: …" → "turn-one").
+        let name = prompt
+            .split(':')
+            .next()
+            .unwrap_or(prompt)
+            .trim_start_matches("waymark ")
+            .replace(' ', "-");
         let args = CodexArgs {
-            app_server_cmd: home.app_server_cmd(codex),
+            app_server_cmd: home.app_server_cmd(codex, &name),
             cwd: Some(home.work()),
             prompt: Some(prompt.into()),
             ..CodexArgs::new()
@@ -502,5 +527,219 @@ async fn real_codex_command_approvals_reach_the_inbox_and_each_answer_does_what_
     );
     assert_eq!(t.task.state, TaskState::Completed, "{:?}", t.task);
     assert!(!file("paused").exists(), "the paused command never ran");
+    // Codex ended the interrupted turn without a word about the command (no item/completed),
+    // but its approval was never answered: the effect is closed as not run, not `unknown`.
+    let effect = settled_effect(&cp, &task).await;
+    assert_eq!(effect.status, EffectStatus::Failed, "{effect:?}");
+    let why = effect.receipt.as_ref().unwrap()["error"].to_string();
+    assert!(
+        why.contains("not run: the turn was interrupted before its approval was answered"),
+        "{why}"
+    );
     eprintln!("all done at {:?}", started.elapsed());
+}
+
+/// The app-server is killed while its command approval waits in the inbox: the approval
+/// expires by the runtime with no option, the command (which waited on it) is closed as not
+/// run, and a late approve is refused. The adapter restarts the app-server and resumes the
+/// thread.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn real_codex_killed_under_a_pending_approval_expires_it_and_the_command_did_not_run() {
+    let started = Instant::now();
+    let codex = codex_binary();
+    let cp = ControlPlane::start("alice-codex").await;
+    let phone = cp.phone().await;
+    let scratch = tempfile::tempdir().unwrap();
+    let file = scratch.path().join("killed");
+    let command = format!("touch {}", file.display());
+    let model = FakeResponses::start(vec![Turn {
+        prompt: "waymark turn killed".into(),
+        command: command.clone(),
+        answer: "This answer never comes.".into(),
+    }])
+    .await;
+    let home = Home::new(&model);
+    let adapter = Adapter::start(&cp, &home, &codex, "waymark turn killed: make the file");
+    let task = new_task(&cp, &mut Vec::new()).await;
+    let d = pending_approval(&cp, &task).await;
+    check_offer(&d, &command);
+    let codex_home = format!(
+        "CODEX_HOME={}",
+        home.dir.path().join("codex-home").display()
+    );
+    let (closed, effect, ()) = support::a_dropped_connection_expires_the_approval(
+        &cp,
+        &phone,
+        &task,
+        &d,
+        TURN,
+        async { support::kill_processes_with_env(&codex_home) },
+        |e| e.kind == "codex.commandExecution",
+        // Codex runs the command only on an accept, and its app-server is gone.
+        support::CallAfterDrop::NotRun,
+    )
+    .await;
+    assert_eq!(
+        closed.outcome.unwrap().text.as_deref(),
+        Some(codex::CONNECTION_CLOSED)
+    );
+    assert!(
+        effect.receipt.unwrap()["error"]
+            .to_string()
+            .contains("connection closed before its approval was answered")
+    );
+    assert!(!file.exists(), "the command never ran");
+    // The adapter restarts the app-server and resumes the thread; the same attempt goes on.
+    let t = within(TURN, "the thread resumed on a new app-server", || async {
+        let t = detail(&cp, &task).await;
+        t.messages
+            .iter()
+            .any(|m| m.text == "the Codex app-server restarted; the thread was resumed")
+            .then_some(t)
+    })
+    .await;
+    assert_eq!(t.attempts.len(), 1, "{:?}", t.attempts);
+    assert!(adapter.running());
+    drop(adapter);
+    support::kill_processes_with_env(&codex_home);
+    eprintln!("done at {:?}", started.elapsed());
+}
+
+/// The `exec_command` that makes Codex apply a patch: `apply_patch` with the patch as a here
+/// document, which Codex 0.169 takes over as a file change of its own (it offers no
+/// `apply_patch` tool to a model it has no metadata for). The file is outside the workspace,
+/// so Codex asks before writing it.
+fn add_file_patch(path: &Path, line: &str) -> String {
+    format!(
+        "apply_patch <<'EOF'\n*** Begin Patch\n*** Add File: {}\n+{line}\n*** End Patch\nEOF\n",
+        path.display()
+    )
+}
+
+/// File changes run for real: the model has Codex add a file outside the workspace; the
+/// approval (`item/fileChange/requestApproval`) reaches the inbox naming the path, with the
+/// change (its diff) in the intent; approve writes the file, deny does not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn real_codex_file_change_approvals_carry_the_diff_and_approve_writes_the_file_and_deny_does_not()
+ {
+    let started = Instant::now();
+    let codex = codex_binary();
+    let cp = ControlPlane::start("alice-codex").await;
+    let phone = cp.phone().await;
+    let scratch = tempfile::tempdir().unwrap();
+    let approved = scratch.path().join("approved.txt");
+    let denied = scratch.path().join("denied.txt");
+    let model = FakeResponses::start(vec![
+        Turn {
+            prompt: "waymark patch one".into(),
+            command: add_file_patch(&approved, "written after approval"),
+            answer: "Added the file.".into(),
+        },
+        Turn {
+            prompt: "waymark patch two".into(),
+            command: add_file_patch(&denied, "never written"),
+            answer: "The change was refused; going on without it.".into(),
+        },
+    ])
+    .await;
+    let home = Home::new(&model);
+    let mut seen = Vec::new();
+    let check = |d: &Decision, path: &Path, line: &str| {
+        assert_eq!(d.kind, DecisionKind::Approval);
+        let intent = d.intent.as_ref().unwrap();
+        assert_eq!(
+            intent["method"], "item/fileChange/requestApproval",
+            "{intent}"
+        );
+        let change = &intent["item"]["changes"][0];
+        assert_eq!(change["path"], path.display().to_string(), "{intent}");
+        assert_eq!(change["kind"]["type"], "add", "{intent}");
+        assert_eq!(
+            change["diff"],
+            format!("{line}\n"),
+            "the diff is shown: {intent}"
+        );
+        assert!(
+            d.question
+                .starts_with(&format!("Codex wants to change 1 file: {}", path.display())),
+            "{}",
+            d.question
+        );
+        let ids: Vec<&str> = d.options.iter().map(|o| o.id.as_str()).collect();
+        assert!(
+            ids.contains(&"approve") && ids.contains(&"deny") && ids.contains(&"deny_cancel"),
+            "{ids:?}"
+        );
+        let deny = d.options.iter().find(|o| o.id == "deny").unwrap();
+        assert!(
+            deny.gives_up.contains("the change does not happen"),
+            "{deny:?}"
+        );
+    };
+    let file_effect = |task: String| {
+        let cp = &cp;
+        async move {
+            within(TURN, "the file change's effect settled", || async {
+                detail(cp, &task)
+                    .await
+                    .effects
+                    .into_iter()
+                    .find(|e| e.kind == "codex.fileChange" && e.status.is_terminal())
+            })
+            .await
+        }
+    };
+
+    // ---- approved: the file is written -------------------------------------------------
+    let adapter = Adapter::start(&cp, &home, &codex, "waymark patch one: add the file");
+    let task = new_task(&cp, &mut seen).await;
+    let d = pending_approval(&cp, &task).await;
+    eprintln!(
+        "file-change approval in the inbox at {:?}",
+        started.elapsed()
+    );
+    check(&d, &approved, "written after approval");
+    assert!(!approved.exists(), "nothing is written before the answer");
+    let asked = Instant::now();
+    answer(&phone, &cp, &task, &d, Operation::Approve, "approve").await;
+    within(TURN, "the approved file written", || async {
+        approved.exists().then_some(())
+    })
+    .await;
+    eprintln!("approve → file written in {:?}", asked.elapsed());
+    adapter.ended().await;
+    assert_eq!(
+        std::fs::read_to_string(&approved).unwrap(),
+        "written after approval\n"
+    );
+    let effect = file_effect(task.clone()).await;
+    assert_eq!(effect.status, EffectStatus::Confirmed, "{effect:?}");
+    assert_eq!(
+        effect.receipt.as_ref().unwrap()["paths"][0],
+        approved.display().to_string()
+    );
+    let t = detail(&cp, &task).await;
+    let dd = t.decisions.iter().find(|x| x.id == d.id).unwrap();
+    assert_eq!(
+        dd.delivery.as_ref().unwrap().state,
+        DeliveryState::Acknowledged
+    );
+    assert_eq!(last_assistant(&t).as_deref(), Some("Added the file."));
+
+    // ---- denied: nothing is written, the turn goes on ------------------------------------
+    let adapter = Adapter::start(&cp, &home, &codex, "waymark patch two: add another file");
+    let task = new_task(&cp, &mut seen).await;
+    let d = pending_approval(&cp, &task).await;
+    check(&d, &denied, "never written");
+    answer(&phone, &cp, &task, &d, Operation::Deny, "deny").await;
+    adapter.ended().await;
+    assert!(!denied.exists(), "the denied change was not written");
+    let effect = file_effect(task.clone()).await;
+    assert_eq!(effect.status, EffectStatus::Failed, "{effect:?}");
+    let t = detail(&cp, &task).await;
+    assert_eq!(
+        last_assistant(&t).as_deref(),
+        Some("The change was refused; going on without it.")
+    );
+    eprintln!("file changes done at {:?}", started.elapsed());
 }

@@ -333,3 +333,49 @@ async fn real_gemini_cli_approvals_reach_the_inbox_and_a_rejected_call_is_closed
         started.elapsed()
     );
 }
+
+/// Gemini CLI is killed while its shell permission waits in the inbox: the approval expires
+/// by the runtime with no option, the call is closed as not run, a late approve is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn real_gemini_cli_killed_under_a_pending_permission_expires_it_and_the_call_did_not_run() {
+    let bin = gemini_bin();
+    let cp = ControlPlane::start("alice-gemini").await;
+    let phone = cp.phone().await;
+    let scratch = tempfile::tempdir().unwrap();
+    let file = scratch.path().join("killed");
+    let model = FakeModel::start(vec![Turn {
+        prompt: "waymark turn killed".into(),
+        command: format!("touch {}", file.display()),
+        answer: "This answer never comes.".into(),
+    }])
+    .await;
+    let home = Home::new();
+    let args = AcpArgs {
+        agent_cmd: home.agent_cmd(&bin, &model, "killed"),
+        cwd: Some(home.path("work")),
+        prompt: "waymark turn killed: make the file".into(),
+        runtime: "gemini".into(),
+        title: None,
+        worker: "waymark-acp".into(),
+        approval_expires_in: None,
+    };
+    let env = format!("HOME={}", home.dir.path().display());
+    let kill = || {
+        support::kill_processes_with_env(&env);
+        // The recording `tee`s and their shell, which hold the adapter's pipe.
+        support::kill_processes_naming(&home.dir.path().display().to_string());
+    };
+    support::real_acp::killed_under_a_pending_approval(
+        &cp,
+        &phone,
+        args,
+        kill,
+        &file,
+        TURN,
+        |d, _| {
+            let ids: Vec<&str> = d.options.iter().map(|o| o.id.as_str()).collect();
+            assert!(ids.contains(&"approve") && ids.contains(&"deny"), "{ids:?}");
+        },
+    )
+    .await;
+}

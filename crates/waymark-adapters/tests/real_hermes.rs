@@ -26,6 +26,7 @@ use serde_json::{Value, json};
 use support::fake_model::{FakeModel, Shape, Turn};
 use support::{ControlPlane, Phone, within};
 use tokio_util::sync::CancellationToken;
+use waymark_adapters::acp::AcpArgs;
 use waymark_adapters::hermes::{self, HermesAcpArgs, HermesArgs, HermesCommand, MirrorArgs};
 use waymark_proto::{Decision, DecisionStatus, EffectStatus, Operation, TaskDetail, TaskState};
 
@@ -486,6 +487,56 @@ async fn real_hermes_approvals_reach_the_inbox_with_its_deadline_and_the_mirror_
         "approval in the inbox at {inbox_at:?}; approved turn ended {turn_one:?} after the answer; all done in {:?}",
         started.elapsed()
     );
+}
+
+/// Hermes is killed while its command approval waits in the inbox (well inside its own 60 s
+/// wait): the approval expires by the runtime with no option, the call is closed as not run,
+/// a late approve is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn real_hermes_killed_under_a_pending_approval_expires_it_and_the_call_did_not_run() {
+    let bin = hermes_bin();
+    let cp = ControlPlane::start("alice-hermes").await;
+    let phone = cp.phone().await;
+    let scratch = tempfile::tempdir().unwrap();
+    let file = scratch.path().join("killed");
+    let model = FakeModel::start_with(
+        vec![Turn {
+            prompt: "waymark turn killed".into(),
+            command: format!("sh -c 'touch {}'", file.display()),
+            answer: "This answer never comes.".into(),
+        }],
+        Shape::TERMINAL,
+    )
+    .await;
+    let home = Home::new(&model);
+    let args = AcpArgs {
+        agent_cmd: home.agent_cmd(&bin, "killed"),
+        cwd: Some(home.path("work")),
+        prompt: "waymark turn killed: make the file".into(),
+        runtime: "hermes".into(),
+        title: None,
+        worker: "waymark-hermes".into(),
+        approval_expires_in: None,
+    };
+    let env = format!("HERMES_HOME={}", home.hermes_home().display());
+    let kill = || {
+        support::kill_processes_with_env(&env);
+        // The recording `tee`s and their shell, which hold the adapter's pipe.
+        support::kill_processes_naming(&home.dir.path().display().to_string());
+    };
+    support::real_acp::killed_under_a_pending_approval(
+        &cp,
+        &phone,
+        args,
+        kill,
+        &file,
+        TURN,
+        |d, _| {
+            let deadline = (d.expires_at - d.created_at).num_milliseconds();
+            assert!((59_000..=60_000).contains(&deadline), "{deadline}");
+        },
+    )
+    .await;
 }
 
 /// Writes state.db's schema and rows to `$WAYMARK_RECORD_DIR/hermes-state.txt` when set.

@@ -23,6 +23,7 @@ use tokio_util::sync::CancellationToken;
 use waymark_adapters::openclaw::{self, OpenClawArgs, OpenClawError};
 use waymark_proto::{
     Decision, DecisionKind, DecisionStatus, DeliveryState, EffectStatus, Operation, TaskDetail,
+    TaskState,
 };
 
 /// The version `scripts/setup-debian` installs and this test was written against.
@@ -437,6 +438,65 @@ async fn settled_effect(
     .await
 }
 
+/// Makes the session with a first turn that runs no tool, then runs the adapter on the gateway
+/// and waits until it mirrors the session (it is connected as an approver): with no approver
+/// connected the gateway denies an exec at once. Returns the adapter, its shutdown, the task.
+async fn warm_up_and_connect(
+    rt: &Runtime,
+    home: &Home,
+    gw: &Gateway,
+    cp: &ControlPlane,
+    scratch: &std::path::Path,
+) -> (
+    tokio::task::JoinHandle<Result<(), OpenClawError>>,
+    CancellationToken,
+    String,
+) {
+    let log = || gw.log_tail();
+    // A first turn that runs no tool makes the session, so that the adapter, once connected,
+    // finds it (`sessions.list`) and the test knows it is connected as an approver before a
+    // turn asks for approval (with no approver connected the gateway denies at once).
+    let warm = AgentTurn::start(rt, home, "warm-up", "hello");
+    warm.finish(gw).await;
+
+    let shutdown = CancellationToken::new();
+    let adapter = tokio::spawn(openclaw::run(
+        OpenClawArgs {
+            gateway: home.url(),
+            gateway_token: Some(GATEWAY_TOKEN.into()),
+            device_key: Some(scratch.join("device.json")),
+            client_id: "gateway-client".into(),
+            client_mode: "backend".into(),
+        },
+        cp.client.clone(),
+        shutdown.clone(),
+    ));
+    let task = within(
+        Duration::from_secs(60),
+        "the adapter to mirror the session (it is connected)",
+        log,
+        || async { cp.tasks_of("openclaw", SESSION).await.into_iter().next() },
+    )
+    .await;
+    // The warm-up turn's ledger entry is read after the sessions: the backfill is under way.
+    within(
+        Duration::from_secs(30),
+        "the task ledger noted",
+        log,
+        || async {
+            detail(cp, &task)
+                .await
+                .messages
+                .iter()
+                .any(|m| m.text.starts_with("OpenClaw task `"))
+                .then_some(())
+        },
+    )
+    .await;
+    assert!(!adapter.is_finished(), "the adapter runs: {:?}", adapter);
+    (adapter, shutdown, task)
+}
+
 // ---- the test ---------------------------------------------------------------------------------
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -468,48 +528,8 @@ async fn real_openclaw_exec_approvals_reach_the_inbox_and_the_answer_decides_whe
     let gw = Gateway::start(&rt, &home).await;
     let log = || gw.log_tail();
 
-    // A first turn that runs no tool makes the session, so that the adapter, once connected,
-    // finds it (`sessions.list`) and the test knows it is connected as an approver before a
-    // turn asks for approval (with no approver connected the gateway denies at once).
-    let warm = AgentTurn::start(&rt, &home, "warm-up", "hello");
-    warm.finish(&gw).await;
-    eprintln!("warm-up turn done at {:?}", started.elapsed());
-
-    let shutdown = CancellationToken::new();
-    let adapter = tokio::spawn(openclaw::run(
-        OpenClawArgs {
-            gateway: home.url(),
-            gateway_token: Some(GATEWAY_TOKEN.into()),
-            device_key: Some(scratch.path().join("device.json")),
-            client_id: "gateway-client".into(),
-            client_mode: "backend".into(),
-        },
-        cp.client.clone(),
-        shutdown.clone(),
-    ));
-    let task = within(
-        Duration::from_secs(60),
-        "the adapter to mirror the session (it is connected)",
-        log,
-        || async { cp.tasks_of("openclaw", SESSION).await.into_iter().next() },
-    )
-    .await;
-    // The warm-up turn's ledger entry is read after the sessions: the backfill is under way.
-    within(
-        Duration::from_secs(30),
-        "the task ledger noted",
-        log,
-        || async {
-            detail(&cp, &task)
-                .await
-                .messages
-                .iter()
-                .any(|m| m.text.starts_with("OpenClaw task `"))
-                .then_some(())
-        },
-    )
-    .await;
-    assert!(!adapter.is_finished(), "the adapter runs: {:?}", adapter);
+    let (adapter, shutdown, task) = warm_up_and_connect(&rt, &home, &gw, &cp, scratch.path()).await;
+    eprintln!("adapter connected at {:?}", started.elapsed());
 
     // ---- turn one: approved -------------------------------------------------------------
     let turn = AgentTurn::start(&rt, &home, "one", "waymark turn one: make the file");
@@ -618,6 +638,216 @@ async fn real_openclaw_exec_approvals_reach_the_inbox_and_the_answer_decides_whe
         .expect("the adapter stops")
         .unwrap();
     assert!(res.is_ok(), "{res:?}");
+    eprintln!("all done at {:?}", started.elapsed());
+    drop(gw);
+}
+
+/// The gateway is killed while an exec approval waits in the inbox, and started again (the
+/// approvals of OpenClaw are the gateway's, not the connection's: the adapter learns they are
+/// gone only from the gateway's list once it reconnects). The approval closes expired by the
+/// runtime with no option; the exec it guarded becomes `unknown` (the adapter cannot tell a
+/// gateway that died with it from one answered in OpenClaw meanwhile), never left
+/// `in_progress`; a late approve is refused; the command never ran.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn real_openclaw_gateway_killed_under_a_pending_approval_expires_it() {
+    let started = Instant::now();
+    let rt = runtime();
+    let cp = ControlPlane::start("alice-openclaw").await;
+    let phone = cp.phone().await;
+    let scratch = tempfile::tempdir().unwrap();
+    let file = scratch.path().join("killed");
+    let command = format!("touch {}", file.display());
+    let model = FakeModel::start(vec![Turn {
+        prompt: "waymark turn killed".into(),
+        command: command.clone(),
+        answer: "This answer never comes.".into(),
+    }])
+    .await;
+    let home = Home::new(&model);
+    let gw = Gateway::start(&rt, &home).await;
+    let (adapter, shutdown, task) = warm_up_and_connect(&rt, &home, &gw, &cp, scratch.path()).await;
+    let turn = AgentTurn::start(&rt, &home, "killed", "waymark turn killed: make the file");
+    let d = new_approval(&cp, &task, &command, &[], || {
+        format!("{}\n-- agent --\n{}", gw.log_tail(), turn.output())
+    })
+    .await;
+    eprintln!("approval in the inbox at {:?}", started.elapsed());
+    let request = d.intent.as_ref().unwrap()["request"].clone();
+    let key = format!(
+        "{SESSION}:{}:{}",
+        request["runId"].as_str().unwrap(),
+        request["toolCallId"].as_str().unwrap()
+    );
+    let (closed, _, gw) = support::a_dropped_connection_expires_the_approval(
+        &cp,
+        &phone,
+        &task,
+        &d,
+        GATEWAY_READY,
+        async {
+            drop(gw);
+            drop(turn);
+            Gateway::start(&rt, &home).await
+        },
+        |e| e.idempotency_key == key,
+        support::CallAfterDrop::Unknown,
+    )
+    .await;
+    assert!(
+        closed
+            .outcome
+            .unwrap()
+            .text
+            .unwrap()
+            .starts_with("OpenClaw no longer holds it"),
+    );
+    assert!(!file.exists(), "the command never ran");
+    assert!(
+        !adapter.is_finished(),
+        "the adapter reconnected and runs on"
+    );
+    shutdown.cancel();
+    let res = tokio::time::timeout(Duration::from_secs(20), adapter)
+        .await
+        .expect("the adapter stops")
+        .unwrap();
+    assert!(res.is_ok(), "{res:?}");
+    eprintln!("all done at {:?}", started.elapsed());
+    drop(gw);
+}
+
+/// A person's replan and cancel reach the real gateway, whose params for them are closed like
+/// `exec.approval.resolve`'s. With a turn under way (its exec waiting for approval), a replan
+/// with instructions is sent as `sessions.steer`: OpenClaw 2026.9.6 aborts the running run (the
+/// `openclaw agent` that started it ends "aborted"; our approval for it is void and not asked
+/// again) and starts one with the instructions — the model is asked with them, and its exec
+/// asks anew. A cancel is sent as `sessions.abort`: the gateway aborts that run too, nothing
+/// runs, and nothing waits in the inbox.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn real_openclaw_replan_steers_the_running_session_and_cancel_aborts_it() {
+    let started = Instant::now();
+    let rt = runtime();
+    let cp = ControlPlane::start("alice-openclaw").await;
+    let phone = cp.phone().await;
+    let scratch = tempfile::tempdir().unwrap();
+    let first = scratch.path().join("first");
+    let steered = scratch.path().join("steered");
+    let first_cmd = format!("touch {}", first.display());
+    let steered_cmd = format!("touch {}", steered.display());
+    let model = FakeModel::start(vec![
+        Turn {
+            prompt: "waymark turn steer".into(),
+            command: first_cmd.clone(),
+            answer: "This answer never comes.".into(),
+        },
+        Turn {
+            prompt: "waymark steered instructions".into(),
+            command: steered_cmd.clone(),
+            answer: "Nor this one.".into(),
+        },
+    ])
+    .await;
+    let home = Home::new(&model);
+    let gw = Gateway::start(&rt, &home).await;
+    let (adapter, shutdown, task) = warm_up_and_connect(&rt, &home, &gw, &cp, scratch.path()).await;
+    let mut turn = AgentTurn::start(&rt, &home, "steer", "waymark turn steer: make a file");
+    let agent_out = turn.out.clone();
+    let agent_said = || strip_ansi(&std::fs::read_to_string(&agent_out).unwrap_or_default());
+    let context = || format!("{}\n-- agent --\n{}", gw.log_tail(), agent_said());
+    let d = new_approval(&cp, &task, &first_cmd, &[], context).await;
+    eprintln!("approval in the inbox at {:?}", started.elapsed());
+
+    // ---- replan: steered ----------------------------------------------------------------------
+    let instructions = "waymark steered instructions: make the steered file instead";
+    let revision = detail(&cp, &task).await.task.plan_revision;
+    let steered_at = Instant::now();
+    phone
+        .command(
+            &task,
+            revision,
+            Operation::Replan,
+            json!({"instructions": instructions}),
+        )
+        .await;
+    let d2 = new_approval(
+        &cp,
+        &task,
+        &steered_cmd,
+        std::slice::from_ref(&d.id),
+        context,
+    )
+    .await;
+    eprintln!(
+        "replan → the steered run's approval in the inbox in {:?}",
+        steered_at.elapsed()
+    );
+    assert!(
+        model
+            .requests()
+            .iter()
+            .any(|r| r.to_string().contains(instructions)),
+        "the model was asked with the instructions"
+    );
+    let ended = tokio::time::timeout(TURN, turn.child.wait()).await;
+    assert!(
+        matches!(ended, Ok(Ok(s)) if !s.success()) && agent_said().contains("aborted"),
+        "the steer aborted the run `openclaw agent` waited on: {ended:?}\n{}",
+        context()
+    );
+    // The replan voided the approval; OpenClaw still held it at that moment, so it was asked
+    // again under the new plan, and closed when the steer aborted its run — by OpenClaw, with
+    // no option, never approved. Nothing of the first run waits in the inbox.
+    let firsts = within(
+        TURN,
+        "the first run's approvals closed",
+        context,
+        || async {
+            let t = detail(&cp, &task).await;
+            let firsts: Vec<Decision> = t
+                .decisions
+                .into_iter()
+                .filter(|x| x.question.contains(&first_cmd))
+                .collect();
+            firsts
+                .iter()
+                .all(|x| x.status != DecisionStatus::Pending)
+                .then_some(firsts)
+        },
+    )
+    .await;
+    assert_eq!(firsts[0].status, DecisionStatus::Void, "{firsts:?}");
+    for again in &firsts[1..] {
+        let out = again.outcome.clone().unwrap();
+        assert_eq!(again.status, DecisionStatus::Expired, "{again:?}");
+        assert_eq!((out.option, out.by.as_str()), (None, "runtime"));
+        assert!(
+            out.text
+                .unwrap()
+                .starts_with("OpenClaw closed it: the run that asked ended"),
+            "{again:?}"
+        );
+    }
+
+    // ---- cancel: aborted ----------------------------------------------------------------------
+    assert!(!gw.log_text().contains("aborted: rpc"), "{}", gw.log_tail());
+    let revision = detail(&cp, &task).await.task.plan_revision;
+    let cancelled_at = Instant::now();
+    phone
+        .command(&task, revision, Operation::Cancel, json!({}))
+        .await;
+    // What the gateway logs when `sessions.abort` (an RPC) aborts the session's run.
+    within(TURN, "the gateway aborting the run", context, || async {
+        gw.log_text().contains("aborted: rpc").then_some(())
+    })
+    .await;
+    eprintln!("cancel → the run aborted in {:?}", cancelled_at.elapsed());
+    let t = detail(&cp, &task).await;
+    assert_eq!(t.task.state, TaskState::Cancelled, "{:?}", t.task);
+    let d2 = t.decisions.iter().find(|x| x.id == d2.id).unwrap();
+    assert_eq!(d2.status, DecisionStatus::Void, "{d2:?}");
+    assert!(!first.exists() && !steered.exists(), "nothing ran");
+    shutdown.cancel();
+    let _ = tokio::time::timeout(Duration::from_secs(20), adapter).await;
     eprintln!("all done at {:?}", started.elapsed());
     drop(gw);
 }

@@ -315,3 +315,40 @@ async fn real_opencode_bash_permission_reaches_the_inbox_and_approve_runs_it_and
         lacking.join("\n- ")
     );
 }
+
+/// OpenCode is killed while its bash permission waits in the inbox: the approval expires by
+/// the runtime with no option, the call is closed as not run, a late approve is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn real_opencode_killed_under_a_pending_permission_expires_it_and_the_call_did_not_run() {
+    let opencode = opencode_binary();
+    let cp = ControlPlane::start("alice-opencode").await;
+    let phone = cp.phone().await;
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("work").join("killed");
+    let command = format!("touch {}", file.display());
+    let model = FakeModel::start_with(
+        vec![Turn {
+            prompt: "waymark turn killed".into(),
+            command: command.clone(),
+            answer: "This answer never comes.".into(),
+        }],
+        Shape::BASH,
+    )
+    .await;
+    let home = Home::new(&dir, &model);
+    let env = format!(
+        "OPENCODE_CONFIG={}",
+        dir.path().join("opencode.json").display()
+    );
+    real_acp::killed_under_a_pending_approval(
+        &cp,
+        &phone,
+        home.args(&opencode, "waymark turn killed: make the file"),
+        || support::kill_processes_with_env(&env),
+        &file,
+        TURN,
+        |d, session| check_offer(d, session, &command),
+    )
+    .await;
+    support::kill_processes_with_env(&env);
+}

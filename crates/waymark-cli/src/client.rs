@@ -60,6 +60,10 @@ pub(crate) enum ClientCommand {
     Approve {
         /// Decision id.
         decision: String,
+        /// Which of the approval's own ways to approve (`approve_always`, `approve_rule`…, as
+        /// `waymark inbox` lists them); without it, plain `approve`.
+        #[arg(long, value_name = "OPTION")]
+        option: Option<String>,
         /// The plan revision you were shown (`waymark show`, `waymark inbox`); without it, the
         /// mirror's current one is used and printed. A plan that moved on is a conflict.
         #[arg(long, value_name = "N")]
@@ -511,6 +515,7 @@ pub(crate) async fn run(cmd: ClientCommand, json: bool) -> CliResult {
         }
         ClientCommand::Approve {
             decision,
+            option,
             expected_revision,
             intent_digest,
             edit_command,
@@ -518,7 +523,15 @@ pub(crate) async fn run(cmd: ClientCommand, json: bool) -> CliResult {
         } => {
             let shown = (expected_revision, intent_digest);
             if edit_command.is_none() && edit_input.is_none() {
-                return decide(&c, json, &decision, Operation::Approve, None, None, shown).await;
+                let option = option.as_deref();
+                return decide(&c, json, &decision, Operation::Approve, option, None, shown).await;
+            }
+            if option.is_some() {
+                return Err(Failure::new(
+                    Exit::Usage,
+                    "usage",
+                    "`--option` and an edit do not go together: an edited intent is approved once",
+                ));
             }
             approve_edited(&c, json, &decision, edit_command, edit_input, shown).await
         }

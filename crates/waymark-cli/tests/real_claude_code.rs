@@ -21,6 +21,8 @@
 
 #[path = "real_claude_code/fake_anthropic.rs"]
 mod fake_anthropic;
+#[path = "real_claude_code/hook_recorder.rs"]
+mod hook_recorder;
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -28,6 +30,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use fake_anthropic::{FakeAnthropic, Turn};
+use hook_recorder::HookRecorder;
 use serde_json::{Value, json};
 
 /// The version `scripts/setup-debian` installs and this test was written against.
@@ -145,6 +148,11 @@ impl Setup {
 
     /// `waymark adapters claude-code install` into the project's local settings.
     fn install(&self, server: &str, timeout: u64) {
+        self.install_with(server, timeout, &[]);
+    }
+
+    /// `install` with more of its flags (`--gate Bash --defer`).
+    fn install_with(&self, server: &str, timeout: u64, more: &[&str]) {
         let mut c = waymark();
         c.args([
             "adapters",
@@ -155,13 +163,19 @@ impl Setup {
             server,
         ])
         .args(["--timeout", &timeout.to_string(), "--settings"])
-        .arg(self.path("project/.claude/settings.local.json"));
+        .arg(self.path("project/.claude/settings.local.json"))
+        .args(more);
         run_ok(c);
     }
 
     /// `claude -p PROMPT --output-format json` in the project, in a process group of its own
     /// (killed, with whatever it started, when dropped).
     fn start(&self, prompt: &str) -> Claude {
+        self.start_with(&["-p", prompt])
+    }
+
+    /// `claude ARGS --output-format json` (`-p PROMPT`, or `-p --resume SESSION`).
+    fn start_with(&self, args: &[&str]) -> Claude {
         let bin_dir = Path::new(env!("CARGO_BIN_EXE_waymark")).parent().unwrap();
         // The SessionStart command hook runs `waymark` from PATH, as for a user.
         let path = std::env::join_paths(
@@ -171,7 +185,8 @@ impl Setup {
         .unwrap();
         let out = self.path(&format!("claude-{}.out", rand_suffix()));
         let mut cmd = tokio::process::Command::new(&self.claude);
-        cmd.args(["-p", prompt, "--output-format", "json"])
+        cmd.args(args)
+            .args(["--output-format", "json"])
             .current_dir(self.path("project"))
             .env_clear()
             .env("PATH", path)
@@ -338,39 +353,24 @@ async fn one_run_one_attempt(server: &str, token: &str, result: &Value, prompt: 
 
 // ---- the story -------------------------------------------------------------------------------
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn claude_code_asks_the_inbox_and_does_what_the_person_or_its_timeout_decided() {
+/// A served control plane with alice's worker token and paired phone, and a private Claude
+/// Code whose model plays `turns`.
+struct World {
+    setup: Setup,
+    server: Serving,
+    url: String,
+    phone: PathBuf,
+}
+
+/// `turns` is given the project directory (where the commands make their files).
+async fn world(turns: impl FnOnce(&Path) -> Vec<Turn>) -> World {
     let claude = claude_binary();
     let dir = tempfile::tempdir().unwrap();
     for d in ["data", "device", "home/.claude", "project/.claude", "tmp"] {
         std::fs::create_dir_all(dir.path().join(d)).unwrap();
     }
     let project = dir.path().join("project").canonicalize().unwrap();
-    let file = |name: &str| project.join(name);
-    let turns = vec![
-        Turn {
-            prompt: "make the approved file".into(),
-            command: format!("touch {}", file("approved").display()),
-            answer: "Approved run finished.".into(),
-        },
-        Turn {
-            prompt: "make the denied file".into(),
-            command: format!("touch {}", file("denied").display()),
-            answer: "Denied run finished.".into(),
-        },
-        Turn {
-            prompt: "make the unanswered file".into(),
-            command: format!("touch {}", file("unanswered").display()),
-            answer: "Unanswered run finished.".into(),
-        },
-        Turn {
-            prompt: "make the file the person will rename".into(),
-            command: format!("touch {}", file("asked").display()),
-            answer: "Edited run finished.".into(),
-        },
-    ];
-    let model = FakeAnthropic::start(turns.clone()).await;
-
+    let model = FakeAnthropic::start(turns(&project)).await;
     let data = dir.path().join("data");
     admin(&data, &["user", "add", "alice"]);
     let token = admin(
@@ -391,13 +391,56 @@ async fn claude_code_asks_the_inbox_and_does_what_the_person_or_its_timeout_deci
         &phone,
         &["pair", &link, "--name", "alice's phone", "--json"],
     );
+    World {
+        setup: Setup {
+            dir,
+            claude,
+            model,
+            token,
+        },
+        server,
+        url,
+        phone,
+    }
+}
 
-    let setup = Setup {
-        dir,
-        claude,
-        model,
-        token: token.clone(),
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn claude_code_asks_the_inbox_and_does_what_the_person_or_its_timeout_decided() {
+    let turns = |project: &Path| {
+        let file = |name: &str| project.join(name);
+        vec![
+            Turn {
+                prompt: "make the approved file".into(),
+                command: format!("touch {}", file("approved").display()),
+                answer: "Approved run finished.".into(),
+            },
+            Turn {
+                prompt: "make the denied file".into(),
+                command: format!("touch {}", file("denied").display()),
+                answer: "Denied run finished.".into(),
+            },
+            Turn {
+                prompt: "make the unanswered file".into(),
+                command: format!("touch {}", file("unanswered").display()),
+                answer: "Unanswered run finished.".into(),
+            },
+            Turn {
+                prompt: "make the file the person will rename".into(),
+                command: format!("touch {}", file("asked").display()),
+                answer: "Edited run finished.".into(),
+            },
+        ]
     };
+    let World {
+        setup,
+        server,
+        url,
+        phone,
+    } = world(turns).await;
+    let token = setup.token.clone();
+    let project = setup.path("project").canonicalize().unwrap();
+    let turns = turns(&project);
+    let file = |name: &str| project.join(name);
     setup.install(&url, 120);
 
     // 1. Approved from the device: the command runs, the effect gets its receipt.
@@ -564,4 +607,149 @@ async fn claude_code_asks_the_inbox_and_does_what_the_person_or_its_timeout_deci
         );
     }
     drop(server);
+}
+
+/// The hook calls of a run whose event is `event`, in order.
+fn calls_of<'a>(calls: &'a [Value], event: &str) -> Vec<&'a Value> {
+    calls
+        .iter()
+        .filter(|c| c["input"]["hook_event_name"] == event)
+        .collect()
+}
+
+/// `defer` and `addRules` as the real Claude Code does them, through a recording proxy
+/// (`WAYMARK_RECORD_FIXTURES` keeps the hook calls: how
+/// `waymark-server/tests/fixtures/claude-code/real-2.1.328/{defer,rules}.calls.jsonl` were
+/// recorded).
+///
+/// 1. `install --gate Bash --defer`: the gated `PreToolUse` is answered `defer`; `claude -p`
+///    ends at once with `stop_reason: tool_deferred` and nothing run; the approval waits in the
+///    inbox, durable. Approved on the phone; `claude -p --resume SESSION` fires `PreToolUse`
+///    again, is answered `allow`, and the command runs.
+/// 2. A command Claude Code suggests an `addRules` for: approved on the phone with
+///    `approve_always` — the `PermissionRequest` is answered `allow` with that rule as
+///    `updatedPermissions`, the command runs, and Claude Code writes the rule to the project's
+///    local settings.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn claude_code_defers_until_a_person_answers_and_allow_always_adds_its_rule() {
+    let rule_command = "python3 -c 'print(40 + 2)'";
+    let turns = |project: &Path| {
+        vec![
+            Turn {
+                prompt: "make the deferred file".into(),
+                command: format!("touch {}", project.join("deferred").display()),
+                answer: "Deferred run finished.".into(),
+            },
+            Turn {
+                prompt: "print a number with python".into(),
+                command: rule_command.into(),
+                answer: "Rule run finished.".into(),
+            },
+        ]
+    };
+    let w = world(turns).await;
+    let project = w.setup.path("project").canonicalize().unwrap();
+    let turns = turns(&project);
+    let recorder = HookRecorder::start(&w.url).await;
+
+    // ---- 1. defer, then resume ------------------------------------------------------------
+    w.setup
+        .install_with(&recorder.url, 120, &["--gate", "Bash", "--defer"]);
+    let started = Instant::now();
+    let result = w.setup.start(&turns[0].prompt).result().await;
+    assert_eq!(result["stop_reason"], "tool_deferred", "{result}");
+    assert_eq!(result["deferred_tool_use"]["name"], "Bash", "{result}");
+    assert!(!project.join("deferred").exists(), "nothing ran yet");
+    let session = result["session_id"].as_str().unwrap().to_owned();
+    let item = pending_in_inbox(&w.phone, &turns[0].command).await;
+    eprintln!(
+        "deferred: approval in the inbox {:?} after the run started",
+        started.elapsed()
+    );
+    assert_eq!(item["decision"]["durability"], "durable", "{item}");
+    let decision = item["decision"]["id"].as_str().unwrap().to_owned();
+    device(&w.phone, &["approve", &decision, "--json"]);
+    let resumed = Instant::now();
+    let result = w
+        .setup
+        .start_with(&["-p", "--resume", &session])
+        .result()
+        .await;
+    eprintln!("resume → run ended in {:?}", resumed.elapsed());
+    assert!(project.join("deferred").exists(), "the resumed run ran it");
+    assert_eq!(result["stop_reason"], "end_turn", "{result}");
+    assert!(
+        result["result"].as_str().unwrap().contains("[tool ok"),
+        "{result}"
+    );
+    let calls = recorder.take("defer");
+    let pre = calls_of(&calls, "PreToolUse");
+    assert_eq!(pre.len(), 2, "asked once, again on resume: {calls:#?}");
+    let said = |c: &Value| c["output"]["hookSpecificOutput"]["permissionDecision"].clone();
+    assert_eq!(said(pre[0]), "defer");
+    assert_eq!(said(pre[1]), "allow");
+    assert_eq!(
+        pre[0]["input"]["tool_use_id"], pre[1]["input"]["tool_use_id"],
+        "the resumed run asks about the same call"
+    );
+    let starts: Vec<&Value> = calls_of(&calls, "SessionStart")
+        .iter()
+        .map(|c| &c["input"]["source"])
+        .collect();
+    assert_eq!(starts, [&json!("startup"), &json!("resume")]);
+    let task = session_task(&w.url, &w.setup.token, &session).await;
+    let d = task_detail(&w.url, &w.setup.token, &task).await;
+    let dec = &d["decisions"][0];
+    assert_eq!(dec["status"], "resolved", "{dec}");
+    assert_eq!(dec["outcome"]["option"], "approve", "{dec}");
+    assert_eq!(d["effects"][0]["status"], "confirmed", "{d}");
+
+    // ---- 2. allow always: the suggested rule ----------------------------------------------
+    w.setup.install(&recorder.url, 120);
+    let mut run = w.setup.start(&turns[1].prompt);
+    let item = pending_in_inbox(&w.phone, rule_command).await;
+    let rule = format!("Bash({rule_command})");
+    let always = item["decision"]["options"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|o| o["id"] == "approve_always")
+        .unwrap_or_else(|| panic!("Claude Code suggested a rule: {item}"))
+        .clone();
+    assert_eq!(
+        always["label"],
+        format!("Allow, and add the allow rule `{rule}` in this project's local settings"),
+        "{always}"
+    );
+    let decision = item["decision"]["id"].as_str().unwrap().to_owned();
+    device(
+        &w.phone,
+        &["approve", &decision, "--option", "approve_always", "--json"],
+    );
+    let result = run.result().await;
+    assert!(
+        result["result"].as_str().unwrap().contains("[tool ok: 42]"),
+        "{result}"
+    );
+    let calls = recorder.take("rules");
+    let asked = calls_of(&calls, "PermissionRequest");
+    assert_eq!(asked.len(), 1, "{calls:#?}");
+    let suggested = &asked[0]["input"]["permission_suggestions"];
+    assert_eq!(suggested[0]["type"], "addRules", "{suggested}");
+    assert_eq!(
+        asked[0]["output"]["hookSpecificOutput"]["decision"],
+        json!({"behavior": "allow", "updatedPermissions": suggested}),
+        "allowed with Claude Code's own suggestion"
+    );
+    let settings: Value = serde_json::from_str(
+        &std::fs::read_to_string(w.setup.path("project/.claude/settings.local.json")).unwrap(),
+    )
+    .unwrap();
+    // Claude Code 2.1.328 escapes the parentheses of the rule's content when it writes it.
+    assert_eq!(
+        settings["permissions"]["allow"],
+        json!([r"Bash(python3 -c 'print\(40 + 2\)')"]),
+        "Claude Code wrote the rule to the project's local settings"
+    );
+    drop(w.server);
 }

@@ -12,6 +12,9 @@
 //! * `{"exit": CODE}` — exit at once, as a crash would;
 //! * `{"note": TEXT}` — nothing.
 //!
+//! `--convert RECORDING` prints instead the scenario that replays a real app-server's run as
+//! `waymark-record-stdio` recorded it (see [`convert`]).
+//!
 //! After the last step it reads until its stdin closes. Messages that arrive before a step
 //! wants them are kept for later steps, up to [`MAX_KEPT`]: past that the scenario does not
 //! match what the client sends, and the fake fails saying so (exit 3). Lines are read only as
@@ -40,11 +43,19 @@ const MAX_KEPT: usize = 1024;
 #[command(about = "Plays `codex app-server` from a scenario file, for tests")]
 struct Args {
     /// Scenario of each start, in order; the last one repeats.
-    #[arg(long = "scenario", value_name = "PATH", required = true)]
+    #[arg(
+        long = "scenario",
+        value_name = "PATH",
+        required_unless_present = "convert"
+    )]
     scenarios: Vec<PathBuf>,
     /// Where every received line is appended.
-    #[arg(long, value_name = "PATH")]
-    record: PathBuf,
+    #[arg(long, value_name = "PATH", required_unless_present = "convert")]
+    record: Option<PathBuf>,
+    /// Print the scenario that replays this recording (`waymark-record-stdio`'s output) and
+    /// exit.
+    #[arg(long, value_name = "RECORDING", conflicts_with = "scenarios")]
+    convert: Option<PathBuf>,
     /// How long one step may wait.
     #[arg(long, value_name = "SECONDS", default_value_t = 30)]
     step_timeout: u64,
@@ -53,6 +64,27 @@ struct Args {
 #[tokio::main(flavor = "current_thread")]
 async fn main() {
     let args = Args::parse();
+    if let Some(recording) = &args.convert {
+        let code = match std::fs::read_to_string(recording) {
+            Ok(text) => match convert(&text) {
+                Ok(steps) => {
+                    for s in steps {
+                        println!("{s}");
+                    }
+                    0
+                }
+                Err(e) => {
+                    eprintln!("waymark-fake-codex: {}: {e}", recording.display());
+                    3
+                }
+            },
+            Err(e) => {
+                eprintln!("waymark-fake-codex: {}: {e}", recording.display());
+                3
+            }
+        };
+        std::process::exit(code);
+    }
     let code = match play(&args).await {
         Ok(code) => code,
         Err(e) => {
@@ -76,8 +108,55 @@ fn next_run(record: &Path) -> Result<usize, String> {
     Ok(n)
 }
 
+/// The scenario that replays a recorded run (`{"t", "dir": "in" | "out", "message"}` lines in
+/// the order they crossed): each client request becomes an `expect` answered with what the
+/// app-server answered it (its response, found by id), each client notification an `expect`,
+/// each client answer to an app-server request an `expect_answer`, and everything else the
+/// app-server wrote a `send`, in place. The first step notes where it came from.
+fn convert(text: &str) -> Result<Vec<Value>, String> {
+    let lines: Vec<Value> = text
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .enumerate()
+        .map(|(i, l)| serde_json::from_str(l).map_err(|e| format!("line {}: {e}", i + 1)))
+        .collect::<Result<_, _>>()?;
+    let is_response = |m: &Value| m.get("method").is_none() && m.get("id").is_some();
+    let mut steps = vec![
+        json!({"note": "Converted by `waymark-fake-codex --convert` from a real `codex app-server` run recorded by `waymark-record-stdio` (`WAYMARK_RECORD_FIXTURES`); see docs/adapters/codex.md."}),
+    ];
+    for entry in &lines {
+        let m = &entry["message"];
+        match entry["dir"].as_str() {
+            Some("in") if is_response(m) => steps.push(json!({"expect_answer": m["id"]})),
+            Some("in") => {
+                let method = m["method"]
+                    .as_str()
+                    .ok_or("a client message without a method")?;
+                let mut step = json!({"expect": method});
+                if let Some(id) = m.get("id") {
+                    let answer = lines.iter().find(|e| {
+                        e["dir"] == "out" && is_response(&e["message"]) && e["message"]["id"] == *id
+                    });
+                    match answer.map(|e| &e["message"]) {
+                        Some(a) if a.get("error").is_some() => step["error"] = a["error"].clone(),
+                        Some(a) => step["reply"] = a["result"].clone(),
+                        // Never answered (the app-server died first): the step only waits.
+                        None => {}
+                    }
+                }
+                steps.push(step);
+            }
+            Some("out") if is_response(m) => {}
+            Some("out") => steps.push(json!({"send": m})),
+            other => return Err(format!("a line with `dir` {other:?}")),
+        }
+    }
+    Ok(steps)
+}
+
 async fn play(args: &Args) -> Result<i32, String> {
-    let run = next_run(&args.record)?;
+    let record_path = args.record.as_deref().ok_or("`--record` is required")?;
+    let run = next_run(record_path)?;
     let scenario = &args.scenarios[run.min(args.scenarios.len() - 1)];
     let text =
         std::fs::read_to_string(scenario).map_err(|e| format!("{}: {e}", scenario.display()))?;
@@ -94,8 +173,8 @@ async fn play(args: &Args) -> Result<i32, String> {
     let mut record = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
-        .open(&args.record)
-        .map_err(|e| format!("{}: {e}", args.record.display()))?;
+        .open(record_path)
+        .map_err(|e| format!("{}: {e}", record_path.display()))?;
     let (tx, inbox) = mpsc::channel(INBOX);
     tokio::spawn(async move {
         let mut lines = BufReader::new(tokio::io::stdin()).lines();
@@ -120,8 +199,7 @@ async fn play(args: &Args) -> Result<i32, String> {
         inbox,
         backlog: VecDeque::new(),
         out: tokio::io::stdout(),
-        dir: args
-            .record
+        dir: record_path
             .parent()
             .map(Path::to_path_buf)
             .unwrap_or_default(),

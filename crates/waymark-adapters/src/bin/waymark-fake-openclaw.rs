@@ -178,6 +178,11 @@ async fn serve(gw: Shared, stream: TcpStream) -> Result<(), String> {
             .get(index)
             .cloned()
             .unwrap_or(Value::Null);
+        // A gateway started again forgets the exec approvals it held (they lived in the
+        // process, with the runs that asked them).
+        if script.get("restarted").and_then(Value::as_bool) == Some(true) {
+            g.pending.clear();
+        }
         (index, script)
     };
     let drop_after = script.get("dropAfterFrames").and_then(Value::as_u64);

@@ -48,6 +48,48 @@ impl Closed {
     }
 }
 
+/// The decision the adapter sent Codex for one approval request, once it went out (set just
+/// before it is written, so a crash while writing counts as sent).
+#[derive(Debug, Clone, Default)]
+pub(super) struct Sent(Arc<OnceLock<Value>>);
+
+impl Sent {
+    fn set(&self, decision: &Value) {
+        let _ = self.0.set(decision.clone());
+    }
+
+    /// Whether what went out (if anything) lets the item run: an accept of any kind. Nothing
+    /// sent, `decline` and `cancel` do not.
+    fn lets_it_run(&self) -> bool {
+        self.0
+            .get()
+            .is_some_and(|d| !matches!(decision_name(d), Some("decline" | "cancel")))
+    }
+}
+
+/// An approval request Codex made for an item, kept until the item ends: whether the item can
+/// have run when its turn or its connection ends without Codex saying.
+#[derive(Debug, Clone)]
+pub(super) struct Asked {
+    pub(super) sent: Sent,
+    /// `serverRequest/resolved` came for it.
+    pub(super) resolved: CancellationToken,
+}
+
+impl Asked {
+    /// Whether the item certainly did not run, its request still unanswered (or refused)
+    /// when the turn or the connection ended: Codex runs a command or applies a change only
+    /// on an accept, and none went out from here nor, as far as Codex said, from anywhere
+    /// else (a request Codex resolved before any answer from here may have been accepted in
+    /// another client).
+    pub(super) fn certainly_not_run(&self) -> bool {
+        match self.sent.0.get() {
+            Some(_) => !self.sent.lets_it_run(),
+            None => !self.resolved.is_cancelled(),
+        }
+    }
+}
+
 /// What the adapter's loop keeps of an approval in flight, to wake it.
 #[derive(Debug)]
 pub(super) struct Handle {
@@ -245,6 +287,7 @@ pub(super) struct Job {
     pub(super) resolved: CancellationToken,
     pub(super) item_done: CancellationToken,
     pub(super) withdrawn: Closed,
+    pub(super) sent: Sent,
 }
 
 /// Opens the approval, waits for a person (or the end of the connection, or Codex resolving
@@ -271,6 +314,7 @@ pub(super) async fn carry(job: Job) {
         Err(e) => {
             // Nobody can be asked: refuse rather than let Codex run unseen.
             tracing::warn!(error = %e, request = %job.request_id, "cannot open the approval; declining in Codex");
+            job.sent.set(&offer.decision(None));
             let _ = job
                 .peer
                 .respond(&job.request_id, json!({"decision": offer.decision(None)}))
@@ -330,6 +374,7 @@ pub(super) async fn carry(job: Job) {
         }
         return;
     }
+    job.sent.set(&sends);
     if let Err(e) = job
         .peer
         .respond(&job.request_id, json!({"decision": sends}))
@@ -470,6 +515,37 @@ mod tests {
                 .gives_up
                 .contains("interrupts the whole turn")
         );
+    }
+
+    /// An item whose turn or connection ended without Codex saying how it ended is closed as
+    /// not run only when no accept went out for it and Codex did not resolve its request
+    /// elsewhere; otherwise it may have run, and stays unknown.
+    #[test]
+    fn an_item_is_certainly_not_run_only_when_no_accept_went_out() {
+        let asked = || Asked {
+            sent: Sent::default(),
+            resolved: CancellationToken::new(),
+        };
+        let unanswered = asked();
+        assert!(unanswered.certainly_not_run());
+        let elsewhere = asked();
+        elsewhere.resolved.cancel();
+        assert!(!elsewhere.certainly_not_run(), "maybe accepted elsewhere");
+        for (sent, not_run) in [
+            (json!("decline"), true),
+            (json!("cancel"), true),
+            (json!("accept"), false),
+            (json!("acceptForSession"), false),
+            (
+                json!({"acceptWithExecpolicyAmendment": {"execpolicy_amendment": ["touch"]}}),
+                false,
+            ),
+        ] {
+            let a = asked();
+            a.sent.set(&sent);
+            a.resolved.cancel();
+            assert_eq!(a.certainly_not_run(), not_run, "{sent}");
+        }
     }
 
     #[test]

@@ -77,18 +77,30 @@ struct Session {
     /// Ledger entries noted on the task: OpenClaw task id → status.
     ledger: HashMap<String, String>,
     /// Tool calls under way: effect key → where their end goes.
-    tools: HashMap<String, oneshot::Sender<ToolEnd>>,
+    tools: HashMap<String, oneshot::Sender<Ended>>,
     /// A replan's instructions still to send.
     steer: Option<(i64, String)>,
 }
 
-/// How a tool call ended.
+/// How a tool call ended, as OpenClaw reported it: `{result}` as the receipt, or what went
+/// wrong.
 type ToolEnd = Result<Value, String>;
+
+/// What the adapter learnt of a tool call's end.
+#[derive(Debug)]
+enum Ended {
+    /// OpenClaw reported it.
+    Reported(ToolEnd),
+    /// OpenClaw never will, and nobody can say whether it ran: why.
+    Unknown(String),
+}
 
 /// An exec approval the gateway holds and we mirror.
 struct Approval {
     run: Arc<Run>,
     decision_id: String,
+    /// The tool call it guards: (session key, effect key), from the request.
+    tool: Option<(String, String)>,
     expires_at_ms: i64,
     state: ApprovalState,
 }
@@ -687,6 +699,11 @@ impl Adapter {
                 Approval {
                     run: run.clone(),
                     decision_id: d.id.clone(),
+                    tool: d
+                        .intent
+                        .as_ref()
+                        .and_then(|i| i.get("request"))
+                        .and_then(guarded_tool),
                     expires_at_ms,
                     state,
                 },
@@ -851,6 +868,7 @@ impl Adapter {
                     Approval {
                         run,
                         decision_id: d.id,
+                        tool: guarded_tool(&request),
                         expires_at_ms,
                         state: ApprovalState::Open,
                     },
@@ -1022,14 +1040,24 @@ impl Adapter {
             return;
         };
         let decision = str_of(payload, &["decision"]).unwrap_or_else(|| "?".into());
-        let by = str_of(payload, &["resolvedBy"])
+        let resolved_by = str_of(payload, &["resolvedBy"]);
+        let by = resolved_by
+            .as_deref()
             .map(|b| format!(" by {b}"))
             .unwrap_or_default();
         match &a.state {
             ApprovalState::Open => {
-                let reason = format!(
-                    "answered in OpenClaw itself ({decision}{by}) before anyone answered here"
-                );
+                // OpenClaw 2026.9.6 closes the approvals of a run it aborted (a steer, an
+                // abort) itself, as `deny` by `approval-scope-closed`: nobody answered it.
+                let reason = if resolved_by.as_deref() == Some(SCOPE_CLOSED) {
+                    format!(
+                        "OpenClaw closed it: the run that asked ended before anyone answered ({decision}{by})"
+                    )
+                } else {
+                    format!(
+                        "answered in OpenClaw itself ({decision}{by}) before anyone answered here"
+                    )
+                };
                 match a.run.expire_decision(&a.decision_id, &reason).await {
                     Ok(_) => tracing::info!(approval = %id, %reason, "expired our approval"),
                     Err(e) => {
@@ -1061,6 +1089,17 @@ impl Adapter {
         let Some(a) = self.close(id) else {
             return;
         };
+        // Its exec will never be reported, and whether it ran cannot be asked: the approval
+        // may have been answered in OpenClaw itself while the adapter was away (or, when the
+        // gateway restarted, died unanswered with it — which the adapter cannot tell apart).
+        if let Some((session, effect)) = &a.tool
+            && let Some(Slot::Live(s)) = self.sessions.get_mut(session)
+            && let Some(tx) = s.tools.remove(effect)
+        {
+            let _ = tx.send(Ended::Unknown(format!(
+                "{why}; OpenClaw will not report this call's end, and whether it ran cannot be asked"
+            )));
+        }
         match &a.state {
             ApprovalState::Open => {
                 if let Err(e) = a.run.expire_decision(&a.decision_id, why).await {
@@ -1124,11 +1163,11 @@ impl Adapter {
             }
             Some(end) => {
                 if let Some(tx) = s.tools.remove(&effect_key) {
-                    let _ = tx.send(end);
+                    let _ = tx.send(Ended::Reported(end));
                 } else {
                     // The start was missed (or seen by an earlier adapter): record the end.
                     let (tx, rx) = oneshot::channel();
-                    let _ = tx.send(end);
+                    let _ = tx.send(Ended::Reported(end));
                     let intent = tool_intent(&ev.name, &ev.key, &ev.run_id, &ev.call, None);
                     self.background
                         .spawn(mirror_tool(run, effect_key, ev.name, intent, rx));
@@ -1357,14 +1396,28 @@ impl ToolEvent {
     }
 }
 
+/// Who OpenClaw names as resolving the approvals of a run that ended (aborted by a steer or an
+/// abort) before they were answered.
+const SCOPE_CLOSED: &str = "approval-scope-closed";
+
+/// The tool call an exec approval request guards, `(sessionKey, sessionKey:runId:toolCallId)` —
+/// the key its `session.tool` events give its effect.
+fn guarded_tool(request: &Value) -> Option<(String, String)> {
+    let session = str_of(request, &["sessionKey"])?;
+    let run = str_of(request, &["runId"])?;
+    let call = str_of(request, &["toolCallId"])?;
+    let effect = format!("{session}:{run}:{call}");
+    Some((session, effect))
+}
+
 /// The tool call's end, read once by whichever of the call or the reconciler asks first.
 #[derive(Clone)]
-struct ToolOutcome(Arc<Mutex<Option<oneshot::Receiver<ToolEnd>>>>);
+struct ToolOutcome(Arc<Mutex<Option<oneshot::Receiver<Ended>>>>);
 
 impl ToolOutcome {
     /// Waits for the end; pends forever if the adapter stops first (the effect then stays
     /// `in_progress` for the next adapter to finish).
-    async fn wait(&self) -> Option<ToolEnd> {
+    async fn wait(&self) -> Option<Ended> {
         let rx = self.0.lock().await.take()?;
         match rx.await {
             Ok(end) => Some(end),
@@ -1376,11 +1429,12 @@ impl ToolOutcome {
 impl Reconciler for ToolOutcome {
     async fn query(&self, _ctx: &waymark_worker::EffectCtx) -> ProviderStatus {
         match self.wait().await {
-            Some(Ok(receipt)) => ProviderStatus::Confirmed(receipt),
-            Some(Err(reason)) => ProviderStatus::Failed {
+            Some(Ended::Reported(Ok(receipt))) => ProviderStatus::Confirmed(receipt),
+            Some(Ended::Reported(Err(reason))) => ProviderStatus::Failed {
                 compensable: false,
                 reason,
             },
+            Some(Ended::Unknown(reason)) => ProviderStatus::Unknown { reason },
             None => ProviderStatus::Unknown {
                 reason: "OpenClaw's report of the tool's end was already used".into(),
             },
@@ -1393,7 +1447,7 @@ async fn mirror_tool(
     key: String,
     name: String,
     intent: Value,
-    rx: oneshot::Receiver<ToolEnd>,
+    rx: oneshot::Receiver<Ended>,
 ) {
     let outcome = ToolOutcome(Arc::new(Mutex::new(Some(rx))));
     let call = outcome.clone();
@@ -1401,11 +1455,12 @@ async fn mirror_tool(
         .effect(key.clone(), format!("openclaw.{name}"), intent)
         .run(&outcome, |_ctx| async move {
             match call.wait().await {
-                Some(Ok(receipt)) => Ok(receipt),
-                Some(Err(reason)) => Err(ProviderError::Failed {
+                Some(Ended::Reported(Ok(receipt))) => Ok(receipt),
+                Some(Ended::Reported(Err(reason))) => Err(ProviderError::Failed {
                     compensable: false,
                     reason,
                 }),
+                Some(Ended::Unknown(reason)) => Err(ProviderError::Unknown { reason }),
                 None => Err(ProviderError::Unknown {
                     reason: "OpenClaw's report of the tool's end was already used".into(),
                 }),

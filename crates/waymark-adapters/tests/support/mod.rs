@@ -80,6 +80,27 @@ pub fn kill_processes_with_env(needle: &str) {
     }
 }
 
+/// Kills every process whose command line names `needle` (a test's private directory): the
+/// shell and `tee`s a recording `--agent-cmd` wraps a runtime in, which otherwise keep the
+/// adapter's pipe open after the runtime itself is gone.
+pub fn kill_processes_naming(needle: &str) {
+    let me = std::process::id().to_string();
+    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if name.parse::<i32>().is_err() || name == me {
+            continue;
+        }
+        let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else {
+            continue;
+        };
+        if String::from_utf8_lossy(&cmdline).contains(needle) {
+            let _ = std::process::Command::new("kill")
+                .args(["-KILL", &name])
+                .status();
+        }
+    }
+}
+
 /// One request; the body is JSON when it parses, else the text as a JSON string.
 pub async fn http(
     method: reqwest::Method,
@@ -255,4 +276,116 @@ impl Phone {
         assert_eq!(body["status"], "applied", "{body}");
         body
     }
+}
+
+/// What a dropped connection must leave of the call its approval guarded.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum CallAfterDrop {
+    /// Closed as not run (`failed`, its receipt saying "not run"): the runtime makes it
+    /// certain (the call waited on the approval, and the runtime holding it is gone).
+    NotRun,
+    /// `unknown`: nothing makes it certain (the approval outlived the connection and may have
+    /// been answered elsewhere).
+    Unknown,
+}
+
+/// What a runtime connection dropped under a pending approval must leave, whatever the
+/// runtime: `drop_it` drops it (kills the runtime, or its gateway, and starts it again where
+/// that is how the adapter finds out; its output is returned); then, within `limit`, the
+/// approval `d` closes `expired` by the runtime with no option (never approved) and no
+/// delivery, the effect `is_call` finds leaves `in_progress` as `call` says (never guessed),
+/// and a person's late `approve` is refused, saying the decision expired (`decision_closed`)
+/// or, when the adapter ended the task with its runtime, that the task is over
+/// (`task_terminal`). Returns the closed decision, the effect and what `drop_it` gave; prints
+/// how long the close took.
+#[allow(clippy::too_many_arguments)]
+pub async fn a_dropped_connection_expires_the_approval<T>(
+    cp: &ControlPlane,
+    phone: &Phone,
+    task: &str,
+    d: &waymark_proto::Decision,
+    limit: Duration,
+    drop_it: impl Future<Output = T>,
+    is_call: impl Fn(&waymark_proto::Effect) -> bool,
+    call: CallAfterDrop,
+) -> (waymark_proto::Decision, waymark_proto::Effect, T) {
+    use waymark_proto::{DecisionStatus, EffectStatus};
+    let dropped = std::time::Instant::now();
+    let dropped_with = drop_it.await;
+    let closed = within(
+        limit,
+        "the approval closed by the dropped connection",
+        String::new,
+        || async {
+            cp.detail(task)
+                .await
+                .decisions
+                .into_iter()
+                .find(|x| x.id == d.id && x.status != DecisionStatus::Pending)
+        },
+    )
+    .await;
+    eprintln!(
+        "connection dropped → approval closed in {:?}",
+        dropped.elapsed()
+    );
+    assert_eq!(closed.status, DecisionStatus::Expired, "{closed:?}");
+    let outcome = closed
+        .outcome
+        .clone()
+        .expect("a closed decision has an outcome");
+    assert_eq!(outcome.option, None, "expired with no option: {outcome:?}");
+    assert_eq!(outcome.by, "runtime", "{outcome:?}");
+    assert!(
+        outcome.text.as_deref().is_some_and(|t| !t.is_empty()),
+        "the close says why: {outcome:?}"
+    );
+    assert!(
+        closed.delivery.is_none(),
+        "nothing was answered: {closed:?}"
+    );
+    let effect = within(limit, "the call's effect closed", String::new, || async {
+        cp.detail(task).await.effects.into_iter().find(|e| {
+            is_call(e) && e.status != EffectStatus::InProgress && e.status != EffectStatus::Intended
+        })
+    })
+    .await;
+    eprintln!(
+        "connection dropped → effect closed in {:?}",
+        dropped.elapsed()
+    );
+    if call == CallAfterDrop::Unknown {
+        assert_eq!(effect.status, EffectStatus::Unknown, "{effect:?}");
+    } else {
+        assert_eq!(effect.status, EffectStatus::Failed, "{effect:?}");
+        let why = effect
+            .receipt
+            .as_ref()
+            .map(|r| r["error"].to_string())
+            .unwrap_or_default();
+        assert!(
+            why.contains("not run"),
+            "the effect says it was not run: {effect:?}"
+        );
+    }
+    // A person who answers late is told the decision is closed, not silently ignored.
+    let revision = cp.detail(task).await.task.plan_revision;
+    let args = serde_json::json!({
+        "decision_id": d.id, "intent_digest": d.intent_digest, "option": "approve",
+    });
+    let (status, body) = phone.submit(task, revision, Operation::Approve, args).await;
+    assert_ne!(status, 200, "a late approve is refused: {body}");
+    assert_eq!(body["status"], "rejected", "{body}");
+    // Where the adapter ended the task with its runtime (an ACP session does not outlive its
+    // agent), the refusal names the task's end first; else the decision's.
+    let detail = body["detail"].as_str().unwrap_or_default();
+    match body["reason"].as_str() {
+        Some("decision_closed") => assert!(detail.contains("expired"), "{body}"),
+        Some("task_terminal") => assert!(
+            cp.detail(task).await.task.state.is_terminal() && detail.contains("the task is"),
+            "{body}"
+        ),
+        _ => panic!("a late approve is refused as `decision_closed` or `task_terminal`: {body}"),
+    }
+    (closed, effect, dropped_with)
 }

@@ -185,3 +185,70 @@ pub fn messages(t: &TaskDetail) -> Vec<(String, String)> {
         .map(|m| (m.role.clone(), m.text.clone()))
         .collect()
 }
+
+/// One ACP turn whose agent is killed while its permission request waits in the inbox: the
+/// adapter runs with `args` (a prompt that makes the agent's model ask to run a command that
+/// makes `file`); once the approval is pending, `check` looks at it (with the session id), then
+/// `kill` kills the agent (every process whose environment holds a variable private to it,
+/// and any wrapper that would keep its pipe open). The approval must expire by the runtime with no option, the call it guarded be
+/// closed as not run, a late approve be refused (`super::a_dropped_connection_expires_the_approval`),
+/// the file never appear and the adapter end saying the agent exited. Returns the closed
+/// approval and the call's effect.
+pub async fn killed_under_a_pending_approval(
+    cp: &ControlPlane,
+    phone: &Phone,
+    args: AcpArgs,
+    kill: impl FnOnce(),
+    file: &Path,
+    limit: Duration,
+    check: impl FnOnce(&Decision, &str),
+) -> (Decision, Effect) {
+    let runtime = args.runtime.clone();
+    let started = Instant::now();
+    let adapter = Adapter::start(cp, args);
+    let (task, session) = new_task(cp, &runtime, &mut Vec::new(), limit).await;
+    let d = pending_approval(cp, &task, limit).await;
+    eprintln!(
+        "{runtime}: approval in the inbox at {:?}",
+        started.elapsed()
+    );
+    check(&d, &session);
+    let (closed, effect, ()) = super::a_dropped_connection_expires_the_approval(
+        cp,
+        phone,
+        &task,
+        &d,
+        limit,
+        async { kill() },
+        // The call the approval guards: linked to it, or named by its request.
+        |e| {
+            e.intent["approval"] == d.id.as_str()
+                || d.intent.as_ref().is_some_and(|i| {
+                    i["toolCall"]["toolCallId"].is_string()
+                        && i["toolCall"]["toolCallId"] == e.intent["toolCallId"]
+                })
+        },
+        super::CallAfterDrop::NotRun,
+    )
+    .await;
+    let text = closed
+        .outcome
+        .as_ref()
+        .and_then(|o| o.text.clone())
+        .unwrap_or_default();
+    assert!(
+        text.contains("the agent process exited"),
+        "the approval says the agent went away: {text}"
+    );
+    assert!(!file.exists(), "the command never ran");
+    match adapter.ended(limit).await {
+        Err(AcpError::AgentExited(why)) => assert!(why.contains("exited"), "{why}"),
+        other => panic!("the adapter ends saying the agent exited: {other:?}"),
+    }
+    assert!(!file.exists(), "the command never ran");
+    eprintln!(
+        "{runtime}: killed-agent turn done at {:?}",
+        started.elapsed()
+    );
+    (closed, effect)
+}

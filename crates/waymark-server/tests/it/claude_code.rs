@@ -795,3 +795,119 @@ async fn a_run_end_after_stop_starts_no_second_attempt() {
         2
     );
 }
+
+/// Hook calls recorded from the real Claude Code 2.1.328 through a proxy, with what the server
+/// answered each: `{"t", "input", "status", "output"}` a line (`real-2.1.328/*.calls.jsonl`,
+/// recorded by `waymark-cli/tests/real_claude_code.rs` with `WAYMARK_RECORD_FIXTURES`).
+fn recorded_calls(name: &str) -> Vec<Value> {
+    recorded(&format!("{name}.calls"))
+}
+
+/// An answer with its decision ids (new in every run) written `dec_…`.
+fn without_ids(v: &Value) -> Value {
+    let text = v.to_string();
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text.as_str();
+    while let Some(at) = rest.find("dec_") {
+        out.push_str(&rest[..at]);
+        out.push_str("dec_…");
+        rest = rest[at + 4..].trim_start_matches(|c: char| c.is_ascii_alphanumeric());
+    }
+    out.push_str(rest);
+    serde_json::from_str(&out).unwrap()
+}
+
+/// Replays a recorded run call by call and checks each answer is the one the real run got;
+/// a `PermissionRequest` is held until `person` answers it (`op`, `args`) from a paired device,
+/// and so is the run after a `defer` (the person answers, then the resumed run goes on).
+/// Returns the task.
+async fn replay_answers(h: &Harness, name: &str, query: &str, args: Value) -> String {
+    let dev = h.pair_device("alice", &["view", "steer", "approve"]).await;
+    let mut task = None;
+    for call in recorded_calls(name) {
+        let input = call["input"].clone();
+        let session = input["session_id"].as_str().unwrap().to_owned();
+        let out = if input["hook_event_name"] == "PermissionRequest" {
+            let held = tokio::spawn({
+                let (url, token) = (h.url(&format!("{HOOK}{query}")), h.alice.clone());
+                let input = input.clone();
+                async move {
+                    let r = reqwest::Client::new()
+                        .post(url)
+                        .bearer_auth(token)
+                        .json(&input)
+                        .send()
+                        .await
+                        .unwrap();
+                    r.json::<Value>().await.unwrap()
+                }
+            });
+            let t = session_task(h, &session).await;
+            let dec = pending_decision(h, &t).await;
+            answer(h, &dev, &t, &dec, Operation::Approve, args.clone()).await;
+            tokio::time::timeout(Duration::from_secs(30), held)
+                .await
+                .unwrap()
+                .unwrap()
+        } else {
+            hook(h, query, input.clone()).await
+        };
+        assert_eq!(
+            without_ids(&out),
+            without_ids(&call["output"]),
+            "the answer the real Claude Code got to {input}"
+        );
+        let t = session_task(h, &session).await;
+        if out["hookSpecificOutput"]["permissionDecision"] == "defer" {
+            // The run has ended (`tool_deferred`); a person answers before it is resumed.
+            let dec = pending_decision(h, &t).await;
+            assert_eq!(dec["durability"], "durable", "{dec}");
+            answer(h, &dev, &t, &dec, Operation::Approve, args.clone()).await;
+        }
+        task = Some(t);
+    }
+    task.expect("the run has a session")
+}
+
+/// The real deferred run: `PreToolUse` answered `defer` (the approval durable in the inbox),
+/// `SessionEnd`; approved; the resumed run (`SessionStart` `resume`) asks `PreToolUse` for the
+/// same call again and is answered `allow`, naming who decided; its `PostToolUse` confirms the
+/// effect and acknowledges the answer. Every answer is the one Claude Code got in the real run.
+#[tokio::test]
+async fn a_real_deferred_call_waits_for_a_person_and_the_resumed_run_is_allowed() {
+    let h = Harness::start().await;
+    let task = replay_answers(&h, "defer", "?timeout=120&gate=Bash&defer=true", json!({})).await;
+    let d = h.detail(&task).await;
+    let dec = &d["decisions"][0];
+    assert_eq!(dec["status"], "resolved", "{dec}");
+    assert_eq!(dec["outcome"]["option"], "approve", "{dec}");
+    assert_eq!(dec["delivery"]["state"], "acknowledged", "{dec}");
+    let effect = &d["effects"][0];
+    assert_eq!(effect["status"], "confirmed", "{effect}");
+    assert_eq!(dec["effect_id"], effect["id"]);
+}
+
+/// The real `addRules` suggestion: approved with `approve_always`, the `PermissionRequest` is
+/// answered `allow` with Claude Code's own suggestion as `updatedPermissions` (the real run then
+/// wrote the rule to the project's local settings), exactly as the real run got it.
+#[tokio::test]
+async fn a_real_add_rules_suggestion_approved_always_is_sent_back_as_claude_code_gave_it() {
+    let h = Harness::start().await;
+    let task = replay_answers(
+        &h,
+        "rules",
+        "?timeout=120",
+        json!({"option": "approve_always"}),
+    )
+    .await;
+    let d = h.detail(&task).await;
+    let dec = &d["decisions"][0];
+    assert_eq!(dec["outcome"]["option"], "approve_always", "{dec}");
+    let label = dec["options"][1]["label"].as_str().unwrap();
+    assert_eq!(
+        label,
+        "Allow, and add the allow rule `Bash(python3 -c 'print(40 + 2)')` in this project's local settings"
+    );
+    assert_eq!(dec["delivery"]["state"], "acknowledged", "{dec}");
+    assert_eq!(d["effects"][0]["status"], "confirmed");
+}
