@@ -117,13 +117,23 @@ impl FromRequestParts<AppState> for Caller {
                     "the Authorization header must be `Bearer <token>`",
                 )
             })?;
-        let mut tx = state.store.read().await?;
         if secret.starts_with("wmk_s_") {
+            let mut tx = state.store.read().await?;
             let caller = device_caller(&mut tx, secret, state.now_ms()).await?;
             state.rate_limit(&caller.credential)?;
             return Ok(caller);
         }
-        let token = tx.token_by_hash(&secret_hash(secret)).await?;
+        let hash = secret_hash(secret);
+        let token = match state.tokens.get(&hash) {
+            Some(token) => Some(token),
+            None => {
+                let token = state.store.read().await?.token_by_hash(&hash).await?;
+                if let Some(t) = &token {
+                    state.tokens.keep(&hash, t);
+                }
+                token
+            }
+        };
         let Some(token) = token.filter(|t| t.revoked_at.is_none()) else {
             return Err(ApiError::new(
                 ErrorCode::Unauthorized,
@@ -144,6 +154,46 @@ impl FromRequestParts<AppState> for Caller {
             user_id: token.user_id,
             credential,
         })
+    }
+}
+
+/// Worker and admin tokens already read, by the hash of their secret, so a request does not
+/// open a read transaction to find its credential.
+///
+/// What makes this right: a token row never changes once written. Nothing updates or deletes
+/// one (`revoked_at` is set only when it is inserted; `StoreTx` has no way to change it), so a
+/// row read once is the row in the database, on every replica. Unknown secrets are not kept:
+/// a token created after a miss is found at once. Whoever adds a way to revoke a token must
+/// also end its use here — on every replica — before the change is acknowledged (device
+/// sessions, which do end, are not kept here and are read on every request).
+pub(crate) struct KnownTokens {
+    rows: std::sync::RwLock<std::collections::HashMap<String, waymark_store::TokenRow>>,
+}
+
+/// Most tokens kept; past it the set starts over (a host has a handful).
+const KNOWN_TOKENS: usize = 1024;
+
+impl KnownTokens {
+    pub(crate) fn new() -> Self {
+        KnownTokens {
+            rows: std::sync::RwLock::new(std::collections::HashMap::new()),
+        }
+    }
+
+    fn get(&self, hash: &str) -> Option<waymark_store::TokenRow> {
+        self.rows
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(hash)
+            .cloned()
+    }
+
+    fn keep(&self, hash: &str, token: &waymark_store::TokenRow) {
+        let mut rows = self.rows.write().unwrap_or_else(|p| p.into_inner());
+        if rows.len() >= KNOWN_TOKENS {
+            rows.clear();
+        }
+        rows.insert(hash.to_owned(), token.clone());
     }
 }
 

@@ -118,6 +118,8 @@ pub struct AppState {
     pub(crate) tail: Arc<tail::Tail>,
     /// Held by a background pass, so passes never overlap.
     pub(crate) background: Arc<tokio::sync::Mutex<()>>,
+    /// Worker and admin tokens already read (their rows never change).
+    pub(crate) tokens: Arc<crate::auth::KnownTokens>,
 }
 
 fn config_rate(c: &Config) -> u32 {
@@ -144,6 +146,7 @@ impl AppState {
             streams: Arc::new(streams),
             tail: Arc::new(tail::Tail::new()),
             background: Arc::new(tokio::sync::Mutex::new(())),
+            tokens: Arc::new(crate::auth::KnownTokens::new()),
         }
     }
 

@@ -15,9 +15,11 @@
 //! A writer alone runs the statements it always ran (`BEGIN IMMEDIATE` … `COMMIT`) and pays
 //! no wait: with nobody queued it commits at once.
 //!
-//! Opening and finishing a transaction run in tasks of their own, so a caller dropped mid-way
-//! (a client that went away) never cuts a `COMMIT` that others of its batch wait for, nor
-//! leaves the connection between the statements of a rollback.
+//! Opening a transaction and a batch's `COMMIT` run in tasks of their own, so a caller dropped
+//! mid-way (a client that went away) never cuts a `COMMIT` that others of its batch wait for,
+//! nor leaves the connection between the statements of a rollback. A transaction that leaves
+//! the `COMMIT` to a later writer runs no statement, and hands the connection on without a
+//! task switch.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -178,40 +180,47 @@ impl Writer {
     }
 
     /// Waits for the connection and opens a savepoint (and the outer transaction when none
-    /// is open). Runs in a task of its own, like [`Member::commit`]: a caller dropped half-way
-    /// (its client went away) cannot stop it between statements; the transaction it would
-    /// have had rolls back when dropped.
+    /// is open). A caller dropped half-way (its client went away) must not leave the
+    /// connection in a state nobody knows:
+    ///
+    /// * a writer that finds no batch open and nothing to roll back opens the outer
+    ///   transaction itself, marked to be rolled back ([`Undo::Outer`]) until `BEGIN` has
+    ///   answered — dropped in between, the next writer's `ROLLBACK` ends whatever it began,
+    ///   and nobody else is in it (the common case of a writer alone: no task switch);
+    /// * otherwise (a savepoint to open in a batch others wait on, or a dropped transaction to
+    ///   roll back first) the work runs in a task of its own, like a batch's `COMMIT`
+    ///   ([`Member::commit`]), which no caller can stop between statements.
     pub(crate) async fn begin(self: &Arc<Self>) -> Result<Member> {
-        let writer = self.clone();
-        tokio::spawn(async move { writer.open().await })
-            .await
-            .map_err(task_failed)?
+        let mut g = self.lock().await?;
+        if g.batch.is_some() || g.undo.is_some() {
+            let writer = self.clone();
+            return tokio::spawn(async move { writer.open(g).await })
+                .await
+                .map_err(task_failed)?;
+        }
+        g.undo = Some(Undo::Outer);
+        let begun = exec(&mut g.db, "BEGIN IMMEDIATE").await;
+        g.undo = None;
+        if begun.is_err() {
+            // A transaction left open by a failed `ROLLBACK`: see `open`.
+            let writer = self.clone();
+            return tokio::spawn(async move { writer.open(g).await })
+                .await
+                .map_err(task_failed)?;
+        }
+        Ok(self.member(g, false))
     }
 
-    async fn open(self: Arc<Self>) -> Result<Member> {
-        let mut g = {
-            let _waiting = Waiting::new(&self.waiting);
-            tokio::time::timeout(ACQUIRE_TIMEOUT, self.conn.clone().lock_owned())
-                .await
-                .map_err(|_| {
-                    StoreError::Busy("timed out waiting for the writer connection".into())
-                })?
-        };
-        g.settle().await;
-        let savepoint = g.batch.is_some();
-        if savepoint {
-            if let Err(e) = exec(&mut g.db, "SAVEPOINT w").await {
-                let e = backend(e);
-                g.fail(&e).await;
-                return Err(e);
-            }
-        } else {
-            if exec(&mut g.db, "BEGIN IMMEDIATE").await.is_err() {
-                // A transaction left open by a failed `ROLLBACK` would refuse the `BEGIN`: end
-                // it (nothing in it was acknowledged) and try once more.
-                let _ = exec(&mut g.db, "ROLLBACK").await;
-                exec(&mut g.db, "BEGIN IMMEDIATE").await.map_err(backend)?;
-            }
+    async fn lock(&self) -> Result<OwnedMutexGuard<Conn>> {
+        let _waiting = Waiting::new(&self.waiting);
+        tokio::time::timeout(ACQUIRE_TIMEOUT, self.conn.clone().lock_owned())
+            .await
+            .map_err(|_| StoreError::Busy("timed out waiting for the writer connection".into()))
+    }
+
+    /// A new batch's first transaction, or one more in the open batch.
+    fn member(self: &Arc<Self>, mut g: OwnedMutexGuard<Conn>, savepoint: bool) -> Member {
+        if !savepoint {
             let (done, _) = watch::channel(None);
             g.batch = Some(Batch {
                 id: g.next_id,
@@ -222,11 +231,30 @@ impl Writer {
             });
             g.next_id += 1;
         }
-        Ok(Member {
+        Member {
             guard: Some(g),
             writer: self.clone(),
             savepoint,
-        })
+        }
+    }
+
+    async fn open(self: Arc<Self>, mut g: OwnedMutexGuard<Conn>) -> Result<Member> {
+        g.settle().await;
+        let savepoint = g.batch.is_some();
+        if savepoint {
+            if let Err(e) = exec(&mut g.db, "SAVEPOINT w").await {
+                let e = backend(e);
+                g.fail(&e).await;
+                return Err(e);
+            }
+        } else if exec(&mut g.db, "BEGIN IMMEDIATE").await.is_err() {
+            // A transaction left open by a failed `ROLLBACK` (or by a writer dropped while its
+            // `BEGIN` ran) would refuse the `BEGIN`: end it (nothing in it was acknowledged)
+            // and try once more.
+            let _ = exec(&mut g.db, "ROLLBACK").await;
+            exec(&mut g.db, "BEGIN IMMEDIATE").await.map_err(backend)?;
+        }
+        Ok(self.member(g, savepoint))
     }
 
     /// Waits for the `COMMIT` of the batch a finished transaction joined.
@@ -359,17 +387,13 @@ impl Member {
     /// Finishes the transaction; returns once it is durable (or failed), with the batch it
     /// joined. `appended` is the newest event cursor it wrote.
     ///
-    /// The work runs in a task of its own, so that it ends the same way when the caller is
-    /// dropped (axum drops a handler whose client went away): a `COMMIT` this transaction
-    /// carries also answers the others of its batch, and must neither be cut off nor leave
-    /// them without an answer.
-    pub(crate) async fn commit(self, appended: Option<i64>) -> Result<()> {
-        tokio::spawn(self.finish(appended))
-            .await
-            .map_err(task_failed)?
-    }
-
-    async fn finish(mut self, appended: Option<i64>) -> Result<()> {
+    /// A transaction that leaves the `COMMIT` to a later writer runs no statement: it joins
+    /// the batch and hands the connection on at once, before its first `.await`, so the next
+    /// writer does not wait for a task switch. A `COMMIT` runs in a task of its own, so that
+    /// it ends the same way when the caller is dropped (axum drops a handler whose client
+    /// went away): it also answers the others of its batch, and must neither be cut off nor
+    /// leave them without an answer.
+    pub(crate) async fn commit(mut self, appended: Option<i64>) -> Result<()> {
         let mut g = self
             .guard
             .take()
@@ -386,7 +410,9 @@ impl Member {
         }
         if writer.commit_now(batch, now) {
             // `COMMIT` also commits this transaction's open savepoint.
-            return g.commit(&writer.cursor).await;
+            return tokio::spawn(async move { g.commit(&writer.cursor).await })
+                .await
+                .map_err(task_failed)?;
         }
         // Nothing to run: the batch's `COMMIT` commits this transaction's work (its savepoint,
         // if it has one, stays open until then).

@@ -56,8 +56,11 @@ impl SqliteStore {
             .map_err(|e| open_err(e.to_string()))?
             .detach();
         pool.close().await;
+        // No ping before each use (sqlx's default): a reader of a local file does not go
+        // stale, and the ping is one more round trip to the connection's thread per read.
         let readers = SqlitePoolOptions::new()
             .max_connections(8)
+            .test_before_acquire(false)
             .acquire_timeout(Duration::from_secs(30))
             .connect_with(base.read_only(true))
             .await

@@ -104,18 +104,24 @@ pub(crate) fn session_row(r: &SqliteRow) -> Result<SessionRow> {
 }
 
 pub(crate) fn attempt_row(r: &SqliteRow) -> Result<AttemptRow> {
+    attempt_at(r, "")
+}
+
+/// An attempt from columns named `<prefix><column>` (a join that also selects a task's).
+pub(crate) fn attempt_at(r: &SqliteRow, prefix: &str) -> Result<AttemptRow> {
+    let c = |name: &str| format!("{prefix}{name}");
     Ok(AttemptRow {
-        id: get(r, "id")?,
-        task_id: get(r, "task_id")?,
-        worker: get(r, "worker")?,
-        fence: get(r, "fence")?,
-        expires_at: get(r, "expires_at")?,
-        state: get_enum(r, "state")?,
-        manifest_digest: get(r, "manifest_digest")?,
-        started_at: get(r, "started_at")?,
-        ended_at: get(r, "ended_at")?,
-        outcome: get_enum_opt(r, "outcome")?,
-        released: get_json_opt(r, "released")?,
+        id: get(r, &c("id"))?,
+        task_id: get(r, &c("task_id"))?,
+        worker: get(r, &c("worker"))?,
+        fence: get(r, &c("fence"))?,
+        expires_at: get(r, &c("expires_at"))?,
+        state: get_enum(r, &c("state"))?,
+        manifest_digest: get(r, &c("manifest_digest"))?,
+        started_at: get(r, &c("started_at"))?,
+        ended_at: get(r, &c("ended_at"))?,
+        outcome: get_enum_opt(r, &c("outcome"))?,
+        released: get_json_opt(r, &c("released"))?,
     })
 }
 

@@ -123,8 +123,39 @@ pub trait StoreTx: Send {
     // checkpoints
     /// Adds a checkpoint; `Conflict` when `(task_id, sequence)` exists.
     async fn insert_checkpoint(&mut self, cp: &CheckpointRow) -> Result<()>;
+    /// Adds a checkpoint and the event that announces it, and returns the event's cursor;
+    /// `Conflict`, with neither written, when `(task_id, sequence)` exists. The default makes
+    /// the two calls; a backend may make them in one round trip.
+    async fn insert_checkpoint_with_event(
+        &mut self,
+        cp: &CheckpointRow,
+        event: &NewEvent,
+    ) -> Result<i64> {
+        self.insert_checkpoint(cp).await?;
+        self.append_event(event).await
+    }
     /// The newest checkpoint of a task.
     async fn last_checkpoint(&mut self, task_id: &str) -> Result<Option<CheckpointRow>>;
+    /// What a checkpoint append checks before it writes: the task (as [`StoreTx::task`] reads
+    /// it, so locked where that locks), the attempt, and the head of the task's chain. `None`
+    /// for the task means the rest was not looked up. The default makes the three calls; a
+    /// backend may answer in one round trip (SQLite: one statement, which shortens the time a
+    /// write holds the one writer connection).
+    async fn append_context(&mut self, task_id: &str, attempt_id: &str) -> Result<AppendContext> {
+        let Some(task) = self.task(task_id).await? else {
+            return Ok(AppendContext::default());
+        };
+        let attempt = self.attempt(attempt_id).await?;
+        let head = self.last_checkpoint(task_id).await?.map(|c| ChainHead {
+            sequence: c.sequence,
+            digest: c.digest,
+        });
+        Ok(AppendContext {
+            task: Some(task),
+            attempt,
+            head,
+        })
+    }
     /// A task's checkpoints by sequence.
     async fn list_checkpoints(&mut self, task_id: &str) -> Result<Vec<CheckpointRow>>;
 

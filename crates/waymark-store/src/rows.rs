@@ -132,6 +132,23 @@ pub struct CheckpointRow {
     pub created_at: i64,
 }
 
+/// The newest link of a task's chain: what the next checkpoint follows.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ChainHead {
+    pub sequence: i64,
+    pub digest: String,
+}
+
+/// What a checkpoint append checks, loaded together (`StoreTx::append_context`).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct AppendContext {
+    pub task: Option<TaskRow>,
+    /// The attempt named by the append, whichever task it belongs to.
+    pub attempt: Option<AttemptRow>,
+    /// `None` before the task's first checkpoint.
+    pub head: Option<ChainHead>,
+}
+
 /// An external effect.
 #[derive(Debug, Clone, PartialEq)]
 pub struct EffectRow {

@@ -7,9 +7,9 @@ use waymark_store::*;
 use crate::auth::Caller;
 use crate::convert;
 use crate::domain::core::{
-    Made, Tx, audited, created, emit, invalid, not_exact, task_for, to_value,
+    Made, Tx, audited, created, invalid, new_event, not_exact, to_value, visible_task,
 };
-use crate::domain::fences::fenced_attempt;
+use crate::domain::fences::fenced;
 use crate::error::{ApiError, ApiResult};
 use crate::state::AppState;
 
@@ -28,10 +28,12 @@ pub(crate) async fn append_checkpoint(
     check_exact(&to_value(&req.body)).map_err(|e| not_exact("body", e))?;
     audited(st, caller, "checkpoint.append", async {
         let mut tx = Tx::write(st).await?;
-        let task = task_for(&mut tx, caller, &task_id).await?;
-        fenced_attempt(&mut tx, &task, &req.attempt_id, req.fence).await?;
-        let last = tx.last_checkpoint(&task.id).await?;
-        let last_seq = last.as_ref().map_or(0, |c| c.sequence);
+        // The task, the attempt and the chain's head in one load (one statement on SQLite),
+        // checked in the order `task_for` and `fenced_attempt` check them.
+        let ctx = tx.append_context(&task_id, &req.attempt_id).await?;
+        let task = visible_task(caller, &task_id, ctx.task)?;
+        fenced(&task, &req.attempt_id, ctx.attempt, req.fence, tx.now)?;
+        let last_seq = ctx.head.as_ref().map_or(0, |c| c.sequence);
         let sequence_conflict = || {
             ApiError::new(
                 ErrorCode::SequenceConflict,
@@ -49,7 +51,7 @@ pub(crate) async fn append_checkpoint(
         }
         let mut body = to_value(&req.body);
         st.config.redaction.json(&mut body);
-        let prev = last.map(|c| c.digest);
+        let prev = ctx.head.map(|c| c.digest);
         let row = CheckpointRow {
             task_id: task.id.clone(),
             sequence: req.sequence,
@@ -60,12 +62,12 @@ pub(crate) async fn append_checkpoint(
             prev_digest: prev,
             created_at: st.now_ms(),
         };
-        match tx.insert_checkpoint(&row).await {
+        let wire = convert::checkpoint(&row);
+        let event = new_event(&tx, &task, EventKind::CheckpointAppended, &wire)?;
+        let cursor = match tx.insert_checkpoint_with_event(&row, &event).await {
             Err(StoreError::Conflict(_)) => return Err(sequence_conflict()),
             r => r?,
-        }
-        let wire = convert::checkpoint(&row);
-        let cursor = emit(&mut tx, &task, EventKind::CheckpointAppended, &wire).await?;
+        };
         tx.commit().await?;
         st.metrics.checkpoints.inc();
         Ok(created(cursor, wire))

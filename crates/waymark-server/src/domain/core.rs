@@ -66,7 +66,12 @@ impl std::ops::DerefMut for Tx {
 
 /// Loads a task the caller may access; others' tasks look absent.
 pub(crate) async fn task_for(tx: &mut Tx, caller: &Caller, id: &str) -> ApiResult<TaskRow> {
-    match tx.task(id).await? {
+    visible_task(caller, id, tx.task(id).await?)
+}
+
+/// A task loaded by `id`, if the caller may access it; others' tasks look absent.
+pub(crate) fn visible_task(caller: &Caller, id: &str, task: Option<TaskRow>) -> ApiResult<TaskRow> {
+    match task {
         Some(t) if caller.may_access(&t.owner_id) => Ok(t),
         _ => Err(ApiError::not_found("task", id)),
     }
@@ -89,6 +94,18 @@ pub(crate) async fn emit(
     kind: EventKind,
     data: impl Serialize,
 ) -> ApiResult<i64> {
+    let event = new_event(tx, task, kind, data)?;
+    Ok(tx.append_event(&event).await?)
+}
+
+/// An event for a task, at the transaction's now, for [`emit`] or a store call that writes it
+/// with its change.
+pub(crate) fn new_event(
+    tx: &Tx,
+    task: &TaskRow,
+    kind: EventKind,
+    data: impl Serialize,
+) -> ApiResult<NewEvent> {
     let data = serde_json::to_value(data).map_err(|e| {
         tracing::error!(error = %e, "event data does not serialise");
         ApiError::new(
@@ -96,16 +113,13 @@ pub(crate) async fn emit(
             "the server could not record the change",
         )
     })?;
-    let at = tx.now;
-    Ok(tx
-        .append_event(&NewEvent {
-            task_id: task.id.clone(),
-            owner_id: task.owner_id.clone(),
-            kind,
-            data,
-            at,
-        })
-        .await?)
+    Ok(NewEvent {
+        task_id: task.id.clone(),
+        owner_id: task.owner_id.clone(),
+        kind,
+        data,
+        at: tx.now,
+    })
 }
 
 pub(crate) async fn emit_task(tx: &mut Tx, task: &TaskRow, kind: EventKind) -> ApiResult<i64> {

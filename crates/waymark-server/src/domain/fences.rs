@@ -75,11 +75,21 @@ pub(crate) async fn fenced_attempt(
     attempt_id: &str,
     fence: i64,
 ) -> ApiResult<AttemptRow> {
-    let attempt = tx
-        .attempt(attempt_id)
-        .await?
-        .ok_or_else(|| ApiError::not_found("attempt", attempt_id).on_task(&task.id))?;
-    check_fence(task, &attempt, fence, tx.now)?;
+    let attempt = tx.attempt(attempt_id).await?;
+    fenced(task, attempt_id, attempt, fence, tx.now)
+}
+
+/// The attempt loaded by `attempt_id`, if it passes [`check_fence`].
+pub(crate) fn fenced(
+    task: &TaskRow,
+    attempt_id: &str,
+    attempt: Option<AttemptRow>,
+    fence: i64,
+    now: i64,
+) -> ApiResult<AttemptRow> {
+    let attempt =
+        attempt.ok_or_else(|| ApiError::not_found("attempt", attempt_id).on_task(&task.id))?;
+    check_fence(task, &attempt, fence, now)?;
     Ok(attempt)
 }
 

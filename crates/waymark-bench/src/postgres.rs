@@ -1,0 +1,120 @@
+//! Checkpoint appends on PostgreSQL, with one replica and with two sharing the database, against
+//! the same rows inserted raw into the same database (one statement per row, `workers` rows per
+//! commit, as the SQLite baseline). The database is the throwaway test cluster of
+//! `scripts/postgres-test-server` (or `WAYMARK_TEST_DATABASE_URL`): a fresh database per
+//! measurement, dropped after it.
+
+use std::time::Instant;
+
+use anyhow::{Context, Result};
+use serde_json::json;
+use sqlx::{Connection, PgConnection};
+use waymark_store_postgres::testing::with_database;
+
+use crate::{Figure, Server, bench_config, body, serve, settle_disk, timed_clients};
+
+/// The test server's URL: `WAYMARK_TEST_DATABASE_URL`, else what the script prints.
+async fn test_server() -> Result<String> {
+    if let Some(url) = std::env::var("WAYMARK_TEST_DATABASE_URL")
+        .ok()
+        .filter(|u| !u.is_empty())
+    {
+        return Ok(url);
+    }
+    let script = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../scripts/postgres-test-server"
+    );
+    let out = tokio::process::Command::new("bash")
+        .arg(script)
+        .output()
+        .await
+        .with_context(|| format!("running {script}"))?;
+    anyhow::ensure!(
+        out.status.success(),
+        "{script} could not start PostgreSQL (install it with `apt-get install -y postgresql`, or set WAYMARK_TEST_DATABASE_URL): {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Ok(String::from_utf8(out.stdout)?.trim().to_owned())
+}
+
+pub(crate) async fn postgres(quick: bool, out: &mut Vec<Figure>) -> Result<()> {
+    let base = test_server().await?;
+    for replicas in [1usize, 2] {
+        let db = format!("waymark_bench_{}_{replicas}", std::process::id());
+        let mut admin = PgConnection::connect(&base).await?;
+        sqlx::query(&format!("CREATE DATABASE {db}"))
+            .execute(&mut admin)
+            .await?;
+        let res = appends(&with_database(&base, &db), replicas, quick, out).await;
+        sqlx::query(&format!("DROP DATABASE IF EXISTS {db} WITH (FORCE)"))
+            .execute(&mut admin)
+            .await?;
+        res?;
+    }
+    Ok(())
+}
+
+async fn appends(url: &str, replicas: usize, quick: bool, out: &mut Vec<Figure>) -> Result<()> {
+    let (workers, per) = (64usize, if quick { 10 } else { 60 });
+    let first = serve(bench_config(), Some(url), None).await?;
+    let mut servers = vec![first];
+    for _ in 1..replicas {
+        let worker = servers[0].worker.clone();
+        servers.push(serve(bench_config(), Some(url), Some(worker)).await?);
+    }
+    // Worker `i` talks to replica `i % replicas`, for its setup as for its appends.
+    let at = |i: usize| -> &Server { &servers[i % replicas] };
+    let mut tasks = Vec::new();
+    for i in 0..workers {
+        tasks.push(at(i).task_with_attempt().await?);
+    }
+    settle_disk().await;
+    let (rate, _) = timed_clients(workers, per, |client, seq| {
+        let (task, att) = &tasks[client];
+        let path = format!("/v1/tasks/{task}/checkpoints");
+        let req = json!({"attempt_id": att, "fence": 1, "sequence": seq, "body": body(seq)});
+        let s = at(client);
+        async move { s.post(&path, &req).await }
+    })
+    .await?;
+    drop(servers);
+
+    // Baseline: the same rows inserted raw into the same database.
+    let mut c = PgConnection::connect(url).await?;
+    sqlx::query(
+        "CREATE TABLE bench_raw (task_id TEXT, sequence BIGINT, body JSONB, digest TEXT,
+           PRIMARY KEY (task_id, sequence))",
+    )
+    .execute(&mut c)
+    .await?;
+    settle_disk().await;
+    let start = Instant::now();
+    for seq in 1..=per as i64 {
+        let mut tx = c.begin().await?;
+        for (task, _) in &tasks {
+            sqlx::query("INSERT INTO bench_raw VALUES ($1, $2, $3::jsonb, $4)")
+                .bind(task)
+                .bind(seq)
+                .bind(body(seq).to_string())
+                .bind("0".repeat(71))
+                .execute(&mut *tx)
+                .await?;
+        }
+        tx.commit().await?;
+    }
+    let raw = (workers * per) as f64 / start.elapsed().as_secs_f64();
+    let _ = c.close().await;
+    let ratio = rate / raw;
+    out.push(Figure {
+        bench: "postgres".into(),
+        measure: format!("appends/s, {workers} workers, {replicas} replica(s)"),
+        value: rate,
+        unit: "/s".into(),
+        baseline: Some(raw),
+        ratio: Some(ratio),
+        target: "ratio ≥ 0.3 (baseline: raw inserts, same rows, same database)".into(),
+        met: Some(ratio >= 0.3),
+    });
+    Ok(())
+}
