@@ -14,11 +14,17 @@ import { DIFF, approval, row, status, task } from "./fixtures";
 
 const N = 10_000;
 
-const mirror = vi.hoisted(() => ({ data: null as unknown }));
+const mirror = vi.hoisted(() => ({ data: null as unknown, opened: [] as string[] }));
 
 vi.mock("../data", () => ({
   useMirror: () => ({ data: mirror.data, error: null, reload: () => {} }),
-  commands: {},
+  commands: {
+    // Cards on screen are reported opened (proof of delivery).
+    markOpened: async (ids: string[]) => {
+      mirror.opened.push(...ids);
+      return ids.length;
+    },
+  },
   events: {},
   errorText: (e: unknown) => String(e),
   loadText: async () => ({ text: DIFF, size: DIFF.length, truncated: false }),
@@ -57,7 +63,10 @@ async function scrollTo(top: number) {
   });
 }
 
-afterEach(() => vi.restoreAllMocks());
+afterEach(() => {
+  vi.restoreAllMocks();
+  mirror.opened.length = 0;
+});
 
 describe("thread list, windowed", () => {
   it("renders a screenful of 10,000 threads, the first on top, and tells the total", () => {
@@ -142,6 +151,10 @@ describe("inbox, windowed", () => {
     await userEvent.click(within(first).getByTestId("show-diff"));
     expect(within(first).getByTestId("diff-viewer")).toBeTruthy();
     expect(document.querySelector("[data-testid=approve]")?.closest("article")).toBe(first);
+    // Only the cards drawn are reported opened, in one batch.
+    await waitFor(() => expect(mirror.opened.length).toBeGreaterThan(0));
+    expect(mirror.opened).toContain("dec_0");
+    expect(mirror.opened.length).toBeLessThanOrEqual(shown.length);
   });
 
   it("places cards by their measured heights, which differ", () => {
