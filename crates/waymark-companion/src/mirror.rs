@@ -409,6 +409,14 @@ impl Mirror {
         row.map(|s| parse(&s)).transpose()
     }
 
+    async fn list_all<T: DeserializeOwned>(&self, sql: &str) -> Result<Vec<T>, Error> {
+        let rows: Vec<String> = sqlx::query_scalar(sql)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(db)?;
+        rows.iter().map(|s| parse(s)).collect()
+    }
+
     async fn list<T: DeserializeOwned>(&self, sql: &str, task_id: &str) -> Result<Vec<T>, Error> {
         let rows: Vec<String> = sqlx::query_scalar(sql)
             .bind(task_id)
@@ -497,6 +505,14 @@ impl Mirror {
             });
         }
         Ok(out)
+    }
+
+    /// The pending decisions alone (with their deliveries), soonest expiry first.
+    pub async fn pending_decisions(&self) -> Result<Vec<Decision>, Error> {
+        self.list_all(&format!(
+            "{DECISIONS} WHERE status = 'pending' ORDER BY expires_at, id"
+        ))
+        .await
     }
 
     /// A pending or closed decision by id.

@@ -17,9 +17,12 @@ impl Companion {
         step: DeliveryStep,
     ) -> Result<usize, Error> {
         let (id, api) = self.require_identity().await?;
+        let mut decisions = Vec::with_capacity(decision_ids.len());
+        for d in decision_ids {
+            decisions.extend(self.mirror.decision(d).await?);
+        }
         let token = self.token(&id, &api).await?;
-        self.post_receipts(&api, &token, &id.device_id, decision_ids, step)
-            .await
+        post_receipts(&api, &token, &id.device_id, &decisions, step).await
     }
 
     /// This user's devices as the server knows them: when each was last heard from, and
@@ -34,54 +37,46 @@ impl Companion {
     /// fetched.
     pub(crate) async fn report_fetched(&self, api: &Api, token: &str) -> Result<usize, Error> {
         let (id, _) = self.require_identity().await?;
-        let ids: Vec<String> = self
-            .mirror
-            .inbox()
-            .await?
-            .into_iter()
-            .map(|i| i.decision.id)
-            .collect();
-        self.post_receipts(api, token, &id.device_id, &ids, DeliveryStep::Fetched)
-            .await
-    }
-
-    async fn post_receipts(
-        &self,
-        api: &Api,
-        token: &str,
-        device_id: &str,
-        decision_ids: &[String],
-        step: DeliveryStep,
-    ) -> Result<usize, Error> {
-        let mut receipts = Vec::new();
-        for d in decision_ids {
-            let Some(dec) = self.mirror.decision(d).await? else {
-                continue;
-            };
-            let known = dec
-                .deliveries
-                .iter()
-                .any(|x| x.device_id == device_id && x.step == step);
-            if !known {
-                receipts.push(DeviceReceipt {
-                    decision_id: dec.id,
-                    step,
-                });
-            }
-        }
-        let mut recorded = 0;
-        for chunk in receipts.chunks(200) {
-            let r: ReceiptsRecorded = api
-                .post(
-                    token,
-                    &format!("/v1/devices/{device_id}/receipts"),
-                    &PostReceipts {
-                        receipts: chunk.to_vec(),
-                    },
-                )
-                .await?;
-            recorded += r.recorded;
-        }
-        Ok(recorded)
+        let pending = self.mirror.pending_decisions().await?;
+        post_receipts(api, token, &id.device_id, &pending, DeliveryStep::Fetched).await
     }
 }
+
+/// Posts `step` for each decision the mirror does not show at that step on this device.
+async fn post_receipts(
+    api: &Api,
+    token: &str,
+    device_id: &str,
+    decisions: &[Decision],
+    step: DeliveryStep,
+) -> Result<usize, Error> {
+    let receipts: Vec<DeviceReceipt> = decisions
+        .iter()
+        .filter(|d| {
+            !d.deliveries
+                .iter()
+                .any(|x| x.device_id == device_id && x.step == step)
+        })
+        .map(|d| DeviceReceipt {
+            decision_id: d.id.clone(),
+            step,
+        })
+        .collect();
+    let mut recorded = 0;
+    for chunk in receipts.chunks(MAX_RECEIPTS) {
+        let r: ReceiptsRecorded = api
+            .post(
+                token,
+                &format!("/v1/devices/{device_id}/receipts"),
+                &PostReceipts {
+                    receipts: chunk.to_vec(),
+                },
+            )
+            .await?;
+        recorded += r.recorded;
+    }
+    Ok(recorded)
+}
+
+/// Receipts the server takes in one request.
+const MAX_RECEIPTS: usize = 200;

@@ -63,6 +63,24 @@ async fn decision(h: &Harness, task: &str, id: &str) -> Value {
         .1
 }
 
+/// The fixture's `PermissionRequest`, posted as Claude Code's hook does and held by the
+/// server until the decision closes (a 60 s hook timeout); its answer when it returns.
+fn held_permission_request(h: &Harness) -> tokio::task::JoinHandle<Value> {
+    let (url, token) = (h.url(&format!("{HOOK}?timeout=60")), h.alice.clone());
+    tokio::spawn(async move {
+        reqwest::Client::new()
+            .post(url)
+            .bearer_auth(token)
+            .json(&fixture("permission_request"))
+            .send()
+            .await
+            .unwrap()
+            .json::<Value>()
+            .await
+            .unwrap()
+    })
+}
+
 async fn answer(h: &Harness, d: &TestDevice, task: &str, dec: &Value, op: Operation, args: Value) {
     let mut a = json!({"decision_id": dec["id"], "intent_digest": dec["intent_digest"]});
     for (k, v) in args.as_object().unwrap() {
@@ -148,21 +166,7 @@ async fn a_permission_prompt_is_held_until_the_phone_denies_it() {
     let h = Harness::start().await;
     let dev = h.pair_device("alice", &["view", "steer", "approve"]).await;
     hook(&h, "", fixture("session_start")).await;
-    let held = tokio::spawn({
-        let (url, token) = (h.url(&format!("{HOOK}?timeout=60")), h.alice.clone());
-        async move {
-            reqwest::Client::new()
-                .post(url)
-                .bearer_auth(token)
-                .json(&fixture("permission_request"))
-                .send()
-                .await
-                .unwrap()
-                .json::<Value>()
-                .await
-                .unwrap()
-        }
-    });
+    let held = held_permission_request(&h);
     let task = session_task(&h, "abc123").await;
     let dec = pending_decision(&h, &task).await;
     assert_eq!(dec["durability"], "fail_open_hook");
@@ -210,19 +214,7 @@ async fn an_allow_always_answer_counts_once_the_tool_ran() {
     let h = Harness::start().await;
     let dev = h.pair_device("alice", &["view", "steer", "approve"]).await;
     hook(&h, "", fixture("session_start")).await;
-    let held = tokio::spawn({
-        let (url, token) = (h.url(&format!("{HOOK}?timeout=60")), h.alice.clone());
-        async move {
-            let r = reqwest::Client::new()
-                .post(url)
-                .bearer_auth(token)
-                .json(&fixture("permission_request"))
-                .send()
-                .await
-                .unwrap();
-            r.json::<Value>().await.unwrap()
-        }
-    });
+    let held = held_permission_request(&h);
     let task = session_task(&h, "abc123").await;
     let dec = pending_decision(&h, &task).await;
     answer(
@@ -276,19 +268,7 @@ async fn an_edited_command_is_approved_and_claude_code_runs_the_edit() {
     pre["hook_event_name"] = json!("PreToolUse");
     pre["tool_use_id"] = json!("toolu_01RM");
     hook(&h, "", pre).await;
-    let held = tokio::spawn({
-        let (url, token) = (h.url(&format!("{HOOK}?timeout=60")), h.alice.clone());
-        async move {
-            let r = reqwest::Client::new()
-                .post(url)
-                .bearer_auth(token)
-                .json(&fixture("permission_request"))
-                .send()
-                .await
-                .unwrap();
-            r.json::<Value>().await.unwrap()
-        }
-    });
+    let held = held_permission_request(&h);
     let task = session_task(&h, "abc123").await;
     let dec = pending_decision(&h, &task).await;
     assert_eq!(
