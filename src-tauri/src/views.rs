@@ -356,6 +356,53 @@ pub struct DecisionView {
     pub editable: Option<String>,
     /// How far it has reached each device, oldest step first.
     pub deliveries: Vec<DeliveryView>,
+    /// What happens if nobody answers, and when (`Decision::closing`).
+    pub closing: ClosingView,
+}
+
+/// What happens to an open decision if nobody answers: the earlier of the runtime's own
+/// deadline and Waymark's expiry.
+#[derive(Debug, Clone, Serialize, Type)]
+pub struct ClosingView {
+    /// When (unix ms).
+    pub at: i64,
+    /// The runtime that decides then (`Hermes`, `Claude Code`), or none: Waymark's default.
+    pub runtime: Option<String>,
+    /// What happens.
+    pub then: ClosingThenView,
+    /// The option Waymark applies (`then` = `default`).
+    pub option: Option<String>,
+}
+
+/// What happens when a decision's deadline passes unanswered.
+#[derive(Debug, Clone, Copy, Serialize, Type)]
+#[serde(rename_all = "snake_case")]
+pub enum ClosingThenView {
+    /// The runtime refuses the call.
+    RuntimeDenies,
+    /// The runtime asks in its own prompt.
+    RuntimeAsksItself,
+    /// Waymark applies the default option.
+    Default,
+    /// No default: it closes unanswered.
+    NoDefault,
+}
+
+impl From<Closing> for ClosingView {
+    fn from(c: Closing) -> Self {
+        let (then, option) = match c.then {
+            ClosingThen::RuntimeDenies => (ClosingThenView::RuntimeDenies, None),
+            ClosingThen::RuntimeAsksItself => (ClosingThenView::RuntimeAsksItself, None),
+            ClosingThen::Default(o) => (ClosingThenView::Default, Some(o)),
+            ClosingThen::NoDefault => (ClosingThenView::NoDefault, None),
+        };
+        ClosingView {
+            at: ms(c.at),
+            runtime: c.runtime,
+            then,
+            option,
+        }
+    }
 }
 
 /// One step a decision reached on one device.
@@ -375,7 +422,9 @@ pub struct DeliveryView {
 
 impl From<Decision> for DecisionView {
     fn from(d: Decision) -> Self {
+        let closing = d.closing().into();
         DecisionView {
+            closing,
             id: d.id,
             task_id: d.task_id,
             kind: d.kind,

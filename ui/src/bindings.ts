@@ -195,6 +195,32 @@ export type CheckpointView = {
 	created_at: number,
 };
 
+/**  What happens when a decision's deadline passes unanswered. */
+export type ClosingThenView = 
+/**  The runtime refuses the call. */
+"runtime_denies" | 
+/**  The runtime asks in its own prompt. */
+"runtime_asks_itself" | 
+/**  Waymark applies the default option. */
+"default" | 
+/**  No default: it closes unanswered. */
+"no_default";
+
+/**
+ *  What happens to an open decision if nobody answers: the earlier of the runtime's own
+ *  deadline and Waymark's expiry.
+ */
+export type ClosingView = {
+	/**  When (unix ms). */
+	at: number,
+	/**  The runtime that decides then (`Hermes`, `Claude Code`), or none: Waymark's default. */
+	runtime: string | null,
+	/**  What happens. */
+	then: ClosingThenView,
+	/**  The option Waymark applies (`then` = `default`). */
+	option: string | null,
+};
+
 /**  A completed step in a checkpoint. */
 export type CompletedStepView = {
 	/**  Plan step id. */
@@ -283,6 +309,8 @@ export type DecisionView = {
 	editable: string | null,
 	/**  How far it has reached each device, oldest step first. */
 	deliveries: DeliveryView[],
+	/**  What happens if nobody answers, and when (`Decision::closing`). */
+	closing: ClosingView,
 };
 
 /**

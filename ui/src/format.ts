@@ -19,6 +19,15 @@ export function until(at: number, t: T, now = Date.now()): string {
   return at >= now ? t("time.in", { t: span(at - now) }) : t("time.ago", { t: span(now - at) });
 }
 
+/** A countdown: `0:42`, `9:55`, `1:02:03`; never negative (`countdown` in waymark-proto). */
+export function countdown(ms: number): string {
+  const s = Math.max(0, Math.floor(ms / 1000));
+  const h = Math.floor(s / 3600);
+  const m = Math.floor(s / 60) % 60;
+  const ss = String(s % 60).padStart(2, "0");
+  return h > 0 ? `${h}:${String(m).padStart(2, "0")}:${ss}` : `${m}:${ss}`;
+}
+
 export function short(digest: string | null | undefined, n = 12): string {
   if (!digest) return "";
   return digest.replace(/^sha256:/, "").slice(0, n);

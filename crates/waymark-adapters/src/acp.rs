@@ -28,8 +28,8 @@ use tokio::sync::{mpsc, watch};
 use tokio::task::{JoinHandle, JoinSet};
 use tokio_util::sync::CancellationToken;
 use waymark_proto::{
-    ApprovalDurability, CheckpointBody, Decision, DecisionStatus, EffectRef, EffectStatus,
-    FinishOutcome, NewMessage,
+    ApprovalDurability, AskedRuntimeDeadline, CheckpointBody, Decision, DecisionStatus, EffectRef,
+    EffectStatus, FinishOutcome, NewMessage, RuntimeFallback,
 };
 use waymark_worker::{
     Client, ControlState, EffectCtx, EffectDone, ProviderError, ProviderStatus, Reconciler, Run,
@@ -267,6 +267,18 @@ async fn session(
         decided_rx,
     };
     s.drive(incoming, args.prompt.clone(), shutdown).await
+}
+
+impl Session {
+    /// The deadline the agent enforces itself: Hermes denies after its fixed wait. Other ACP
+    /// agents keep a request open as long as the connection lives.
+    fn runtime_deadline(&self) -> Option<AskedRuntimeDeadline> {
+        (self.runtime == "hermes").then(|| AskedRuntimeDeadline {
+            runtime: "Hermes".into(),
+            in_seconds: HERMES_PERMISSION_WAIT.as_secs(),
+            then: RuntimeFallback::Denies,
+        })
+    }
 }
 
 fn default_title(prompt: &str, runtime: &str) -> String {
@@ -907,6 +919,7 @@ impl Session {
             ApprovalDurability::ConnectionBound,
             &mapped.choices,
             self.expires_in,
+            self.runtime_deadline(),
         )
         .await;
         let decision = match opened {

@@ -5,7 +5,9 @@
 use std::time::Duration;
 
 use tokio::task::JoinSet;
-use waymark_proto::{ApprovalDurability, CreateTask, Decision, DecisionOption, DeliveryState};
+use waymark_proto::{
+    ApprovalDurability, AskedRuntimeDeadline, CreateTask, Decision, DecisionOption, DeliveryState,
+};
 use waymark_worker::{ApprovalOptions, AttemptOptions, Client, Run};
 
 /// Drops the finished tasks of a set of fire-and-forget background tasks. A `JoinSet` keeps a
@@ -98,6 +100,7 @@ pub async fn open_approval(
     durability: ApprovalDurability,
     choices: &[Choice],
     expires_in: Option<Duration>,
+    runtime_deadline: Option<AskedRuntimeDeadline>,
 ) -> waymark_worker::Result<Decision> {
     run.open_approval(
         intent,
@@ -114,6 +117,7 @@ pub async fn open_approval(
                 })
                 .collect(),
             expires_in,
+            runtime_deadline,
             ..ApprovalOptions::default()
         },
     )

@@ -474,6 +474,12 @@ async fn hermes_that_stops_waiting_closes_the_approval_expired_and_the_call_as_n
             .find(|d| d.status == DecisionStatus::Pending)
     })
     .await;
+    // People are shown Hermes' own deadline, not ours: it denies after its fixed 60 s.
+    let deadline = pending.runtime_deadline.clone().expect("Hermes' deadline");
+    assert_eq!(deadline.runtime, "Hermes");
+    assert_eq!(deadline.then, waymark_proto::RuntimeFallback::Denies);
+    assert_eq!((deadline.at - pending.created_at).num_seconds(), 60);
+    assert_eq!(pending.closing().runtime.as_deref(), Some("Hermes"));
     // Hermes' 60 s pass (the gate): it denies on its own and reports the call ended.
     std::fs::write(w.path("gate"), b"open").unwrap();
     ended(adapter).await.unwrap();

@@ -361,6 +361,16 @@ async fn an_approval_answered_on_a_phone_is_resolved_in_openclaw_and_acknowledge
         ours > gateway_expiry && ours <= gateway_expiry + 31_000,
         "{ours} vs {gateway_expiry}"
     );
+    // People are shown the gateway's own expiry: OpenClaw refuses the command then.
+    let deadline = d.runtime_deadline.clone().expect("OpenClaw's deadline");
+    assert_eq!(deadline.runtime, "OpenClaw");
+    assert_eq!(deadline.then, waymark_proto::RuntimeFallback::Denies);
+    let off = deadline.at.timestamp_millis() - gateway_expiry;
+    assert!(
+        (-1500..=1500).contains(&off),
+        "{off} ms from the gateway's expiry"
+    );
+    assert_eq!(d.closing().runtime.as_deref(), Some("OpenClaw"));
 
     phone.approve(&w, &task, &d, "approve").await;
     let resolves = gw.wait_for("exec.approval.resolve", 1).await;

@@ -5,7 +5,7 @@
 use clap::{Args, Subcommand, ValueEnum};
 use serde_json::{Value, json};
 use waymark_companion::{Companion, Error, OutboxEntry, Seen, StageStatus};
-use waymark_proto::{ApprovalDurability, Operation};
+use waymark_proto::Operation;
 
 use crate::output::{CliResult, Exit, Failure, emit};
 
@@ -444,18 +444,12 @@ pub(crate) async fn run(cmd: ClientCommand, json: bool) -> CliResult {
                                 }
                             ));
                         }
-                        // A hook that times out fails open: the runtime decides, not our default.
-                        let then = match d.durability {
-                            Some(ApprovalDurability::FailOpenHook) => {
-                                "the runtime decides on its own (its hook gives up)".to_owned()
-                            }
-                            _ => {
-                                format!("default {}", d.default_option.as_deref().unwrap_or("none"))
-                            }
-                        };
+                        // The earlier of the runtime's own deadline and ours, and what happens.
+                        let closing = d.closing();
                         out.push_str(&format!(
-                            "  expires {} → {then}\n",
-                            d.expires_at.format("%Y-%m-%d %H:%M UTC"),
+                            "  {} ({})\n",
+                            closing.describe(chrono::Utc::now()),
+                            closing.at.format("%Y-%m-%d %H:%M:%S UTC"),
                         ));
                         out.push_str(&format!("  {}\n", delivery_line(&d.deliveries)));
                         for r in &i.receipts {

@@ -192,11 +192,8 @@ fn decision_with(
         DecisionKind::Recovery => ("recovery", format!("Recovery needs you: {}", d.question)),
         DecisionKind::Question => ("decision", format!("Question: {}", d.question)),
     };
-    if let Some(def) = &d.default_option {
-        lines.push(format!(
-            "default on expiry ({}): {def}",
-            d.expires_at.format("%H:%M UTC")
-        ));
+    if d.status == DecisionStatus::Pending {
+        lines.push(d.closing().describe_at());
     }
     Notification {
         key: format!("decision:{}", d.id),

@@ -7,7 +7,7 @@ use utoipa::ToSchema;
 
 use crate::state::{
     ApprovalDurability, AttemptState, DecisionKind, DecisionStatus, DeliveryState, EffectStatus,
-    FinishOutcome, Operation, TaskState,
+    FinishOutcome, Operation, RuntimeFallback, TaskState,
 };
 
 /// One step of a task's plan (a DAG through `depends_on`).
@@ -591,6 +591,115 @@ pub struct RequestApproval {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(pattern = r"^(/[^/]*)+$")]
     pub editable: Option<String>,
+    /// The deadline the runtime enforces itself and what it does then (Hermes denies after
+    /// 60 s, a Claude Code hook asks in its own prompt). Where it comes before
+    /// `expires_in_seconds`, the approval closes then, as the runtime decided.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub runtime_deadline: Option<AskedRuntimeDeadline>,
+}
+
+/// The deadline an adapter reports for the runtime holding an approval, relative to now (so
+/// the two clocks need not agree).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct AskedRuntimeDeadline {
+    /// The runtime, as people call it: `Hermes`, `Claude Code`, `OpenClaw`.
+    #[schema(
+        min_length = 1,
+        max_length = 64,
+        pattern = r"^[^\x00]*[^\s\x00][^\x00]*$"
+    )]
+    pub runtime: String,
+    /// Seconds from now until the runtime decides on its own.
+    #[schema(minimum = 0, maximum = 2592000)]
+    pub in_seconds: u64,
+    /// What it does then.
+    pub then: RuntimeFallback,
+}
+
+/// When the runtime holding an approval decides on its own, and what it does then.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct RuntimeDeadline {
+    /// The runtime, as people call it.
+    pub runtime: String,
+    /// When.
+    pub at: DateTime<Utc>,
+    /// What it does then.
+    pub then: RuntimeFallback,
+}
+
+/// What happens to an open decision if nobody answers, and when: the earlier of the runtime's
+/// own deadline and Waymark's expiry (`Decision::closing`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Closing {
+    /// When.
+    pub at: DateTime<Utc>,
+    /// The runtime that decides then, or `None` when Waymark's default applies.
+    pub runtime: Option<String>,
+    /// What happens.
+    pub then: ClosingThen,
+}
+
+/// What happens when a decision's deadline passes unanswered.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum ClosingThen {
+    /// The runtime refuses the call: nothing runs.
+    RuntimeDenies,
+    /// The runtime asks in its own prompt.
+    RuntimeAsksItself,
+    /// Waymark applies this option.
+    Default(String),
+    /// No default: the decision closes unanswered and the task waits for a person.
+    NoDefault,
+}
+
+impl Closing {
+    /// One line for people: "Hermes will deny in 0:42", "Claude Code will ask in its own
+    /// prompt in 9:55", "deny applies in 59:12: the call does not run".
+    pub fn describe(&self, now: DateTime<Utc>) -> String {
+        if self.at <= now {
+            return match (&self.runtime, &self.then) {
+                (Some(r), ClosingThen::RuntimeDenies) => format!("{r} has denied it"),
+                (Some(r), ClosingThen::RuntimeAsksItself) => {
+                    format!("{r} has stopped waiting and asks in its own prompt")
+                }
+                (_, ClosingThen::Default(o)) => format!("{o} applies now"),
+                (_, _) => "expired with no default: the task waits for a person".into(),
+            };
+        }
+        self.sentence(&format!("in {}", countdown((self.at - now).num_seconds())))
+    }
+
+    /// The same line with the time of day instead of a countdown, for what stays on screen
+    /// (a notification): "Hermes will deny at 14:02 UTC".
+    pub fn describe_at(&self) -> String {
+        self.sentence(&format!("at {}", self.at.format("%H:%M UTC")))
+    }
+
+    fn sentence(&self, when: &str) -> String {
+        match (&self.runtime, &self.then) {
+            (Some(r), ClosingThen::RuntimeDenies) => format!("{r} will deny {when}"),
+            (Some(r), ClosingThen::RuntimeAsksItself) => {
+                format!("{r} will ask in its own prompt {when}")
+            }
+            (_, ClosingThen::Default(o)) if o == "deny" || o.starts_with("deny_") => {
+                format!("{o} applies {when}: the call does not run")
+            }
+            (_, ClosingThen::Default(o)) => format!("{o} applies {when}"),
+            (_, _) => format!("expires {when} with no default: the task waits for a person"),
+        }
+    }
+}
+
+/// `0:42`, `9:55`, `1:02:03`: a countdown, never negative.
+pub fn countdown(seconds: i64) -> String {
+    let s = seconds.max(0);
+    let (h, m, s) = (s / 3600, s / 60 % 60, s % 60);
+    if h > 0 {
+        format!("{h}:{m:02}:{s:02}")
+    } else {
+        format!("{m}:{s:02}")
+    }
 }
 
 /// The kinds of decision `POST /v1/tasks/{task}/decisions` opens: a [`DecisionKind`] other than
@@ -722,6 +831,45 @@ pub struct Decision {
     /// events add to it).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub deliveries: Vec<crate::steer::DeviceDelivery>,
+    /// For approvals held by a runtime with a deadline of its own: when it decides, and how.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub runtime_deadline: Option<RuntimeDeadline>,
+}
+
+impl Decision {
+    /// What happens if nobody answers, and when: the runtime's own deadline where it comes
+    /// first (or at the same moment: the runtime acts, whatever Waymark records), else
+    /// Waymark's expiry and default. A fail-open hook's expiry is the runtime's even when an
+    /// older server recorded no deadline.
+    pub fn closing(&self) -> Closing {
+        if let Some(r) = &self.runtime_deadline
+            && r.at <= self.expires_at
+        {
+            return Closing {
+                at: r.at,
+                runtime: Some(r.runtime.clone()),
+                then: match r.then {
+                    RuntimeFallback::Denies => ClosingThen::RuntimeDenies,
+                    RuntimeFallback::AsksItself => ClosingThen::RuntimeAsksItself,
+                },
+            };
+        }
+        if self.durability == Some(ApprovalDurability::FailOpenHook) {
+            return Closing {
+                at: self.expires_at,
+                runtime: Some("Claude Code".into()),
+                then: ClosingThen::RuntimeAsksItself,
+            };
+        }
+        Closing {
+            at: self.expires_at,
+            runtime: None,
+            then: match &self.default_option {
+                Some(o) => ClosingThen::Default(o.clone()),
+                None => ClosingThen::NoDefault,
+            },
+        }
+    }
 }
 
 /// Whether a runtime has taken an answer, as its adapter reported.
@@ -1180,4 +1328,69 @@ pub struct UsageReported {
     /// Opened because a threshold was crossed; the worker waits for it and follows the choice.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub budget_decision: Option<Decision>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn approval(runtime_deadline: serde_json::Value, durability: &str) -> Decision {
+        serde_json::from_value(serde_json::json!({
+            "id": "dec_1", "task_id": "task_1", "kind": "approval", "status": "pending",
+            "step": null, "question": "run it?", "options": [], "default_option": "deny",
+            "intent": {}, "intent_digest": null, "effect_id": null, "plan_revision": 1,
+            "risky": false, "expires_at": "2026-12-02T12:10:00Z",
+            "created_at": "2026-12-02T12:00:00Z", "outcome": null,
+            "durability": durability, "runtime_deadline": runtime_deadline,
+        }))
+        .unwrap()
+    }
+
+    fn at(s: &str) -> DateTime<Utc> {
+        s.parse().unwrap()
+    }
+
+    #[test]
+    fn the_earlier_deadline_is_said_with_who_decides_and_how() {
+        let hermes = approval(
+            serde_json::json!({"runtime": "Hermes", "at": "2026-12-02T12:01:00Z", "then": "denies"}),
+            "connection_bound",
+        );
+        let c = hermes.closing();
+        assert_eq!(c.at, at("2026-12-02T12:01:00Z"));
+        assert_eq!(
+            c.describe(at("2026-12-02T12:00:18Z")),
+            "Hermes will deny in 0:42"
+        );
+        assert_eq!(
+            c.describe(at("2026-12-02T12:01:00Z")),
+            "Hermes has denied it"
+        );
+        assert_eq!(c.describe_at(), "Hermes will deny at 12:01 UTC");
+
+        // Ours first: our default, and what it means.
+        let later = approval(
+            serde_json::json!({"runtime": "OpenClaw", "at": "2026-12-02T13:00:00Z", "then": "denies"}),
+            "connection_bound",
+        );
+        assert_eq!(
+            later.closing().describe(at("2026-12-02T12:00:00Z")),
+            "deny applies in 10:00: the call does not run"
+        );
+
+        // A hook recorded before runtime deadlines existed is still Claude Code's.
+        let hook = approval(serde_json::Value::Null, "fail_open_hook");
+        assert_eq!(
+            hook.closing().describe(at("2026-12-02T11:00:00Z")),
+            "Claude Code will ask in its own prompt in 1:10:00"
+        );
+    }
+
+    #[test]
+    fn a_countdown_never_goes_negative() {
+        assert_eq!(countdown(-5), "0:00");
+        assert_eq!(countdown(42), "0:42");
+        assert_eq!(countdown(595), "9:55");
+        assert_eq!(countdown(3723), "1:02:03");
+    }
 }

@@ -22,7 +22,7 @@ pub use event::{Event, EventKind};
 pub use followup::*;
 pub use state::{
     ApprovalDurability, AttemptState, DecisionKind, DecisionStatus, DeliveryState, DeliveryStep,
-    EffectStatus, FinishOutcome, FollowupState, Operation, PushKind, TaskState,
+    EffectStatus, FinishOutcome, FollowupState, Operation, PushKind, RuntimeFallback, TaskState,
 };
 pub use steer::*;
 

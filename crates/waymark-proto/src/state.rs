@@ -125,6 +125,16 @@ str_enum! {
 }
 
 str_enum! {
+    /// What the runtime behind an approval does on its own when its deadline passes first.
+    pub enum RuntimeFallback {
+        /// It refuses the call (Hermes' fixed wait, OpenClaw's approval expiry): nothing runs.
+        Denies => "denies",
+        /// It asks in its own prompt (a Claude Code hook that times out; `claude -p` denies).
+        AsksItself => "asks_itself",
+    }
+}
+
+str_enum! {
     /// Whether the runtime has taken the answer to an approval.
     pub enum DeliveryState {
         /// Answered here; the runtime has not confirmed it yet.

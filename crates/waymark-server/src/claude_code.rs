@@ -686,6 +686,14 @@ async fn open_approval(
             options: choices(suggestions),
             // Claude Code runs an allowed call with `updatedInput` in place of its own.
             editable: Some("/input".into()),
+            // A held hook gives up at its timeout and Claude Code asks in its own prompt.
+            runtime_deadline: (durability == ApprovalDurability::FailOpenHook).then(|| {
+                AskedRuntimeDeadline {
+                    runtime: "Claude Code".into(),
+                    in_seconds: expires_in.as_secs().max(1),
+                    then: RuntimeFallback::AsksItself,
+                }
+            }),
         },
     )
     .await?;

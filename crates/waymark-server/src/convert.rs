@@ -14,7 +14,7 @@ pub(crate) fn dt(ms: i64) -> DateTime<Utc> {
     Utc.timestamp_millis_opt(ms).single().unwrap_or_default()
 }
 
-fn json<T: DeserializeOwned>(v: &Value, what: &str) -> R<T> {
+pub(crate) fn json<T: DeserializeOwned>(v: &Value, what: &str) -> R<T> {
     serde_json::from_value(v.clone()).map_err(|e| StoreError::Corrupt(format!("{what}: {e}")))
 }
 
@@ -135,6 +135,11 @@ pub(crate) fn decision(d: &s::DecisionRow) -> R<p::Decision> {
             .transpose()?,
         editable: d.editable.clone(),
         deliveries: Vec::new(),
+        runtime_deadline: d
+            .runtime_deadline
+            .as_ref()
+            .map(|x| json(x, "runtime deadline"))
+            .transpose()?,
     })
 }
 

@@ -523,8 +523,8 @@ impl StoreTx for PgTx {
             sqlx::query(
                 "INSERT INTO decisions (id, task_id, kind, status, step, question, options,
                    default_option, intent, intent_digest, effect_id, plan_revision, risky, expires_at,
-                   created_at, outcome, durability, delivery, editable)
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19)
+                   created_at, outcome, durability, delivery, editable, runtime_deadline)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20)
                  ON CONFLICT DO NOTHING",
             )
             .bind(&d.id)
@@ -545,7 +545,8 @@ impl StoreTx for PgTx {
             .bind(&d.outcome)
             .bind(d.durability.map(|x| x.as_str()))
             .bind(&d.delivery)
-            .bind(&d.editable),
+            .bind(&d.editable)
+            .bind(&d.runtime_deadline),
         )
         .await
     }

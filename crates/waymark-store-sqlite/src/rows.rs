@@ -180,6 +180,7 @@ pub(crate) fn decision_row(r: &SqliteRow) -> Result<DecisionRow> {
         durability: get_enum_opt(r, "durability")?,
         delivery: get_json_opt(r, "delivery")?,
         editable: get(r, "editable")?,
+        runtime_deadline: get_json_opt(r, "runtime_deadline")?,
     })
 }
 

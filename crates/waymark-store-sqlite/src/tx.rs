@@ -536,8 +536,8 @@ impl StoreTx for SqliteTx {
             sqlx::query(
                 "INSERT INTO decisions (id, task_id, kind, status, step, question, options,
                    default_option, intent, intent_digest, effect_id, plan_revision, risky, expires_at,
-                   created_at, outcome, durability, delivery, editable)
-                 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                   created_at, outcome, durability, delivery, editable, runtime_deadline)
+                 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             )
             .bind(&d.id)
             .bind(&d.task_id)
@@ -557,7 +557,8 @@ impl StoreTx for SqliteTx {
             .bind(d.outcome.as_ref().map(json_text))
             .bind(d.durability.map(|x| x.as_str()))
             .bind(d.delivery.as_ref().map(json_text))
-            .bind(&d.editable),
+            .bind(&d.editable)
+            .bind(d.runtime_deadline.as_ref().map(json_text)),
         )
         .await
         .map(drop)

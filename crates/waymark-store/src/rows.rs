@@ -199,6 +199,8 @@ pub struct DecisionRow {
     pub delivery: Option<Value>,
     /// The JSON pointer of the intent's part a person may edit before approving.
     pub editable: Option<String>,
+    /// JSON `RuntimeDeadline`: when the runtime holding it decides on its own, and how.
+    pub runtime_deadline: Option<Value>,
 }
 
 /// An artifact's metadata; the bytes are a blob.

@@ -314,6 +314,9 @@ pub async fn run_store_story(store: &dyn Store) {
         durability: None,
         delivery: None,
         editable: None,
+        runtime_deadline: Some(
+            json!({"runtime": "Hermes", "at": "2026-12-02T00:00:00Z", "then": "denies"}),
+        ),
     };
     tx.insert_decision(&d).await.unwrap();
     tx.commit().await.unwrap();

@@ -402,6 +402,10 @@ pub struct ApprovalOptions {
     /// For runtimes that take a changed intent: the JSON pointer of the part a person may
     /// edit before approving. Follow [`approved_intent`], not the intent asked, once approved.
     pub editable: Option<String>,
+    /// For runtimes with a deadline of their own (Hermes denies after 60 s): when and how the
+    /// runtime decides unanswered. The approval closes then as the runtime decided, and people
+    /// are shown that deadline, not ours.
+    pub runtime_deadline: Option<AskedRuntimeDeadline>,
 }
 
 /// The option a closed decision ended with (`None` while pending, or when void).
@@ -806,6 +810,7 @@ impl Run {
             durability: options.durability,
             options: options.choices,
             editable: options.editable,
+            runtime_deadline: options.runtime_deadline,
         };
         self.post(
             &format!("/v1/tasks/{}/approvals", self.task_id()),

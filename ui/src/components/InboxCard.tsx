@@ -6,7 +6,7 @@
 import { useEffect, useState } from "react";
 import type { DecideOp, DeliveryStep, DeliveryView, InboxItemView, OutboxView, SeenView } from "../bindings";
 import { useI18n } from "../i18n";
-import { ago, short, until } from "../format";
+import { ago, countdown, short } from "../format";
 import { ArtifactBody, type LoadText } from "./Artifact";
 import { EditIntent } from "./EditIntent";
 import { Receipts } from "./Receipts";
@@ -85,6 +85,37 @@ function Deliveries({ deliveries, now }: { deliveries: readonly DeliveryView[]; 
   );
 }
 
+/** "Hermes will deny in 0:42": what happens if nobody answers, and when — the earlier of the
+ * runtime's own deadline and ours (`closing`), counting down. */
+function Closing({ item, now }: { item: InboxItemView; now: number }) {
+  const { t } = useI18n();
+  const d = item.decision;
+  const c = d.closing;
+  const past = c.at <= now;
+  const left = countdown(c.at - now);
+  const label = c.option ? (d.options.find((o) => o.id === c.option)?.label ?? c.option) : "";
+  const runtime = c.runtime ?? "";
+  const key = `inbox.closing.${c.then}${past ? ".past" : ""}` as "inbox.closing.default";
+  return (
+    <p className={`small ${past || c.at - now < 60_000 ? "warn" : "muted"}`} data-testid="closing" title={new Date(c.at).toLocaleString()}>
+      {t(key, { runtime, left, option: label })}
+    </p>
+  );
+}
+
+/** Now, re-read every second while a deadline is under ten minutes away, else every half
+ * minute; a fixed `now` (tests) never ticks. */
+function useTicking(deadline: number, fixed?: number): number {
+  const [now, setNow] = useState(() => fixed ?? Date.now());
+  useEffect(() => {
+    if (fixed != null) return;
+    const every = deadline - Date.now() < 600_000 ? 1000 : 30_000;
+    const id = setTimeout(() => setNow(Date.now()), every);
+    return () => clearTimeout(id);
+  }, [deadline, fixed, now]);
+  return fixed ?? now;
+}
+
 export function InboxCard({
   item,
   decide,
@@ -92,7 +123,7 @@ export function InboxCard({
   focus,
   confirmFirst,
   openThread,
-  now = Date.now(),
+  now: fixedNow,
   place,
   onEngaged,
   selected,
@@ -123,6 +154,7 @@ export function InboxCard({
 }) {
   const { t } = useI18n();
   const d = item.decision;
+  const now = useTicking(d.closing.at, fixedNow);
   const [showDiff, setShowDiff] = useState<string | null>(null);
   // A confirmation keeps what it asked about: confirming signs that, even if a sync moved the
   // card underneath it meanwhile.
@@ -170,8 +202,9 @@ export function InboxCard({
     }
   };
 
-  const expired = d.expires_at < now;
-  const defaultLabel = d.default_option ? (d.options.find((o) => o.id === d.default_option)?.label ?? d.default_option) : null;
+  // The runtime decided at its own deadline: the record follows; nothing here may answer.
+  const decidedByRuntime = d.status === "pending" && d.closing.runtime != null && d.closing.at <= now;
+  const locked = busy || decidedByRuntime;
 
   return (
     <article
@@ -221,11 +254,7 @@ export function InboxCard({
         </p>
       )}
 
-      <p className={`small ${expired ? "warn" : "muted"}`}>
-        {expired ? t("inbox.expired", { when: until(d.expires_at, t, now) }) : t("inbox.expires", { when: until(d.expires_at, t, now) })}
-        {" — "}
-        {d.durability === "fail_open_hook" ? t("inbox.runtimeDecides") : defaultLabel ? t("inbox.default", { option: defaultLabel }) : t("inbox.noDefault")}
-      </p>
+      <Closing item={item} now={now} />
 
       <section className="evidence">
         <h4>{t("inbox.evidence")}</h4>
@@ -255,7 +284,7 @@ export function InboxCard({
                 </p>
               )}
               <div className="row">
-                <button type="button" className="primary" disabled={busy} onClick={() => send("approve", null, null, confirming.seen)} data-testid="confirm-approve" autoFocus>
+                <button type="button" className="primary" disabled={locked} onClick={() => send("approve", null, null, confirming.seen)} data-testid="confirm-approve" autoFocus>
                   {t("inbox.confirmApprove")}
                 </button>
                 <button type="button" onClick={() => setConfirming(null)}>
@@ -267,14 +296,14 @@ export function InboxCard({
             <EditIntent intent={d.intent} pointer={d.editable} busy={busy} onApprove={(part) => void sendEdited(part, editing)} onCancel={() => setEditing(null)} />
           ) : confirming == null ? (
             <div className="row">
-              <button type="button" className="primary" disabled={busy} data-testid="approve" onClick={() => (d.risky ? setConfirming({ action: "approve", seen: shownBy(item) }) : send("approve"))}>
+              <button type="button" className="primary" disabled={locked} data-testid="approve" onClick={() => (d.risky ? setConfirming({ action: "approve", seen: shownBy(item) }) : send("approve"))}>
                 {t("inbox.approve")}
               </button>
-              <button type="button" className="danger" disabled={busy} data-testid="deny" onClick={() => send("deny")}>
+              <button type="button" className="danger" disabled={locked} data-testid="deny" onClick={() => send("deny")}>
                 {t("inbox.deny")}
               </button>
               {d.editable && approveEdited && (
-                <button type="button" className="secondary" disabled={busy} data-testid="edit" onClick={() => setEditing(shownBy(item))}>
+                <button type="button" className="secondary" disabled={locked} data-testid="edit" onClick={() => setEditing(shownBy(item))}>
                   {t("inbox.edit.open")}
                 </button>
               )}
@@ -292,7 +321,7 @@ export function InboxCard({
                 </p>
                 {o.gives_up && <p className="warn">{o.gives_up}</p>}
                 <div className="row">
-                  <button type="button" className="primary" disabled={busy} onClick={() => send("approve", o.id, null, confirming.seen)} data-testid="confirm-option" autoFocus>
+                  <button type="button" className="primary" disabled={locked} onClick={() => send("approve", o.id, null, confirming.seen)} data-testid="confirm-option" autoFocus>
                     {t("inbox.confirmGrantButton", { label: o.label })}
                   </button>
                   <button type="button" onClick={() => setConfirming(null)}>
@@ -307,7 +336,7 @@ export function InboxCard({
               .filter((o) => o.id !== "approve" && o.id !== "deny")
               .map((o) => (
                 <li key={o.id} className="option">
-                  <button type="button" className={o.id.startsWith("deny") ? "danger" : "secondary"} disabled={busy} onClick={() => (o.id.startsWith("deny") ? send("deny", o.id) : setConfirming({ action: o.id, seen: shownBy(item) }))} data-testid={`option-${o.id}`}>
+                  <button type="button" className={o.id.startsWith("deny") ? "danger" : "secondary"} disabled={locked} onClick={() => (o.id.startsWith("deny") ? send("deny", o.id) : setConfirming({ action: o.id, seen: shownBy(item) }))} data-testid={`option-${o.id}`}>
                     {o.label}
                   </button>
                   {o.gives_up && <span className="small">{t("inbox.givesUp", { what: o.gives_up })}</span>}
@@ -319,7 +348,7 @@ export function InboxCard({
           <ul className="options">
             {d.options.map((o) => (
               <li key={o.id} className="option">
-                <button type="button" disabled={busy} onClick={() => send(d.kind === "question" ? "answer" : "choose", o.id)} data-testid={`option-${o.id}`}>
+                <button type="button" disabled={locked} onClick={() => send(d.kind === "question" ? "answer" : "choose", o.id)} data-testid={`option-${o.id}`}>
                   {o.label}
                   {o.id === d.default_option ? " ★" : ""}
                 </button>

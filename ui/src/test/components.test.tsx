@@ -52,7 +52,7 @@ describe("InboxCard", () => {
     expect(screen.getByText("staging")).toBeTruthy();
     expect(screen.getByTestId("intent-digest").textContent).toBe("ab12ab12ab12ab12…");
     expect(screen.getByText(/Bound to plan revision 1/)).toBeTruthy();
-    expect(screen.getByText(/Expires in 30m — then the default applies: deny/)).toBeTruthy();
+    expect(screen.getByTestId("closing").textContent).toBe("deny applies in 30:00");
     expect(screen.getByText("FAILED")).toBeTruthy();
     expect(screen.getByText(/AssertionError: assert 90/)).toBeTruthy();
   });
@@ -178,13 +178,31 @@ describe("InboxCard", () => {
   it("says the runtime decides when a hook's approval runs out, not our default", () => {
     const hook = approval({ durability: "fail_open_hook", default_option: "deny" });
     const { unmount } = ui(<InboxCard item={hook} decide={recorder().decide} load={load} now={NOW} />);
-    const text = screen.getByTestId(`decision-${hook.decision.id}`).textContent ?? "";
-    expect(text).toContain("the runtime decides on its own");
-    expect(text).not.toContain("the default applies");
+    expect(screen.getByTestId("closing").textContent).toBe("Claude Code will ask in its own prompt in 30:00");
     unmount();
     const held = approval({ durability: "durable", default_option: "deny" });
     ui(<InboxCard item={held} decide={recorder().decide} load={load} now={NOW} />);
-    expect(screen.getByTestId(`decision-${held.decision.id}`).textContent).toContain("then the default applies: deny");
+    expect(screen.getByTestId("closing").textContent).toBe("deny applies in 30:00");
+  });
+
+  it("counts down to the runtime's own deadline and, once it passed, lets nobody answer", () => {
+    const hermes = approval({
+      durability: "connection_bound",
+      options: [
+        { id: "approve", label: "Allow once", gives_up: "", cost: null },
+        { id: "deny", label: "Deny", gives_up: "", cost: null },
+      ],
+      closing: { at: NOW + 42_000, runtime: "Hermes", then: "runtime_denies", option: null },
+    });
+    const { unmount } = ui(<InboxCard item={hermes} decide={recorder().decide} load={load} now={NOW} />);
+    expect(screen.getByTestId("closing").textContent).toBe("Hermes will deny in 0:42: the call does not run");
+    expect((screen.getByTestId("approve") as HTMLButtonElement).disabled).toBe(false);
+    unmount();
+    ui(<InboxCard item={hermes} decide={recorder().decide} load={load} now={NOW + 43_000} />);
+    expect(screen.getByTestId("closing").textContent).toBe("Hermes has denied it on its own; the record follows");
+    const approve = screen.getByTestId("approve") as HTMLButtonElement;
+    expect(approve.disabled).toBe(true);
+    expect((screen.getByTestId("deny") as HTMLButtonElement).disabled).toBe(true);
   });
 
   it("shows a flat object in the intent as key: value pairs, not JSON", () => {
@@ -248,7 +266,7 @@ describe("InboxCard", () => {
     expect(screen.getByText("Gives up: coverage of unrelated modules")).toBeTruthy();
     expect(screen.getByText("Gives up: verification of the last two steps")).toBeTruthy();
     expect(screen.getByText("Cost: +40 min, ~$1.40")).toBeTruthy();
-    expect(screen.getByText(/then the default applies: Run only relevant tests/)).toBeTruthy();
+    expect(screen.getByTestId("closing").textContent).toMatch(/^Run only relevant tests applies in /);
     await userEvent.click(screen.getByTestId("option-full_suite"));
     expect(calls).toEqual([{ id: "dec_1", op: "choose", option: "full_suite", text: null }]);
   });

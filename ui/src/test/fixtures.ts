@@ -42,8 +42,7 @@ export const passingReceipt: ReceiptView = {
 };
 
 export function approval(over: Partial<InboxItemView["decision"]> = {}): InboxItemView {
-  return {
-    decision: {
+  const base: Omit<InboxItemView["decision"], "closing"> = {
       id: "dec_1",
       task_id: "task_1",
       kind: "approval",
@@ -66,7 +65,18 @@ export function approval(over: Partial<InboxItemView["decision"]> = {}): InboxIt
       editable: null,
       deliveries: [],
       ...over,
-    },
+  };
+  // As `Decision::closing` derives it where the test gives none: a hook's deadline is Claude
+  // Code's, else our default applies at our expiry.
+  const closing: InboxItemView["decision"]["closing"] =
+    over.closing ??
+    (base.durability === "fail_open_hook"
+      ? { at: base.expires_at, runtime: "Claude Code", then: "runtime_asks_itself", option: null }
+      : base.default_option != null
+        ? { at: base.expires_at, runtime: null, then: "default", option: base.default_option }
+        : { at: base.expires_at, runtime: null, then: "no_default", option: null });
+  return {
+    decision: { ...base, closing },
     task_title: "Fix the failing checkout discount test and deploy to staging",
     plan_revision: 1,
     stale: false,

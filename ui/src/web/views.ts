@@ -2,6 +2,7 @@
 // the same React screens render the web companion: times in unix ms, absent options as null.
 import type {
   ArtifactView,
+  ClosingView,
   AttemptView,
   CheckpointView,
   DecisionView,
@@ -115,8 +116,24 @@ export function effectView(e: Effect): EffectView {
   };
 }
 
+/** What happens if nobody answers, and when: `Decision::closing` in `waymark-proto`. */
+export function closingOf(d: Decision): ClosingView {
+  const expires = ms(d.expires_at);
+  const r = d.runtime_deadline;
+  if (r && ms(r.at) <= expires) {
+    return { at: ms(r.at), runtime: r.runtime, then: r.then === "denies" ? "runtime_denies" : "runtime_asks_itself", option: null };
+  }
+  if (d.durability === "fail_open_hook") {
+    return { at: expires, runtime: "Claude Code", then: "runtime_asks_itself", option: null };
+  }
+  return d.default_option != null
+    ? { at: expires, runtime: null, then: "default", option: d.default_option }
+    : { at: expires, runtime: null, then: "no_default", option: null };
+}
+
 export function decisionView(d: Decision): DecisionView {
   return {
+    closing: closingOf(d),
     id: d.id,
     task_id: d.task_id,
     kind: d.kind,

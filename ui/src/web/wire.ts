@@ -152,7 +152,11 @@ export type Decision = {
   delivery?: Delivery | null;
   editable?: string | null;
   deliveries?: DeviceDelivery[];
+  runtime_deadline?: RuntimeDeadline | null;
 };
+
+/** When the runtime holding an approval decides on its own, and what it does then. */
+export type RuntimeDeadline = { runtime: string; at: Time; then: "denies" | "asks_itself" };
 
 /** One step a decision reached on one device (`decision.delivered`). */
 export type DeviceDelivery = {

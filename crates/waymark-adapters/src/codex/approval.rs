@@ -307,6 +307,8 @@ pub(super) async fn carry(job: Job) {
         ApprovalDurability::ConnectionBound,
         &choices,
         None,
+        // Codex keeps it open as long as the connection lives: no deadline of its own.
+        None,
     )
     .await;
     let decision = match opened {

@@ -13,8 +13,8 @@ use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use waymark_proto::{
-    ApprovalDurability, Decision, DecisionKind, DecisionStatus, DeliveryState, FinishOutcome,
-    NewMessage, TaskState,
+    ApprovalDurability, AskedRuntimeDeadline, Decision, DecisionKind, DecisionStatus,
+    DeliveryState, FinishOutcome, NewMessage, RuntimeFallback, TaskState,
 };
 use waymark_worker::{Client, ControlState, ProviderError, ProviderStatus, Reconciler, Run};
 
@@ -858,6 +858,12 @@ impl Adapter {
             ApprovalDurability::ConnectionBound,
             &choices,
             Some(expires_in),
+            // The gateway expires it on its own; the command does not run.
+            Some(AskedRuntimeDeadline {
+                runtime: "OpenClaw".into(),
+                in_seconds: (remaining as u64).div_ceil(1000),
+                then: RuntimeFallback::Denies,
+            }),
         )
         .await
         {

@@ -127,5 +127,6 @@ pub(crate) async fn crossed(tx: &mut Tx, task: &TaskRow) -> ApiResult<Option<Dec
         durability: None,
         delivery: None,
         editable: None,
+        runtime_deadline: None,
     }))
 }

@@ -16,6 +16,10 @@ use crate::domain::fences::optional_fence;
 use crate::error::{ApiError, ApiResult};
 use crate::state::AppState;
 
+/// How long after a runtime's own deadline its adapter has to report what the runtime did
+/// before the expiry sweep closes the approval as the runtime would have.
+pub(crate) const RUNTIME_REPORT_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
+
 pub(crate) fn expiry_ms(st: &AppState, seconds: Option<u64>) -> ApiResult<i64> {
     let c = &st.config;
     let want = seconds
@@ -292,7 +296,30 @@ pub(crate) async fn request_approval(
         ));
     }
     let options = approval_options(&req.options)?;
-    let expires_at = expiry_ms(st, req.expires_in_seconds)?;
+    let now = st.now_ms();
+    let mut expires_at = expiry_ms(st, req.expires_in_seconds)?;
+    let runtime_deadline = match &req.runtime_deadline {
+        Some(r) => {
+            check_text("runtime_deadline.runtime", &r.runtime, 64, true)?;
+            if r.in_seconds > st.config.decision_expiry_max.as_secs() {
+                return Err(invalid(format!(
+                    "`runtime_deadline.in_seconds` must be at most {}",
+                    st.config.decision_expiry_max.as_secs()
+                )));
+            }
+            let at = now + r.in_seconds as i64 * 1000;
+            // The runtime acts at its deadline whatever we record: the approval closes then —
+            // by its adapter, which saw what the runtime did, or a little later by the sweep,
+            // the same way (`closed_by_runtime`).
+            expires_at = expires_at.min(at + RUNTIME_REPORT_GRACE.as_millis() as i64);
+            Some(to_value(&RuntimeDeadline {
+                runtime: r.runtime.clone(),
+                at: chrono::DateTime::from_timestamp_millis(at).unwrap_or_default(),
+                then: r.then,
+            }))
+        }
+        None => None,
+    };
     if let Some(p) = &req.editable
         && (!p.starts_with('/') || p.len() > 200 || req.intent.pointer(p).is_none())
     {
@@ -327,11 +354,12 @@ pub(crate) async fn request_approval(
             plan_revision: task.plan_revision,
             risky: req.risky,
             expires_at,
-            created_at: st.now_ms(),
+            created_at: now,
             outcome: None,
             durability: req.durability,
             delivery: None,
             editable: req.editable.clone(),
+            runtime_deadline,
         };
         let out = open_decision(&mut tx, task, row).await?;
         tx.commit().await?;
@@ -400,6 +428,7 @@ pub(crate) async fn request_decision(
             durability: None,
             delivery: None,
             editable: None,
+            runtime_deadline: None,
         };
         let out = open_decision(&mut tx, task, row).await?;
         tx.commit().await?;
@@ -646,6 +675,36 @@ pub(crate) async fn after_recovery_decision(
 /// hooks hold approvals this way.
 pub(crate) const HOOK_TIMED_OUT: &str = "the hook's timeout came first; Claude Code decides without Waymark: `claude -p` denies the call, an interactive session asks in its own prompt";
 
+/// How an approval whose deadline the runtime holds closes at its expiry: as the runtime
+/// decided, never with our stated default, which would be a claim about what happened (and a
+/// hook still holding it would pass it on as an answer). A fail-open hook (Claude Code) asks in
+/// its own prompt — no option, the same close as the hook's own timeout, whichever comes
+/// first; a runtime that denies (Hermes, OpenClaw) is said to have denied. Either way no option
+/// is recorded, as when the runtime's adapter closes it (`expire`): nothing here chose one.
+/// Returns the outcome's words; `None`: Waymark's expiry came first, and its default applies.
+pub(crate) fn closed_by_runtime(d: &DecisionRow) -> ApiResult<Option<String>> {
+    let deadline: Option<RuntimeDeadline> = d
+        .runtime_deadline
+        .as_ref()
+        .map(|v| convert::json(v, "runtime deadline"))
+        .transpose()?;
+    let reached = deadline
+        .as_ref()
+        .filter(|r| r.at.timestamp_millis() <= d.expires_at);
+    Ok(match reached {
+        Some(r) if r.then == RuntimeFallback::Denies => Some(format!(
+            "{}'s own deadline came first: {} denied the call; nothing ran",
+            r.runtime, r.runtime
+        )),
+        _ if d.durability == Some(ApprovalDurability::FailOpenHook) => Some(HOOK_TIMED_OUT.into()),
+        Some(r) => Some(format!(
+            "{}'s own deadline came first: {} asks in its own prompt",
+            r.runtime, r.runtime
+        )),
+        None => None,
+    })
+}
+
 /// Applies the default of every pending decision whose expiry has passed. Returns how many.
 /// One replica at a time sweeps; each decision closes in its own transaction, under its
 /// task's lock, re-checked there — so a decision expires once even with several replicas,
@@ -684,28 +743,23 @@ pub(crate) async fn expire_overdue(st: &AppState, id: &str) -> ApiResult<bool> {
     if d.status != DecisionStatus::Pending || d.expires_at > st.now_ms() {
         return Ok(false);
     }
-    let outcome = if d.durability == Some(ApprovalDurability::FailOpenHook) {
-        // The runtime holds this deadline, and a hook that times out fails open: Claude Code
-        // decides in its own prompt (in `-p`, denies). Our stated default would be a claim
-        // about what happened, and the hook still holding it would pass it on as an answer:
-        // the same close as the hook's own timeout, whichever comes first.
-        DecisionOutcome {
+    let outcome = match closed_by_runtime(&d)? {
+        Some(text) => DecisionOutcome {
             option: None,
-            text: Some(HOOK_TIMED_OUT.into()),
+            text: Some(text),
             by: "runtime".into(),
             at: st.now(),
             edited_intent: None,
             edited_intent_digest: None,
-        }
-    } else {
-        DecisionOutcome {
+        },
+        None => DecisionOutcome {
             option: d.default_option.clone(),
             text: None,
             by: "default".into(),
             at: st.now(),
             edited_intent: None,
             edited_intent_digest: None,
-        }
+        },
     };
     close_decision(&mut tx, &mut d, DecisionStatus::Expired, outcome).await?;
     tx.commit().await?;

@@ -271,6 +271,7 @@ pub(crate) async fn refuse_admission(
                 durability: None,
                 delivery: None,
                 editable: None,
+                runtime_deadline: None,
             };
             let id = row.id.clone();
             let mut t = task.clone();
@@ -457,6 +458,7 @@ pub(crate) async fn freeze(tx: &mut Tx, e: &EffectRow, detail: Option<&str>) -> 
         durability: None,
         delivery: None,
         editable: None,
+        runtime_deadline: None,
     };
     let id = row.id.clone();
     let _ = open_decision(tx, task, row).await?;
@@ -549,6 +551,7 @@ pub(crate) async fn compensation_task(
         durability: None,
         delivery: None,
         editable: None,
+        runtime_deadline: None,
     };
     let _ = open_decision(tx, row, approval).await?;
     Ok(id)

@@ -419,6 +419,10 @@ async fn the_expiry_sweep_closes_a_held_hook_approval_as_the_runtime_would() {
     let dec = pending_decision(&h, &task).await;
     assert_eq!(dec["durability"], "fail_open_hook", "{dec}");
     assert_eq!(dec["default_option"], "deny", "{dec}");
+    // Shown with the runtime's deadline: the hook's, and Claude Code asks then.
+    assert_eq!(dec["runtime_deadline"]["runtime"], "Claude Code", "{dec}");
+    assert_eq!(dec["runtime_deadline"]["then"], "asks_itself", "{dec}");
+    assert_eq!(dec["runtime_deadline"]["at"], dec["expires_at"], "{dec}");
     h.advance(Duration::from_secs(601)).await;
 
     let out = tokio::time::timeout(Duration::from_secs(30), held)

@@ -318,3 +318,149 @@ async fn a_dropped_approval_is_expired_never_approved() {
         .await;
     assert_problem(s, &v, 422, "validation_failed");
 }
+
+/// Hermes denies on its own once its fixed wait passes. The approval says so from the start
+/// (the earlier deadline is the runtime's), gives the runtime's adapter a moment to report what
+/// Hermes did, then closes it as Hermes decided — never with our default, never left open —
+/// and a late answer is refused. The clock is driven.
+#[tokio::test]
+async fn a_runtime_deadline_before_ours_closes_the_approval_as_the_runtime_decided() {
+    let h = Harness::start().await;
+    let task = h.create_task(&h.alice).await;
+    let (att, fence) = h.attempt(&h.alice, &task, 3600).await;
+    let d = h.pair_device("alice", &["view", "steer", "approve"]).await;
+    let (s, a) = runtime_approval(
+        &h,
+        &task,
+        &att,
+        fence,
+        json!({
+            "expires_in_seconds": 3600,
+            "default_option": "approve",
+            "runtime_deadline": {"runtime": "Hermes", "in_seconds": 60, "then": "denies"}
+        }),
+    )
+    .await;
+    assert_eq!(s, StatusCode::CREATED, "{a}");
+    let created = chrono::DateTime::parse_from_rfc3339(a["created_at"].as_str().unwrap()).unwrap();
+    let at = |v: &Value| chrono::DateTime::parse_from_rfc3339(v.as_str().unwrap()).unwrap();
+    assert_eq!(a["runtime_deadline"]["runtime"], "Hermes");
+    assert_eq!(a["runtime_deadline"]["then"], "denies");
+    assert_eq!(
+        (at(&a["runtime_deadline"]["at"]) - created).num_seconds(),
+        60,
+        "{a}"
+    );
+    assert_eq!(
+        (at(&a["expires_at"]) - created).num_seconds(),
+        65,
+        "closed a grace after the runtime's deadline, not after our hour: {a}"
+    );
+    let wire: waymark_proto::Decision = serde_json::from_value(a.clone()).unwrap();
+    let closing = wire.closing();
+    assert_eq!(closing.runtime.as_deref(), Some("Hermes"));
+    assert_eq!(
+        closing.describe(wire.created_at + chrono::Duration::seconds(18)),
+        "Hermes will deny in 0:42"
+    );
+    let id = a["id"].as_str().unwrap().to_owned();
+    let digest = a["intent_digest"].as_str().unwrap().to_owned();
+
+    h.advance(std::time::Duration::from_secs(61)).await;
+    let open = h
+        .get(&h.alice, &format!("/v1/tasks/{task}/decisions/{id}"))
+        .await
+        .1;
+    assert_eq!(
+        open["status"], "pending",
+        "the adapter reports first: {open}"
+    );
+    h.advance(std::time::Duration::from_secs(5)).await;
+    let closed = h
+        .get(&h.alice, &format!("/v1/tasks/{task}/decisions/{id}"))
+        .await
+        .1;
+    assert_eq!(closed["status"], "expired", "{closed}");
+    assert_eq!(
+        closed["outcome"]["option"],
+        Value::Null,
+        "not our default `approve`: {closed}"
+    );
+    assert_eq!(closed["outcome"]["by"], "runtime");
+    assert!(
+        closed["outcome"]["text"]
+            .as_str()
+            .unwrap()
+            .contains("Hermes denied the call"),
+        "{closed}"
+    );
+    let (s, r) = h
+        .submit(&d.sign(&d.command(
+            &task,
+            Some(1),
+            Operation::Approve,
+            json!({"decision_id": id, "intent_digest": digest}),
+        )))
+        .await;
+    assert_eq!(s.as_u16(), 422, "{r}");
+    assert_eq!(r["reason"], "decision_closed");
+}
+
+/// Where our expiry comes first, our default applies and the runtime's deadline is only shown.
+#[tokio::test]
+async fn our_expiry_before_the_runtimes_deadline_applies_our_default() {
+    let h = Harness::start().await;
+    let task = h.create_task(&h.alice).await;
+    let (att, fence) = h.attempt(&h.alice, &task, 3600).await;
+    let (_, a) = runtime_approval(
+        &h,
+        &task,
+        &att,
+        fence,
+        json!({
+            "expires_in_seconds": 30,
+            "runtime_deadline": {"runtime": "OpenClaw", "in_seconds": 120, "then": "denies"}
+        }),
+    )
+    .await;
+    let wire: waymark_proto::Decision = serde_json::from_value(a.clone()).unwrap();
+    assert_eq!(wire.closing().runtime, None, "ours comes first: {a}");
+    assert_eq!(
+        wire.closing()
+            .describe(wire.created_at + chrono::Duration::seconds(5)),
+        "deny applies in 0:25: the call does not run"
+    );
+    let id = a["id"].as_str().unwrap();
+    h.advance(std::time::Duration::from_secs(31)).await;
+    let closed = h
+        .get(&h.alice, &format!("/v1/tasks/{task}/decisions/{id}"))
+        .await
+        .1;
+    assert_eq!(closed["status"], "expired", "{closed}");
+    assert_eq!(closed["outcome"]["option"], "deny");
+    assert_eq!(closed["outcome"]["by"], "default");
+
+    for (bad, why) in [
+        (
+            json!({"runtime": " ", "in_seconds": 5, "then": "denies"}),
+            "blank runtime",
+        ),
+        (
+            json!({"runtime": "Hermes", "in_seconds": 99_999_999u64, "then": "denies"}),
+            "too far",
+        ),
+        (
+            json!({"runtime": "Hermes", "in_seconds": 5, "then": "approves"}),
+            "no such fallback",
+        ),
+        (
+            json!({"runtime": "Hermes", "in_seconds": 5, "then": "denies", "x": 1}),
+            "unknown field",
+        ),
+    ] {
+        let (s, v) =
+            runtime_approval(&h, &task, &att, fence, json!({"runtime_deadline": bad})).await;
+        assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY, "{why}: {v}");
+        assert_problem(s, &v, 422, "validation_failed");
+    }
+}
