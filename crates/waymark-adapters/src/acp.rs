@@ -79,7 +79,8 @@ pub struct AcpArgs {
     #[arg(long, default_value = "waymark-acp")]
     pub worker: String,
     /// Seconds an approval stays open before its default (deny) applies (server default: an
-    /// hour; for runtime `hermes`, Hermes' own fixed wait of 60 s).
+    /// hour). For runtime `hermes` the approval also carries Hermes' own fixed wait of 60 s as
+    /// its runtime deadline, which comes first unless this is shorter.
     #[arg(long)]
     pub approval_expires_in: Option<u64>,
 }
@@ -252,10 +253,7 @@ async fn session(
         run: Arc::new(run),
         session_id,
         runtime: args.runtime.clone(),
-        expires_in: args
-            .approval_expires_in
-            .map(Duration::from_secs)
-            .or_else(|| (args.runtime == "hermes").then_some(HERMES_PERMISSION_WAIT)),
+        expires_in: args.approval_expires_in.map(Duration::from_secs),
         started: tokio::time::Instant::now(),
         buffer: None,
         tools: HashMap::new(),

@@ -50,8 +50,9 @@ pub struct HermesAcpArgs {
     /// The worker name recorded on the attempt.
     #[arg(long, default_value = "waymark-hermes")]
     pub worker: String,
-    /// Seconds an approval stays open before its default (deny) applies (default: Hermes' own
-    /// fixed wait, 60 s, after which Hermes denies on its own).
+    /// Seconds an approval stays open before its default (deny) applies (default: an hour; the
+    /// approval carries Hermes' own fixed wait, 60 s, after which Hermes denies on its own, as
+    /// its runtime deadline, which comes first unless this is shorter).
     #[arg(long)]
     pub approval_expires_in: Option<u64>,
 }

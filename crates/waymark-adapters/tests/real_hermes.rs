@@ -308,11 +308,18 @@ async fn real_hermes_approvals_reach_the_inbox_with_its_deadline_and_the_mirror_
     let one = start_turn(&cp, &home, &bin, "one", "waymark turn one: make the file");
     let (task_one, d) = new_approval(&cp, &approved_file, || home.stderr("one")).await;
     let inbox_at = started.elapsed();
-    // Hermes' own deadline, not our hour: it denies on its own after 60 s.
-    let deadline = (d.expires_at - d.created_at).num_milliseconds();
+    // Hermes' own deadline, not our hour: it denies on its own after 60 s, and the card says so.
+    let runtime = d.runtime_deadline.clone().expect("Hermes' own deadline");
+    let deadline = (runtime.at - d.created_at).num_milliseconds();
     assert!(
         (59_000..=60_000).contains(&deadline),
-        "the approval expires when Hermes stops waiting (60 s), not in {deadline} ms"
+        "the approval shows Hermes stopping after 60 s, not after {deadline} ms"
+    );
+    assert_eq!(d.closing().runtime.as_deref(), Some("Hermes"));
+    let closes = (d.expires_at - d.created_at).num_milliseconds();
+    assert!(
+        (64_000..=65_000).contains(&closes),
+        "our expiry is a grace after Hermes' deadline, not our hour: {closes} ms"
     );
     assert!(
         d.options.iter().any(|o| o.id == "approve_session"),

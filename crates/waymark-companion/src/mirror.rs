@@ -849,7 +849,8 @@ impl Rows {
             EventKind::EffectDeclared | EventKind::EffectUpdated => self.effects.push(data(ev)?),
             EventKind::DecisionRequested
             | EventKind::DecisionClosed
-            | EventKind::DecisionUpdated => {
+            | EventKind::DecisionUpdated
+            | EventKind::DecisionEscalated => {
                 let d: Decision = data(ev)?;
                 self.deliveries.extend(d.deliveries.iter().cloned());
                 self.decisions.push(d);

@@ -834,6 +834,134 @@ pub struct Decision {
     /// For approvals held by a runtime with a deadline of its own: when it decides, and how.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub runtime_deadline: Option<RuntimeDeadline>,
+    /// Where it stands in its user's escalation policy, when the user has one: who has been
+    /// notified, who is next and when, or why it stopped.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub escalation: Option<Escalation>,
+}
+
+/// `PUT /v1/escalation`: a user's escalation policy — who is notified of a new decision, in
+/// what order, and when nobody is woken for what can wait. Without one, every device with a
+/// push channel is notified at once.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct EscalationPolicy {
+    /// The steps, in order. The first is notified when a decision opens (after its
+    /// `after_minutes`, usually 0); each next one that many minutes after the one before,
+    /// unless someone has opened the decision meanwhile. At the decision's deadline its stated
+    /// default applies (or the runtime decides), as without a policy.
+    #[schema(min_items = 1, max_items = 8)]
+    pub steps: Vec<EscalationStep>,
+    /// When non-urgent notifications wait: a step due inside them is held until they end.
+    /// Urgent decisions (risky, or closing before the quiet hours end) still escalate.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub quiet_hours: Option<QuietHours>,
+}
+
+/// One step of an escalation policy.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct EscalationStep {
+    /// Minutes after the step before (the first: after the decision opens).
+    #[schema(minimum = 0, maximum = 10080)]
+    pub after_minutes: u32,
+    /// The user's devices notified at this step (`dev_…`).
+    #[schema(min_items = 1, max_items = 16)]
+    pub devices: Vec<String>,
+}
+
+/// Quiet hours, in a time zone: `from` 22:00 `to` 07:00 spans midnight.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct QuietHours {
+    /// Start, `HH:MM`, local time.
+    #[schema(pattern = r"^([01][0-9]|2[0-3]):[0-5][0-9]$")]
+    pub from: String,
+    /// End, `HH:MM`, local time (exclusive).
+    #[schema(pattern = r"^([01][0-9]|2[0-3]):[0-5][0-9]$")]
+    pub to: String,
+    /// An IANA time zone, e.g. `Europe/Berlin`.
+    #[schema(min_length = 1, max_length = 64)]
+    pub time_zone: String,
+}
+
+/// Where a decision stands in its user's escalation policy.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct Escalation {
+    /// Every device notified so far, with its step and when.
+    #[serde(default)]
+    pub notified: Vec<EscalationNotice>,
+    /// Who is next in line, and when — absent once the last step is reached or it stopped.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next: Option<EscalationNext>,
+    /// The step is due but held by quiet hours until then.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub held_until: Option<DateTime<Utc>>,
+    /// Why it stopped escalating, e.g. `opened on alice's laptop`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stopped: Option<String>,
+    /// The policy it follows, as it was when the decision opened (a later change does not
+    /// move decisions already open).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub policy: Option<EscalationPolicy>,
+}
+
+/// A device an escalation step notified.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct EscalationNotice {
+    /// The device.
+    pub device_id: String,
+    /// Its name.
+    pub device_name: String,
+    /// The step that notified it.
+    pub step: u32,
+    /// When.
+    pub at: DateTime<Utc>,
+}
+
+/// The next step of an escalation.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct EscalationNext {
+    /// Its index.
+    pub step: u32,
+    /// When it is due (quiet hours may hold it longer).
+    pub at: DateTime<Utc>,
+    /// The names of the devices it notifies.
+    pub devices: Vec<String>,
+}
+
+impl Escalation {
+    /// One line for people: "notified laptop · next: alice's phone at 12:10 UTC", "held by quiet
+    /// hours until 07:00 UTC", "stopped: opened on laptop".
+    pub fn describe(&self) -> String {
+        let mut names: Vec<&str> = Vec::new();
+        for n in &self.notified {
+            if !names.contains(&n.device_name.as_str()) {
+                names.push(&n.device_name);
+            }
+        }
+        let mut parts = vec![if names.is_empty() {
+            "no device notified yet".to_owned()
+        } else {
+            format!("notified {}", names.join(", "))
+        }];
+        if let Some(h) = self.held_until {
+            parts.push(format!(
+                "held by quiet hours until {}",
+                h.format("%H:%M UTC")
+            ));
+        }
+        match (&self.stopped, &self.next) {
+            (Some(why), _) => parts.push(format!("stopped: {why}")),
+            (None, Some(n)) => parts.push(format!(
+                "next: {} at {}",
+                n.devices.join(", "),
+                n.at.format("%H:%M UTC")
+            )),
+            (None, None) => parts.push("no one else in line".into()),
+        }
+        parts.join(" · ")
+    }
 }
 
 impl Decision {

@@ -63,6 +63,10 @@ pub enum EventKind {
     /// `data`: the `DeviceDelivery` (a decision reached one more step on a device).
     #[serde(rename = "decision.delivered")]
     DecisionDelivered,
+    /// `data`: the `Decision`, its `escalation` moved on: a step notified its devices, was held
+    /// by quiet hours, or escalation stopped because someone opened it.
+    #[serde(rename = "decision.escalated")]
+    DecisionEscalated,
 }
 
 impl EventKind {
@@ -87,6 +91,7 @@ impl EventKind {
             EventKind::FollowupFired => "followup.fired",
             EventKind::CommandAcknowledged => "command.acknowledged",
             EventKind::DecisionDelivered => "decision.delivered",
+            EventKind::DecisionEscalated => "decision.escalated",
         }
     }
 }

@@ -31,6 +31,9 @@ pub(crate) async fn pass(st: &AppState) {
     if let Err(e) = crate::domain::followups::tick(st).await {
         tracing::warn!(error = %e.problem, "running follow-ups failed");
     }
+    if let Err(e) = crate::domain::escalation::escalate_due(st).await {
+        tracing::warn!(error = %e.problem, "moving escalations failed");
+    }
     if let Err(e) = crate::domain::push::tick(st).await {
         tracing::warn!(error = %e.problem, "push delivery failed");
     }

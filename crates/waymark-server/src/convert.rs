@@ -140,6 +140,11 @@ pub(crate) fn decision(d: &s::DecisionRow) -> R<p::Decision> {
             .as_ref()
             .map(|x| json(x, "runtime deadline"))
             .transpose()?,
+        escalation: d
+            .escalation
+            .as_ref()
+            .map(|x| json(x, "decision escalation"))
+            .transpose()?,
     })
 }
 

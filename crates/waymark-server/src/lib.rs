@@ -93,6 +93,12 @@ pub fn app(state: AppState) -> Router {
         .route("/v1/attempts/{attempt}/released", post(recovery::released))
         .route("/v1/attempts/{attempt}/control", get(steer::control_stream))
         .route("/v1/devices", get(deliveries::list))
+        .route(
+            "/v1/escalation",
+            get(deliveries::get_escalation)
+                .put(deliveries::put_escalation)
+                .delete(deliveries::delete_escalation),
+        )
         .route("/v1/devices/pair", post(steer::pair))
         .route("/v1/devices/{device}/receipts", post(deliveries::receipts))
         .route("/v1/devices/{device}/session", post(steer::open_session))

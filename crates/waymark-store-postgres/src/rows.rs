@@ -165,6 +165,8 @@ pub(crate) fn decision_row(r: &PgRow) -> Result<DecisionRow> {
         delivery: get_json_opt(r, "delivery")?,
         editable: get(r, "editable")?,
         runtime_deadline: get_json_opt(r, "runtime_deadline")?,
+        escalation: get_json_opt(r, "escalation")?,
+        escalate_at: get(r, "escalate_at")?,
     })
 }
 

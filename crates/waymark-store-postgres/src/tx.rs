@@ -2,6 +2,7 @@
 //! docs say which locks a method takes and why.
 
 use async_trait::async_trait;
+use serde_json::Value;
 use sqlx::postgres::{PgArguments, PgRow};
 use sqlx::{Postgres, Transaction};
 use tokio::sync::watch;
@@ -523,8 +524,10 @@ impl StoreTx for PgTx {
             sqlx::query(
                 "INSERT INTO decisions (id, task_id, kind, status, step, question, options,
                    default_option, intent, intent_digest, effect_id, plan_revision, risky, expires_at,
-                   created_at, outcome, durability, delivery, editable, runtime_deadline)
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20)
+                   created_at, outcome, durability, delivery, editable, runtime_deadline,
+                   escalation, escalate_at)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20,
+                   $21, $22)
                  ON CONFLICT DO NOTHING",
             )
             .bind(&d.id)
@@ -546,7 +549,9 @@ impl StoreTx for PgTx {
             .bind(d.durability.map(|x| x.as_str()))
             .bind(&d.delivery)
             .bind(&d.editable)
-            .bind(&d.runtime_deadline),
+            .bind(&d.runtime_deadline)
+            .bind(&d.escalation)
+            .bind(d.escalate_at),
         )
         .await
     }
@@ -562,13 +567,16 @@ impl StoreTx for PgTx {
     async fn update_decision(&mut self, d: &DecisionRow) -> Result<()> {
         self.exec(
             sqlx::query(
-                "UPDATE decisions SET status = $1, expires_at = $2, outcome = $3, delivery = $4
-                 WHERE id = $5",
+                "UPDATE decisions SET status = $1, expires_at = $2, outcome = $3, delivery = $4,
+                   escalation = $5, escalate_at = $6
+                 WHERE id = $7",
             )
             .bind(d.status.as_str())
             .bind(d.expires_at)
             .bind(&d.outcome)
             .bind(&d.delivery)
+            .bind(&d.escalation)
+            .bind(d.escalate_at)
             .bind(&d.id),
         )
         .await
@@ -594,6 +602,52 @@ impl StoreTx for PgTx {
             decision_row,
         )
         .await
+    }
+
+    async fn due_escalations(&mut self, now_ms: i64) -> Result<Vec<DecisionRow>> {
+        self.all(
+            sqlx::query(
+                "SELECT * FROM decisions WHERE status = 'pending' AND escalate_at <= $1
+                 ORDER BY escalate_at, id",
+            )
+            .bind(now_ms),
+            decision_row,
+        )
+        .await
+    }
+
+    async fn escalation_policy(&mut self, user_id: &str) -> Result<Option<Value>> {
+        sqlx::query_scalar("SELECT policy FROM escalation_policies WHERE user_id = $1")
+            .bind(user_id)
+            .fetch_optional(&mut *self.tx)
+            .await
+            .map_err(db_err)
+    }
+
+    async fn put_escalation_policy(
+        &mut self,
+        user_id: &str,
+        policy: &Value,
+        now_ms: i64,
+    ) -> Result<()> {
+        self.exec(
+            sqlx::query(
+                "INSERT INTO escalation_policies (user_id, policy, updated_at) VALUES ($1, $2, $3)
+                 ON CONFLICT (user_id) DO UPDATE SET policy = excluded.policy,
+                   updated_at = excluded.updated_at",
+            )
+            .bind(user_id)
+            .bind(policy)
+            .bind(now_ms),
+        )
+        .await
+        .map(drop)
+    }
+
+    async fn delete_escalation_policy(&mut self, user_id: &str) -> Result<bool> {
+        self.exec(sqlx::query("DELETE FROM escalation_policies WHERE user_id = $1").bind(user_id))
+            .await
+            .map(|n| n > 0)
     }
 
     async fn pending_decision_count(&mut self, task_id: &str) -> Result<i64> {

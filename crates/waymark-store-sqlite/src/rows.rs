@@ -181,6 +181,8 @@ pub(crate) fn decision_row(r: &SqliteRow) -> Result<DecisionRow> {
         delivery: get_json_opt(r, "delivery")?,
         editable: get(r, "editable")?,
         runtime_deadline: get_json_opt(r, "runtime_deadline")?,
+        escalation: get_json_opt(r, "escalation")?,
+        escalate_at: get(r, "escalate_at")?,
     })
 }
 

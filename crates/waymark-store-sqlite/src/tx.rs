@@ -2,6 +2,7 @@
 //! reader (a snapshot) or as a member of the writer's current group.
 
 use async_trait::async_trait;
+use serde_json::Value;
 use sqlx::sqlite::SqliteRow;
 use sqlx::{Sqlite, SqliteConnection, Transaction};
 use waymark_store::*;
@@ -536,8 +537,9 @@ impl StoreTx for SqliteTx {
             sqlx::query(
                 "INSERT INTO decisions (id, task_id, kind, status, step, question, options,
                    default_option, intent, intent_digest, effect_id, plan_revision, risky, expires_at,
-                   created_at, outcome, durability, delivery, editable, runtime_deadline)
-                 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                   created_at, outcome, durability, delivery, editable, runtime_deadline,
+                   escalation, escalate_at)
+                 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             )
             .bind(&d.id)
             .bind(&d.task_id)
@@ -558,7 +560,9 @@ impl StoreTx for SqliteTx {
             .bind(d.durability.map(|x| x.as_str()))
             .bind(d.delivery.as_ref().map(json_text))
             .bind(&d.editable)
-            .bind(d.runtime_deadline.as_ref().map(json_text)),
+            .bind(d.runtime_deadline.as_ref().map(json_text))
+            .bind(d.escalation.as_ref().map(json_text))
+            .bind(d.escalate_at),
         )
         .await
         .map(drop)
@@ -575,13 +579,16 @@ impl StoreTx for SqliteTx {
     async fn update_decision(&mut self, d: &DecisionRow) -> Result<()> {
         self.exec(
             sqlx::query(
-                "UPDATE decisions SET status = ?, expires_at = ?, outcome = ?, delivery = ?
+                "UPDATE decisions SET status = ?, expires_at = ?, outcome = ?, delivery = ?,
+                   escalation = ?, escalate_at = ?
                  WHERE id = ?",
             )
             .bind(d.status.as_str())
             .bind(d.expires_at)
             .bind(d.outcome.as_ref().map(json_text))
             .bind(d.delivery.as_ref().map(json_text))
+            .bind(d.escalation.as_ref().map(json_text))
+            .bind(d.escalate_at)
             .bind(&d.id),
         )
         .await
@@ -607,6 +614,58 @@ impl StoreTx for SqliteTx {
             decision_row,
         )
         .await
+    }
+
+    async fn due_escalations(&mut self, now_ms: i64) -> Result<Vec<DecisionRow>> {
+        self.all(
+            sqlx::query(
+                "SELECT * FROM decisions WHERE status = 'pending' AND escalate_at <= ?
+                 ORDER BY escalate_at, id",
+            )
+            .bind(now_ms),
+            decision_row,
+        )
+        .await
+    }
+
+    async fn escalation_policy(&mut self, user_id: &str) -> Result<Option<Value>> {
+        let text: Option<String> =
+            sqlx::query_scalar("SELECT policy FROM escalation_policies WHERE user_id = ?")
+                .bind(user_id)
+                .fetch_optional(self.db())
+                .await
+                .map_err(backend)?;
+        text.map(|t| {
+            serde_json::from_str(&t)
+                .map_err(|e| StoreError::Corrupt(format!("escalation policy: {e}")))
+        })
+        .transpose()
+    }
+
+    async fn put_escalation_policy(
+        &mut self,
+        user_id: &str,
+        policy: &Value,
+        now_ms: i64,
+    ) -> Result<()> {
+        self.exec(
+            sqlx::query(
+                "INSERT INTO escalation_policies (user_id, policy, updated_at) VALUES (?, ?, ?)
+                 ON CONFLICT (user_id) DO UPDATE SET policy = excluded.policy,
+                   updated_at = excluded.updated_at",
+            )
+            .bind(user_id)
+            .bind(json_text(policy))
+            .bind(now_ms),
+        )
+        .await
+        .map(drop)
+    }
+
+    async fn delete_escalation_policy(&mut self, user_id: &str) -> Result<bool> {
+        self.exec(sqlx::query("DELETE FROM escalation_policies WHERE user_id = ?").bind(user_id))
+            .await
+            .map(|n| n > 0)
     }
 
     async fn pending_decision_count(&mut self, task_id: &str) -> Result<i64> {

@@ -184,6 +184,19 @@ pub trait StoreTx: Send {
     async fn list_decisions(&mut self, task_id: &str) -> Result<Vec<DecisionRow>>;
     /// Pending decisions whose expiry is at or before `now_ms`.
     async fn due_decisions(&mut self, now_ms: i64) -> Result<Vec<DecisionRow>>;
+    /// Pending decisions whose escalation moves by `now_ms`, soonest first.
+    async fn due_escalations(&mut self, now_ms: i64) -> Result<Vec<DecisionRow>>;
+    /// A user's escalation policy (JSON `EscalationPolicy`).
+    async fn escalation_policy(&mut self, user_id: &str) -> Result<Option<serde_json::Value>>;
+    /// Sets (or replaces) a user's escalation policy.
+    async fn put_escalation_policy(
+        &mut self,
+        user_id: &str,
+        policy: &serde_json::Value,
+        now_ms: i64,
+    ) -> Result<()>;
+    /// Removes a user's escalation policy; returns whether there was one.
+    async fn delete_escalation_policy(&mut self, user_id: &str) -> Result<bool>;
     /// Pending decisions per task, for lists.
     async fn pending_decision_count(&mut self, task_id: &str) -> Result<i64>;
 

@@ -201,6 +201,10 @@ pub struct DecisionRow {
     pub editable: Option<String>,
     /// JSON `RuntimeDeadline`: when the runtime holding it decides on its own, and how.
     pub runtime_deadline: Option<Value>,
+    /// JSON `Escalation`: where it stands in its user's escalation policy.
+    pub escalation: Option<Value>,
+    /// When its escalation moves next (unix ms); `None` when it will not.
+    pub escalate_at: Option<i64>,
 }
 
 /// An artifact's metadata; the bytes are a blob.

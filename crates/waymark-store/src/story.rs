@@ -317,6 +317,8 @@ pub async fn run_store_story(store: &dyn Store) {
         runtime_deadline: Some(
             json!({"runtime": "Hermes", "at": "2026-12-02T00:00:00Z", "then": "denies"}),
         ),
+        escalation: Some(json!({"step": 0, "notified": []})),
+        escalate_at: Some(300),
     };
     tx.insert_decision(&d).await.unwrap();
     tx.commit().await.unwrap();
@@ -324,6 +326,28 @@ pub async fn run_store_story(store: &dyn Store) {
     assert_eq!(tx.pending_decision_count("task_1").await.unwrap(), 1);
     assert!(tx.due_decisions(499).await.unwrap().is_empty());
     assert_eq!(tx.due_decisions(500).await.unwrap(), vec![d.clone()]);
+    assert!(tx.due_escalations(299).await.unwrap().is_empty());
+    assert_eq!(tx.due_escalations(300).await.unwrap(), vec![d.clone()]);
+    // escalation moves with the decision's other mutable columns
+    d.escalation = Some(json!({"step": 1, "notified": []}));
+    d.escalate_at = None;
+    tx.update_decision(&d).await.unwrap();
+    assert!(tx.due_escalations(10_000).await.unwrap().is_empty());
+    // a user's escalation policy: none, set, replaced, removed
+    assert_eq!(tx.escalation_policy("usr_a").await.unwrap(), None);
+    tx.put_escalation_policy("usr_a", &json!({"steps": [1]}), 7)
+        .await
+        .unwrap();
+    tx.put_escalation_policy("usr_a", &json!({"steps": [2]}), 8)
+        .await
+        .unwrap();
+    assert_eq!(
+        tx.escalation_policy("usr_a").await.unwrap(),
+        Some(json!({"steps": [2]}))
+    );
+    assert!(tx.delete_escalation_policy("usr_a").await.unwrap());
+    assert!(!tx.delete_escalation_policy("usr_a").await.unwrap());
+    assert_eq!(tx.escalation_policy("usr_a").await.unwrap(), None);
     d.status = DecisionStatus::Expired;
     d.outcome = Some(json!({"option": "deny", "by": "default"}));
     tx.update_decision(&d).await.unwrap();

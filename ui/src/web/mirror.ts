@@ -202,6 +202,7 @@ class Rows {
       case "decision.requested":
       case "decision.closed":
       case "decision.updated":
+      case "decision.escalated":
         need(ev, d, { id: "string", task_id: "string", status: "string", kind: "string", expires_at: "time" });
         this.decisions.push(d as Decision);
         this.deliveries.push(...((d as Decision).deliveries ?? []));

@@ -153,6 +153,15 @@ export type Decision = {
   editable?: string | null;
   deliveries?: DeviceDelivery[];
   runtime_deadline?: RuntimeDeadline | null;
+  escalation?: Escalation | null;
+};
+
+/** Where a decision stands in its user's escalation policy (`Escalation` in waymark-proto). */
+export type Escalation = {
+  notified: { device_id: string; device_name: string; step: number; at: Time }[];
+  next?: { step: number; at: Time; devices: string[] } | null;
+  held_until?: Time | null;
+  stopped?: string | null;
 };
 
 /** When the runtime holding an approval decides on its own, and what it does then. */
@@ -235,6 +244,7 @@ export const EVENT_KINDS = [
   "followup.fired",
   "command.acknowledged",
   "decision.delivered",
+  "decision.escalated",
 ] as const;
 
 export type EventKind = (typeof EVENT_KINDS)[number];

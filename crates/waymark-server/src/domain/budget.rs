@@ -128,5 +128,7 @@ pub(crate) async fn crossed(tx: &mut Tx, task: &TaskRow) -> ApiResult<Option<Dec
         delivery: None,
         editable: None,
         runtime_deadline: None,
+        escalation: None,
+        escalate_at: None,
     }))
 }

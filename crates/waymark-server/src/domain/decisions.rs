@@ -12,6 +12,7 @@ use crate::domain::core::{
     Made, Tx, audited, check_intent, check_text, created, emit, emit_task, field_digest, invalid,
     refuse_terminal, task_for, to_value,
 };
+use crate::domain::escalation;
 use crate::domain::fences::optional_fence;
 use crate::error::{ApiError, ApiResult};
 use crate::state::AppState;
@@ -53,8 +54,9 @@ pub(crate) fn wait_state(task: &mut TaskRow, waiting: TaskState) -> ApiResult<()
 pub(crate) async fn open_decision(
     tx: &mut Tx,
     mut task: TaskRow,
-    row: DecisionRow,
+    mut row: DecisionRow,
 ) -> ApiResult<Made<Decision>> {
+    escalation::start(tx, &task.owner_id, &mut row).await?;
     tx.insert_decision(&row).await?;
     let waiting = if row.kind == DecisionKind::Approval {
         TaskState::WaitingApproval
@@ -295,6 +297,11 @@ pub(crate) async fn request_approval(
             "`default_option` of an approval is `approve` or `deny`",
         ));
     }
+    if req.risky && default == "approve" {
+        return Err(invalid(
+            "a risky approval may not default to `approve`: nobody answering must never run it",
+        ));
+    }
     let options = approval_options(&req.options)?;
     let now = st.now_ms();
     let mut expires_at = expiry_ms(st, req.expires_in_seconds)?;
@@ -360,6 +367,8 @@ pub(crate) async fn request_approval(
             delivery: None,
             editable: req.editable.clone(),
             runtime_deadline,
+            escalation: None,
+            escalate_at: None,
         };
         let out = open_decision(&mut tx, task, row).await?;
         tx.commit().await?;
@@ -429,6 +438,8 @@ pub(crate) async fn request_decision(
             delivery: None,
             editable: None,
             runtime_deadline: None,
+            escalation: None,
+            escalate_at: None,
         };
         let out = open_decision(&mut tx, task, row).await?;
         tx.commit().await?;

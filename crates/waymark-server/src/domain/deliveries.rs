@@ -13,6 +13,7 @@ use waymark_store::*;
 use crate::auth::{Caller, CallerKind};
 use crate::convert;
 use crate::domain::core::{Tx, emit, invalid};
+use crate::domain::escalation;
 use crate::error::{ApiError, ApiResult};
 use crate::state::AppState;
 
@@ -40,9 +41,14 @@ pub(crate) async fn record(
         return Ok(None);
     }
     let wire = convert::delivery(&row, &device.name);
-    Ok(Some(
-        emit(tx, task, EventKind::DecisionDelivered, &wire).await?,
-    ))
+    let cursor = emit(tx, task, EventKind::DecisionDelivered, &wire).await?;
+    // Opened or answered somewhere: nobody further in line is notified.
+    if matches!(step, DeliveryStep::Opened | DeliveryStep::Answered)
+        && let Some(c) = escalation::seen(tx, task, decision_id, device, step).await?
+    {
+        return Ok(Some(c));
+    }
+    Ok(Some(cursor))
 }
 
 /// `POST /v1/devices/{device}/receipts`: a device says how far decisions have reached it

@@ -12,6 +12,7 @@ pub(crate) mod decisions;
 pub(crate) mod deliveries;
 pub(crate) mod devices;
 pub(crate) mod effects;
+pub(crate) mod escalation;
 pub(crate) mod evidence;
 pub(crate) mod fences;
 pub(crate) mod followups;

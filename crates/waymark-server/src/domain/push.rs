@@ -8,7 +8,7 @@
 use crate::auth::{Caller, CallerKind};
 use crate::convert;
 use crate::domain::core::{Tx, invalid};
-use crate::domain::deliveries;
+use crate::domain::{deliveries, escalation};
 use crate::error::{ApiError, ApiResult};
 use crate::state::AppState;
 use std::time::Duration;
@@ -191,10 +191,16 @@ pub(crate) async fn list(
     Ok(rows.iter().map(convert::push_channel).collect())
 }
 
-/// Whether an event deserves a push.
-pub(crate) fn worth_a_push(e: &EventRow) -> bool {
+/// Whether an event deserves a push to `device_id`. A decision whose user has an escalation
+/// policy reaches only the devices a step notified, when it notified them.
+pub(crate) fn worth_a_push(e: &EventRow, device_id: &str) -> bool {
     match e.kind {
-        EventKind::DecisionRequested => true,
+        EventKind::DecisionRequested => {
+            escalation::pushes_to(&e.data, e.at, device_id).unwrap_or(true)
+        }
+        EventKind::DecisionEscalated => {
+            escalation::pushes_to(&e.data, e.at, device_id).unwrap_or(false)
+        }
         EventKind::TaskUpdated => e
             .data
             .get("state")
@@ -247,7 +253,7 @@ pub(crate) async fn deliver(st: &AppState, mut c: PushChannelRow) -> ApiResult<u
     // Decisions the push service took a push about: proof of delivery's first step.
     let mut pushed: Vec<(String, String)> = Vec::new();
     for e in events {
-        if worth_a_push(&e) {
+        if worth_a_push(&e, &c.device_id) {
             let payload = PushPayload {
                 v: 1,
                 kind: e.kind.as_str().to_owned(),
@@ -261,8 +267,10 @@ pub(crate) async fn deliver(st: &AppState, mut c: PushChannelRow) -> ApiResult<u
                     c.delivered += 1;
                     c.consecutive_failures = 0;
                     sent += 1;
-                    if e.kind == EventKind::DecisionRequested
-                        && let Some(id) = e.data.get("id").and_then(|v| v.as_str())
+                    if matches!(
+                        e.kind,
+                        EventKind::DecisionRequested | EventKind::DecisionEscalated
+                    ) && let Some(id) = e.data.get("id").and_then(|v| v.as_str())
                     {
                         pushed.push((e.task_id.clone(), id.to_owned()));
                     }

@@ -272,6 +272,8 @@ pub(crate) async fn refuse_admission(
                 delivery: None,
                 editable: None,
                 runtime_deadline: None,
+                escalation: None,
+                escalate_at: None,
             };
             let id = row.id.clone();
             let mut t = task.clone();
@@ -459,6 +461,8 @@ pub(crate) async fn freeze(tx: &mut Tx, e: &EffectRow, detail: Option<&str>) -> 
         delivery: None,
         editable: None,
         runtime_deadline: None,
+        escalation: None,
+        escalate_at: None,
     };
     let id = row.id.clone();
     let _ = open_decision(tx, task, row).await?;
@@ -552,6 +556,8 @@ pub(crate) async fn compensation_task(
         delivery: None,
         editable: None,
         runtime_deadline: None,
+        escalation: None,
+        escalate_at: None,
     };
     let _ = open_decision(tx, row, approval).await?;
     Ok(id)

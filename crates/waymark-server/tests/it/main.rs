@@ -9,6 +9,7 @@ mod bad_input;
 mod chain;
 mod claude_code;
 mod deliveries;
+mod escalation;
 mod events;
 mod followups;
 mod junit;

@@ -1,0 +1,407 @@
+//! Escalation and quiet hours (issue 19): a user's policy says who is notified of a new
+//! decision first, who next if nobody has opened it after so many minutes, and when nobody is
+//! woken for what can wait. Each decision keeps where it stands (`escalation`) and when it moves
+//! next (`escalate_at`); every move is a `decision.escalated` event on its task, and pushes go
+//! only to the devices a step reached (`push::worth_a_push`).
+
+use chrono::{DateTime, NaiveTime, TimeZone, Utc};
+use chrono_tz::Tz;
+use waymark_proto::*;
+use waymark_store::*;
+
+use crate::auth::{Caller, CallerKind};
+use crate::convert;
+use crate::domain::core::{Tx, emit, invalid, to_value};
+use crate::error::{ApiError, ApiResult};
+use crate::state::AppState;
+
+/// Steps a policy may have.
+pub(crate) const MAX_STEPS: usize = 8;
+/// Devices one step may notify.
+pub(crate) const MAX_DEVICES: usize = 16;
+/// The longest wait between two steps: a week.
+pub(crate) const MAX_AFTER_MINUTES: u32 = 7 * 24 * 60;
+
+/// Whose policy a caller reads or writes: a device's user, or (admin) the named user.
+async fn whose(tx: &mut Tx, caller: &Caller, user: Option<&str>) -> ApiResult<UserRow> {
+    let id = match (caller.kind, user) {
+        (CallerKind::Device, None) => caller.user_id.clone(),
+        (CallerKind::Admin, Some(name)) => match tx.user_by_name(name).await? {
+            Some(u) => u.id,
+            None => {
+                return Err(ApiError::new(
+                    ErrorCode::NotFound,
+                    format!("no user `{name}`"),
+                ));
+            }
+        },
+        (CallerKind::Admin, None) => caller.user_id.clone(),
+        (CallerKind::Device, Some(_)) => {
+            return Err(ApiError::new(
+                ErrorCode::Forbidden,
+                "a device manages its own user's policy; `user` is for admins",
+            ));
+        }
+        _ => {
+            return Err(ApiError::new(
+                ErrorCode::Forbidden,
+                "the escalation policy is a person's: set it from a paired device (or an admin token)",
+            ));
+        }
+    };
+    tx.user_by_id(&id)
+        .await?
+        .ok_or_else(|| ApiError::new(ErrorCode::NotFound, format!("no user with id `{id}`")))
+}
+
+/// `GET /v1/escalation`.
+pub(crate) async fn get_policy(
+    st: &AppState,
+    caller: &Caller,
+    user: Option<String>,
+) -> ApiResult<EscalationPolicy> {
+    let mut tx = Tx::read(st).await?;
+    let u = whose(&mut tx, caller, user.as_deref()).await?;
+    match policy_of(&mut tx, &u.id).await? {
+        Some(p) => Ok(p),
+        None => Err(ApiError::new(
+            ErrorCode::NotFound,
+            format!(
+                "`{}` has no escalation policy: every device with a push channel is notified at once",
+                u.name
+            ),
+        )),
+    }
+}
+
+/// `PUT /v1/escalation`: checks every step names this user's live devices, the waits are
+/// bounded and the quiet hours parse, then replaces the policy. Decisions already open keep the
+/// steps they were opened with.
+pub(crate) async fn put_policy(
+    st: &AppState,
+    caller: &Caller,
+    user: Option<String>,
+    policy: EscalationPolicy,
+) -> ApiResult<EscalationPolicy> {
+    if policy.steps.is_empty() || policy.steps.len() > MAX_STEPS {
+        return Err(invalid(format!(
+            "a policy has 1 to {MAX_STEPS} steps, not {}",
+            policy.steps.len()
+        )));
+    }
+    if let Some(q) = &policy.quiet_hours {
+        quiet_window(q)?;
+    }
+    let mut tx = Tx::write(st).await?;
+    let u = whose(&mut tx, caller, user.as_deref()).await?;
+    for (i, step) in policy.steps.iter().enumerate() {
+        if step.after_minutes > MAX_AFTER_MINUTES {
+            return Err(invalid(format!(
+                "step {i}: `after_minutes` is at most {MAX_AFTER_MINUTES} (a week)"
+            )));
+        }
+        if step.devices.is_empty() || step.devices.len() > MAX_DEVICES {
+            return Err(invalid(format!(
+                "step {i} notifies 1 to {MAX_DEVICES} devices"
+            )));
+        }
+        for (j, id) in step.devices.iter().enumerate() {
+            if step.devices[..j].contains(id) {
+                return Err(invalid(format!("step {i} names `{id}` twice")));
+            }
+            match tx.device(id).await? {
+                Some(d) if d.user_id == u.id && d.revoked_at.is_none() => {}
+                Some(d) if d.user_id == u.id => {
+                    return Err(invalid(format!(
+                        "step {i}: device `{id}` ({}) is revoked",
+                        d.name
+                    )));
+                }
+                _ => {
+                    return Err(invalid(format!(
+                        "step {i}: `{id}` is not a device of `{}` (see `GET /v1/devices`)",
+                        u.name
+                    )));
+                }
+            }
+        }
+    }
+    let now = tx.now;
+    tx.put_escalation_policy(&u.id, &to_value(&policy), now)
+        .await?;
+    tx.commit().await?;
+    Ok(policy)
+}
+
+/// `DELETE /v1/escalation`: back to notifying every device at once.
+pub(crate) async fn delete_policy(
+    st: &AppState,
+    caller: &Caller,
+    user: Option<String>,
+) -> ApiResult<()> {
+    let mut tx = Tx::write(st).await?;
+    let u = whose(&mut tx, caller, user.as_deref()).await?;
+    if !tx.delete_escalation_policy(&u.id).await? {
+        return Err(ApiError::new(
+            ErrorCode::NotFound,
+            format!("`{}` has no escalation policy", u.name),
+        ));
+    }
+    tx.commit().await?;
+    Ok(())
+}
+
+async fn policy_of(tx: &mut Tx, user_id: &str) -> ApiResult<Option<EscalationPolicy>> {
+    tx.escalation_policy(user_id)
+        .await?
+        .map(|v| {
+            serde_json::from_value(v)
+                .map_err(|e| ApiError::from(StoreError::Corrupt(format!("escalation policy: {e}"))))
+        })
+        .transpose()
+}
+
+/// The quiet hours' start and end times and zone, or why they do not parse.
+fn quiet_window(q: &QuietHours) -> ApiResult<(NaiveTime, NaiveTime, Tz)> {
+    let time = |what: &str, s: &str| {
+        NaiveTime::parse_from_str(s, "%H:%M").map_err(|_| {
+            invalid(format!(
+                "`quiet_hours.{what}` is a time of day as HH:MM, e.g. 22:00, not `{s}`"
+            ))
+        })
+    };
+    let from = time("from", &q.from)?;
+    let to = time("to", &q.to)?;
+    if from == to {
+        return Err(invalid("`quiet_hours.from` and `to` must differ"));
+    }
+    let tz: Tz = q.time_zone.parse().map_err(|_| {
+        invalid(format!(
+            "`quiet_hours.time_zone` `{}` is not an IANA time zone such as Europe/Berlin",
+            q.time_zone
+        ))
+    })?;
+    Ok((from, to, tz))
+}
+
+/// When the quiet hours holding `now` end, or `None` when `now` is not inside them.
+pub(crate) fn quiet_until(q: &QuietHours, now: DateTime<Utc>) -> ApiResult<Option<DateTime<Utc>>> {
+    let (from, to, tz) = quiet_window(q)?;
+    let local = now.with_timezone(&tz);
+    let t = local.time();
+    let inside = if from < to {
+        from <= t && t < to
+    } else {
+        t >= from || t < to
+    };
+    if !inside {
+        return Ok(None);
+    }
+    // The end is today's `to`, or tomorrow's when the window spans midnight and `to` is behind.
+    let mut day = local.date_naive();
+    if to <= t {
+        day = day.succ_opt().unwrap_or(day);
+    }
+    let end = tz
+        .from_local_datetime(&day.and_time(to))
+        .earliest()
+        // `to` falls in a spring-forward gap: the hour after it.
+        .or_else(|| {
+            tz.from_local_datetime(&(day.and_time(to) + chrono::Duration::hours(1)))
+                .earliest()
+        })
+        .map(|d| d.with_timezone(&Utc));
+    Ok(end)
+}
+
+/// Starts a new decision's escalation when its owner has a policy: fills `escalation` and
+/// `escalate_at` before the row is written; the first step fires at once when it is due now.
+pub(crate) async fn start(tx: &mut Tx, owner_id: &str, row: &mut DecisionRow) -> ApiResult<()> {
+    let Some(policy) = policy_of(tx, owner_id).await? else {
+        return Ok(());
+    };
+    let first = &policy.steps[0];
+    let mut esc = Escalation {
+        notified: Vec::new(),
+        next: Some(EscalationNext {
+            step: 0,
+            at: convert::dt(tx.now + i64::from(first.after_minutes) * 60_000),
+            devices: device_names(tx, &first.devices).await?,
+        }),
+        held_until: None,
+        stopped: None,
+        policy: Some(policy),
+    };
+    advance(tx, row, &mut esc).await?;
+    Ok(())
+}
+
+/// Moves an escalation as far as the clock allows: fires each due step (unless quiet hours
+/// hold it and the decision is not urgent), and sets when it moves next. Writes `escalation`
+/// and `escalate_at` on the row; the caller writes the row and its event.
+async fn advance(tx: &mut Tx, row: &mut DecisionRow, esc: &mut Escalation) -> ApiResult<()> {
+    let now = convert::dt(tx.now);
+    let policy = esc.policy.clone().unwrap_or_else(|| EscalationPolicy {
+        steps: Vec::new(),
+        quiet_hours: None,
+    });
+    while let Some(next) = esc.next.clone() {
+        if next.at > now || esc.stopped.is_some() {
+            break;
+        }
+        if let Some(q) = &policy.quiet_hours
+            && let Some(end) = quiet_until(q, now)?
+            && !urgent(row, end)?
+        {
+            esc.held_until = Some(end);
+            row.escalate_at = Some(end.timestamp_millis());
+            row.escalation = Some(to_value(&*esc));
+            return Ok(());
+        }
+        esc.held_until = None;
+        let step = next.step as usize;
+        for id in &policy.steps[step].devices {
+            if let Some(d) = tx.device(id).await?
+                && d.revoked_at.is_none()
+            {
+                esc.notified.push(EscalationNotice {
+                    device_id: d.id.clone(),
+                    device_name: d.name.clone(),
+                    step: next.step,
+                    at: now,
+                });
+            }
+        }
+        esc.next = match policy.steps.get(step + 1) {
+            Some(s) => Some(EscalationNext {
+                step: next.step + 1,
+                at: now + chrono::Duration::minutes(i64::from(s.after_minutes)),
+                devices: device_names(tx, &s.devices).await?,
+            }),
+            None => None,
+        };
+    }
+    row.escalate_at = esc
+        .next
+        .as_ref()
+        .filter(|_| esc.stopped.is_none())
+        .map(|n| n.at.timestamp_millis());
+    row.escalation = Some(to_value(&*esc));
+    Ok(())
+}
+
+/// A decision that cannot wait for quiet hours to end: a risky one, or one whose deadline
+/// (ours or the runtime's) comes before they end.
+fn urgent(row: &DecisionRow, quiet_end: DateTime<Utc>) -> ApiResult<bool> {
+    Ok(row.risky || convert::decision(row)?.closing().at <= quiet_end)
+}
+
+async fn device_names(tx: &mut Tx, ids: &[String]) -> ApiResult<Vec<String>> {
+    let mut names = Vec::with_capacity(ids.len());
+    for id in ids {
+        if let Some(d) = tx.device(id).await?
+            && d.revoked_at.is_none()
+        {
+            names.push(d.name);
+        }
+    }
+    Ok(names)
+}
+
+fn escalation_of(row: &DecisionRow) -> ApiResult<Option<Escalation>> {
+    row.escalation
+        .as_ref()
+        .map(|v| {
+            serde_json::from_value(v.clone()).map_err(|e| {
+                ApiError::from(StoreError::Corrupt(format!("decision escalation: {e}")))
+            })
+        })
+        .transpose()
+}
+
+/// Someone opened (or answered) the decision on `device`: nobody further is notified.
+pub(crate) async fn seen(
+    tx: &mut Tx,
+    task: &TaskRow,
+    decision_id: &str,
+    device: &DeviceRow,
+    step: DeliveryStep,
+) -> ApiResult<Option<i64>> {
+    let Some(mut row) = tx.decision(decision_id).await? else {
+        return Ok(None);
+    };
+    let Some(mut esc) = escalation_of(&row)? else {
+        return Ok(None);
+    };
+    if row.status != DecisionStatus::Pending || esc.stopped.is_some() || esc.next.is_none() {
+        return Ok(None);
+    }
+    esc.stopped = Some(format!("{step} on {}", device.name));
+    esc.held_until = None;
+    row.escalate_at = None;
+    row.escalation = Some(to_value(&esc));
+    tx.update_decision(&row).await?;
+    let wire = convert::decision(&row)?;
+    Ok(Some(
+        emit(tx, task, EventKind::DecisionEscalated, &wire).await?,
+    ))
+}
+
+/// Moves every escalation that is due. One replica at a time; each decision in its own
+/// transaction under its task's lock, re-checked there. Returns how many moved.
+pub(crate) async fn escalate_due(st: &AppState) -> ApiResult<usize> {
+    let due = Tx::read(st).await?.due_escalations(st.now_ms()).await?;
+    if due.is_empty() {
+        return Ok(0);
+    }
+    let mut claim = Tx::read(st).await?;
+    if !claim.try_claim("escalate").await? {
+        return Ok(0);
+    }
+    let mut n = 0;
+    for d in due {
+        let mut tx = Tx::write(st).await?;
+        let Some(task) = tx.task(&d.task_id).await? else {
+            continue;
+        };
+        let Some(mut row) = tx.decision(&d.id).await? else {
+            continue;
+        };
+        let due_now = row.escalate_at.is_some_and(|at| at <= tx.now);
+        let Some(mut esc) = escalation_of(&row)? else {
+            continue;
+        };
+        if row.status != DecisionStatus::Pending || !due_now {
+            continue;
+        }
+        advance(&mut tx, &mut row, &mut esc).await?;
+        tx.update_decision(&row).await?;
+        let wire = convert::decision(&row)?;
+        emit(&mut tx, &task, EventKind::DecisionEscalated, &wire).await?;
+        tx.commit().await?;
+        n += 1;
+    }
+    drop(claim);
+    Ok(n)
+}
+
+/// Whether a decision event reaches `device_id` by push under its escalation: the devices a
+/// step notified in the very transaction that wrote the event (`at`); `None` when the decision
+/// has no escalation (every device is notified, as without a policy).
+pub(crate) fn pushes_to(data: &serde_json::Value, at: i64, device_id: &str) -> Option<bool> {
+    let esc = data.get("escalation").filter(|v| !v.is_null())?;
+    let at = convert::dt(at);
+    Some(
+        esc.get("notified")
+            .and_then(|v| v.as_array())
+            .is_some_and(|all| {
+                all.iter().any(|n| {
+                    n.get("device_id").and_then(|v| v.as_str()) == Some(device_id)
+                        && n.get("at")
+                            .and_then(|v| v.as_str())
+                            .and_then(|s| s.parse::<DateTime<Utc>>().ok())
+                            == Some(at)
+                })
+            }),
+    )
+}
