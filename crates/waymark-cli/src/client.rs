@@ -5,7 +5,7 @@
 use clap::{Args, Subcommand, ValueEnum};
 use serde_json::{Value, json};
 use waymark_companion::{Companion, Error, OutboxEntry, Seen, StageStatus};
-use waymark_proto::Operation;
+use waymark_proto::{Device, EscalationPolicy, EscalationStep, Operation, QuietHours};
 
 use crate::output::{CliResult, Exit, Failure, emit};
 
@@ -29,6 +29,30 @@ pub(crate) struct SyncArgs {
     /// Keep following the server, reconnecting as needed (Ctrl-C stops).
     #[arg(long)]
     follow: bool,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct EscalationArgs {
+    /// A step, in order: `MINUTES=DEVICE[,DEVICE…]`, minutes after the step before (the first:
+    /// after the decision opens); devices by id or name (`waymark escalation` lists them).
+    /// E.g. `--step 0=laptop --step 10="alice's phone"`.
+    #[arg(long, value_name = "MINUTES=DEVICES", conflicts_with = "clear")]
+    step: Vec<String>,
+    /// Quiet hours, local time `HH:MM-HH:MM` (e.g. `22:00-07:00`): a step due inside them waits
+    /// until they end, unless the decision is risky or closes before then. Needs `--time-zone`.
+    #[arg(
+        long,
+        value_name = "FROM-TO",
+        requires = "step",
+        requires = "time_zone"
+    )]
+    quiet: Option<String>,
+    /// The quiet hours' IANA time zone, e.g. `Europe/Berlin`.
+    #[arg(long, value_name = "ZONE", requires = "quiet")]
+    time_zone: Option<String>,
+    /// Remove the policy: every device with a push channel is notified at once.
+    #[arg(long)]
+    clear: bool,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -56,6 +80,10 @@ pub(crate) enum ClientCommand {
     Inbox,
     /// Commands signed on this device and where each stands.
     Outbox,
+    /// Who is notified of a new decision, in what order, and when not to wake anyone: show the
+    /// policy (with this user's devices), set it, or clear it (then every device is notified
+    /// at once).
+    Escalation(EscalationArgs),
     /// Approve an approval (bound to its intent digest and plan revision).
     Approve {
         /// Decision id.
@@ -193,6 +221,114 @@ fn outbox_line(e: &OutboxEntry) -> String {
         line.push_str(&format!("\n             {w}"));
     }
     line
+}
+
+/// The policy the flags describe, devices named by id or by name.
+fn policy_from(args: &EscalationArgs, devices: &[Device]) -> Result<EscalationPolicy, Error> {
+    let live: Vec<&Device> = devices.iter().filter(|d| d.revoked_at.is_none()).collect();
+    let find = |name: &str| -> Result<String, Error> {
+        let name = name.trim();
+        let hits: Vec<&&Device> = live
+            .iter()
+            .filter(|d| d.id == name || d.name == name)
+            .collect();
+        match hits.as_slice() {
+            [d] => Ok(d.id.clone()),
+            [] => Err(Error::Invalid(format!(
+                "no device `{name}`: use an id or a name that `waymark escalation` lists"
+            ))),
+            _ => Err(Error::Invalid(format!(
+                "{} devices are named `{name}`: use the id",
+                hits.len()
+            ))),
+        }
+    };
+    let mut steps = Vec::new();
+    for s in &args.step {
+        let (minutes, names) = s.split_once('=').ok_or_else(|| {
+            Error::Invalid(format!(
+                "`--step {s}`: write MINUTES=DEVICE[,DEVICE…], e.g. `--step 10=phone`"
+            ))
+        })?;
+        let after_minutes = minutes.trim().parse::<u32>().map_err(|_| {
+            Error::Invalid(format!(
+                "`--step {s}`: `{minutes}` is not a number of minutes"
+            ))
+        })?;
+        let devices = names.split(',').map(find).collect::<Result<Vec<_>, _>>()?;
+        steps.push(EscalationStep {
+            after_minutes,
+            devices,
+        });
+    }
+    let quiet_hours = match (&args.quiet, &args.time_zone) {
+        (Some(q), Some(tz)) => {
+            let (from, to) = q.split_once('-').ok_or_else(|| {
+                Error::Invalid(format!(
+                    "`--quiet {q}`: write FROM-TO in local time, e.g. `22:00-07:00`"
+                ))
+            })?;
+            Some(QuietHours {
+                from: from.trim().to_owned(),
+                to: to.trim().to_owned(),
+                time_zone: tz.clone(),
+            })
+        }
+        _ => None,
+    };
+    Ok(EscalationPolicy { steps, quiet_hours })
+}
+
+fn render_escalation(policy: Option<&EscalationPolicy>, devices: &[Device]) -> String {
+    let name = |id: &str| {
+        devices
+            .iter()
+            .find(|d| d.id == id)
+            .map_or(id.to_owned(), |d| d.name.clone())
+    };
+    let mut out = String::new();
+    match policy {
+        None => out.push_str(
+            "no escalation policy: every device with a push channel is notified at once\n",
+        ),
+        Some(p) => {
+            out.push_str("escalation:\n");
+            let mut at = 0u32;
+            for (i, s) in p.steps.iter().enumerate() {
+                at += s.after_minutes;
+                let who: Vec<String> = s.devices.iter().map(|d| name(d)).collect();
+                out.push_str(&format!(
+                    "  {}. {} → {}\n",
+                    i + 1,
+                    if i == 0 && at == 0 {
+                        "at once".to_owned()
+                    } else {
+                        format!("after {at} min unopened")
+                    },
+                    who.join(", ")
+                ));
+            }
+            out.push_str(
+                "  at the deadline: the decision's default applies (or its runtime decides)\n",
+            );
+            if let Some(q) = &p.quiet_hours {
+                out.push_str(&format!(
+                    "  quiet hours: {}–{} {} (risky decisions, and ones that close before they end, still go out)\n",
+                    q.from, q.to, q.time_zone
+                ));
+            }
+        }
+    }
+    out.push_str("devices:\n");
+    for d in devices.iter().filter(|d| d.revoked_at.is_none()) {
+        out.push_str(&format!(
+            "  {}  {}{}\n",
+            d.id,
+            d.name,
+            if d.stale { " (stale)" } else { "" }
+        ));
+    }
+    out.trim_end().to_owned()
 }
 
 fn confirm(question: &str) -> bool {
@@ -452,6 +588,9 @@ pub(crate) async fn run(cmd: ClientCommand, json: bool) -> CliResult {
                             closing.at.format("%Y-%m-%d %H:%M:%S UTC"),
                         ));
                         out.push_str(&format!("  {}\n", delivery_line(&d.deliveries)));
+                        if let Some(e) = &d.escalation {
+                            out.push_str(&format!("  escalation: {}\n", e.describe()));
+                        }
                         for r in &i.receipts {
                             out.push_str(&format!(
                                 "  receipt: `{}` exit {} — {} passed, {} failed\n",
@@ -485,6 +624,23 @@ pub(crate) async fn run(cmd: ClientCommand, json: bool) -> CliResult {
                     }
                     out.trim_end().to_owned()
                 },
+            );
+            Ok(())
+        }
+        ClientCommand::Escalation(args) => {
+            let devices = c.devices().await.map_err(failure)?;
+            let policy = if args.clear {
+                c.set_escalation(None).await.map_err(failure)?
+            } else if args.step.is_empty() {
+                c.escalation().await.map_err(failure)?
+            } else {
+                let wanted = policy_from(&args, &devices).map_err(failure)?;
+                c.set_escalation(Some(&wanted)).await.map_err(failure)?
+            };
+            emit(
+                json,
+                &serde_json::json!({"policy": policy, "devices": devices}),
+                || render_escalation(policy.as_ref(), &devices),
             );
             Ok(())
         }

@@ -613,3 +613,65 @@ fn an_unpaired_machine_says_so_instead_of_an_empty_inbox() {
         );
     }
 }
+
+/// `waymark escalation`: shows no policy, refuses a device it cannot find (nothing set), sets a
+/// step by device id, and `waymark inbox` then says who was notified, who is next and the
+/// deadline with its consequence; `--clear` goes back to notifying every device.
+#[test]
+fn escalation_is_set_from_the_terminal_and_the_inbox_says_who_is_next() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("srv");
+    let home = dir.path().join("home");
+    let token = alice_and_her_agent(&data);
+    let s = serve(&data);
+    let link = admin(&data, &["pair", "--user", "alice"])["link"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(
+        client(&home, &["pair", &link, "--name", "laptop"])
+            .status
+            .success()
+    );
+
+    let out = client(&home, &["escalation"]);
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(text.contains("no escalation policy"), "{text}");
+    assert!(text.contains("laptop"), "the devices are listed: {text}");
+
+    let out = client(&home, &["escalation", "--step", "0=phone"]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("no device `phone`"),
+        "{}",
+        stderr(&out)
+    );
+    let out = client(
+        &home,
+        &["escalation", "--step", "0=laptop", "--quiet", "22:00-07:00"],
+    );
+    assert!(!out.status.success(), "quiet hours need a time zone");
+
+    let out = client(&home, &["escalation", "--step", "0=laptop"]);
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(text.contains("1. at once → laptop"), "{text}");
+
+    let (_task, _approval) = agent_waits_for_approval(&s.1, &token);
+    assert!(client(&home, &["sync"]).status.success());
+    let out = client(&home, &["inbox"]);
+    let inbox = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        inbox.contains("escalation: notified laptop · no one else in line"),
+        "{inbox}"
+    );
+    assert!(
+        inbox.contains("deny applies in ") && inbox.contains(": the call does not run"),
+        "{inbox}"
+    );
+
+    let out = client(&home, &["escalation", "--clear"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("no escalation policy"));
+}

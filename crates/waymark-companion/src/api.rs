@@ -161,6 +161,38 @@ impl Api {
         self.decode(res).await
     }
 
+    pub(crate) async fn put<B: serde::Serialize, T: DeserializeOwned>(
+        &self,
+        token: &str,
+        path: &str,
+        body: &B,
+    ) -> Result<T, Error> {
+        let res = self
+            .http
+            .put(format!("{}{path}", self.base))
+            .bearer_auth(token)
+            .json(body)
+            .send()
+            .await
+            .map_err(|e| unreachable(&self.base, e))?;
+        self.decode(res).await
+    }
+
+    /// A `DELETE` answered `204 No Content` (or a problem).
+    pub(crate) async fn delete(&self, token: &str, path: &str) -> Result<(), Error> {
+        let res = self
+            .http
+            .delete(format!("{}{path}", self.base))
+            .bearer_auth(token)
+            .send()
+            .await
+            .map_err(|e| unreachable(&self.base, e))?;
+        if res.status().is_success() {
+            return Ok(());
+        }
+        self.decode::<serde_json::Value>(res).await.map(drop)
+    }
+
     pub(crate) async fn blob(&self, token: &str, sha256: &str) -> Result<Vec<u8>, Error> {
         let res = self
             .http

@@ -164,8 +164,20 @@ impl Companion {
                 ));
             }
         }
+        // Under the user's escalation policy a decision notifies only the devices its steps
+        // reached so far; a later step reaching this one raises it then.
+        let me = self.identity().await?.map(|i| i.device_id);
         let mut out = Vec::new();
         for n in notify::for_thread_with(&thread, &stats) {
+            let decision = n
+                .decision_id
+                .as_deref()
+                .and_then(|id| thread.decisions.iter().find(|d| d.id == id));
+            if let (Some(d), Some(me)) = (decision, me.as_deref())
+                && !notify::reaches(d, me)
+            {
+                continue;
+            }
             if !dedup || self.mirror.first_notification(&n.key).await? {
                 out.push(n);
             }

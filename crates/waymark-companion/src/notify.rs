@@ -135,6 +135,14 @@ fn intent_line(d: &Decision) -> Option<String> {
     Some(format!("intent: {} (digest {digest}…)", parts.join(" ")))
 }
 
+/// Whether a decision notifies `device_id` now: always without an escalation policy; with one,
+/// once a step has reached the device (quiet hours holding a step reach nobody).
+pub fn reaches(d: &Decision, device_id: &str) -> bool {
+    d.escalation
+        .as_ref()
+        .is_none_or(|e| e.notified.iter().any(|n| n.device_id == device_id))
+}
+
 /// The notification a pending decision deserves.
 pub fn for_decision(d: &Decision, thread: &ThreadDetail) -> Notification {
     decision_with(d, thread, &[])
@@ -194,6 +202,9 @@ fn decision_with(
     };
     if d.status == DecisionStatus::Pending {
         lines.push(d.closing().describe_at());
+        if let Some(e) = &d.escalation {
+            lines.push(e.describe());
+        }
     }
     Notification {
         key: format!("decision:{}", d.id),

@@ -1,7 +1,8 @@
 //! Proof of delivery from this device: it tells the server how far each decision has reached
 //! it — fetched into the mirror, shown in a notification, opened by the person — so whoever
 //! waits on a decision can tell "the phone has it and nobody looked" from "it never arrived".
-//! Steps the mirror already shows recorded for this device are not sent again.
+//! Steps the mirror already shows recorded for this device are not sent again. Also the
+//! user's devices and escalation policy: who is notified of a decision, in what order.
 
 use waymark_proto::*;
 
@@ -31,6 +32,36 @@ impl Companion {
         let (id, api) = self.require_identity().await?;
         let token = self.token(&id, &api).await?;
         api.get(&token, "/v1/devices").await
+    }
+
+    /// This user's escalation policy, or `None` when there is none (every device is notified
+    /// at once).
+    pub async fn escalation(&self) -> Result<Option<EscalationPolicy>, Error> {
+        let (id, api) = self.require_identity().await?;
+        let token = self.token(&id, &api).await?;
+        match api.get(&token, "/v1/escalation").await {
+            Ok(p) => Ok(Some(p)),
+            Err(Error::Refused { code, .. }) if code == "not_found" => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Sets this user's escalation policy (checked by the server: its devices, waits, quiet
+    /// hours); `None` removes it.
+    pub async fn set_escalation(
+        &self,
+        policy: Option<&EscalationPolicy>,
+    ) -> Result<Option<EscalationPolicy>, Error> {
+        let (id, api) = self.require_identity().await?;
+        let token = self.token(&id, &api).await?;
+        match policy {
+            Some(p) => api.put(&token, "/v1/escalation", p).await.map(Some),
+            None => match api.delete(&token, "/v1/escalation").await {
+                Ok(()) => Ok(None),
+                Err(Error::Refused { code, .. }) if code == "not_found" => Ok(None),
+                Err(e) => Err(e),
+            },
+        }
     }
 
     /// After the mirror took new events: the pending decisions this device has not yet said it
