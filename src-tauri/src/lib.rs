@@ -59,6 +59,8 @@ pub fn specta_builder() -> tauri_specta::Builder<tauri::Wry> {
             steer::sync_now,
             pairing::pair_device,
             pairing::list_devices,
+            pairing::get_escalation,
+            pairing::set_escalation,
             settings::get_status,
             settings::mute_notifications,
             settings::start_demo,

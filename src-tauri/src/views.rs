@@ -358,6 +358,114 @@ pub struct DecisionView {
     pub deliveries: Vec<DeliveryView>,
     /// What happens if nobody answers, and when (`Decision::closing`).
     pub closing: ClosingView,
+    /// Where it stands in the user's escalation policy, when there is one.
+    pub escalation: Option<EscalationStateView>,
+}
+
+/// Where a decision stands in its user's escalation policy.
+#[derive(Debug, Clone, Serialize, Type)]
+pub struct EscalationStateView {
+    /// The devices notified so far, by name, first step first.
+    pub notified: Vec<String>,
+    /// The names of who is next in line.
+    pub next_devices: Vec<String>,
+    /// When they are (unix ms).
+    pub next_at: Option<i64>,
+    /// The step is due but held by quiet hours until then (unix ms).
+    pub held_until: Option<i64>,
+    /// Why it stopped, e.g. `opened on laptop`.
+    pub stopped: Option<String>,
+}
+
+impl From<Escalation> for EscalationStateView {
+    fn from(e: Escalation) -> Self {
+        let mut notified: Vec<String> = Vec::new();
+        for n in e.notified {
+            if !notified.contains(&n.device_name) {
+                notified.push(n.device_name);
+            }
+        }
+        EscalationStateView {
+            notified,
+            next_devices: e
+                .next
+                .as_ref()
+                .map(|n| n.devices.clone())
+                .unwrap_or_default(),
+            next_at: e.next.as_ref().map(|n| ms(n.at)),
+            held_until: e.held_until.map(ms),
+            stopped: e.stopped,
+        }
+    }
+}
+
+/// A user's escalation policy, as the settings screen edits it (`EscalationPolicy`).
+#[derive(Debug, Clone, Serialize, Deserialize, Type)]
+pub struct EscalationPolicyView {
+    /// The steps, in order.
+    pub steps: Vec<EscalationStepView>,
+    /// Quiet hours, if any.
+    pub quiet_hours: Option<QuietHoursView>,
+}
+
+/// One step: minutes after the step before, and the device ids it notifies.
+#[derive(Debug, Clone, Serialize, Deserialize, Type)]
+pub struct EscalationStepView {
+    /// Minutes after the step before (the first: after the decision opens).
+    pub after_minutes: u32,
+    /// Device ids.
+    pub devices: Vec<String>,
+}
+
+/// Quiet hours: `from`–`to` (`HH:MM`, local) in an IANA time zone.
+#[derive(Debug, Clone, Serialize, Deserialize, Type)]
+pub struct QuietHoursView {
+    /// Start.
+    pub from: String,
+    /// End (exclusive).
+    pub to: String,
+    /// IANA time zone.
+    pub time_zone: String,
+}
+
+impl From<EscalationPolicy> for EscalationPolicyView {
+    fn from(p: EscalationPolicy) -> Self {
+        EscalationPolicyView {
+            steps: p
+                .steps
+                .into_iter()
+                .map(|s| EscalationStepView {
+                    after_minutes: s.after_minutes,
+                    devices: s.devices,
+                })
+                .collect(),
+            quiet_hours: p.quiet_hours.map(|q| QuietHoursView {
+                from: q.from,
+                to: q.to,
+                time_zone: q.time_zone,
+            }),
+        }
+    }
+}
+
+impl From<EscalationPolicyView> for EscalationPolicy {
+    fn from(p: EscalationPolicyView) -> Self {
+        EscalationPolicy {
+            steps: p
+                .steps
+                .into_iter()
+                .map(|s| EscalationStep {
+                    after_minutes: s.after_minutes,
+                    devices: s.devices,
+                })
+                .collect(),
+            quiet_hours: p.quiet_hours.map(|q| QuietHours {
+                from: q.from,
+                to: q.to,
+                time_zone: q.time_zone,
+            }),
+        }
+    }
 }
 
 /// What happens to an open decision if nobody answers: the earlier of the runtime's own
@@ -425,6 +533,7 @@ impl From<Decision> for DecisionView {
         let closing = d.closing().into();
         DecisionView {
             closing,
+            escalation: d.escalation.clone().map(Into::into),
             id: d.id,
             task_id: d.task_id,
             kind: d.kind,

@@ -50,6 +50,16 @@ export const commands = {
 	 *  cannot list its server's devices; `waymark admin device list` on the host can).
 	 */
 	listDevices: () => __TAURI_INVOKE<DeviceView[]>("list_devices"),
+	/**
+	 *  This user's escalation policy (who is notified of a decision, in what order; quiet hours),
+	 *  or none: every device is notified at once.
+	 */
+	getEscalation: () => __TAURI_INVOKE<EscalationPolicyView | null>("get_escalation"),
+	/**
+	 *  Sets this user's escalation policy (the server checks its devices, waits and quiet hours);
+	 *  none removes it.
+	 */
+	setEscalation: (policy: EscalationPolicyView | null) => __TAURI_INVOKE<EscalationPolicyView | null>("set_escalation", { policy }),
 	/**  Mode, link health, outbox and inbox counts, mute, demo progress. */
 	getStatus: () => __TAURI_INVOKE<StatusView>("get_status"),
 	/**  Mutes notifications for `minutes` (0 unmutes). */
@@ -311,6 +321,8 @@ export type DecisionView = {
 	deliveries: DeliveryView[],
 	/**  What happens if nobody answers, and when (`Decision::closing`). */
 	closing: ClosingView,
+	/**  Where it stands in the user's escalation policy, when there is one. */
+	escalation: EscalationStateView | null,
 };
 
 /**
@@ -403,6 +415,36 @@ export type EffectView = {
 	fence: number,
 	/**  Last change (unix ms). */
 	updated_at: number,
+};
+
+/**  A user's escalation policy, as the settings screen edits it (`EscalationPolicy`). */
+export type EscalationPolicyView = {
+	/**  The steps, in order. */
+	steps: EscalationStepView[],
+	/**  Quiet hours, if any. */
+	quiet_hours: QuietHoursView | null,
+};
+
+/**  Where a decision stands in its user's escalation policy. */
+export type EscalationStateView = {
+	/**  The devices notified so far, by name, first step first. */
+	notified: string[],
+	/**  The names of who is next in line. */
+	next_devices: string[],
+	/**  When they are (unix ms). */
+	next_at: number | null,
+	/**  The step is due but held by quiet hours until then (unix ms). */
+	held_until: number | null,
+	/**  Why it stopped, e.g. `opened on laptop`. */
+	stopped: string | null,
+};
+
+/**  One step: minutes after the step before, and the device ids it notifies. */
+export type EscalationStepView = {
+	/**  Minutes after the step before (the first: after the decision opens). */
+	after_minutes: number,
+	/**  Device ids. */
+	devices: string[],
 };
 
 /**  A failed case. */
@@ -562,6 +604,16 @@ export type PendingStepView = {
 	idempotency_key: string | null,
 	/**  The approval it waits for. */
 	approval_id: string | null,
+};
+
+/**  Quiet hours: `from`–`to` (`HH:MM`, local) in an IANA time zone. */
+export type QuietHoursView = {
+	/**  Start. */
+	from: string,
+	/**  End (exclusive). */
+	to: string,
+	/**  IANA time zone. */
+	time_zone: string,
 };
 
 /**  A parsed test receipt. */

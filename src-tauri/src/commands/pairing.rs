@@ -4,7 +4,7 @@ use tauri::{AppHandle, State};
 
 use crate::error::{AppError, AppResult};
 use crate::state::{AppState, Mode};
-use crate::views::{DeviceView, StatusView};
+use crate::views::{DeviceView, EscalationPolicyView, StatusView};
 
 /// Pairs this app with a server; the device key goes to the OS keychain.
 #[tauri::command]
@@ -76,4 +76,27 @@ pub async fn list_devices(s: State<'_, AppState>) -> AppResult<Vec<DeviceView>> 
         last_seen_at: None,
         stale: false,
     }])
+}
+
+/// This user's escalation policy (who is notified of a decision, in what order; quiet hours),
+/// or none: every device is notified at once.
+#[tauri::command]
+#[specta::specta]
+pub async fn get_escalation(s: State<'_, AppState>) -> AppResult<Option<EscalationPolicyView>> {
+    Ok(s.companion.escalation().await?.map(Into::into))
+}
+
+/// Sets this user's escalation policy (the server checks its devices, waits and quiet hours);
+/// none removes it.
+#[tauri::command]
+#[specta::specta]
+pub async fn set_escalation(
+    s: State<'_, AppState>,
+    policy: Option<EscalationPolicyView>,
+) -> AppResult<Option<EscalationPolicyView>> {
+    let policy = policy.map(waymark_proto::EscalationPolicy::from);
+    Ok(s.companion
+        .set_escalation(policy.as_ref())
+        .await?
+        .map(Into::into))
 }

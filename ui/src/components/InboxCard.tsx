@@ -4,9 +4,9 @@
 // choice that grants more than this one call ("always allow", "for this session"), saying what
 // it changes; budget options each say what they give up.
 import { useEffect, useState } from "react";
-import type { DecideOp, DeliveryStep, DeliveryView, InboxItemView, OutboxView, SeenView } from "../bindings";
+import type { DecideOp, DeliveryStep, DeliveryView, EscalationStateView, InboxItemView, OutboxView, SeenView } from "../bindings";
 import { useI18n } from "../i18n";
-import { ago, countdown, short } from "../format";
+import { ago, clock, countdown, short } from "../format";
 import { ArtifactBody, type LoadText } from "./Artifact";
 import { EditIntent } from "./EditIntent";
 import { Receipts } from "./Receipts";
@@ -99,6 +99,22 @@ function Closing({ item, now }: { item: InboxItemView; now: number }) {
   return (
     <p className={`small ${past || c.at - now < 60_000 ? "warn" : "muted"}`} data-testid="closing" title={new Date(c.at).toLocaleString()}>
       {t(key, { runtime, left, option: label })}
+    </p>
+  );
+}
+
+/** "Notified laptop · next: alice's phone in 8:00": who has been told, who is next in line and
+ * when, or why nobody further is. */
+function EscalationLine({ escalation: e, now }: { escalation: EscalationStateView; now: number }) {
+  const { t } = useI18n();
+  const parts = [e.notified.length ? t("inbox.escalation.notified", { devices: e.notified.join(", ") }) : t("inbox.escalation.nobodyYet")];
+  if (e.held_until != null) parts.push(t("inbox.escalation.held", { time: clock(e.held_until) }));
+  if (e.stopped) parts.push(t("inbox.escalation.stopped", { why: e.stopped }));
+  else if (e.next_at != null && e.next_devices.length) parts.push(t("inbox.escalation.next", { devices: e.next_devices.join(", "), left: countdown(e.next_at - now) }));
+  else parts.push(t("inbox.escalation.last"));
+  return (
+    <p className="small muted" data-testid="escalation">
+      {parts.join(" · ")}
     </p>
   );
 }
@@ -255,6 +271,7 @@ export function InboxCard({
       )}
 
       <Closing item={item} now={now} />
+      {d.escalation && <EscalationLine escalation={d.escalation} now={now} />}
 
       <section className="evidence">
         <h4>{t("inbox.evidence")}</h4>

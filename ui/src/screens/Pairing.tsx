@@ -4,6 +4,7 @@ import type { StatusView } from "../bindings";
 import { commands, errorText, useMirror } from "../data";
 import { useI18n } from "../i18n";
 import { ago } from "../format";
+import { EscalationEditor } from "../components/Escalation";
 
 export function PairingScreen({ status, initialLink, pairNow, done }: { status: StatusView | null; initialLink?: string | null; pairNow?: boolean; done?: () => void }) {
   const { t } = useI18n();
@@ -97,6 +98,7 @@ export function PairingScreen({ status, initialLink, pairNow, done }: { status: 
           </li>
         ))}
       </ul>
+      {status?.paired && devices.data && <EscalationEditor devices={devices.data} />}
     </section>
   );
 }

@@ -64,6 +64,7 @@ export function approval(over: Partial<InboxItemView["decision"]> = {}): InboxIt
       delivery_detail: null,
       editable: null,
       deliveries: [],
+      escalation: null,
       ...over,
   };
   // As `Decision::closing` derives it where the test gives none: a hook's deadline is Claude

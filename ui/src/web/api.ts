@@ -72,6 +72,17 @@ export class Api {
     return this.decode<T>(res);
   }
 
+  async put<T>(token: string, path: string, body: unknown): Promise<T> {
+    const res = await this.call(path, { method: "PUT", headers: { authorization: `Bearer ${token}`, "content-type": "application/json" }, body: JSON.stringify(body) });
+    return this.decode<T>(res);
+  }
+
+  /** A `DELETE` answered `204 No Content` (or a problem). */
+  async delete(token: string, path: string): Promise<void> {
+    const res = await this.call(path, { method: "DELETE", headers: { authorization: `Bearer ${token}` } });
+    if (!res.ok) await this.decode<unknown>(res);
+  }
+
   async blob(token: string, sha256: string): Promise<Uint8Array> {
     const res = await this.call(`/v1/blobs/${sha256}`, { headers: { authorization: `Bearer ${token}` } });
     if (!res.ok) await this.decode<unknown>(res);

@@ -3,6 +3,7 @@
 // the mirror, the signer or SQLite in its bundle.
 import type {
   DecideOp,
+  EscalationPolicyView,
   MirrorChanged,
   Navigate,
   SeenView,
@@ -30,6 +31,8 @@ export function webTransport(open: () => Promise<WebCompanion>) {
     syncNow: call((w) => w.syncOnce()),
     pairDevice: call((w, link: string, code: string | null, name: string | null) => w.pair(link, code, name)),
     listDevices: call((w) => w.devices()),
+    getEscalation: call((w) => w.escalation()),
+    setEscalation: call((w, policy: EscalationPolicyView | null) => w.setEscalation(policy)),
     getStatus: call((w) => w.status()),
     // Muting is the desktop's (its own notifications); a browser's are the system's to mute.
     muteNotifications: call((w) => w.status()),

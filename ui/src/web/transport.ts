@@ -8,6 +8,7 @@ import type {
   DecideOp,
   DeliveryStep,
   DeviceView,
+  EscalationPolicyView,
   InboxItemView,
   MirrorChanged,
   Navigate,
@@ -462,6 +463,28 @@ export class WebCompanion {
 
   async outbox(): Promise<OutboxView[]> {
     return (await this.mirror.outbox(null)).map(outboxView);
+  }
+
+  /** This user's escalation policy, or none (every device is notified at once). */
+  async escalation(): Promise<EscalationPolicyView | null> {
+    try {
+      return await this.api.get<EscalationPolicyView>(await this.token(), "/v1/escalation");
+    } catch (e) {
+      if ((e as ApiError).code === "not_found") return null;
+      throw e;
+    }
+  }
+
+  /** Sets this user's escalation policy (the server checks it); null removes it. */
+  async setEscalation(policy: EscalationPolicyView | null): Promise<EscalationPolicyView | null> {
+    const token = await this.token();
+    if (policy) return this.api.put<EscalationPolicyView>(token, "/v1/escalation", policy);
+    try {
+      await this.api.delete(token, "/v1/escalation");
+    } catch (e) {
+      if ((e as ApiError).code !== "not_found") throw e;
+    }
+    return null;
   }
 
   /** This user's devices as the server lists them (last heard from, stale); offline, this

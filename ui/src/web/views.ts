@@ -3,6 +3,7 @@
 import type {
   ArtifactView,
   ClosingView,
+  EscalationStateView,
   AttemptView,
   CheckpointView,
   DecisionView,
@@ -131,9 +132,23 @@ export function closingOf(d: Decision): ClosingView {
     : { at: expires, runtime: null, then: "no_default", option: null };
 }
 
+/** Where a decision stands in its escalation, as `EscalationStateView` in views.rs. */
+export function escalationView(e: NonNullable<Decision["escalation"]>): EscalationStateView {
+  const notified: string[] = [];
+  for (const n of e.notified) if (!notified.includes(n.device_name)) notified.push(n.device_name);
+  return {
+    notified,
+    next_devices: e.next?.devices ?? [],
+    next_at: e.next ? ms(e.next.at) : null,
+    held_until: e.held_until ? ms(e.held_until) : null,
+    stopped: e.stopped ?? null,
+  };
+}
+
 export function decisionView(d: Decision): DecisionView {
   return {
     closing: closingOf(d),
+    escalation: d.escalation ? escalationView(d.escalation) : null,
     id: d.id,
     task_id: d.task_id,
     kind: d.kind,

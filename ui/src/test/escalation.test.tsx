@@ -1,0 +1,73 @@
+// Escalation in the UI: the inbox card says who was notified and who is next, and the policy
+// editor saves what the person set (the server's refusal shown as it is). The shell is mocked.
+import { describe, expect, it, vi } from "vitest";
+import { render, screen, waitFor } from "@testing-library/react";
+import userEvent from "@testing-library/user-event";
+import type { DeviceView, EscalationPolicyView } from "../bindings";
+import { I18nProvider } from "../i18n";
+import { EscalationEditor } from "../components/Escalation";
+import { InboxCard } from "../components/InboxCard";
+import { DIFF, NOW, approval } from "./fixtures";
+
+const shell = vi.hoisted(() => ({ policy: null as EscalationPolicyView | null, saved: [] as (EscalationPolicyView | null)[], refuse: null as string | null }));
+
+vi.mock("../data", () => ({
+  commands: {
+    getEscalation: async () => shell.policy,
+    setEscalation: async (p: EscalationPolicyView | null) => {
+      if (shell.refuse) throw new Error(shell.refuse);
+      shell.saved.push(p);
+      shell.policy = p;
+      return p;
+    },
+  },
+  errorText: (e: unknown) => (e as Error).message,
+  loadText: async () => ({ text: DIFF, size: DIFF.length, truncated: false }),
+}));
+
+const device = (id: string, name: string): DeviceView => ({ id, name, user: "alice", scopes: ["view"], this_device: id === "dev_laptop", created_at: NOW, revoked_at: null, last_seen_at: NOW, stale: false });
+const ui = (el: React.ReactElement) => render(<I18nProvider initial="en">{el}</I18nProvider>);
+
+describe("escalation", () => {
+  it("the card says who was notified and who is next, counting down", () => {
+    const item = approval({ escalation: { notified: ["laptop"], next_devices: ["alice's phone"], next_at: NOW + 8 * 60_000, held_until: null, stopped: null } });
+    ui(<InboxCard item={item} decide={async () => { throw new Error("unused"); }} load={async () => ({ text: "", size: 0, truncated: false })} now={NOW} />);
+    expect(screen.getByTestId("escalation").textContent).toBe("Notified laptop · next: alice's phone in 8:00 if unopened");
+  });
+
+  it("the card says when quiet hours hold it and when opening it stopped the rest", () => {
+    const held = approval({ escalation: { notified: [], next_devices: ["laptop"], next_at: NOW - 1000, held_until: Date.UTC(2025, 0, 16, 7, 0), stopped: null } });
+    const { unmount } = ui(<InboxCard item={held} decide={async () => { throw new Error("unused"); }} load={async () => ({ text: "", size: 0, truncated: false })} now={NOW} />);
+    expect(screen.getByTestId("escalation").textContent).toMatch(/^No device notified yet · held by quiet hours until .+ · next: laptop in 0:00 if unopened$/);
+    unmount();
+    const stopped = approval({ escalation: { notified: ["laptop", "alice's phone"], next_devices: [], next_at: null, held_until: null, stopped: "opened on alice's phone" } });
+    ui(<InboxCard item={stopped} decide={async () => { throw new Error("unused"); }} load={async () => ({ text: "", size: 0, truncated: false })} now={NOW} />);
+    expect(screen.getByTestId("escalation").textContent).toBe("Notified laptop, alice's phone · no one further: opened on alice's phone");
+  });
+
+  it("the editor saves the steps and quiet hours set, and shows a refusal as the server said it", async () => {
+    shell.policy = null;
+    shell.saved = [];
+    ui(<EscalationEditor devices={[device("dev_laptop", "laptop"), device("dev_phone", "alice's phone")]} />);
+    await screen.findByTestId("escalation-editor");
+    expect(screen.getByText(/No policy: every device/)).toBeTruthy();
+    await userEvent.click(screen.getByTestId("escalation-add"));
+    await userEvent.click(screen.getByLabelText("laptop"));
+    await userEvent.click(screen.getByTestId("escalation-add"));
+    await userEvent.click(screen.getAllByLabelText("alice's phone")[1]);
+    await userEvent.click(screen.getByTestId("escalation-quiet"));
+    await userEvent.click(screen.getByTestId("escalation-save"));
+    await waitFor(() => expect(shell.saved).toHaveLength(1));
+    expect(shell.saved[0]?.steps).toEqual([
+      { after_minutes: 0, devices: ["dev_laptop"] },
+      { after_minutes: 10, devices: ["dev_phone"] },
+    ]);
+    expect(shell.saved[0]?.quiet_hours).toMatchObject({ from: "22:00", to: "07:00" });
+    expect(screen.getByRole("status").textContent).toContain("Saved");
+
+    shell.refuse = "step 1: device `dev_phone` (alice's phone) is revoked (validation_failed)";
+    await userEvent.click(screen.getByTestId("escalation-save"));
+    expect((await screen.findByTestId("escalation-error")).textContent).toContain("is revoked");
+    shell.refuse = null;
+  });
+});
