@@ -988,3 +988,66 @@ async fn a_synced_decision_is_reported_fetched_once_and_the_mirror_keeps_its_del
     assert_eq!(devices.len(), 1);
     assert!(!devices[0].stale && devices[0].last_seen_at.is_some());
 }
+
+/// Under an escalation policy a device raises a decision's notification only once a step has
+/// reached it: the phone first; the laptop ten minutes later (the server's clock driven), with
+/// the notification saying where the escalation stands. The policy is set and cleared from a
+/// device.
+#[tokio::test]
+async fn a_device_notifies_a_decision_only_once_its_escalation_step_reached_it() {
+    let s = Server::start(Config {
+        clock: waymark_server::Clock::driven(),
+        tick: Duration::from_millis(100),
+        ..Config::default()
+    })
+    .await;
+    let (_h1, laptop) = companion(&s).await;
+    let (_h2, phone) = companion(&s).await;
+    let laptop_id = laptop.identity().await.unwrap().unwrap().device_id;
+    let phone_id = phone.identity().await.unwrap().unwrap().device_id;
+    assert_eq!(laptop.escalation().await.unwrap(), None);
+    let policy = waymark_proto::EscalationPolicy {
+        steps: vec![
+            waymark_proto::EscalationStep {
+                after_minutes: 0,
+                devices: vec![phone_id.clone()],
+            },
+            waymark_proto::EscalationStep {
+                after_minutes: 10,
+                devices: vec![laptop_id.clone()],
+            },
+        ],
+        quiet_hours: None,
+    };
+    laptop.set_escalation(Some(&policy)).await.unwrap();
+    assert_eq!(phone.escalation().await.unwrap(), Some(policy));
+
+    let (task, att) = s.busy_task("deploy", 1).await;
+    s.approval(&task, &att).await;
+    phone.sync_once().await.unwrap();
+    laptop.sync_once().await.unwrap();
+    assert_eq!(phone.notifications(&task, true).await.unwrap().len(), 1);
+    assert!(
+        laptop.notifications(&task, true).await.unwrap().is_empty(),
+        "not the laptop's turn yet"
+    );
+
+    s.running
+        .as_ref()
+        .unwrap()
+        .advance(Duration::from_secs(600))
+        .await
+        .unwrap();
+    laptop.sync_once().await.unwrap();
+    let n = laptop.notifications(&task, true).await.unwrap();
+    assert_eq!(n.len(), 1, "the laptop's step came: {n:?}");
+    assert!(
+        n[0].body
+            .contains("notified test laptop · no one else in line"),
+        "{}",
+        n[0].body
+    );
+
+    assert_eq!(laptop.set_escalation(None).await.unwrap(), None);
+    assert_eq!(phone.escalation().await.unwrap(), None);
+}

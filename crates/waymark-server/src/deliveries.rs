@@ -54,7 +54,7 @@ pub(crate) async fn get_escalation(
 }
 
 #[utoipa::path(put, path = "/v1/escalation", tag = "device", params(PolicyQuery), request_body = EscalationPolicy,
-    responses((status = 200, body = EscalationPolicy, description = "Set; decisions opened from now on follow it"), (status = 422, body = Problem)))]
+    responses((status = 200, body = EscalationPolicy, description = "Set; decisions opened from now on follow it"), (status = 404, body = Problem, description = "No such user (admin)"), (status = 422, body = Problem)))]
 pub(crate) async fn put_escalation(
     State(st): State<AppState>,
     caller: Caller,
