@@ -217,9 +217,13 @@ async fn hermes_approve_session_selects_allow_session_and_the_tool_call_becomes_
             .contains("tc-27db43bd501e"),
         "{delivery:?}"
     );
-    // Hermes' own 60 s wait is the approval's deadline, not the server's hour.
-    let deadline = (d.expires_at - d.created_at).num_milliseconds();
+    // Hermes' own 60 s wait is the approval's deadline, not the server's hour: shown as
+    // Hermes', and ours closes it a grace after (the adapter reports what Hermes did first).
+    let r = d.runtime_deadline.as_ref().expect("Hermes' deadline");
+    let deadline = (r.at - d.created_at).num_milliseconds();
     assert!((59_000..=60_000).contains(&deadline), "{deadline} ms");
+    let ours = (d.expires_at - d.created_at).num_milliseconds();
+    assert!((64_000..=65_000).contains(&ours), "{ours} ms");
 
     let e = detail
         .effects
