@@ -22,7 +22,7 @@ pub mod state;
 pub mod sync;
 pub mod tray;
 pub mod views;
-mod webview;
+pub mod webview;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

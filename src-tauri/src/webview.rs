@@ -1,10 +1,11 @@
 //! The web view tuned for an app rather than a browser: WebKitGTK's defaults keep a browser's
 //! page and memory caches and composite on the GPU, which costs an idle web process tens of
-//! megabytes the app (lists, cards and diffs on one page) has no use for.
+//! megabytes the app (lists, cards and diffs on one page) has no use for. Public so the blank
+//! window of `examples/blank.rs` (the bench's baseline for idle memory) is tuned the same way.
 
 /// Applies the app's web view settings to `window` (Linux; elsewhere the platform's defaults).
 /// `WAYMARK_WEBVIEW_ACCELERATED=1` keeps GPU compositing, e.g. to compare.
-pub(crate) fn tune(window: &tauri::WebviewWindow) {
+pub fn tune(window: &tauri::WebviewWindow) {
     #[cfg(target_os = "linux")]
     {
         let accelerated = std::env::var_os("WAYMARK_WEBVIEW_ACCELERATED").is_some();
