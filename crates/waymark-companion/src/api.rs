@@ -150,15 +150,8 @@ impl Api {
         path: &str,
         body: &B,
     ) -> Result<T, Error> {
-        let res = self
-            .http
-            .post(format!("{}{path}", self.base))
-            .bearer_auth(token)
-            .json(body)
-            .send()
+        self.send_json(reqwest::Method::POST, token, path, body)
             .await
-            .map_err(|e| unreachable(&self.base, e))?;
-        self.decode(res).await
     }
 
     pub(crate) async fn put<B: serde::Serialize, T: DeserializeOwned>(
@@ -167,9 +160,20 @@ impl Api {
         path: &str,
         body: &B,
     ) -> Result<T, Error> {
+        self.send_json(reqwest::Method::PUT, token, path, body)
+            .await
+    }
+
+    async fn send_json<B: serde::Serialize, T: DeserializeOwned>(
+        &self,
+        method: reqwest::Method,
+        token: &str,
+        path: &str,
+        body: &B,
+    ) -> Result<T, Error> {
         let res = self
             .http
-            .put(format!("{}{path}", self.base))
+            .request(method, format!("{}{path}", self.base))
             .bearer_auth(token)
             .json(body)
             .send()

@@ -152,13 +152,11 @@ pub(crate) async fn delete_policy(
 }
 
 async fn policy_of(tx: &mut Tx, user_id: &str) -> ApiResult<Option<EscalationPolicy>> {
-    tx.escalation_policy(user_id)
+    Ok(tx
+        .escalation_policy(user_id)
         .await?
-        .map(|v| {
-            serde_json::from_value(v)
-                .map_err(|e| ApiError::from(StoreError::Corrupt(format!("escalation policy: {e}"))))
-        })
-        .transpose()
+        .map(|v| convert::json(&v, "escalation policy"))
+        .transpose()?)
 }
 
 /// The quiet hours' start and end times and zone, or why they do not parse.
@@ -309,14 +307,11 @@ async fn device_names(tx: &mut Tx, ids: &[String]) -> ApiResult<Vec<String>> {
 }
 
 fn escalation_of(row: &DecisionRow) -> ApiResult<Option<Escalation>> {
-    row.escalation
+    Ok(row
+        .escalation
         .as_ref()
-        .map(|v| {
-            serde_json::from_value(v.clone()).map_err(|e| {
-                ApiError::from(StoreError::Corrupt(format!("decision escalation: {e}")))
-            })
-        })
-        .transpose()
+        .map(|v| convert::json(v, "decision escalation"))
+        .transpose()?)
 }
 
 /// Someone opened (or answered) the decision on `device`: nobody further is notified.

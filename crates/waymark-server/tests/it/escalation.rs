@@ -52,23 +52,6 @@ async fn device_with_push(h: &Harness, base: &str) -> (TestDevice, String) {
     (d, token)
 }
 
-async fn send(
-    h: &Harness,
-    method: reqwest::Method,
-    token: &str,
-    path: &str,
-    body: Option<Value>,
-) -> (StatusCode, Value) {
-    let mut r = h.http.request(method, h.url(path)).bearer_auth(token);
-    if let Some(b) = body {
-        r = r.json(&b);
-    }
-    let resp = r.send().await.unwrap();
-    let s = resp.status();
-    let text = resp.text().await.unwrap();
-    (s, serde_json::from_str(&text).unwrap_or(Value::Null))
-}
-
 async fn approval(h: &Harness, task: &str, extra: Value) -> Value {
     let (att, fence) = h.attempt(&h.alice, task, 7200).await;
     let mut body = json!({"attempt_id": att, "fence": fence, "intent": {"target": "staging"},
@@ -108,23 +91,18 @@ async fn a_decision_reaches_the_next_device_only_when_nobody_opened_it_in_time()
         {"after_minutes": 10, "devices": [phone.id]},
         {"after_minutes": 5, "devices": [tablet.id]}
     ]});
-    let (s, v) = send(
-        &h,
-        reqwest::Method::PUT,
-        &laptop_token,
-        "/v1/escalation",
-        Some(policy.clone()),
-    )
-    .await;
+    let (s, v) = h
+        .send(
+            reqwest::Method::PUT,
+            &laptop_token,
+            "/v1/escalation",
+            Some(policy.clone()),
+        )
+        .await;
     assert_eq!(s, StatusCode::OK, "{v}");
-    let (s, v) = send(
-        &h,
-        reqwest::Method::GET,
-        &phone_token,
-        "/v1/escalation",
-        None,
-    )
-    .await;
+    let (s, v) = h
+        .send(reqwest::Method::GET, &phone_token, "/v1/escalation", None)
+        .await;
     assert_eq!((s, v.clone()), (StatusCode::OK, policy), "{v}");
 
     let task = h.create_task(&h.alice).await;
@@ -204,17 +182,17 @@ async fn quiet_hours_hold_what_can_wait_and_let_the_urgent_through() {
         hhmm(now - chrono::Duration::hours(1)),
         hhmm(now + chrono::Duration::hours(2)),
     );
-    let (s, v) = send(
-        &h,
-        reqwest::Method::PUT,
-        &token,
-        "/v1/escalation",
-        Some(
-            json!({"steps": [{"after_minutes": 0, "devices": [phone.id]}],
+    let (s, v) = h
+        .send(
+            reqwest::Method::PUT,
+            &token,
+            "/v1/escalation",
+            Some(
+                json!({"steps": [{"after_minutes": 0, "devices": [phone.id]}],
             "quiet_hours": {"from": from, "to": to, "time_zone": "UTC"}}),
-        ),
-    )
-    .await;
+            ),
+        )
+        .await;
     assert_eq!(s, StatusCode::OK, "{v}");
 
     let task = h.create_task(&h.alice).await;
@@ -256,7 +234,9 @@ async fn a_bad_policy_is_refused_with_why_and_changes_nothing() {
     let phone = h.pair_device("alice", &["view"]).await;
     let token = h.session_token(&phone).await;
     let bobs = h.pair_device("bob", &["view"]).await;
-    let (s, v) = send(&h, reqwest::Method::GET, &token, "/v1/escalation", None).await;
+    let (s, v) = h
+        .send(reqwest::Method::GET, &token, "/v1/escalation", None)
+        .await;
     assert_problem(s, &v, 404, "not_found");
     let step = |devices: Value| json!({"steps": [{"after_minutes": 0, "devices": devices}]});
     for (body, why) in [
@@ -284,51 +264,52 @@ async fn a_bad_policy_is_refused_with_why_and_changes_nothing() {
             "unknown field",
         ),
     ] {
-        let (s, v) = send(
-            &h,
-            reqwest::Method::PUT,
-            &token,
-            "/v1/escalation",
-            Some(body),
-        )
-        .await;
+        let (s, v) = h
+            .send(reqwest::Method::PUT, &token, "/v1/escalation", Some(body))
+            .await;
         assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY, "{why}: {v}");
     }
-    let (s, v) = send(&h, reqwest::Method::GET, &token, "/v1/escalation", None).await;
+    let (s, v) = h
+        .send(reqwest::Method::GET, &token, "/v1/escalation", None)
+        .await;
     assert_problem(s, &v, 404, "not_found");
 
     // A worker's token may not decide who is woken; a device names no other user.
-    let (s, v) = send(
-        &h,
-        reqwest::Method::PUT,
-        &h.alice,
-        "/v1/escalation",
-        Some(step(json!([phone.id]))),
-    )
-    .await;
+    let (s, v) = h
+        .send(
+            reqwest::Method::PUT,
+            &h.alice,
+            "/v1/escalation",
+            Some(step(json!([phone.id]))),
+        )
+        .await;
     assert_problem(s, &v, 403, "forbidden");
-    let (s, v) = send(
-        &h,
-        reqwest::Method::PUT,
-        &token,
-        "/v1/escalation?user=bob",
-        Some(step(json!([phone.id]))),
-    )
-    .await;
+    let (s, v) = h
+        .send(
+            reqwest::Method::PUT,
+            &token,
+            "/v1/escalation?user=bob",
+            Some(step(json!([phone.id]))),
+        )
+        .await;
     assert_problem(s, &v, 403, "forbidden");
     // An admin sets and removes alice's.
-    let (s, v) = send(
-        &h,
-        reqwest::Method::PUT,
-        &h.admin,
-        "/v1/escalation?user=alice",
-        Some(step(json!([phone.id]))),
-    )
-    .await;
+    let (s, v) = h
+        .send(
+            reqwest::Method::PUT,
+            &h.admin,
+            "/v1/escalation?user=alice",
+            Some(step(json!([phone.id]))),
+        )
+        .await;
     assert_eq!(s, StatusCode::OK, "{v}");
-    let (s, _) = send(&h, reqwest::Method::DELETE, &token, "/v1/escalation", None).await;
+    let (s, _) = h
+        .send(reqwest::Method::DELETE, &token, "/v1/escalation", None)
+        .await;
     assert_eq!(s, StatusCode::NO_CONTENT);
-    let (s, v) = send(&h, reqwest::Method::DELETE, &token, "/v1/escalation", None).await;
+    let (s, v) = h
+        .send(reqwest::Method::DELETE, &token, "/v1/escalation", None)
+        .await;
     assert_problem(s, &v, 404, "not_found");
 
     // A risky approval never defaults to approve: nobody answering must never run it.
