@@ -866,8 +866,37 @@ pub struct EscalationStep {
     #[schema(minimum = 0, maximum = 10080)]
     pub after_minutes: u32,
     /// The user's devices notified at this step (`dev_…`).
-    #[schema(min_items = 1, max_items = 16)]
+    #[serde(default)]
+    #[schema(max_items = 16)]
     pub devices: Vec<String>,
+    /// People this user shares decisions with (`GET /v1/delegates`), by user name: every live
+    /// device of theirs is notified at this step. A step notifies at least one device or person.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schema(max_items = 8)]
+    pub people: Vec<String>,
+}
+
+/// `GET /v1/delegates`: who may read this user's tasks and answer their decisions, and whose
+/// this user may answer. A delegate answers with their own signed device commands (approve,
+/// deny, answer, choose an option); pausing, resuming, cancelling, replanning and taking over
+/// stay with the owner.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct Delegates {
+    /// The user these lists are about.
+    pub user: String,
+    /// Who may answer this user's decisions.
+    pub delegates: Vec<Delegation>,
+    /// Whose decisions this user may answer.
+    pub delegated_by: Vec<Delegation>,
+}
+
+/// One person in a delegation, and since when.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct Delegation {
+    /// The other user's name.
+    pub user: String,
+    /// When the owner shared their decisions.
+    pub since: DateTime<Utc>,
 }
 
 /// Quiet hours, in a time zone: `from` 22:00 `to` 07:00 spans midnight.
@@ -911,8 +940,12 @@ pub struct Escalation {
 pub struct EscalationNotice {
     /// The device.
     pub device_id: String,
-    /// Its name.
+    /// Its name; a device of another person (a step's `people`) is named with them,
+    /// `phone (bob)`.
     pub device_name: String,
+    /// The person whose device it is, when it is not the decision owner's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub person: Option<String>,
     /// The step that notified it.
     pub step: u32,
     /// When.
@@ -926,7 +959,7 @@ pub struct EscalationNext {
     pub step: u32,
     /// When it is due (quiet hours may hold it longer).
     pub at: DateTime<Utc>,
-    /// The names of the devices it notifies.
+    /// The names of the devices and people it notifies.
     pub devices: Vec<String>,
 }
 

@@ -35,6 +35,9 @@ pub struct Caller {
     pub user_id: String,
     /// The credential, as limits count it: `token:<id>` or `device:<id>`.
     pub credential: String,
+    /// Whose tasks it sees: its user first, then (a device) the owners who delegated their
+    /// decisions to that user, as the store said when the request was authenticated.
+    pub owners: Vec<String>,
 }
 
 /// A caller that may use the worker API (admin or worker token, not a device session).
@@ -47,17 +50,20 @@ impl Caller {
         (self.kind != CallerKind::Admin).then_some(&*self.credential)
     }
 
-    /// `None` for the admin (sees every owner), else the user whose tasks are visible.
-    pub fn owner_filter(&self) -> Option<&str> {
+    /// `None` for the admin (sees every owner), else the users whose tasks are visible: its
+    /// own, and for a device those delegated to its user.
+    pub fn owner_filter(&self) -> Option<&[String]> {
         match self.kind {
             CallerKind::Admin => None,
-            CallerKind::Worker | CallerKind::Device => Some(&self.user_id),
+            CallerKind::Worker | CallerKind::Device => Some(&self.owners),
         }
     }
 
-    /// Whether this caller may see and write a task of `owner_id`.
+    /// Whether this caller may see a task of `owner_id`. Only a device sees others' tasks
+    /// (delegated to it), and a device writes only through signed commands, which check the
+    /// delegation's limits themselves; a worker sees and writes its own user's.
     pub fn may_access(&self, owner_id: &str) -> bool {
-        self.kind == CallerKind::Admin || self.user_id == owner_id
+        self.kind == CallerKind::Admin || self.owners.iter().any(|o| o == owner_id)
     }
 
     /// How the audit log names this caller.
@@ -151,6 +157,7 @@ impl FromRequestParts<AppState> for Caller {
         Ok(Caller {
             kind,
             name: token.name,
+            owners: vec![token.user_id.clone()],
             user_id: token.user_id,
             credential,
         })
@@ -222,12 +229,29 @@ async fn device_caller(
             "this device was revoked; pair it again",
         ));
     }
+    let owners = visible_owners(&mut **tx, &device.user_id).await?;
     Ok(Caller {
         kind: CallerKind::Device,
         credential: format!("device:{}", device.id),
         name: device.id,
         user_id: device.user_id,
+        owners,
     })
+}
+
+/// A user's own id, then the owners who delegated their decisions to them.
+pub(crate) async fn visible_owners(
+    tx: &mut dyn waymark_store::StoreTx,
+    user_id: &str,
+) -> Result<Vec<String>, waymark_store::StoreError> {
+    let mut owners = vec![user_id.to_owned()];
+    owners.extend(
+        tx.delegations(None, Some(user_id))
+            .await?
+            .into_iter()
+            .map(|d| d.owner_id),
+    );
+    Ok(owners)
 }
 
 impl FromRequestParts<AppState> for WorkerCaller {

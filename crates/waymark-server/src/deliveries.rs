@@ -1,14 +1,14 @@
 //! Proof of delivery over HTTP: a user's devices (last heard from, stale), the receipts a
 //! device posts about the decisions it fetched, showed and opened, and the user's escalation
-//! policy (who is notified in what order). The rules are in `crate::domain::{deliveries,
-//! escalation}`.
+//! policy (who is notified in what order), and whom the user delegates decisions to. The rules
+//! are in `crate::domain::{deliveries, delegations, escalation}`.
 
 use axum::Json as Out;
 use axum::extract::{Path, State};
 use waymark_proto::*;
 
 use crate::auth::Caller;
-use crate::domain::{deliveries, escalation};
+use crate::domain::{delegations, deliveries, escalation};
 use crate::error::ApiResult;
 use crate::extract::{Json, Query};
 use crate::state::AppState;
@@ -36,7 +36,7 @@ pub(crate) async fn receipts(
     ))
 }
 
-/// Whose escalation policy: an admin names the user; a device means its own.
+/// Whose escalation policy or delegates: an admin names the user; a device means its own.
 #[derive(Debug, Default, serde::Deserialize, utoipa::IntoParams)]
 pub(crate) struct PolicyQuery {
     /// The user (admin tokens only; a device's session means its own user).
@@ -75,4 +75,38 @@ pub(crate) async fn delete_escalation(
 ) -> ApiResult<axum::http::StatusCode> {
     escalation::delete_policy(&st, &caller, q.user).await?;
     Ok(axum::http::StatusCode::NO_CONTENT)
+}
+
+#[utoipa::path(get, path = "/v1/delegates", tag = "device", params(PolicyQuery),
+    responses((status = 200, body = Delegates, description = "Who may answer this user's decisions, and whose this user may answer"), (status = 404, body = Problem, description = "No such user (admin)")))]
+pub(crate) async fn list_delegates(
+    State(st): State<AppState>,
+    caller: Caller,
+    Query(q): Query<PolicyQuery>,
+) -> ApiResult<Out<Delegates>> {
+    Ok(Out(delegations::list(&st, &caller, q.user).await?))
+}
+
+#[utoipa::path(put, path = "/v1/delegates/{delegate}", tag = "device", params(("delegate" = String, Path, min_length = 1, max_length = 64, description = "The user who may read this user's tasks and answer their decisions"), PolicyQuery),
+    responses((status = 200, body = Delegates, description = "Delegated (again: nothing changed)"), (status = 404, body = Problem, description = "No such user"), (status = 422, body = Problem, description = "Oneself, or too many delegates")))]
+pub(crate) async fn add_delegate(
+    State(st): State<AppState>,
+    caller: Caller,
+    Path(delegate): Path<String>,
+    Query(q): Query<PolicyQuery>,
+) -> ApiResult<Out<Delegates>> {
+    Ok(Out(delegations::add(&st, &caller, q.user, delegate).await?))
+}
+
+#[utoipa::path(delete, path = "/v1/delegates/{delegate}", tag = "device", params(("delegate" = String, Path, min_length = 1, max_length = 64), PolicyQuery),
+    responses((status = 200, body = Delegates, description = "Ended: they no longer see this user's tasks"), (status = 404, body = Problem, description = "No such user, or no such delegation")))]
+pub(crate) async fn remove_delegate(
+    State(st): State<AppState>,
+    caller: Caller,
+    Path(delegate): Path<String>,
+    Query(q): Query<PolicyQuery>,
+) -> ApiResult<Out<Delegates>> {
+    Ok(Out(
+        delegations::remove(&st, &caller, q.user, delegate).await?
+    ))
 }

@@ -99,6 +99,11 @@ pub fn app(state: AppState) -> Router {
                 .put(deliveries::put_escalation)
                 .delete(deliveries::delete_escalation),
         )
+        .route("/v1/delegates", get(deliveries::list_delegates))
+        .route(
+            "/v1/delegates/{delegate}",
+            axum::routing::put(deliveries::add_delegate).delete(deliveries::remove_delegate),
+        )
         .route("/v1/devices/pair", post(steer::pair))
         .route("/v1/devices/{device}/receipts", post(deliveries::receipts))
         .route("/v1/devices/{device}/session", post(steer::open_session))

@@ -201,7 +201,8 @@ fn event_stream(
     after: i64,
     slot: crate::limits::StreamSlot,
 ) -> impl Stream<Item = Result<SseEvent, Infallible>> {
-    let owner = caller.owner_filter().map(str::to_owned);
+    let mut owners = caller.owner_filter().map(<[String]>::to_vec);
+    let mut checked_at = st.now_ms();
     async_stream::stream! {
         let _slot = slot;
         let _gauge = st.metrics.sse_subscriber();
@@ -211,8 +212,21 @@ fn event_stream(
         let mut last = after;
         loop {
             watch.borrow_and_update();
+            // A device's access can end while it listens (revoked; a delegation ended): read
+            // it again now and then, not on every wake-up.
+            if caller.kind == CallerKind::Device && st.now_ms() - checked_at >= RECHECK_ACCESS_MS {
+                checked_at = st.now_ms();
+                match device_access(&st, &caller).await {
+                    Ok(Some(now_visible)) => owners = Some(now_visible),
+                    Ok(None) => break,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "could not re-check a device stream's access; ending it");
+                        break;
+                    }
+                }
+            }
             // Near the head: from the shared tail, already encoded.
-            if let Some(slice) = st.tail.after(last, owner.as_deref()) {
+            if let Some(slice) = st.tail.after(last, owners.as_deref()) {
                 if last < slice.pruned {
                     let p = cursor_expired(last, slice.pruned).problem;
                     yield Ok(SseEvent::default().event("cursor_expired").data(serde_json::to_string(&p).unwrap_or_default()));
@@ -227,7 +241,7 @@ fn event_stream(
                 let page = async {
                     let mut tx = Tx::read(&st).await?;
                     let pruned = tx.pruned_through().await?;
-                    let rows = tx.events_after(last, PAGE, owner.as_deref()).await?;
+                    let rows = tx.events_after(last, PAGE, owners.as_deref()).await?;
                     Ok::<_, waymark_store::StoreError>((pruned, rows))
                 }.await;
                 let (pruned, rows) = match page {
@@ -266,6 +280,24 @@ fn event_stream(
                 _ = stopping.wait_for(|s| *s) => break,
             }
         }
+    }
+}
+
+/// How often (clock time) a device's event stream re-reads whether it may still listen and
+/// whose tasks it sees.
+const RECHECK_ACCESS_MS: i64 = 30_000;
+
+/// The owners a device's stream sees now; `None` when the device was revoked.
+async fn device_access(
+    st: &AppState,
+    caller: &Caller,
+) -> Result<Option<Vec<String>>, waymark_store::StoreError> {
+    let mut tx = st.store.read().await?;
+    match tx.device(&caller.name).await? {
+        Some(d) if d.revoked_at.is_none() => Ok(Some(
+            crate::auth::visible_owners(&mut *tx, &caller.user_id).await?,
+        )),
+        _ => Ok(None),
     }
 }
 

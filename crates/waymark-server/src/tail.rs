@@ -96,9 +96,9 @@ impl Tail {
         rx
     }
 
-    /// The events after `last` (only `owner`'s when given), when the tail covers them;
-    /// `None` when the stream must read the database.
-    pub(crate) fn after(&self, last: i64, owner: Option<&str>) -> Option<Slice> {
+    /// The events after `last` (only the given owners' when given), when the tail covers
+    /// them; `None` when the stream must read the database.
+    pub(crate) fn after(&self, last: i64, owners: Option<&[String]>) -> Option<Slice> {
         let s = self.read();
         if !s.ready || last < s.from {
             return None;
@@ -107,7 +107,7 @@ impl Tail {
         let events = s
             .events
             .range(start..)
-            .filter(|e| owner.is_none_or(|o| e.owner_id == o))
+            .filter(|e| owners.is_none_or(|os| os.iter().any(|o| *o == e.owner_id)))
             .cloned()
             .collect();
         Some(Slice {

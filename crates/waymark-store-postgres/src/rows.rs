@@ -41,6 +41,14 @@ where
         .transpose()
 }
 
+pub(crate) fn delegation_row(r: &PgRow) -> Result<DelegationRow> {
+    Ok(DelegationRow {
+        owner_id: get(r, "owner_id")?,
+        delegate_id: get(r, "delegate_id")?,
+        created_at: get(r, "created_at")?,
+    })
+}
+
 pub(crate) fn user_row(r: &PgRow) -> Result<UserRow> {
     Ok(UserRow {
         id: get(r, "id")?,

@@ -294,13 +294,13 @@ impl StoreTx for PgTx {
         .await
     }
 
-    async fn list_tasks(&mut self, owner_id: Option<&str>) -> Result<Vec<TaskRow>> {
+    async fn list_tasks(&mut self, owners: Option<&[String]>) -> Result<Vec<TaskRow>> {
         self.all(
             sqlx::query(
-                "SELECT * FROM tasks WHERE ($1::text IS NULL OR owner_id = $1)
+                "SELECT * FROM tasks WHERE ($1::text[] IS NULL OR owner_id = ANY($1))
                  ORDER BY created_at DESC, id DESC",
             )
-            .bind(owner_id),
+            .bind(owners),
             task_row,
         )
         .await
@@ -650,6 +650,48 @@ impl StoreTx for PgTx {
             .map(|n| n > 0)
     }
 
+    async fn put_delegation(&mut self, d: &DelegationRow) -> Result<()> {
+        self.exec(
+            sqlx::query(
+                "INSERT INTO delegations (owner_id, delegate_id, created_at) VALUES ($1, $2, $3)
+                 ON CONFLICT DO NOTHING",
+            )
+            .bind(&d.owner_id)
+            .bind(&d.delegate_id)
+            .bind(d.created_at),
+        )
+        .await
+        .map(drop)
+    }
+
+    async fn delete_delegation(&mut self, owner_id: &str, delegate_id: &str) -> Result<bool> {
+        self.exec(
+            sqlx::query("DELETE FROM delegations WHERE owner_id = $1 AND delegate_id = $2")
+                .bind(owner_id)
+                .bind(delegate_id),
+        )
+        .await
+        .map(|n| n > 0)
+    }
+
+    async fn delegations(
+        &mut self,
+        owner_id: Option<&str>,
+        delegate_id: Option<&str>,
+    ) -> Result<Vec<DelegationRow>> {
+        self.all(
+            sqlx::query(
+                "SELECT * FROM delegations WHERE ($1::text IS NULL OR owner_id = $1)
+                   AND ($2::text IS NULL OR delegate_id = $2)
+                 ORDER BY created_at, owner_id, delegate_id",
+            )
+            .bind(owner_id)
+            .bind(delegate_id),
+            delegation_row,
+        )
+        .await
+    }
+
     async fn pending_decision_count(&mut self, task_id: &str) -> Result<i64> {
         sqlx::query_scalar(
             "SELECT COUNT(*) FROM decisions WHERE task_id = $1 AND status = 'pending'",
@@ -709,13 +751,13 @@ impl StoreTx for PgTx {
         .await
     }
 
-    async fn blob_visible(&mut self, sha256: &str, owner_id: Option<&str>) -> Result<bool> {
+    async fn blob_visible(&mut self, sha256: &str, owners: Option<&[String]>) -> Result<bool> {
         sqlx::query_scalar(
             "SELECT EXISTS (SELECT 1 FROM artifacts a JOIN tasks t ON t.id = a.task_id
-                            WHERE a.sha256 = $1 AND ($2::text IS NULL OR t.owner_id = $2))",
+                            WHERE a.sha256 = $1 AND ($2::text[] IS NULL OR t.owner_id = ANY($2)))",
         )
         .bind(sha256)
-        .bind(owner_id)
+        .bind(owners)
         .fetch_one(&mut *self.tx)
         .await
         .map_err(db_err)
@@ -819,16 +861,30 @@ impl StoreTx for PgTx {
         &mut self,
         cursor: i64,
         limit: i64,
-        owner_id: Option<&str>,
+        owners: Option<&[String]>,
     ) -> Result<Vec<EventRow>> {
-        match owner_id {
-            Some(o) => {
+        match owners {
+            Some([o]) => {
                 self.all(
                     sqlx::query(
                         "SELECT * FROM events WHERE owner_id = $1 AND cursor > $2
                          ORDER BY cursor LIMIT $3",
                     )
                     .bind(o)
+                    .bind(cursor)
+                    .bind(limit),
+                    event_row,
+                )
+                .await
+            }
+            // A delegate's view: several owners, merged by cursor.
+            Some(os) => {
+                self.all(
+                    sqlx::query(
+                        "SELECT * FROM events WHERE owner_id = ANY($1) AND cursor > $2
+                         ORDER BY cursor LIMIT $3",
+                    )
+                    .bind(os)
                     .bind(cursor)
                     .bind(limit),
                     event_row,

@@ -222,14 +222,25 @@ impl StoreTx for SqliteTx {
         .await
     }
 
-    async fn list_tasks(&mut self, owner_id: Option<&str>) -> Result<Vec<TaskRow>> {
-        match owner_id {
-            Some(o) => {
+    async fn list_tasks(&mut self, owners: Option<&[String]>) -> Result<Vec<TaskRow>> {
+        match owners {
+            Some([o]) => {
                 self.all(
                     sqlx::query(
                         "SELECT * FROM tasks WHERE owner_id = ? ORDER BY created_at DESC, id DESC",
                     )
                     .bind(o),
+                    task_row,
+                )
+                .await
+            }
+            Some(os) => {
+                self.all(
+                    sqlx::query(
+                        "SELECT * FROM tasks WHERE owner_id IN (SELECT value FROM json_each(?))
+                         ORDER BY created_at DESC, id DESC",
+                    )
+                    .bind(json_list(os)),
                     task_row,
                 )
                 .await
@@ -668,6 +679,48 @@ impl StoreTx for SqliteTx {
             .map(|n| n > 0)
     }
 
+    async fn put_delegation(&mut self, d: &DelegationRow) -> Result<()> {
+        self.exec(
+            sqlx::query(
+                "INSERT INTO delegations (owner_id, delegate_id, created_at) VALUES (?, ?, ?)
+                 ON CONFLICT DO NOTHING",
+            )
+            .bind(&d.owner_id)
+            .bind(&d.delegate_id)
+            .bind(d.created_at),
+        )
+        .await
+        .map(drop)
+    }
+
+    async fn delete_delegation(&mut self, owner_id: &str, delegate_id: &str) -> Result<bool> {
+        self.exec(
+            sqlx::query("DELETE FROM delegations WHERE owner_id = ? AND delegate_id = ?")
+                .bind(owner_id)
+                .bind(delegate_id),
+        )
+        .await
+        .map(|n| n > 0)
+    }
+
+    async fn delegations(
+        &mut self,
+        owner_id: Option<&str>,
+        delegate_id: Option<&str>,
+    ) -> Result<Vec<DelegationRow>> {
+        self.all(
+            sqlx::query(
+                "SELECT * FROM delegations WHERE (?1 IS NULL OR owner_id = ?1)
+                   AND (?2 IS NULL OR delegate_id = ?2)
+                 ORDER BY created_at, owner_id, delegate_id",
+            )
+            .bind(owner_id)
+            .bind(delegate_id),
+            delegation_row,
+        )
+        .await
+    }
+
     async fn pending_decision_count(&mut self, task_id: &str) -> Result<i64> {
         sqlx::query_scalar(
             "SELECT COUNT(*) FROM decisions WHERE task_id = ? AND status = 'pending'",
@@ -727,14 +780,14 @@ impl StoreTx for SqliteTx {
         .await
     }
 
-    async fn blob_visible(&mut self, sha256: &str, owner_id: Option<&str>) -> Result<bool> {
+    async fn blob_visible(&mut self, sha256: &str, owners: Option<&[String]>) -> Result<bool> {
         let n: i64 = sqlx::query_scalar(
             "SELECT COUNT(*) FROM artifacts a JOIN tasks t ON t.id = a.task_id
-             WHERE a.sha256 = ? AND (? IS NULL OR t.owner_id = ?)",
+             WHERE a.sha256 = ? AND (? IS NULL OR t.owner_id IN (SELECT value FROM json_each(?)))",
         )
         .bind(sha256)
-        .bind(owner_id)
-        .bind(owner_id)
+        .bind(owners.map(json_list))
+        .bind(owners.map(json_list))
         .fetch_one(self.db())
         .await
         .map_err(backend)?;
@@ -822,15 +875,30 @@ impl StoreTx for SqliteTx {
         &mut self,
         cursor: i64,
         limit: i64,
-        owner_id: Option<&str>,
+        owners: Option<&[String]>,
     ) -> Result<Vec<EventRow>> {
-        match owner_id {
-            Some(o) => {
+        match owners {
+            Some([o]) => {
                 self.all(
                     sqlx::query(
                         "SELECT * FROM events WHERE owner_id = ? AND cursor > ? ORDER BY cursor LIMIT ?",
                     )
                     .bind(o)
+                    .bind(cursor)
+                    .bind(limit),
+                    event_row,
+                )
+                .await
+            }
+            // A delegate's view: several owners, merged by cursor.
+            Some(os) => {
+                self.all(
+                    sqlx::query(
+                        "SELECT * FROM events
+                         WHERE owner_id IN (SELECT value FROM json_each(?)) AND cursor > ?
+                         ORDER BY cursor LIMIT ?",
+                    )
+                    .bind(json_list(os))
                     .bind(cursor)
                     .bind(limit),
                     event_row,
@@ -1339,4 +1407,9 @@ impl StoreTx for SqliteTx {
             .await?;
         Ok(n == 1)
     }
+}
+
+/// A list of owners as the JSON array `json_each` reads.
+fn json_list(owners: &[String]) -> String {
+    serde_json::to_string(owners).unwrap_or_else(|_| "[]".into())
 }

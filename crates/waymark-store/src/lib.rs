@@ -95,8 +95,8 @@ pub trait StoreTx: Send {
     async fn task(&mut self, id: &str) -> Result<Option<TaskRow>>;
     /// Writes every mutable column of a task.
     async fn update_task(&mut self, task: &TaskRow) -> Result<()>;
-    /// Tasks, newest first; only `owner_id`'s when given.
-    async fn list_tasks(&mut self, owner_id: Option<&str>) -> Result<Vec<TaskRow>>;
+    /// Tasks, newest first; only those of the given owners when given.
+    async fn list_tasks(&mut self, owners: Option<&[String]>) -> Result<Vec<TaskRow>>;
     /// The task a runtime adapter created for its own id (`external_key`), if any.
     async fn task_by_external_key(
         &mut self,
@@ -197,6 +197,18 @@ pub trait StoreTx: Send {
     ) -> Result<()>;
     /// Removes a user's escalation policy; returns whether there was one.
     async fn delete_escalation_policy(&mut self, user_id: &str) -> Result<bool>;
+    /// Lets `delegate_id` read `owner_id`'s tasks and answer their decisions; a second put of
+    /// the same pair keeps the first (its `created_at` stands).
+    async fn put_delegation(&mut self, delegation: &DelegationRow) -> Result<()>;
+    /// Ends a delegation; returns whether there was one.
+    async fn delete_delegation(&mut self, owner_id: &str, delegate_id: &str) -> Result<bool>;
+    /// Delegations given by `owner_id` and/or to `delegate_id` (every one when both are
+    /// `None`), oldest first.
+    async fn delegations(
+        &mut self,
+        owner_id: Option<&str>,
+        delegate_id: Option<&str>,
+    ) -> Result<Vec<DelegationRow>>;
     /// Pending decisions per task, for lists.
     async fn pending_decision_count(&mut self, task_id: &str) -> Result<i64>;
 
@@ -209,9 +221,9 @@ pub trait StoreTx: Send {
     async fn insert_artifact(&mut self, artifact: &ArtifactRow) -> Result<()>;
     /// A task's artifacts, oldest first.
     async fn list_artifacts(&mut self, task_id: &str) -> Result<Vec<ArtifactRow>>;
-    /// Whether any artifact of a task owned by `owner_id` (any owner when `None`) has this
-    /// content.
-    async fn blob_visible(&mut self, sha256: &str, owner_id: Option<&str>) -> Result<bool>;
+    /// Whether any artifact of a task owned by one of `owners` (any owner when `None`) has
+    /// this content.
+    async fn blob_visible(&mut self, sha256: &str, owners: Option<&[String]>) -> Result<bool>;
     /// Adds a test receipt.
     async fn insert_receipt(&mut self, receipt: &ReceiptRow) -> Result<()>;
     /// A task's test receipts, oldest first.
@@ -226,12 +238,13 @@ pub trait StoreTx: Send {
     // events and audit
     /// Appends an event and returns its cursor (strictly greater than every earlier one).
     async fn append_event(&mut self, event: &NewEvent) -> Result<i64>;
-    /// Up to `limit` events after `cursor`, by cursor; only `owner_id`'s when given.
+    /// Up to `limit` events after `cursor`, by cursor; only those of the given owners' tasks
+    /// when given.
     async fn events_after(
         &mut self,
         cursor: i64,
         limit: i64,
-        owner_id: Option<&str>,
+        owners: Option<&[String]>,
     ) -> Result<Vec<EventRow>>;
     /// The newest cursor (0 when the log is empty).
     async fn max_cursor(&mut self) -> Result<i64>;

@@ -50,6 +50,15 @@ pub struct UserRow {
     pub created_at: i64,
 }
 
+/// A user who lets another read their tasks and answer their decisions (issue 19: the second
+/// person an escalation reaches).
+#[derive(Debug, Clone, PartialEq)]
+pub struct DelegationRow {
+    pub owner_id: String,
+    pub delegate_id: String,
+    pub created_at: i64,
+}
+
 /// A bearer credential, stored as the sha256 of its secret.
 #[derive(Debug, Clone, PartialEq)]
 pub struct TokenRow {

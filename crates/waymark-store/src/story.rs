@@ -225,9 +225,16 @@ pub async fn run_store_story(store: &dyn Store) {
     assert_eq!(r.attempt("att_1").await.unwrap(), Some(attempt.clone()));
     assert_eq!(r.list_attempts("task_1").await.unwrap(), vec![attempt]);
     assert_eq!(r.list_tasks(None).await.unwrap().len(), 2);
-    let mine = r.list_tasks(Some("usr_b")).await.unwrap();
+    let mine = r.list_tasks(Some(&["usr_b".into()])).await.unwrap();
     assert_eq!(mine.len(), 1);
     assert_eq!(mine[0].id, "task_2");
+    // a delegate's view: several owners at once
+    let both = r
+        .list_tasks(Some(&["usr_a".into(), "usr_b".into()]))
+        .await
+        .unwrap();
+    assert_eq!(both.len(), 2);
+    assert!(r.list_tasks(Some(&[])).await.unwrap().is_empty());
     drop(r);
 
     // checkpoints: exactly one row per (task, sequence)
@@ -348,6 +355,36 @@ pub async fn run_store_story(store: &dyn Store) {
     assert!(tx.delete_escalation_policy("usr_a").await.unwrap());
     assert!(!tx.delete_escalation_policy("usr_a").await.unwrap());
     assert_eq!(tx.escalation_policy("usr_a").await.unwrap(), None);
+    // delegations: a second put keeps the first; listed both ways; removed once
+    let deleg = |o: &str, d: &str, at| DelegationRow {
+        owner_id: o.into(),
+        delegate_id: d.into(),
+        created_at: at,
+    };
+    tx.put_delegation(&deleg("usr_a", "usr_b", 5))
+        .await
+        .unwrap();
+    tx.put_delegation(&deleg("usr_a", "usr_b", 9))
+        .await
+        .unwrap();
+    tx.put_delegation(&deleg("usr_b", "usr_a", 6))
+        .await
+        .unwrap();
+    assert_eq!(
+        tx.delegations(Some("usr_a"), None).await.unwrap(),
+        vec![deleg("usr_a", "usr_b", 5)]
+    );
+    assert_eq!(
+        tx.delegations(None, Some("usr_a")).await.unwrap(),
+        vec![deleg("usr_b", "usr_a", 6)]
+    );
+    assert_eq!(tx.delegations(None, None).await.unwrap().len(), 2);
+    assert!(tx.delete_delegation("usr_b", "usr_a").await.unwrap());
+    assert!(!tx.delete_delegation("usr_b", "usr_a").await.unwrap());
+    assert_eq!(
+        tx.delegations(None, None).await.unwrap(),
+        vec![deleg("usr_a", "usr_b", 5)]
+    );
     d.status = DecisionStatus::Expired;
     d.outcome = Some(json!({"option": "deny", "by": "default"}));
     tx.update_decision(&d).await.unwrap();
@@ -394,8 +431,13 @@ pub async fn run_store_story(store: &dyn Store) {
     assert_eq!(r.blob("aa").await.unwrap().as_deref(), Some(&b"hello"[..]));
     assert!(r.blob("bb").await.unwrap().is_none());
     assert_eq!(r.list_artifacts("task_1").await.unwrap(), vec![art]);
-    assert!(r.blob_visible("aa", Some("usr_a")).await.unwrap());
-    assert!(!r.blob_visible("aa", Some("usr_b")).await.unwrap());
+    assert!(r.blob_visible("aa", Some(&["usr_a".into()])).await.unwrap());
+    assert!(!r.blob_visible("aa", Some(&["usr_b".into()])).await.unwrap());
+    assert!(
+        r.blob_visible("aa", Some(&["usr_b".into(), "usr_a".into()]))
+            .await
+            .unwrap()
+    );
     assert!(r.blob_visible("aa", None).await.unwrap());
     assert_eq!(r.list_receipts("task_1").await.unwrap(), vec![receipt]);
     drop(r);
@@ -457,9 +499,21 @@ pub async fn run_store_story(store: &dyn Store) {
         page.iter().map(|e| e.cursor).collect::<Vec<_>>(),
         cursors[3..6].to_vec()
     );
-    let bobs = r.events_after(0, 100, Some("usr_b")).await.unwrap();
+    let bobs = r
+        .events_after(0, 100, Some(&["usr_b".into()]))
+        .await
+        .unwrap();
     assert_eq!(bobs.len(), 5);
     assert!(bobs.iter().all(|e| e.owner_id == "usr_b"));
+    // several owners: merged in cursor order, paged the same way
+    let both = r
+        .events_after(cursors[0], 4, Some(&["usr_b".into(), "usr_a".into()]))
+        .await
+        .unwrap();
+    assert_eq!(
+        both.iter().map(|e| e.cursor).collect::<Vec<_>>(),
+        cursors[1..5].to_vec()
+    );
     assert_eq!(r.pruned_through().await.unwrap(), 0);
     drop(r);
     let mut tx = store.write().await.unwrap();

@@ -10,11 +10,11 @@ use waymark_store::*;
 use crate::convert;
 use crate::domain::core::{Tx, emit, record_refusal};
 use crate::domain::decisions::{amend_effect, approval_grants, checked_edit, close_decision};
-use crate::domain::deliveries;
 use crate::domain::devices::{
     Rejection, Verified, has_scope, reject, required_scope, result, verify_envelope,
 };
 use crate::domain::tasks::validate_plan;
+use crate::domain::{delegations, deliveries};
 use crate::error::{ApiError, ApiResult};
 use crate::state::AppState;
 
@@ -113,7 +113,10 @@ pub(crate) async fn apply(
         }
     }
     let task = match &cmd.task_id {
-        Some(id) => tx.task(id).await?.filter(|t| t.owner_id == v.user.id),
+        Some(id) => match tx.task(id).await? {
+            Some(t) if steers(&mut tx, &t, &v.user.id).await?.is_some() => Some(t),
+            _ => None,
+        },
         None => None,
     };
     if let Some(task) = task {
@@ -141,6 +144,34 @@ pub(crate) async fn apply(
     Ok(res)
 }
 
+/// How a user stands to a task they steer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Role {
+    /// Its owner: every operation.
+    Owner,
+    /// The owner delegated their decisions to this user: answers only.
+    Delegate,
+}
+
+/// Whether `user_id` may steer `task`, and as whom; `None`: not at all. The delegation is read
+/// in the command's own transaction, so one ended before it is refused.
+async fn steers(tx: &mut Tx, task: &TaskRow, user_id: &str) -> ApiResult<Option<Role>> {
+    if task.owner_id == user_id {
+        return Ok(Some(Role::Owner));
+    }
+    Ok(delegations::delegated(tx, &task.owner_id, user_id)
+        .await?
+        .then_some(Role::Delegate))
+}
+
+/// The operations a delegate may sign: answers to a decision.
+fn answers_a_decision(op: Operation) -> bool {
+    matches!(
+        op,
+        Operation::Approve | Operation::Deny | Operation::AnswerQuestion | Operation::ChooseOption
+    )
+}
+
 /// Checks and applies one operation. Everything is checked before anything is written, so a
 /// rejection leaves the task untouched.
 pub(crate) async fn decide(
@@ -161,12 +192,26 @@ pub(crate) async fn decide(
             "`task_id` is required",
         )));
     };
-    let Some(mut task) = tx.task(task_id).await?.filter(|t| t.owner_id == v.user.id) else {
+    let found = tx.task(task_id).await?;
+    let role = match &found {
+        Some(t) => steers(tx, t, &v.user.id).await?,
+        None => None,
+    };
+    let (Some(mut task), Some(role)) = (found, role) else {
         return Ok(Err(reject(
             RejectReason::NotYourTask,
             format!("no task `{task_id}` of user `{}`", v.user.name),
         )));
     };
+    if role == Role::Delegate && !answers_a_decision(cmd.operation) {
+        return Ok(Err(reject(
+            RejectReason::NotYourTask,
+            format!(
+                "`{}` stays with the task's owner; a delegate answers its decisions (approve, deny, answer, choose an option)",
+                cmd.operation
+            ),
+        )));
+    }
     let scope = required_scope(cmd.operation);
     if !has_scope(&v.device, scope) {
         return Ok(Err(reject(

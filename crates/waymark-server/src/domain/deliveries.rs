@@ -13,7 +13,7 @@ use waymark_store::*;
 use crate::auth::{Caller, CallerKind};
 use crate::convert;
 use crate::domain::core::{Tx, emit, invalid};
-use crate::domain::escalation;
+use crate::domain::{delegations, escalation};
 use crate::error::{ApiError, ApiResult};
 use crate::state::AppState;
 
@@ -100,9 +100,16 @@ pub(crate) async fn post_receipts(
             Some(d) => tx.task(&d.task_id).await?,
             None => None,
         };
+        let visible = match &task {
+            Some(t) => {
+                t.owner_id == device.user_id
+                    || delegations::delegated(&mut tx, &t.owner_id, &device.user_id).await?
+            }
+            None => false,
+        };
         match task {
-            Some(t) if t.owner_id == device.user_id => checked.push((t, r)),
-            // Another user's decision reads as missing, as their tasks do.
+            Some(t) if visible => checked.push((t, r)),
+            // Another user's decision reads as missing, as their tasks do (unless delegated).
             _ => return Err(ApiError::not_found("decision", &r.decision_id)),
         }
     }

@@ -12,6 +12,7 @@ use waymark_store::*;
 use crate::auth::{Caller, CallerKind};
 use crate::convert;
 use crate::domain::core::{Tx, emit, invalid, to_value};
+use crate::domain::delegations;
 use crate::error::{ApiError, ApiResult};
 use crate::state::AppState;
 
@@ -19,11 +20,13 @@ use crate::state::AppState;
 pub(crate) const MAX_STEPS: usize = 8;
 /// Devices one step may notify.
 pub(crate) const MAX_DEVICES: usize = 16;
+/// People (delegates) one step may notify.
+pub(crate) const MAX_PEOPLE: usize = 8;
 /// The longest wait between two steps: a week.
 pub(crate) const MAX_AFTER_MINUTES: u32 = 7 * 24 * 60;
 
 /// Whose policy a caller reads or writes: a device's user, or (admin) the named user.
-async fn whose(tx: &mut Tx, caller: &Caller, user: Option<&str>) -> ApiResult<UserRow> {
+pub(crate) async fn whose(tx: &mut Tx, caller: &Caller, user: Option<&str>) -> ApiResult<UserRow> {
     let id = match (caller.kind, user) {
         (CallerKind::Device, None) => caller.user_id.clone(),
         (CallerKind::Admin, Some(name)) => match tx.user_by_name(name).await? {
@@ -100,10 +103,31 @@ pub(crate) async fn put_policy(
                 "step {i}: `after_minutes` is at most {MAX_AFTER_MINUTES} (a week)"
             )));
         }
-        if step.devices.is_empty() || step.devices.len() > MAX_DEVICES {
+        if step.devices.is_empty() && step.people.is_empty() {
             return Err(invalid(format!(
-                "step {i} notifies 1 to {MAX_DEVICES} devices"
+                "step {i} notifies nobody: name a device or a person"
             )));
+        }
+        if step.devices.len() > MAX_DEVICES || step.people.len() > MAX_PEOPLE {
+            return Err(invalid(format!(
+                "step {i} notifies at most {MAX_DEVICES} devices and {MAX_PEOPLE} people"
+            )));
+        }
+        for (j, name) in step.people.iter().enumerate() {
+            if step.people[..j].contains(name) {
+                return Err(invalid(format!("step {i} names `{name}` twice")));
+            }
+            let p = tx.user_by_name(name).await?;
+            let shared = match &p {
+                Some(p) => delegations::delegated(&mut tx, &u.id, &p.id).await?,
+                None => false,
+            };
+            if !shared {
+                return Err(invalid(format!(
+                    "step {i}: `{name}` is not someone `{}` delegates decisions to (`PUT /v1/delegates/{name}` first)",
+                    u.name
+                )));
+            }
         }
         for (j, id) in step.devices.iter().enumerate() {
             if step.devices[..j].contains(id) {
@@ -224,20 +248,25 @@ pub(crate) async fn start(tx: &mut Tx, owner_id: &str, row: &mut DecisionRow) ->
         next: Some(EscalationNext {
             step: 0,
             at: convert::dt(tx.now + i64::from(first.after_minutes) * 60_000),
-            devices: device_names(tx, &first.devices).await?,
+            devices: step_names(tx, owner_id, first).await?,
         }),
         held_until: None,
         stopped: None,
         policy: Some(policy),
     };
-    advance(tx, row, &mut esc).await?;
+    advance(tx, owner_id, row, &mut esc).await?;
     Ok(())
 }
 
 /// Moves an escalation as far as the clock allows: fires each due step (unless quiet hours
 /// hold it and the decision is not urgent), and sets when it moves next. Writes `escalation`
 /// and `escalate_at` on the row; the caller writes the row and its event.
-async fn advance(tx: &mut Tx, row: &mut DecisionRow, esc: &mut Escalation) -> ApiResult<()> {
+async fn advance(
+    tx: &mut Tx,
+    owner_id: &str,
+    row: &mut DecisionRow,
+    esc: &mut Escalation,
+) -> ApiResult<()> {
     let now = convert::dt(tx.now);
     let policy = esc.policy.clone().unwrap_or_else(|| EscalationPolicy {
         steps: Vec::new(),
@@ -265,16 +294,26 @@ async fn advance(tx: &mut Tx, row: &mut DecisionRow, esc: &mut Escalation) -> Ap
                 esc.notified.push(EscalationNotice {
                     device_id: d.id.clone(),
                     device_name: d.name.clone(),
+                    person: None,
                     step: next.step,
                     at: now,
                 });
             }
         }
+        for (person, d) in people_devices(tx, owner_id, &policy.steps[step]).await? {
+            esc.notified.push(EscalationNotice {
+                device_id: d.id.clone(),
+                device_name: format!("{} ({person})", d.name),
+                person: Some(person),
+                step: next.step,
+                at: now,
+            });
+        }
         esc.next = match policy.steps.get(step + 1) {
             Some(s) => Some(EscalationNext {
                 step: next.step + 1,
                 at: now + chrono::Duration::minutes(i64::from(s.after_minutes)),
-                devices: device_names(tx, &s.devices).await?,
+                devices: step_names(tx, owner_id, s).await?,
             }),
             None => None,
         };
@@ -294,16 +333,51 @@ fn urgent(row: &DecisionRow, quiet_end: DateTime<Utc>) -> ApiResult<bool> {
     Ok(row.risky || convert::decision(row)?.closing().at <= quiet_end)
 }
 
-async fn device_names(tx: &mut Tx, ids: &[String]) -> ApiResult<Vec<String>> {
-    let mut names = Vec::with_capacity(ids.len());
-    for id in ids {
+/// Who a step notifies, for people: its live devices' names, then the people still delegated.
+async fn step_names(tx: &mut Tx, owner_id: &str, step: &EscalationStep) -> ApiResult<Vec<String>> {
+    let mut names = Vec::with_capacity(step.devices.len() + step.people.len());
+    for id in &step.devices {
         if let Some(d) = tx.device(id).await?
             && d.revoked_at.is_none()
         {
             names.push(d.name);
         }
     }
+    for name in &step.people {
+        if still_delegated(tx, owner_id, name).await?.is_some() {
+            names.push(name.clone());
+        }
+    }
     Ok(names)
+}
+
+/// A person a step names, when the owner still delegates to them.
+async fn still_delegated(tx: &mut Tx, owner_id: &str, name: &str) -> ApiResult<Option<UserRow>> {
+    let Some(p) = tx.user_by_name(name).await? else {
+        return Ok(None);
+    };
+    Ok(delegations::delegated(tx, owner_id, &p.id)
+        .await?
+        .then_some(p))
+}
+
+/// The live devices of the people a step names who are still delegated to, with their names.
+async fn people_devices(
+    tx: &mut Tx,
+    owner_id: &str,
+    step: &EscalationStep,
+) -> ApiResult<Vec<(String, DeviceRow)>> {
+    let mut out = Vec::new();
+    for name in &step.people {
+        if let Some(p) = still_delegated(tx, owner_id, name).await? {
+            for d in tx.list_devices(Some(&p.id)).await? {
+                if d.revoked_at.is_none() {
+                    out.push((name.clone(), d));
+                }
+            }
+        }
+    }
+    Ok(out)
 }
 
 fn escalation_of(row: &DecisionRow) -> ApiResult<Option<Escalation>> {
@@ -331,7 +405,14 @@ pub(crate) async fn seen(
     if row.status != DecisionStatus::Pending || esc.stopped.is_some() || esc.next.is_none() {
         return Ok(None);
     }
-    esc.stopped = Some(format!("{step} on {}", device.name));
+    // A delegate's device is named with its person: "opened on phone (bob)".
+    let by = if device.user_id == task.owner_id {
+        device.name.clone()
+    } else {
+        let person = tx.user_by_id(&device.user_id).await?.map(|u| u.name);
+        format!("{} ({})", device.name, person.as_deref().unwrap_or("?"))
+    };
+    esc.stopped = Some(format!("{step} on {by}"));
     esc.held_until = None;
     row.escalate_at = None;
     row.escalation = Some(to_value(&esc));
@@ -369,7 +450,7 @@ pub(crate) async fn escalate_due(st: &AppState) -> ApiResult<usize> {
         if row.status != DecisionStatus::Pending || !due_now {
             continue;
         }
-        advance(&mut tx, &mut row, &mut esc).await?;
+        advance(&mut tx, &task.owner_id, &mut row, &mut esc).await?;
         tx.update_decision(&row).await?;
         let wire = convert::decision(&row)?;
         emit(&mut tx, &task, EventKind::DecisionEscalated, &wire).await?;

@@ -9,6 +9,7 @@ pub(crate) mod commands;
 pub(crate) mod controls;
 pub(crate) mod core;
 pub(crate) mod decisions;
+pub(crate) mod delegations;
 pub(crate) mod deliveries;
 pub(crate) mod devices;
 pub(crate) mod effects;

@@ -192,8 +192,16 @@ pub(crate) async fn list(
 }
 
 /// Whether an event deserves a push to `device_id`. A decision whose user has an escalation
-/// policy reaches only the devices a step notified, when it notified them.
-pub(crate) fn worth_a_push(e: &EventRow, device_id: &str) -> bool {
+/// policy reaches only the devices a step notified, when it notified them. Of another
+/// user's tasks (`own` false: delegated to this device's user) only what a step of that
+/// user's escalation sent to this device.
+pub(crate) fn worth_a_push(e: &EventRow, device_id: &str, own: bool) -> bool {
+    if !own {
+        return matches!(
+            e.kind,
+            EventKind::DecisionRequested | EventKind::DecisionEscalated
+        ) && escalation::pushes_to(&e.data, e.at, device_id) == Some(true);
+    }
     match e.kind {
         EventKind::DecisionRequested => {
             escalation::pushes_to(&e.data, e.at, device_id).unwrap_or(true)
@@ -247,13 +255,15 @@ pub(crate) async fn deliver(st: &AppState, mut c: PushChannelRow) -> ApiResult<u
         if c.cursor < tx.pruned_through().await? {
             c.cursor = tx.pruned_through().await?;
         }
-        tx.events_after(c.cursor, BATCH, Some(&c.user_id)).await?
+        // Its user's tasks and those delegated to them (pushed only where a step names them).
+        let owners = crate::auth::visible_owners(&mut *tx, &c.user_id).await?;
+        tx.events_after(c.cursor, BATCH, Some(&owners)).await?
     };
     let mut sent = 0;
     // Decisions the push service took a push about: proof of delivery's first step.
     let mut pushed: Vec<(String, String)> = Vec::new();
     for e in events {
-        if worth_a_push(&e, &c.device_id) {
+        if worth_a_push(&e, &c.device_id, e.owner_id == c.user_id) {
             let payload = PushPayload {
                 v: 1,
                 kind: e.kind.as_str().to_owned(),

@@ -8,6 +8,7 @@ mod support;
 mod bad_input;
 mod chain;
 mod claude_code;
+mod delegation;
 mod deliveries;
 mod escalation;
 mod events;
