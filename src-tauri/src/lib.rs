@@ -61,6 +61,8 @@ pub fn specta_builder() -> tauri_specta::Builder<tauri::Wry> {
             pairing::list_devices,
             pairing::get_escalation,
             pairing::set_escalation,
+            pairing::get_delegates,
+            pairing::set_delegate,
             settings::get_status,
             settings::mute_notifications,
             settings::start_demo,

@@ -408,13 +408,53 @@ pub struct EscalationPolicyView {
     pub quiet_hours: Option<QuietHoursView>,
 }
 
-/// One step: minutes after the step before, and the device ids it notifies.
+/// One step: minutes after the step before, and the device ids and people it notifies.
 #[derive(Debug, Clone, Serialize, Deserialize, Type)]
 pub struct EscalationStepView {
     /// Minutes after the step before (the first: after the decision opens).
     pub after_minutes: u32,
     /// Device ids.
     pub devices: Vec<String>,
+    /// People (user names) this user delegates to; each of their devices is notified.
+    pub people: Vec<String>,
+}
+
+/// Who may answer this user's decisions, and whose this user may answer (`Delegates`).
+#[derive(Debug, Clone, Serialize, Type)]
+pub struct DelegatesView {
+    /// This user.
+    pub user: String,
+    /// Who may read this user's tasks and answer their decisions.
+    pub delegates: Vec<DelegationView>,
+    /// Whose decisions this user may answer.
+    pub delegated_by: Vec<DelegationView>,
+}
+
+/// One person in a delegation.
+#[derive(Debug, Clone, Serialize, Type)]
+pub struct DelegationView {
+    /// Their user name.
+    pub user: String,
+    /// Since when (unix ms).
+    pub since: i64,
+}
+
+impl From<Delegates> for DelegatesView {
+    fn from(d: Delegates) -> Self {
+        let view = |v: Vec<Delegation>| {
+            v.into_iter()
+                .map(|x| DelegationView {
+                    user: x.user,
+                    since: x.since.timestamp_millis(),
+                })
+                .collect()
+        };
+        DelegatesView {
+            user: d.user,
+            delegates: view(d.delegates),
+            delegated_by: view(d.delegated_by),
+        }
+    }
 }
 
 /// Quiet hours: `from`–`to` (`HH:MM`, local) in an IANA time zone.
@@ -437,6 +477,7 @@ impl From<EscalationPolicy> for EscalationPolicyView {
                 .map(|s| EscalationStepView {
                     after_minutes: s.after_minutes,
                     devices: s.devices,
+                    people: s.people,
                 })
                 .collect(),
             quiet_hours: p.quiet_hours.map(|q| QuietHoursView {
@@ -457,6 +498,7 @@ impl From<EscalationPolicyView> for EscalationPolicy {
                 .map(|s| EscalationStep {
                     after_minutes: s.after_minutes,
                     devices: s.devices,
+                    people: s.people,
                 })
                 .collect(),
             quiet_hours: p.quiet_hours.map(|q| QuietHours {
@@ -859,6 +901,8 @@ pub struct InboxItemView {
     pub decision: DecisionView,
     /// Its task's title.
     pub task_title: String,
+    /// Whose task it is, when not this device's user's (they delegated their decisions).
+    pub on_behalf_of: Option<String>,
     /// The task's plan revision now.
     pub plan_revision: i64,
     /// Asked at an older plan revision than the task has now (answering would conflict).
@@ -869,11 +913,25 @@ pub struct InboxItemView {
     pub receipts: Vec<ReceiptView>,
 }
 
+impl InboxItemView {
+    /// The card for `me` (this device's user): another owner's decision says whose it is.
+    pub fn for_user(i: InboxItem, me: Option<&str>) -> Self {
+        let on_behalf_of = me
+            .filter(|me| !i.task_owner.is_empty() && i.task_owner != *me)
+            .map(|_| i.task_owner.clone());
+        InboxItemView {
+            on_behalf_of,
+            ..i.into()
+        }
+    }
+}
+
 impl From<InboxItem> for InboxItemView {
     fn from(i: InboxItem) -> Self {
         InboxItemView {
             stale: i.decision.plan_revision != i.plan_revision,
             decision: i.decision.into(),
+            on_behalf_of: None,
             task_title: i.task_title,
             plan_revision: i.plan_revision,
             diffs: i.diffs.into_iter().map(Into::into).collect(),

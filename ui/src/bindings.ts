@@ -60,6 +60,10 @@ export const commands = {
 	 *  none removes it.
 	 */
 	setEscalation: (policy: EscalationPolicyView | null) => __TAURI_INVOKE<EscalationPolicyView | null>("set_escalation", { policy }),
+	/**  Who may answer this user's decisions, and whose this user may answer. */
+	getDelegates: () => __TAURI_INVOKE<DelegatesView>("get_delegates"),
+	/**  Lets `user` read this user's tasks and answer their decisions (`add`), or ends it. */
+	setDelegate: (user: string, add: boolean) => __TAURI_INVOKE<DelegatesView>("set_delegate", { user, add }),
 	/**  Mode, link health, outbox and inbox counts, mute, demo progress. */
 	getStatus: () => __TAURI_INVOKE<StatusView>("get_status"),
 	/**  Mutes notifications for `minutes` (0 unmutes). */
@@ -325,6 +329,24 @@ export type DecisionView = {
 	escalation: EscalationStateView | null,
 };
 
+/**  Who may answer this user's decisions, and whose this user may answer (`Delegates`). */
+export type DelegatesView = {
+	/**  This user. */
+	user: string,
+	/**  Who may read this user's tasks and answer their decisions. */
+	delegates: DelegationView[],
+	/**  Whose decisions this user may answer. */
+	delegated_by: DelegationView[],
+};
+
+/**  One person in a delegation. */
+export type DelegationView = {
+	/**  Their user name. */
+	user: string,
+	/**  Since when (unix ms). */
+	since: number,
+};
+
 /**
  *  How far a decision has reached one device, step by step (each recorded once, when first
  *  seen): the push service took a push for it, the device fetched it, showed it in a
@@ -439,12 +461,14 @@ export type EscalationStateView = {
 	stopped: string | null,
 };
 
-/**  One step: minutes after the step before, and the device ids it notifies. */
+/**  One step: minutes after the step before, and the device ids and people it notifies. */
 export type EscalationStepView = {
 	/**  Minutes after the step before (the first: after the decision opens). */
 	after_minutes: number,
 	/**  Device ids. */
 	devices: string[],
+	/**  People (user names) this user delegates to; each of their devices is notified. */
+	people: string[],
 };
 
 /**  A failed case. */
@@ -467,6 +491,8 @@ export type InboxItemView = {
 	decision: DecisionView,
 	/**  Its task's title. */
 	task_title: string,
+	/**  Whose task it is, when not this device's user's (they delegated their decisions). */
+	on_behalf_of: string | null,
 	/**  The task's plan revision now. */
 	plan_revision: number,
 	/**  Asked at an older plan revision than the task has now (answering would conflict). */

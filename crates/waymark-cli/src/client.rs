@@ -5,7 +5,9 @@
 use clap::{Args, Subcommand, ValueEnum};
 use serde_json::{Value, json};
 use waymark_companion::{Companion, Error, OutboxEntry, Seen, StageStatus};
-use waymark_proto::{Device, EscalationPolicy, EscalationStep, Operation, QuietHours};
+use waymark_proto::{
+    Delegates, Delegation, Device, EscalationPolicy, EscalationStep, Operation, QuietHours,
+};
 
 use crate::output::{CliResult, Exit, Failure, emit};
 
@@ -33,10 +35,11 @@ pub(crate) struct SyncArgs {
 
 #[derive(Debug, Args)]
 pub(crate) struct EscalationArgs {
-    /// A step, in order: `MINUTES=DEVICE[,DEVICE…]`, minutes after the step before (the first:
-    /// after the decision opens); devices by id or name (`waymark escalation` lists them).
-    /// E.g. `--step 0=laptop --step 10="alice's phone"`.
-    #[arg(long, value_name = "MINUTES=DEVICES", conflicts_with = "clear")]
+    /// A step, in order: `MINUTES=WHO[,WHO…]`, minutes after the step before (the first:
+    /// after the decision opens); each WHO a device by id or name (`waymark escalation` lists
+    /// them) or `@USER`, a person you delegate to (`waymark delegates`), all of whose devices
+    /// are notified. E.g. `--step 0=laptop --step 10="alice's phone" --step 20=@bob`.
+    #[arg(long, value_name = "MINUTES=WHO", conflicts_with = "clear")]
     step: Vec<String>,
     /// Quiet hours, local time `HH:MM-HH:MM` (e.g. `22:00-07:00`): a step due inside them waits
     /// until they end, unless the decision is risky or closes before then. Needs `--time-zone`.
@@ -53,6 +56,16 @@ pub(crate) struct EscalationArgs {
     /// Remove the policy: every device with a push channel is notified at once.
     #[arg(long)]
     clear: bool,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct DelegatesArgs {
+    /// Let this user read your tasks and answer their decisions from their own devices.
+    #[arg(long, value_name = "USER", conflicts_with = "remove")]
+    add: Option<String>,
+    /// End that: they no longer see your tasks.
+    #[arg(long, value_name = "USER")]
+    remove: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -84,6 +97,10 @@ pub(crate) enum ClientCommand {
     /// policy (with this user's devices), set it, or clear it (then every device is notified
     /// at once).
     Escalation(EscalationArgs),
+    /// Who else may answer your decisions (a second person an escalation step can reach), and
+    /// whose you may answer: show, `--add USER`, `--remove USER`. A delegate reads your tasks
+    /// and approves, denies, answers or chooses; pausing, cancelling and replanning stay yours.
+    Delegates(DelegatesArgs),
     /// Approve an approval (bound to its intent digest and plan revision).
     Approve {
         /// Decision id.
@@ -255,10 +272,22 @@ fn policy_from(args: &EscalationArgs, devices: &[Device]) -> Result<EscalationPo
                 "`--step {s}`: `{minutes}` is not a number of minutes"
             ))
         })?;
-        let devices = names.split(',').map(find).collect::<Result<Vec<_>, _>>()?;
+        let (mut devices, mut people) = (Vec::new(), Vec::new());
+        for who in names.split(',') {
+            match who.trim().strip_prefix('@') {
+                Some(person) if !person.is_empty() => people.push(person.to_owned()),
+                Some(_) => {
+                    return Err(Error::Invalid(format!(
+                        "`--step {s}`: write a person as `@USER`, e.g. `@bob`"
+                    )));
+                }
+                None => devices.push(find(who)?),
+            }
+        }
         steps.push(EscalationStep {
             after_minutes,
             devices,
+            people,
         });
     }
     let quiet_hours = match (&args.quiet, &args.time_zone) {
@@ -279,6 +308,36 @@ fn policy_from(args: &EscalationArgs, devices: &[Device]) -> Result<EscalationPo
     Ok(EscalationPolicy { steps, quiet_hours })
 }
 
+fn render_delegates(d: &Delegates) -> String {
+    let list = |v: &[Delegation]| {
+        v.iter()
+            .map(|x| format!("{} (since {})", x.user, x.since.format("%Y-%m-%d")))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let mut out = String::new();
+    if d.delegates.is_empty() {
+        out.push_str(&format!(
+            "nobody else answers {}'s decisions (`waymark delegates --add USER`)\n",
+            d.user
+        ));
+    } else {
+        out.push_str(&format!(
+            "may read {}'s tasks and answer their decisions: {}\n",
+            d.user,
+            list(&d.delegates)
+        ));
+    }
+    if !d.delegated_by.is_empty() {
+        out.push_str(&format!(
+            "{} may answer the decisions of: {}\n",
+            d.user,
+            list(&d.delegated_by)
+        ));
+    }
+    out.trim_end().to_owned()
+}
+
 fn render_escalation(policy: Option<&EscalationPolicy>, devices: &[Device]) -> String {
     let name = |id: &str| {
         devices
@@ -296,7 +355,16 @@ fn render_escalation(policy: Option<&EscalationPolicy>, devices: &[Device]) -> S
             let mut at = 0u32;
             for (i, s) in p.steps.iter().enumerate() {
                 at += s.after_minutes;
-                let who: Vec<String> = s.devices.iter().map(|d| name(d)).collect();
+                let who: Vec<String> = s
+                    .devices
+                    .iter()
+                    .map(|d| name(d))
+                    .chain(
+                        s.people
+                            .iter()
+                            .map(|p| format!("@{p} (every device of theirs)")),
+                    )
+                    .collect();
                 out.push_str(&format!(
                     "  {}. {} → {}\n",
                     i + 1,
@@ -537,7 +605,8 @@ pub(crate) async fn run(cmd: ClientCommand, json: bool) -> CliResult {
         }
         ClientCommand::Inbox => {
             let items = c.mirror().inbox().await.map_err(failure)?;
-            let unpaired = items.is_empty() && c.identity().await.ok().flatten().is_none();
+            let me = c.identity().await.ok().flatten().map(|i| i.user);
+            let unpaired = items.is_empty() && me.is_none();
             emit(
                 json,
                 &serde_json::to_value(&items).unwrap_or_default(),
@@ -551,8 +620,15 @@ pub(crate) async fn run(cmd: ClientCommand, json: bool) -> CliResult {
                     let mut out = String::new();
                     for i in &items {
                         let d = &i.decision;
+                        // A decision delegated by another user says whose it is.
+                        let whose = match &me {
+                            Some(me) if !i.task_owner.is_empty() && i.task_owner != *me => {
+                                format!(", for {}", i.task_owner)
+                            }
+                            _ => String::new(),
+                        };
                         out.push_str(&format!(
-                            "{} [{}] {}\n  task: {} (rev {})\n",
+                            "{} [{}] {}\n  task: {} (rev {}{whose})\n",
                             d.id, d.kind, d.question, i.task_title, i.plan_revision
                         ));
                         if let Some(digest) = &d.intent_digest {
@@ -642,6 +718,18 @@ pub(crate) async fn run(cmd: ClientCommand, json: bool) -> CliResult {
                 &serde_json::json!({"policy": policy, "devices": devices}),
                 || render_escalation(policy.as_ref(), &devices),
             );
+            Ok(())
+        }
+        ClientCommand::Delegates(args) => {
+            let d = match (&args.add, &args.remove) {
+                (Some(u), _) => c.set_delegate(u, true).await,
+                (None, Some(u)) => c.set_delegate(u, false).await,
+                (None, None) => c.delegates().await,
+            }
+            .map_err(failure)?;
+            emit(json, &serde_json::to_value(&d).unwrap_or_default(), || {
+                render_delegates(&d)
+            });
             Ok(())
         }
         ClientCommand::Outbox => {

@@ -675,3 +675,78 @@ fn escalation_is_set_from_the_terminal_and_the_inbox_says_who_is_next() {
     assert!(out.status.success(), "{}", stderr(&out));
     assert!(String::from_utf8_lossy(&out.stdout).contains("no escalation policy"));
 }
+
+/// `waymark delegates`: alice lets bob answer her decisions and names him in a step
+/// (`--step 10=@bob`); bob's `waymark inbox` says whose the decision is, and his `approve` from
+/// his own machine is applied. A user that does not exist is refused plainly.
+#[test]
+fn a_delegate_answers_from_his_own_terminal() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("srv");
+    let (alice_home, bob_home) = (dir.path().join("alice"), dir.path().join("bob"));
+    let token = alice_and_her_agent(&data);
+    admin(&data, &["user", "add", "bob"]);
+    let s = serve(&data);
+    for (home, user, name) in [
+        (&alice_home, "alice", "laptop"),
+        (&bob_home, "bob", "bob-laptop"),
+    ] {
+        let link = admin(&data, &["pair", "--user", user])["link"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        let out = client(home, &["pair", &link, "--name", name]);
+        assert!(out.status.success(), "{}", stderr(&out));
+    }
+
+    let out = client(&alice_home, &["delegates"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("nobody else answers alice's decisions"),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let out = client(&alice_home, &["delegates", "--add", "nobody"]);
+    assert!(!out.status.success());
+    assert!(
+        stderr(&out).contains("no user `nobody`"),
+        "{}",
+        stderr(&out)
+    );
+    let out = client(&alice_home, &["delegates", "--add", "bob"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("answer their decisions: bob"),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let out = client(&bob_home, &["delegates"]);
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("bob may answer the decisions of: alice"),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let out = client(
+        &alice_home,
+        &["escalation", "--step", "0=laptop", "--step", "10=@bob"],
+    );
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        text.contains("2. after 10 min unopened → @bob (every device of theirs)"),
+        "{text}"
+    );
+
+    let (_task, approval) = agent_waits_for_approval(&s.1, &token);
+    assert!(client(&bob_home, &["sync"]).status.success());
+    let inbox = String::from_utf8_lossy(&client(&bob_home, &["inbox"]).stdout).into_owned();
+    assert!(
+        inbox.contains(&approval) && inbox.contains(", for alice)"),
+        "{inbox}"
+    );
+    let out = client(&bob_home, &["approve", &approval]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(client(&alice_home, &["sync"]).status.success());
+    let shown = String::from_utf8_lossy(&client(&alice_home, &["inbox"]).stdout).into_owned();
+    assert!(!shown.contains(&approval), "answered by bob: {shown}");
+}

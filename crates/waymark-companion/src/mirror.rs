@@ -129,6 +129,9 @@ pub struct InboxItem {
     pub decision: Decision,
     /// Its task's title.
     pub task_title: String,
+    /// Whose task it is (another user's when they delegated their decisions to this one).
+    #[serde(default)]
+    pub task_owner: String,
     /// The task's plan revision now (an approval asked at an older one is stale).
     pub plan_revision: i64,
     /// Diffs attached to the task.
@@ -491,6 +494,7 @@ impl Mirror {
                 .await?;
             out.push(InboxItem {
                 task_title: task.title.clone(),
+                task_owner: task.owner.clone(),
                 plan_revision: task.plan_revision,
                 diffs: artifacts
                     .into_iter()

@@ -2,7 +2,8 @@
 //! it — fetched into the mirror, shown in a notification, opened by the person — so whoever
 //! waits on a decision can tell "the phone has it and nobody looked" from "it never arrived".
 //! Steps the mirror already shows recorded for this device are not sent again. Also the
-//! user's devices and escalation policy: who is notified of a decision, in what order.
+//! user's devices, escalation policy and delegates: who is notified of a decision, in what
+//! order, and who else may answer it.
 
 use waymark_proto::*;
 
@@ -64,6 +65,26 @@ impl Companion {
         }
     }
 
+    /// Who may answer this user's decisions, and whose this user may answer.
+    pub async fn delegates(&self) -> Result<Delegates, Error> {
+        let (id, api) = self.require_identity().await?;
+        let token = self.token(&id, &api).await?;
+        api.get(&token, "/v1/delegates").await
+    }
+
+    /// Lets `user` read this user's tasks and answer their decisions (`add`), or ends it.
+    pub async fn set_delegate(&self, user: &str, add: bool) -> Result<Delegates, Error> {
+        let (id, api) = self.require_identity().await?;
+        let token = self.token(&id, &api).await?;
+        let path = format!("/v1/delegates/{}", path_segment(user));
+        if add {
+            api.put(&token, &path, &serde_json::Value::Null).await
+        } else {
+            api.delete(&token, &path).await?;
+            api.get(&token, "/v1/delegates").await
+        }
+    }
+
     /// After the mirror took new events: the pending decisions this device has not yet said it
     /// fetched.
     pub(crate) async fn report_fetched(&self, api: &Api, token: &str) -> Result<usize, Error> {
@@ -111,3 +132,21 @@ async fn post_receipts(
 
 /// Receipts the server takes in one request.
 const MAX_RECEIPTS: usize = 200;
+
+/// A user name as one percent-encoded path segment (names may hold spaces or slashes).
+fn path_segment(name: &str) -> String {
+    let mut url = url::Url::parse("http://x/").expect("a constant URL");
+    if let Ok(mut segments) = url.path_segments_mut() {
+        segments.push(name);
+    }
+    url.path().trim_start_matches('/').to_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_name_is_one_path_segment() {
+        assert_eq!(super::path_segment("bob"), "bob");
+        assert_eq!(super::path_segment("a b/c?"), "a%20b%2Fc%3F");
+    }
+}

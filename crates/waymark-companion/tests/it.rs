@@ -1011,10 +1011,12 @@ async fn a_device_notifies_a_decision_only_once_its_escalation_step_reached_it()
             waymark_proto::EscalationStep {
                 after_minutes: 0,
                 devices: vec![phone_id.clone()],
+                people: vec![],
             },
             waymark_proto::EscalationStep {
                 after_minutes: 10,
                 devices: vec![laptop_id.clone()],
+                people: vec![],
             },
         ],
         quiet_hours: None,
@@ -1050,4 +1052,99 @@ async fn a_device_notifies_a_decision_only_once_its_escalation_step_reached_it()
 
     assert_eq!(laptop.set_escalation(None).await.unwrap(), None);
     assert_eq!(phone.escalation().await.unwrap(), None);
+}
+
+/// The second person (issue 19): alice delegates her decisions to bob and names him in her
+/// escalation's second step. Bob's own companion mirrors her task, notifies him only once his
+/// step came (saying whose decision it is), and his signed approve is applied; once alice ends
+/// the delegation, his next sync drops nothing he already answered but gets none of hers.
+#[tokio::test]
+async fn a_delegate_is_notified_at_his_step_and_answers_from_his_own_device() {
+    let s = Server::start(Config {
+        clock: waymark_server::Clock::driven(),
+        tick: Duration::from_millis(100),
+        ..Config::default()
+    })
+    .await;
+    let store = s.running.as_ref().unwrap().state.store.clone();
+    waymark_server::admin::add_user(&*store, "bob")
+        .await
+        .unwrap();
+    let (_h1, alice) = companion(&s).await;
+    let (_h2, bob) = {
+        let home = tempfile::tempdir().unwrap();
+        let c = Companion::open_with_keystore(home.path(), "file-insecure")
+            .await
+            .unwrap();
+        let scopes = vec!["view".to_owned(), "approve".to_owned()];
+        let code = waymark_server::steer::create_pairing(&*store, "bob", &scopes, 600_000)
+            .await
+            .unwrap()
+            .0;
+        c.pair(&s.url(), &code, "bob's phone").await.unwrap();
+        (home, c)
+    };
+    let alice_id = alice.identity().await.unwrap().unwrap().device_id;
+
+    // Refused until alice delegates; then both see it from their side.
+    let policy = waymark_proto::EscalationPolicy {
+        steps: vec![
+            waymark_proto::EscalationStep {
+                after_minutes: 0,
+                devices: vec![alice_id.clone()],
+                people: vec![],
+            },
+            waymark_proto::EscalationStep {
+                after_minutes: 10,
+                devices: vec![],
+                people: vec!["bob".into()],
+            },
+        ],
+        quiet_hours: None,
+    };
+    assert!(alice.set_escalation(Some(&policy)).await.is_err());
+    let d = alice.set_delegate("bob", true).await.unwrap();
+    assert_eq!(d.delegates[0].user, "bob");
+    assert_eq!(bob.delegates().await.unwrap().delegated_by[0].user, "alice");
+    alice.set_escalation(Some(&policy)).await.unwrap();
+
+    let (task, att) = s.busy_task("deploy", 1).await;
+    let decision = s.approval(&task, &att).await;
+    bob.sync_once().await.unwrap();
+    let inbox = bob.mirror().inbox().await.unwrap();
+    assert_eq!(inbox.len(), 1, "bob mirrors alice's decision");
+    assert_eq!(inbox[0].task_owner, "alice");
+    assert!(
+        bob.notifications(&task, true).await.unwrap().is_empty(),
+        "not bob's turn yet"
+    );
+
+    s.running
+        .as_ref()
+        .unwrap()
+        .advance(Duration::from_secs(600))
+        .await
+        .unwrap();
+    bob.sync_once().await.unwrap();
+    let n = bob.notifications(&task, true).await.unwrap();
+    assert_eq!(n.len(), 1, "bob's step came: {n:?}");
+    assert!(n[0].body.contains("bob's phone (bob)"), "{}", n[0].body);
+
+    let seen = shown_card(&bob, &decision).await;
+    bob.answer(&decision, Operation::Approve, None, None, &seen)
+        .await
+        .unwrap();
+    bob.deliver_outbox().await.unwrap();
+    let out = bob.mirror().outbox(Some(&task)).await.unwrap();
+    assert_eq!(out.len(), 1);
+    assert_eq!(out[0].status, OutboxStatus::Delivered, "{:?}", out[0]);
+    alice.sync_once().await.unwrap();
+    let d = alice.mirror().decision(&decision).await.unwrap().unwrap();
+    assert_eq!(d.status, waymark_proto::DecisionStatus::Resolved);
+
+    // Ended: bob's next sync brings none of alice's new tasks.
+    alice.set_delegate("bob", false).await.unwrap();
+    let (later, _) = s.busy_task("later", 1).await;
+    bob.sync_once().await.unwrap();
+    assert!(bob.mirror().thread(&later).await.unwrap().is_none());
 }

@@ -12,12 +12,13 @@ use crate::views::{DecideOp, InboxItemView, OutboxView, SeenView};
 #[tauri::command]
 #[specta::specta]
 pub async fn list_inbox(s: State<'_, AppState>) -> AppResult<Vec<InboxItemView>> {
+    let me = s.companion.identity().await?.map(|i| i.user);
     Ok(s.companion
         .mirror()
         .inbox()
         .await?
         .into_iter()
-        .map(Into::into)
+        .map(|i| InboxItemView::for_user(i, me.as_deref()))
         .collect())
 }
 

@@ -1,10 +1,11 @@
-//! Pairing: paste a `waymark://pair` link (or a server URL and a code), and the device list.
+//! Pairing: paste a `waymark://pair` link (or a server URL and a code), and the device list,
+//! the escalation policy and the delegates (who else answers this user's decisions).
 
 use tauri::{AppHandle, State};
 
 use crate::error::{AppError, AppResult};
 use crate::state::{AppState, Mode};
-use crate::views::{DeviceView, EscalationPolicyView, StatusView};
+use crate::views::{DelegatesView, DeviceView, EscalationPolicyView, StatusView};
 
 /// Pairs this app with a server; the device key goes to the OS keychain.
 #[tauri::command]
@@ -99,4 +100,22 @@ pub async fn set_escalation(
         .set_escalation(policy.as_ref())
         .await?
         .map(Into::into))
+}
+
+/// Who may answer this user's decisions, and whose this user may answer.
+#[tauri::command]
+#[specta::specta]
+pub async fn get_delegates(s: State<'_, AppState>) -> AppResult<DelegatesView> {
+    Ok(s.companion.delegates().await?.into())
+}
+
+/// Lets `user` read this user's tasks and answer their decisions (`add`), or ends it.
+#[tauri::command]
+#[specta::specta]
+pub async fn set_delegate(
+    s: State<'_, AppState>,
+    user: String,
+    add: bool,
+) -> AppResult<DelegatesView> {
+    Ok(s.companion.set_delegate(user.trim(), add).await?.into())
 }

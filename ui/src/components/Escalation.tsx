@@ -1,6 +1,7 @@
 // The escalation policy editor: who is notified of a new decision first, who next if nobody
 // opened it in time, and quiet hours that hold what can wait. The server checks what is saved
-// (its devices, waits, time zone) and says why it refuses.
+// (its devices, people, waits, time zone) and says why it refuses. A step may name people this
+// user delegates to (`Delegates`): all of their devices are notified.
 import { useEffect, useState } from "react";
 import type { DeviceView, EscalationPolicyView, EscalationStepView } from "../bindings";
 import { commands, errorText } from "../data";
@@ -14,7 +15,7 @@ const localZone = (): string => {
   }
 };
 
-export function EscalationEditor({ devices }: { devices: readonly DeviceView[] }) {
+export function EscalationEditor({ devices, people = [] }: { devices: readonly DeviceView[]; people?: readonly string[] }) {
   const { t } = useI18n();
   const live = devices.filter((d) => d.revoked_at == null);
   const [loaded, setLoaded] = useState(false);
@@ -59,6 +60,7 @@ export function EscalationEditor({ devices }: { devices: readonly DeviceView[] }
 
   const setStep = (i: number, s: EscalationStepView) => setSteps(steps.map((x, j) => (j === i ? s : x)));
   const toggle = (i: number, id: string, on: boolean) => setStep(i, { ...steps[i], devices: on ? [...steps[i].devices, id] : steps[i].devices.filter((d) => d !== id) });
+  const togglePerson = (i: number, user: string, on: boolean) => setStep(i, { ...steps[i], people: on ? [...steps[i].people, user] : steps[i].people.filter((p) => p !== user) });
 
   if (!loaded) return null;
   return (
@@ -79,6 +81,12 @@ export function EscalationEditor({ devices }: { devices: readonly DeviceView[] }
                   {d.stale ? ` (${t("pairing.stale")})` : ""}
                 </label>
               ))}
+              {/* People this user delegates to, and any a saved step still names. */}
+              {[...people, ...s.people.filter((p) => !people.includes(p))].map((p) => (
+                <label key={`@${p}`} className="small" data-testid={`escalation-person-${i}-${p}`}>
+                  <input type="checkbox" checked={s.people.includes(p)} onChange={(e) => togglePerson(i, p, e.target.checked)} /> {t("escalation.person", { user: p })}
+                </label>
+              ))}
             </div>
             <button type="button" className="link" onClick={() => setSteps(steps.filter((_, j) => j !== i))}>
               {t("escalation.removeStep")}
@@ -87,7 +95,7 @@ export function EscalationEditor({ devices }: { devices: readonly DeviceView[] }
         ))}
       </ol>
       {steps.length < 8 && (
-        <button type="button" className="secondary" data-testid="escalation-add" onClick={() => setSteps([...steps, { after_minutes: steps.length === 0 ? 0 : 10, devices: [] }])}>
+        <button type="button" className="secondary" data-testid="escalation-add" onClick={() => setSteps([...steps, { after_minutes: steps.length === 0 ? 0 : 10, devices: [], people: [] }])}>
           {t("escalation.addStep")}
         </button>
       )}

@@ -233,6 +233,11 @@ export function InboxCard({
       <header className="card-head">
         <span className={`pill kind`}>{t(`inbox.kind.${d.kind}` as "inbox.kind.approval")}</span>
         {d.risky && <span className="pill bad">{t("inbox.risky")}</span>}
+        {item.on_behalf_of && (
+          <span className="pill" data-testid="on-behalf-of">
+            {t("inbox.forOwner", { user: item.on_behalf_of })}
+          </span>
+        )}
         {onSelect && d.kind === "approval" && (
           <label className="select small">
             <input type="checkbox" checked={selected ?? false} data-testid="select" onChange={(e) => onSelect(d.id, e.target.checked ? shownBy(item) : null)} /> {t("inbox.select")}

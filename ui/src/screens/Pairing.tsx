@@ -5,11 +5,13 @@ import { commands, errorText, useMirror } from "../data";
 import { useI18n } from "../i18n";
 import { ago } from "../format";
 import { EscalationEditor } from "../components/Escalation";
+import { Delegates } from "../components/Delegates";
 
 export function PairingScreen({ status, initialLink, pairNow, done }: { status: StatusView | null; initialLink?: string | null; pairNow?: boolean; done?: () => void }) {
   const { t } = useI18n();
   const [link, setLink] = useState(initialLink ?? "");
   const [code, setCode] = useState("");
+  const [people, setPeople] = useState<string[]>([]);
   const [name, setName] = useState("");
   const [busy, setBusy] = useState(false);
   const [msg, setMsg] = useState<string | null>(null);
@@ -98,7 +100,8 @@ export function PairingScreen({ status, initialLink, pairNow, done }: { status: 
           </li>
         ))}
       </ul>
-      {status?.paired && devices.data && <EscalationEditor devices={devices.data} />}
+      {status?.paired && <Delegates onChange={setPeople} />}
+      {status?.paired && devices.data && <EscalationEditor devices={devices.data} people={people} />}
     </section>
   );
 }

@@ -6,13 +6,27 @@ import userEvent from "@testing-library/user-event";
 import type { DeviceView, EscalationPolicyView } from "../bindings";
 import { I18nProvider } from "../i18n";
 import { EscalationEditor } from "../components/Escalation";
+import { Delegates } from "../components/Delegates";
 import { InboxCard } from "../components/InboxCard";
 import { DIFF, NOW, approval } from "./fixtures";
 
-const shell = vi.hoisted(() => ({ policy: null as EscalationPolicyView | null, saved: [] as (EscalationPolicyView | null)[], refuse: null as string | null }));
+const shell = vi.hoisted(() => ({
+  policy: null as EscalationPolicyView | null,
+  saved: [] as (EscalationPolicyView | null)[],
+  refuse: null as string | null,
+  delegates: { user: "alice", delegates: [] as { user: string; since: number }[], delegated_by: [{ user: "carol", since: 0 }] },
+  delegateCalls: [] as [string, boolean][],
+}));
 
 vi.mock("../data", () => ({
   commands: {
+    getDelegates: async () => shell.delegates,
+    setDelegate: async (user: string, add: boolean) => {
+      shell.delegateCalls.push([user, add]);
+      if (user === "nobody") throw new Error("no user `nobody` (not_found)");
+      shell.delegates = { ...shell.delegates, delegates: add ? [...shell.delegates.delegates, { user, since: 0 }] : shell.delegates.delegates.filter((d) => d.user !== user) };
+      return shell.delegates;
+    },
     getEscalation: async () => shell.policy,
     setEscalation: async (p: EscalationPolicyView | null) => {
       if (shell.refuse) throw new Error(shell.refuse);
@@ -59,8 +73,8 @@ describe("escalation", () => {
     await userEvent.click(screen.getByTestId("escalation-save"));
     await waitFor(() => expect(shell.saved).toHaveLength(1));
     expect(shell.saved[0]?.steps).toEqual([
-      { after_minutes: 0, devices: ["dev_laptop"] },
-      { after_minutes: 10, devices: ["dev_phone"] },
+      { after_minutes: 0, devices: ["dev_laptop"], people: [] },
+      { after_minutes: 10, devices: ["dev_phone"], people: [] },
     ]);
     expect(shell.saved[0]?.quiet_hours).toMatchObject({ from: "22:00", to: "07:00" });
     expect(screen.getByRole("status").textContent).toContain("Saved");
@@ -69,5 +83,41 @@ describe("escalation", () => {
     await userEvent.click(screen.getByTestId("escalation-save"));
     expect((await screen.findByTestId("escalation-error")).textContent).toContain("is revoked");
     shell.refuse = null;
+  });
+
+  it("a step can notify a person the user delegates to, and a saved step keeps the people it names", async () => {
+    shell.policy = { steps: [{ after_minutes: 0, devices: ["dev_laptop"], people: ["dave"] }], quiet_hours: null };
+    shell.saved = [];
+    ui(<EscalationEditor devices={[device("dev_laptop", "laptop")]} people={["bob"]} />);
+    await screen.findByTestId("escalation-editor");
+    // dave is no longer a delegate, but the saved step still names him: shown, checked, removable.
+    expect((screen.getByLabelText("dave (every device of theirs)") as HTMLInputElement).checked).toBe(true);
+    await userEvent.click(screen.getByTestId("escalation-add"));
+    await userEvent.click(screen.getAllByLabelText("bob (every device of theirs)")[1]);
+    await userEvent.click(screen.getByTestId("escalation-save"));
+    await waitFor(() => expect(shell.saved).toHaveLength(1));
+    expect(shell.saved[0]?.steps).toEqual([
+      { after_minutes: 0, devices: ["dev_laptop"], people: ["dave"] },
+      { after_minutes: 10, devices: [], people: ["bob"] },
+    ]);
+  });
+
+  it("delegates: added by name, removed, a refusal shown, and whose decisions this user answers", async () => {
+    shell.delegateCalls = [];
+    const seen: string[][] = [];
+    ui(<Delegates onChange={(n) => seen.push(n)} />);
+    expect(await screen.findByText("Nobody else answers your decisions.")).toBeTruthy();
+    expect(screen.getByText("You may answer the decisions of: carol")).toBeTruthy();
+    await userEvent.type(screen.getByTestId("delegate-name"), " bob ");
+    await userEvent.click(screen.getByTestId("delegate-add"));
+    await screen.findByTestId("delegate-bob");
+    expect(shell.delegateCalls).toEqual([["bob", true]]);
+    expect(seen.at(-1)).toEqual(["bob"]);
+    await userEvent.type(screen.getByTestId("delegate-name"), "nobody");
+    await userEvent.click(screen.getByTestId("delegate-add"));
+    expect((await screen.findByTestId("delegates-error")).textContent).toContain("no user `nobody`");
+    await userEvent.click(screen.getByRole("button", { name: "Remove" }));
+    await waitFor(() => expect(screen.queryByTestId("delegate-bob")).toBeNull());
+    expect(seen.at(-1)).toEqual([]);
   });
 });

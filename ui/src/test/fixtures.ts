@@ -79,6 +79,7 @@ export function approval(over: Partial<InboxItemView["decision"]> = {}): InboxIt
   return {
     decision: { ...base, closing },
     task_title: "Fix the failing checkout discount test and deploy to staging",
+    on_behalf_of: null,
     plan_revision: 1,
     stale: false,
     diffs: [{ id: "art_1", sha256: "cd".repeat(32), name: "fix.diff", media_type: "text/x-diff", size: DIFF.length, step: "fix", is_diff: true, created_at: NOW - 90_000 }],

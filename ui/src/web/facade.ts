@@ -33,6 +33,8 @@ export function webTransport(open: () => Promise<WebCompanion>) {
     listDevices: call((w) => w.devices()),
     getEscalation: call((w) => w.escalation()),
     setEscalation: call((w, policy: EscalationPolicyView | null) => w.setEscalation(policy)),
+    getDelegates: call((w) => w.delegates()),
+    setDelegate: call((w, user: string, add: boolean) => w.setDelegate(user, add)),
     getStatus: call((w) => w.status()),
     // Muting is the desktop's (its own notifications); a browser's are the system's to mute.
     muteNotifications: call((w) => w.status()),

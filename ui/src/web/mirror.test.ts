@@ -199,8 +199,12 @@ describe("what the screens render", () => {
 
   test("the pending approval is in the inbox with its diff and test receipt", async () => {
     const m = await replayed();
-    const inbox = (await m.inbox()).map(inboxItemView);
+    const items = await m.inbox();
+    const inbox = items.map((i) => inboxItemView(i, "alice"));
     expect(inbox).toHaveLength(1);
+    expect(inbox[0].on_behalf_of).toBeNull();
+    // The same decision seen by bob, whom alice delegated to, says whose it is.
+    expect(inboxItemView(items[0], "bob").on_behalf_of).toBe("alice");
     const [item] = inbox;
     expect(item.decision).toMatchObject({
       kind: "approval",

@@ -39,6 +39,8 @@ export type ThreadRow = {
 export type InboxItem = {
   decision: Decision;
   task_title: string;
+  /** Whose task it is (another user's when they delegated their decisions to this one). */
+  task_owner: string;
   plan_revision: number;
   diffs: Artifact[];
   receipts: TestReceipt[];
@@ -535,6 +537,7 @@ export class WebMirror {
       out.push({
         decision,
         task_title: e.task.title,
+        task_owner: e.task.owner,
         plan_revision: e.task.plan_revision,
         diffs: e.diffs,
         receipts: e.receipts,

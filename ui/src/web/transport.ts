@@ -8,6 +8,7 @@ import type {
   DecideOp,
   DeliveryStep,
   DeviceView,
+  DelegatesView,
   EscalationPolicyView,
   InboxItemView,
   MirrorChanged,
@@ -458,7 +459,8 @@ export class WebCompanion {
   }
 
   async inbox(): Promise<InboxItemView[]> {
-    return (await this.mirror.inbox()).map(inboxItemView);
+    const me = (await this.mirror.identity())?.user ?? null;
+    return (await this.mirror.inbox()).map((i) => inboxItemView(i, me));
   }
 
   async outbox(): Promise<OutboxView[]> {
@@ -468,7 +470,7 @@ export class WebCompanion {
   /** This user's escalation policy, or none (every device is notified at once). */
   async escalation(): Promise<EscalationPolicyView | null> {
     try {
-      return await this.api.get<EscalationPolicyView>(await this.token(), "/v1/escalation");
+      return policyView(await this.api.get<EscalationPolicyView>(await this.token(), "/v1/escalation"));
     } catch (e) {
       if ((e as ApiError).code === "not_found") return null;
       throw e;
@@ -478,13 +480,27 @@ export class WebCompanion {
   /** Sets this user's escalation policy (the server checks it); null removes it. */
   async setEscalation(policy: EscalationPolicyView | null): Promise<EscalationPolicyView | null> {
     const token = await this.token();
-    if (policy) return this.api.put<EscalationPolicyView>(token, "/v1/escalation", policy);
+    if (policy) return policyView(await this.api.put<EscalationPolicyView>(token, "/v1/escalation", policy));
     try {
       await this.api.delete(token, "/v1/escalation");
     } catch (e) {
       if ((e as ApiError).code !== "not_found") throw e;
     }
     return null;
+  }
+
+  /** Who may answer this user's decisions, and whose this user may answer. */
+  async delegates(): Promise<DelegatesView> {
+    return delegatesView(await this.api.get<Delegates>(await this.token(), "/v1/delegates"));
+  }
+
+  /** Lets `user` read this user's tasks and answer their decisions (`add`), or ends it. */
+  async setDelegate(user: string, add: boolean): Promise<DelegatesView> {
+    const token = await this.token();
+    const path = `/v1/delegates/${encodeURIComponent(user.trim())}`;
+    if (add) return delegatesView(await this.api.put<Delegates>(token, path, null));
+    await this.api.delete(token, path);
+    return this.delegates();
   }
 
   /** This user's devices as the server lists them (last heard from, stale); offline, this
@@ -544,4 +560,17 @@ function fromBase64url(s: string): Uint8Array<ArrayBuffer> {
   const out = new Uint8Array(new ArrayBuffer(bin.length));
   for (let i = 0; i < bin.length; i++) out[i] = bin.charCodeAt(i);
   return out;
+}
+
+/** The server's `Delegates` (`waymark-proto`). */
+type Delegates = { user: string; delegates: { user: string; since: string }[]; delegated_by: { user: string; since: string }[] };
+
+function delegatesView(d: Delegates): DelegatesView {
+  const view = (v: { user: string; since: string }[]) => v.map((x) => ({ user: x.user, since: Date.parse(x.since) }));
+  return { user: d.user, delegates: view(d.delegates), delegated_by: view(d.delegated_by) };
+}
+
+/** A policy as the editor holds it: the server leaves out a step's empty `people`. */
+function policyView(p: EscalationPolicyView): EscalationPolicyView {
+  return { ...p, quiet_hours: p.quiet_hours ?? null, steps: p.steps.map((s) => ({ after_minutes: s.after_minutes, devices: s.devices ?? [], people: s.people ?? [] })) };
 }

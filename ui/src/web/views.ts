@@ -268,10 +268,12 @@ export function threadRowView(r: ThreadRow, now: number = Date.now()): ThreadRow
   };
 }
 
-export function inboxItemView(i: InboxItem): InboxItemView {
+/** A card for `me` (this device's user): another owner's decision says whose it is. */
+export function inboxItemView(i: InboxItem, me: string | null = null): InboxItemView {
   return {
     decision: decisionView(i.decision),
     task_title: i.task_title,
+    on_behalf_of: me != null && i.task_owner && i.task_owner !== me ? i.task_owner : null,
     plan_revision: i.plan_revision,
     // Asked at an older plan revision than the task has now: answering would conflict.
     stale: i.decision.plan_revision !== i.plan_revision,
