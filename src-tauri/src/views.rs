@@ -358,6 +358,9 @@ pub struct DecisionView {
     pub deliveries: Vec<DeliveryView>,
     /// What happens if nobody answers, and when (`Decision::closing`).
     pub closing: ClosingView,
+    /// The runtime can be asked to wait for the answer across its own exit instead of
+    /// deciding at its deadline (Claude Code `defer` in `claude -p`): the card offers it.
+    pub can_wait: bool,
     /// Where it stands in the user's escalation policy, when there is one.
     pub escalation: Option<EscalationStateView>,
 }
@@ -575,6 +578,7 @@ impl From<Decision> for DecisionView {
         let closing = d.closing().into();
         DecisionView {
             closing,
+            can_wait: d.runtime_deadline.as_ref().is_some_and(|r| r.can_wait),
             escalation: d.escalation.clone().map(Into::into),
             id: d.id,
             task_id: d.task_id,
@@ -1088,6 +1092,8 @@ pub enum DecideOp {
     Choose,
     /// Answer a question with text.
     Answer,
+    /// Ask the runtime to wait for the answer across its exit (Claude Code `defer`).
+    Wait,
 }
 
 /// What a decision's card showed when the person answered it: the command is signed with

@@ -254,7 +254,9 @@ export type DecideOp =
 /**  Choose an option (budget, recovery). */
 "choose" | 
 /**  Answer a question with text. */
-"answer";
+"answer" | 
+/**  Ask the runtime to wait for the answer across its exit (Claude Code `defer`). */
+"wait";
 
 /**  What a decision asks a person. */
 export type DecisionKind = 
@@ -325,6 +327,11 @@ export type DecisionView = {
 	deliveries: DeliveryView[],
 	/**  What happens if nobody answers, and when (`Decision::closing`). */
 	closing: ClosingView,
+	/**
+	 *  The runtime can be asked to wait for the answer across its own exit instead of
+	 *  deciding at its deadline (Claude Code `defer` in `claude -p`): the card offers it.
+	 */
+	can_wait: boolean,
 	/**  Where it stands in the user's escalation policy, when there is one. */
 	escalation: EscalationStateView | null,
 };
@@ -548,6 +555,12 @@ export type Operation =
 "deny" | 
 /**  Choose an option of a decision (budget and others). */
 "choose_option" | 
+/**
+ *  Ask the runtime holding an approval to wait for the answer across its own exit
+ *  (Claude Code `defer` in `claude -p`), where its `runtime_deadline.can_wait` says it
+ *  can: the approval stays open, durably. Bound like `approve` (digest, revision).
+ */
+"defer" | 
 /**  A new owner takes control; the old one is fenced off. */
 "take_over" | 
 /**  Not a steer: a signed request for a read session token. */

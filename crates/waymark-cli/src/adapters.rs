@@ -444,8 +444,14 @@ fn install(a: InstallArgs, json: bool) -> CliResult {
                 "type": "http",
                 "url": format!("{server}{MARK}?{q}"),
                 "timeout": timeout,
-                "headers": {"Authorization": format!("Bearer ${}", a.token_env)},
-                "allowedEnvVars": [a.token_env],
+                // Claude Code sets `CLAUDE_CODE_ENTRYPOINT` itself (`sdk-cli` under `-p`,
+                // `cli` interactively): the server tells a headless run from a person at a
+                // prompt by it (what the hook's timeout does; whether `defer` is offered).
+                "headers": {
+                    "Authorization": format!("Bearer ${}", a.token_env),
+                    "X-Claude-Code-Entrypoint": "$CLAUDE_CODE_ENTRYPOINT",
+                },
+                "allowedEnvVars": [a.token_env, "CLAUDE_CODE_ENTRYPOINT"],
             })
         };
         let group = json!({"matcher": "*", "hooks": [handler]});
@@ -538,12 +544,13 @@ async fn hook(a: HookArgs) -> CliResult {
     let client = client
         .build()
         .map_err(|e| Failure::new(Exit::Unreachable, "client", e.to_string()))?;
-    let res = client
-        .post(&url)
-        .bearer_auth(&a.token)
-        .json(&body)
-        .send()
-        .await;
+    let mut req = client.post(&url).bearer_auth(&a.token).json(&body);
+    // Claude Code runs command hooks with its own environment: its entrypoint tells the
+    // server a `claude -p` run (`sdk-cli`) from an interactive session (`cli`).
+    if let Ok(e) = std::env::var("CLAUDE_CODE_ENTRYPOINT") {
+        req = req.header("X-Claude-Code-Entrypoint", e);
+    }
+    let res = req.send().await;
     match res {
         Ok(r) if r.status().is_success() => {
             let out: Value = r.json().await.unwrap_or_else(|_| json!({}));
@@ -610,7 +617,10 @@ mod tests {
             "http://127.0.0.1:9000/v1/adapters/claude-code/hook?timeout=300&gate=Bash"
         );
         assert_eq!(ours["headers"]["Authorization"], "Bearer $WAYMARK_TOKEN");
-        assert_eq!(ours["allowedEnvVars"], json!(["WAYMARK_TOKEN"]));
+        assert_eq!(
+            ours["allowedEnvVars"],
+            json!(["WAYMARK_TOKEN", "CLAUDE_CODE_ENTRYPOINT"])
+        );
         assert_eq!(ours["timeout"], 300);
         assert_eq!(s["hooks"]["Stop"][0]["hooks"][0]["timeout"], 10);
         assert_eq!(s["hooks"].as_object().unwrap().len(), EVENTS.len());

@@ -138,6 +138,20 @@ pub(crate) enum ClientCommand {
         #[arg(long, value_name = "SHA256")]
         intent_digest: Option<String>,
     },
+    /// Ask the runtime holding an approval to wait for your answer across its exit instead of
+    /// deciding at its deadline (Claude Code in a `claude -p` run: the run stops, and the call
+    /// waits without a deadline; resume the session once you decided). `waymark inbox` says
+    /// which approvals allow it.
+    Defer {
+        /// Decision id.
+        decision: String,
+        /// The plan revision you were shown; without it, the mirror's (printed).
+        #[arg(long, value_name = "N")]
+        expected_revision: Option<i64>,
+        /// The intent digest you were shown; without it, the mirror's.
+        #[arg(long, value_name = "SHA256")]
+        intent_digest: Option<String>,
+    },
     /// Answer a question.
     Answer {
         /// Decision id.
@@ -692,7 +706,16 @@ pub(crate) async fn run(cmd: ClientCommand, json: bool) -> CliResult {
                                 ),
                                 None => String::new(),
                             };
-                            format!("waymark approve {0} | waymark deny {0}{edit}", d.id)
+                            // A headless Claude Code run can be asked to wait for the answer.
+                            let wait = if d.runtime_deadline.as_ref().is_some_and(|r| r.can_wait) {
+                                format!(
+                                    " | waymark defer {} (the run stops; the call waits for you)",
+                                    d.id
+                                )
+                            } else {
+                                String::new()
+                            };
+                            format!("waymark approve {0} | waymark deny {0}{edit}{wait}", d.id)
                         } else {
                             format!("waymark choose {} OPTION", d.id)
                         };
@@ -780,6 +803,14 @@ pub(crate) async fn run(cmd: ClientCommand, json: bool) -> CliResult {
         } => {
             let shown = (expected_revision, intent_digest);
             decide(&c, json, &decision, Operation::Deny, None, None, shown).await
+        }
+        ClientCommand::Defer {
+            decision,
+            expected_revision,
+            intent_digest,
+        } => {
+            let shown = (expected_revision, intent_digest);
+            decide(&c, json, &decision, Operation::Defer, None, None, shown).await
         }
         ClientCommand::Answer {
             decision,

@@ -446,6 +446,12 @@ async fn claude_code_asks_the_inbox_and_does_what_the_person_or_its_timeout_deci
     // 1. Approved from the device: the command runs, the effect gets its receipt.
     let mut run = setup.start(&turns[0].prompt);
     let item = pending_in_inbox(&phone, &turns[0].command).await;
+    // The hook carries Claude Code's own entrypoint (`sdk-cli` under `-p`): the approval says
+    // Claude Code denies at the hook's timeout, as it does here, not that it asks.
+    assert_eq!(
+        item["decision"]["runtime_deadline"]["then"], "denies",
+        "{item}"
+    );
     let decision = item["decision"]["id"].as_str().unwrap().to_owned();
     let options: Vec<&str> = item["decision"]["options"]
         .as_array()
@@ -645,6 +651,11 @@ async fn claude_code_defers_until_a_person_answers_and_allow_always_adds_its_rul
                 command: rule_command.into(),
                 answer: "Rule run finished.".into(),
             },
+            Turn {
+                prompt: "make the file that waits for me".into(),
+                command: format!("touch {}", project.join("waited").display()),
+                answer: "Waited run finished.".into(),
+            },
         ]
     };
     let w = world(turns).await;
@@ -703,6 +714,65 @@ async fn claude_code_defers_until_a_person_answers_and_allow_always_adds_its_rul
     assert_eq!(dec["status"], "resolved", "{dec}");
     assert_eq!(dec["outcome"]["option"], "approve", "{dec}");
     assert_eq!(d["effects"][0]["status"], "confirmed", "{d}");
+
+    // ---- 1b. held, then switched to a durable wait from the device -------------------------
+    // Installed without `--defer`: the hook holds the call; the person asks Claude Code to wait
+    // for them (`waymark defer`), the run stops with the call deferred, and the resumed run
+    // gets the answer given afterwards.
+    w.setup
+        .install_with(&recorder.url, 120, &["--gate", "Bash"]);
+    let mut run = w.setup.start(&turns[2].prompt);
+    let item = pending_in_inbox(&w.phone, &turns[2].command).await;
+    assert_eq!(item["decision"]["durability"], "fail_open_hook", "{item}");
+    assert_eq!(
+        item["decision"]["runtime_deadline"]["can_wait"], true,
+        "a held call of a `claude -p` run can be switched: {item}"
+    );
+    let decision = item["decision"]["id"].as_str().unwrap().to_owned();
+    let inbox = {
+        let mut c = waymark();
+        c.env("WAYMARK_HOME", &w.phone)
+            .env("WAYMARK_KEYSTORE", "file-insecure")
+            .arg("inbox");
+        String::from_utf8_lossy(&c.output().unwrap().stdout).into_owned()
+    };
+    assert!(
+        inbox.contains(&format!("waymark defer {decision}")),
+        "{inbox}"
+    );
+    device(&w.phone, &["defer", &decision, "--json"]);
+    let result = run.result().await;
+    assert_eq!(result["stop_reason"], "tool_deferred", "{result}");
+    assert!(!project.join("waited").exists(), "nothing ran yet");
+    let session = result["session_id"].as_str().unwrap().to_owned();
+    device(&w.phone, &["sync", "--json"]);
+    let d = task_detail(
+        &w.url,
+        &w.setup.token,
+        &session_task(&w.url, &w.setup.token, &session).await,
+    )
+    .await;
+    assert_eq!(d["decisions"][0]["status"], "pending", "{d}");
+    assert_eq!(d["decisions"][0]["durability"], "durable", "{d}");
+    device(&w.phone, &["approve", &decision, "--json"]);
+    let result = w
+        .setup
+        .start_with(&["-p", "--resume", &session])
+        .result()
+        .await;
+    assert!(project.join("waited").exists(), "the resumed run ran it");
+    assert_eq!(result["stop_reason"], "end_turn", "{result}");
+    let calls = recorder.take("switched");
+    let pre = calls_of(&calls, "PreToolUse");
+    assert_eq!(
+        pre.iter().map(|c| said(c)).collect::<Vec<_>>(),
+        [json!("defer"), json!("allow")],
+        "held, deferred on request, allowed on resume: {calls:#?}"
+    );
+    assert_eq!(
+        pre[0]["entrypoint"], "sdk-cli",
+        "Claude Code fills the header from its own entrypoint: {calls:#?}"
+    );
 
     // ---- 2. allow always: the suggested rule ----------------------------------------------
     w.setup.install(&recorder.url, 120);

@@ -197,6 +197,23 @@ impl Companion {
                     args["option"] = serde_json::json!(o);
                 }
             }
+            // Asking the runtime to wait for the answer: bound to the intent shown, and only
+            // where the runtime can (`runtime_deadline.can_wait`).
+            Operation::Defer => {
+                if !d.runtime_deadline.as_ref().is_some_and(|r| r.can_wait) {
+                    return Err(Error::Invalid(format!(
+                        "`{}`'s runtime cannot wait for the answer across its exit: approve or deny it",
+                        d.id
+                    )));
+                }
+                let Some(digest) = &seen.intent_digest else {
+                    return Err(Error::Invalid(format!(
+                        "`{}` is an approval: say which intent digest you were shown",
+                        d.id
+                    )));
+                };
+                args["intent_digest"] = serde_json::json!(digest);
+            }
             Operation::ChooseOption => {
                 let o = option.ok_or_else(|| Error::Invalid("name an option".into()))?;
                 check_option(o)?;

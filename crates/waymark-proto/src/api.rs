@@ -626,6 +626,11 @@ pub struct RuntimeDeadline {
     pub at: DateTime<Utc>,
     /// What it does then.
     pub then: RuntimeFallback,
+    /// The runtime can be asked to wait for the answer across its own exit instead (Claude
+    /// Code `defer` in a `claude -p` run): a signed `defer` command switches the approval to a
+    /// durable wait, and this deadline no longer applies.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub can_wait: bool,
 }
 
 /// What happens to an open decision if nobody answers, and when: the earlier of the runtime's

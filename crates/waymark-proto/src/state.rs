@@ -198,6 +198,10 @@ str_enum! {
         Deny => "deny",
         /// Choose an option of a decision (budget and others).
         ChooseOption => "choose_option",
+        /// Ask the runtime holding an approval to wait for the answer across its own exit
+        /// (Claude Code `defer` in `claude -p`), where its `runtime_deadline.can_wait` says it
+        /// can: the approval stays open, durably. Bound like `approve` (digest, revision).
+        Defer => "defer",
         /// A new owner takes control; the old one is fenced off.
         TakeOver => "take_over",
         /// Not a steer: a signed request for a read session token.

@@ -49,6 +49,38 @@ pub(crate) struct HookQuery {
     defer: Option<bool>,
 }
 
+/// The header a hook call carries Claude Code's `CLAUDE_CODE_ENTRYPOINT` in (written by
+/// `waymark adapters claude-code install`): `sdk-cli` in a `claude -p` run, `cli` in an
+/// interactive session (Claude Code 2.1.328 sets it itself at start).
+pub const ENTRYPOINT_HEADER: &str = "x-claude-code-entrypoint";
+
+/// How the Claude Code process behind a hook call runs, as far as its entrypoint says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Run {
+    /// `claude -p` or an SDK: nobody sits at a prompt. An unanswered permission is a denial,
+    /// and a `PreToolUse` may answer `defer` (the run exits and waits, durably).
+    Headless,
+    /// An interactive session: Claude Code asks in its own prompt.
+    Interactive,
+    /// No header (a hook installed before it, or another launcher): assume a person may be at
+    /// the prompt, and offer no switch.
+    Unknown,
+}
+
+impl Run {
+    fn of(headers: &axum::http::HeaderMap) -> Run {
+        match headers
+            .get(ENTRYPOINT_HEADER)
+            .and_then(|v| v.to_str().ok())
+            .map(str::trim)
+        {
+            Some("sdk-cli" | "sdk-ts" | "sdk-py") => Run::Headless,
+            Some("cli") => Run::Interactive,
+            _ => Run::Unknown,
+        }
+    }
+}
+
 /// The fields of Claude Code's hook input the adapter reads; the rest is kept as sent.
 #[derive(Debug, Deserialize)]
 struct HookInput {
@@ -118,8 +150,10 @@ pub(crate) async fn hook(
     State(st): State<AppState>,
     WorkerCaller(caller): WorkerCaller,
     Query(q): Query<HookQuery>,
+    headers: axum::http::HeaderMap,
     Json(raw): Json<Value>,
 ) -> ApiResult<Out<Value>> {
+    let run = Run::of(&headers);
     let input: HookInput = serde_json::from_value(raw.clone())
         .map_err(|e| invalid(format!("not a Claude Code hook input: {e}")))?;
     if input.session_id.trim().is_empty() || input.session_id.len() > 200 {
@@ -190,8 +224,11 @@ pub(crate) async fn hook(
                     &s,
                     &input,
                     effect_id,
-                    q.defer == Some(true),
-                    hold,
+                    Gate {
+                        defer: q.defer == Some(true),
+                        hold,
+                        run,
+                    },
                 )
                 .await
                 .map(Out);
@@ -203,7 +240,7 @@ pub(crate) async fn hook(
         }
         "PermissionRequest" => {
             drop(guard);
-            return permission_request(&st, &caller, &s, &input, hold)
+            return permission_request(&st, &caller, &s, &input, hold, run)
                 .await
                 .map(Out);
         }
@@ -644,15 +681,36 @@ fn choices(suggestions: &[Value]) -> Vec<DecisionOption> {
     c
 }
 
+/// How a hook call's approval is held.
+#[derive(Debug, Clone, Copy)]
+struct Holding {
+    /// Held for the hook's timeout (`FailOpenHook`) or deferred (`Durable`).
+    durability: ApprovalDurability,
+    /// How long until it expires.
+    expires_in: Duration,
+    /// What Claude Code does at a held hook's timeout: a headless run denies, an interactive
+    /// one asks.
+    run: Run,
+    /// The hook may still answer `defer` if the person asks (a held `PreToolUse` in a
+    /// headless run).
+    can_wait: bool,
+}
+
+/// Opens the approval a held or deferred hook call waits on.
 async fn open_approval(
     st: &AppState,
     caller: &Caller,
     s: &Session,
     input: &HookInput,
     effect_id: Option<String>,
-    durability: ApprovalDurability,
-    expires_in: Duration,
+    how: Holding,
 ) -> ApiResult<Decision> {
+    let Holding {
+        durability,
+        expires_in,
+        run,
+        can_wait,
+    } = how;
     let tool = input.tool_name.as_deref().unwrap_or("a tool");
     let detail = input
         .tool_input
@@ -686,15 +744,21 @@ async fn open_approval(
             options: choices(suggestions),
             // Claude Code runs an allowed call with `updatedInput` in place of its own.
             editable: Some("/input".into()),
-            // A held hook gives up at its timeout and Claude Code asks in its own prompt.
+            // A held hook gives up at its timeout: a headless run denies the call, an
+            // interactive session asks in its own prompt.
             runtime_deadline: (durability == ApprovalDurability::FailOpenHook).then(|| {
                 AskedRuntimeDeadline {
                     runtime: "Claude Code".into(),
                     in_seconds: expires_in.as_secs().max(1),
-                    then: RuntimeFallback::AsksItself,
+                    then: if run == Run::Headless {
+                        RuntimeFallback::Denies
+                    } else {
+                        RuntimeFallback::AsksItself
+                    },
                 }
             }),
         },
+        can_wait && durability == ApprovalDurability::FailOpenHook,
     )
     .await?;
     Ok(d.value)
@@ -716,7 +780,9 @@ async fn wait_closed(
                 .await?
                 .ok_or_else(|| ApiError::not_found("decision", decision_id))?
         };
-        if d.status != DecisionStatus::Pending {
+        // Closed, or switched to a durable wait (`defer`): the hook answers now.
+        if d.status != DecisionStatus::Pending || d.durability == Some(ApprovalDurability::Durable)
+        {
             return Ok(Some(d));
         }
         tokio::select! {
@@ -858,18 +924,17 @@ async fn permission_request(
     s: &Session,
     input: &HookInput,
     hold: Duration,
+    run: Run,
 ) -> ApiResult<Value> {
     let effect_id = asked_call(st, s, input).await?;
-    let d = open_approval(
-        st,
-        caller,
-        s,
-        input,
-        effect_id,
-        ApprovalDurability::FailOpenHook,
-        hold,
-    )
-    .await?;
+    // A permission prompt cannot be deferred (only `PreToolUse` answers `defer`).
+    let how = Holding {
+        durability: ApprovalDurability::FailOpenHook,
+        expires_in: hold,
+        run,
+        can_wait: false,
+    };
+    let d = open_approval(st, caller, s, input, effect_id, how).await?;
     let Some(closed) = hold_for_answer(st, caller, s, &d, hold).await? else {
         return Ok(json!({}));
     };
@@ -1020,6 +1085,14 @@ fn pre_tool_allow(d: &DecisionRow) -> Value {
     out
 }
 
+/// How a gated call is asked about: deferred at once (`--defer`), or held for `hold`.
+#[derive(Debug, Clone, Copy)]
+struct Gate {
+    defer: bool,
+    hold: Duration,
+    run: Run,
+}
+
 /// A gated `PreToolUse`: held like a permission prompt, or in `-p` runs deferred so the
 /// approval is durable; the resumed run's `PreToolUse` for the same call gets the answer.
 async fn gate_tool(
@@ -1028,8 +1101,7 @@ async fn gate_tool(
     s: &Session,
     input: &HookInput,
     effect_id: Option<String>,
-    defer: bool,
-    hold: Duration,
+    how: Gate,
 ) -> ApiResult<Value> {
     // A call asked about before (a deferred run resumed): answer from its decision.
     if let Some(effect) = &effect_id {
@@ -1056,35 +1128,37 @@ async fn gate_tool(
             });
         }
     }
-    if defer {
-        open_approval(
-            st,
-            caller,
-            s,
-            input,
-            effect_id,
-            ApprovalDurability::Durable,
-            Duration::from_secs(24 * 3600),
-        )
-        .await?;
+    if how.defer {
+        let how = Holding {
+            durability: ApprovalDurability::Durable,
+            expires_in: decisions::DEFERRED_EXPIRY,
+            run: how.run,
+            can_wait: false,
+        };
+        open_approval(st, caller, s, input, effect_id, how).await?;
         return Ok(pre_tool_answer(
             "defer",
             "waiting for a decision in Waymark; resume the session to continue".into(),
         ));
     }
-    let d = open_approval(
-        st,
-        caller,
-        s,
-        input,
-        effect_id,
-        ApprovalDurability::FailOpenHook,
-        hold,
-    )
-    .await?;
-    let Some(closed) = hold_for_answer(st, caller, s, &d, hold).await? else {
+    let held = Holding {
+        durability: ApprovalDurability::FailOpenHook,
+        expires_in: how.hold,
+        run: how.run,
+        can_wait: how.run == Run::Headless,
+    };
+    let d = open_approval(st, caller, s, input, effect_id, held).await?;
+    let Some(closed) = hold_for_answer(st, caller, s, &d, how.hold).await? else {
         return Ok(json!({}));
     };
+    // The person asked Claude Code to wait for them (`defer`): the run exits, the approval
+    // stays open, and the resumed run's `PreToolUse` gets the answer.
+    if closed.status == DecisionStatus::Pending {
+        return Ok(pre_tool_answer(
+            "defer",
+            "waiting for a decision in Waymark; resume the session to continue".into(),
+        ));
+    }
     Ok(match chosen(&closed).as_deref().and_then(approval_grants) {
         Some(true) => pre_tool_allow(&closed),
         _ => pre_tool_answer("deny", reason_of(&closed)),

@@ -127,7 +127,7 @@ pub(crate) async fn request_approval(
     Json(req): Json<RequestApproval>,
 ) -> ApiResult<Created<Decision>> {
     Ok(made(
-        decisions::request_approval(&st, &caller, task_id, req).await?,
+        decisions::request_approval(&st, &caller, task_id, req, false).await?,
     ))
 }
 

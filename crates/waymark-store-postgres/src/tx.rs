@@ -568,8 +568,8 @@ impl StoreTx for PgTx {
         self.exec(
             sqlx::query(
                 "UPDATE decisions SET status = $1, expires_at = $2, outcome = $3, delivery = $4,
-                   escalation = $5, escalate_at = $6
-                 WHERE id = $7",
+                   escalation = $5, escalate_at = $6, durability = $7, runtime_deadline = $8
+                 WHERE id = $9",
             )
             .bind(d.status.as_str())
             .bind(d.expires_at)
@@ -577,6 +577,8 @@ impl StoreTx for PgTx {
             .bind(&d.delivery)
             .bind(&d.escalation)
             .bind(d.escalate_at)
+            .bind(d.durability.map(|x| x.as_str()))
+            .bind(&d.runtime_deadline)
             .bind(&d.id),
         )
         .await

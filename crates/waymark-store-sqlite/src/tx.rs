@@ -591,7 +591,7 @@ impl StoreTx for SqliteTx {
         self.exec(
             sqlx::query(
                 "UPDATE decisions SET status = ?, expires_at = ?, outcome = ?, delivery = ?,
-                   escalation = ?, escalate_at = ?
+                   escalation = ?, escalate_at = ?, durability = ?, runtime_deadline = ?
                  WHERE id = ?",
             )
             .bind(d.status.as_str())
@@ -600,6 +600,8 @@ impl StoreTx for SqliteTx {
             .bind(d.delivery.as_ref().map(json_text))
             .bind(d.escalation.as_ref().map(json_text))
             .bind(d.escalate_at)
+            .bind(d.durability.map(|x| x.as_str()))
+            .bind(d.runtime_deadline.as_ref().map(json_text))
             .bind(&d.id),
         )
         .await

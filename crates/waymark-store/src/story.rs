@@ -338,6 +338,9 @@ pub async fn run_store_story(store: &dyn Store) {
     // escalation moves with the decision's other mutable columns
     d.escalation = Some(json!({"step": 1, "notified": []}));
     d.escalate_at = None;
+    // …and a switch to a durable wait drops the runtime's deadline (`defer`)
+    d.durability = Some(ApprovalDurability::Durable);
+    d.runtime_deadline = None;
     tx.update_decision(&d).await.unwrap();
     assert!(tx.due_escalations(10_000).await.unwrap().is_empty());
     // a user's escalation policy: none, set, replaced, removed

@@ -82,6 +82,7 @@ pub async fn decide(
         DecideOp::Deny => Operation::Deny,
         DecideOp::Choose => Operation::ChooseOption,
         DecideOp::Answer => Operation::AnswerQuestion,
+        DecideOp::Wait => Operation::Defer,
     };
     let task = s
         .companion

@@ -29,6 +29,8 @@ export const en = {
   "inbox.actionRefused": "That link answers nothing: only a notification on this device can approve or deny from outside the card. Decide on the card below.",
   "inbox.empty": "Nothing waits for you. New approvals, questions and budget choices appear here.",
   "inbox.forOwner": "for {user}",
+  "inbox.wait.explain": "{runtime} can wait for your answer instead: this run stops here and the call waits, without a deadline; resume the session (claude -p --resume) once you decided.",
+  "inbox.wait.button": "Let {runtime} wait for me",
   "inbox.kind.approval": "Approval",
   "inbox.kind.question": "Question",
   "inbox.kind.budget": "Budget",

@@ -31,6 +31,8 @@ export const zh: Record<Key, string> = {
   "inbox.actionRefused": "该链接不会作答：只有本设备上的通知才能在卡片之外批准或拒绝。请在下方卡片上决定。",
   "inbox.empty": "没有待办。新的审批、问题和预算选择会出现在这里。",
   "inbox.forOwner": "代 {user} 决定",
+  "inbox.wait.explain": "{runtime} 也可以等你的答复：本次运行在此停止，这个调用会一直等待，没有期限；你决定后再恢复会话（claude -p --resume）。",
+  "inbox.wait.button": "让 {runtime} 等我",
   "inbox.kind.approval": "审批",
   "inbox.kind.question": "问题",
   "inbox.kind.budget": "预算",

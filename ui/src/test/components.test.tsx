@@ -26,7 +26,7 @@ function ui(el: ReactElement, lang: Lang = "en") {
 type Call = { id: string; op: DecideOp; option: string | null; text: string | null };
 
 /** The signed operation each answer becomes, as the companion signs it. */
-const SIGNED: Record<DecideOp, Operation> = { approve: "approve", deny: "deny", answer: "answer_question", choose: "choose_option" };
+const SIGNED: Record<DecideOp, Operation> = { approve: "approve", deny: "deny", answer: "answer_question", choose: "choose_option", wait: "defer" };
 
 /** Records answers; plays the server's compare-and-set against the plan revision `serverAt`. */
 function recorder(serverAt = 1) {
@@ -203,6 +203,29 @@ describe("InboxCard", () => {
     const approve = screen.getByTestId("approve") as HTMLButtonElement;
     expect(approve.disabled).toBe(true);
     expect((screen.getByTestId("deny") as HTMLButtonElement).disabled).toBe(true);
+  });
+
+  it("offers a headless Claude Code run's wait, signed bound to the card, and not once the runtime decided", async () => {
+    const held = approval({
+      durability: "fail_open_hook",
+      can_wait: true,
+      closing: { at: NOW + 60_000, runtime: "Claude Code", then: "runtime_denies", option: null },
+    });
+    const r = recorder();
+    const { unmount } = ui(<InboxCard item={held} decide={r.decide} load={load} now={NOW} />);
+    expect(screen.getByTestId("closing").textContent).toBe("Claude Code will deny in 1:00: the call does not run");
+    expect(screen.getByTestId("wait-offer").textContent).toContain("Claude Code can wait for your answer instead");
+    await userEvent.click(screen.getByTestId("wait"));
+    expect(r.calls).toEqual([{ id: "dec_1", op: "wait", option: null, text: null }]);
+    expect(r.seen[0]).toEqual({ plan_revision: 1, intent_digest: held.decision.intent_digest });
+    unmount();
+    ui(<InboxCard item={held} decide={recorder().decide} load={load} now={NOW + 61_000} />);
+    expect(screen.queryByTestId("wait-offer")).toBeNull();
+  });
+
+  it("offers no wait where the runtime cannot", () => {
+    ui(<InboxCard item={approval({ durability: "fail_open_hook" })} decide={recorder().decide} load={load} now={NOW} />);
+    expect(screen.queryByTestId("wait-offer")).toBeNull();
   });
 
   it("shows a flat object in the intent as key: value pairs, not JSON", () => {

@@ -63,6 +63,7 @@ export function approval(over: Partial<InboxItemView["decision"]> = {}): InboxIt
       delivery: null,
       delivery_detail: null,
       editable: null,
+      can_wait: false,
       deliveries: [],
       escalation: null,
       ...over,

@@ -207,6 +207,10 @@ export interface DecisionRef {
   id: string;
   kind: DecisionKind;
   options: { id: string }[];
+  /** Whether its runtime can wait for the answer across its exit: the wire decision's… */
+  runtime_deadline?: { can_wait?: boolean } | null;
+  /** …or a `DecisionView`'s. */
+  can_wait?: boolean;
 }
 
 /** The operation and args that answer a decision, as `Companion::answer` builds them:
@@ -244,6 +248,17 @@ export function answerArgs(
         checkOption(option);
         args.option = option;
       }
+      break;
+    // Asking the runtime to wait for the answer: bound to the intent shown, and only where the
+    // runtime can (`runtime_deadline.can_wait`).
+    case "defer":
+      if (decision.runtime_deadline?.can_wait !== true && decision.can_wait !== true) {
+        throw new Error(`\`${decision.id}\`'s runtime cannot wait for the answer across its exit: approve or deny it`);
+      }
+      if (seen.intent_digest === null) {
+        throw new Error(`\`${decision.id}\` is an approval: say which intent digest you were shown`);
+      }
+      args.intent_digest = seen.intent_digest;
       break;
     case "choose_option":
       if (option === null) throw new Error("name an option");

@@ -377,7 +377,7 @@ export class WebCompanion {
   async decide(decisionId: string, op: DecideOp, option: string | null, text: string | null, seen: SeenView): Promise<OutboxView> {
     const d = await this.mirror.decision(decisionId);
     if (!d) throw new Error(`no decision \`${decisionId}\` in the mirror — sync first`);
-    const operation: Operation = op === "approve" ? "approve" : op === "deny" ? "deny" : op === "choose" ? "choose_option" : "answer_question";
+    const operation: Operation = op === "approve" ? "approve" : op === "deny" ? "deny" : op === "wait" ? "defer" : op === "choose" ? "choose_option" : "answer_question";
     const s: Seen = { plan_revision: seen.plan_revision, intent_digest: seen.intent_digest ?? null };
     const a = answerArgs(d, operation, option, text, s);
     return this.signAndQueue(d.task_id, a.operation, a.args, [], s.plan_revision);

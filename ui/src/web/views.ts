@@ -148,6 +148,7 @@ export function escalationView(e: NonNullable<Decision["escalation"]>): Escalati
 export function decisionView(d: Decision): DecisionView {
   return {
     closing: closingOf(d),
+    can_wait: d.runtime_deadline?.can_wait === true,
     escalation: d.escalation ? escalationView(d.escalation) : null,
     id: d.id,
     task_id: d.task_id,

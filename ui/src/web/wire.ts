@@ -165,7 +165,8 @@ export type Escalation = {
 };
 
 /** When the runtime holding an approval decides on its own, and what it does then. */
-export type RuntimeDeadline = { runtime: string; at: Time; then: "denies" | "asks_itself" };
+/** `can_wait`: the runtime can be asked to wait for the answer across its exit (`defer`). */
+export type RuntimeDeadline = { runtime: string; at: Time; then: "denies" | "asks_itself"; can_wait?: boolean };
 
 /** One step a decision reached on one device (`decision.delivered`). */
 export type DeviceDelivery = {

@@ -74,7 +74,7 @@ async fn forward(
         .read_line(&mut request_line)
         .await
         .map_err(|e| e.to_string())?;
-    let (mut length, mut auth, mut content_type) = (0usize, None, None);
+    let (mut length, mut auth, mut content_type, mut entrypoint) = (0usize, None, None, None);
     loop {
         let mut line = String::new();
         if reader
@@ -93,6 +93,8 @@ async fn forward(
                 "content-length" => length = value.parse().unwrap_or(0),
                 "authorization" => auth = Some(value),
                 "content-type" => content_type = Some(value),
+                // Claude Code's own entrypoint, as the installed hook sends it.
+                "x-claude-code-entrypoint" => entrypoint = Some(value),
                 _ => {}
             }
         }
@@ -112,6 +114,9 @@ async fn forward(
     }
     if let Some(c) = content_type {
         req = req.header("content-type", c);
+    }
+    if let Some(e) = &entrypoint {
+        req = req.header("x-claude-code-entrypoint", e);
     }
     let res = req
         .body(body.clone())
@@ -136,6 +141,7 @@ async fn forward(
             "input": parse(&body),
             "status": status.as_u16(),
             "output": parse(&answer),
+            "entrypoint": entrypoint,
         }));
     }
     let head = format!(

@@ -9,7 +9,9 @@ use waymark_store::*;
 
 use crate::convert;
 use crate::domain::core::{Tx, emit, record_refusal};
-use crate::domain::decisions::{amend_effect, approval_grants, checked_edit, close_decision};
+use crate::domain::decisions::{
+    amend_effect, approval_grants, checked_edit, close_decision, defer_to_runtime,
+};
 use crate::domain::devices::{
     Rejection, Verified, has_scope, reject, required_scope, result, verify_envelope,
 };
@@ -168,7 +170,11 @@ async fn steers(tx: &mut Tx, task: &TaskRow, user_id: &str) -> ApiResult<Option<
 fn answers_a_decision(op: Operation) -> bool {
     matches!(
         op,
-        Operation::Approve | Operation::Deny | Operation::AnswerQuestion | Operation::ChooseOption
+        Operation::Approve
+            | Operation::Deny
+            | Operation::AnswerQuestion
+            | Operation::ChooseOption
+            | Operation::Defer
     )
 }
 
@@ -361,6 +367,10 @@ pub(crate) async fn decide(
             // close_decision may have moved the task back to running.
             task = tx.task(&task.id).await?.unwrap_or(task);
         }
+        Operation::Defer => match defer_to_runtime(tx, &task, cmd, now).await? {
+            Ok(detail) => res.detail = detail,
+            Err(r) => return Ok(Err(r)),
+        },
         Operation::TakeOver => {
             revoke_attempts(tx, &task, now).await?;
             task.state = TaskState::Paused;

@@ -12,6 +12,7 @@ use crate::domain::core::{
     Made, Tx, audited, check_intent, check_text, created, emit, emit_task, field_digest, invalid,
     refuse_terminal, task_for, to_value,
 };
+use crate::domain::devices::{Rejection, reject};
 use crate::domain::escalation;
 use crate::domain::fences::optional_fence;
 use crate::error::{ApiError, ApiResult};
@@ -273,12 +274,19 @@ pub(crate) async fn runtime_decision(
     Ok(d)
 }
 
-/// Opens an approval bound to the intent digest and the plan revision.
+/// How long a deferred approval waits: the runtime waits across its own exit (Claude Code keeps
+/// a deferred session for 30 days), so only a person's silence for a day closes it.
+pub(crate) const DEFERRED_EXPIRY: std::time::Duration = std::time::Duration::from_secs(24 * 3600);
+
+/// Opens an approval bound to the intent digest and the plan revision. `can_wait`: the
+/// runtime holding it can be asked to wait durably instead of deciding at its deadline (only
+/// the adapter that holds it, which answers the runtime, says so; `defer_to_runtime`).
 pub(crate) async fn request_approval(
     st: &AppState,
     caller: &Caller,
     task_id: String,
     req: RequestApproval,
+    can_wait: bool,
 ) -> ApiResult<Made<Decision>> {
     check_text("summary", &req.summary, 2000, true)?;
     check_intent(&req.intent)?;
@@ -323,6 +331,7 @@ pub(crate) async fn request_approval(
                 runtime: r.runtime.clone(),
                 at: chrono::DateTime::from_timestamp_millis(at).unwrap_or_default(),
                 then: r.then,
+                can_wait,
             }))
         }
         None => None,
@@ -775,4 +784,71 @@ pub(crate) async fn expire_overdue(st: &AppState, id: &str) -> ApiResult<bool> {
     close_decision(&mut tx, &mut d, DecisionStatus::Expired, outcome).await?;
     tx.commit().await?;
     Ok(true)
+}
+
+/// `defer`: the person asks the runtime holding a pending approval to wait for the answer across
+/// its own exit instead of deciding at its deadline — bound like `approve` to the decision's
+/// intent digest (the revision is checked by the caller). The approval becomes `durable`, its
+/// runtime deadline goes, and it expires only after `DEFERRED_EXPIRY`; the adapter holding it
+/// (`claude_code::gate_tool`) sees the change and answers the runtime `defer`.
+pub(crate) async fn defer_to_runtime(
+    tx: &mut Tx,
+    task: &TaskRow,
+    cmd: &SteerCommand,
+    now: i64,
+) -> ApiResult<Result<String, Rejection>> {
+    let Some(decision_id) = cmd.args.get("decision_id").and_then(Value::as_str) else {
+        return Ok(Err(reject(
+            RejectReason::InvalidCommand,
+            "`args.decision_id` is required",
+        )));
+    };
+    let Some(mut d) = tx
+        .decision(decision_id)
+        .await?
+        .filter(|d| d.task_id == task.id)
+    else {
+        return Ok(Err(reject(
+            RejectReason::InvalidCommand,
+            format!("no decision `{decision_id}` on this task"),
+        )));
+    };
+    if d.status != DecisionStatus::Pending {
+        return Ok(Err(reject(
+            RejectReason::DecisionClosed,
+            format!("the decision is {}", d.status),
+        )));
+    }
+    if cmd.args.get("intent_digest").and_then(Value::as_str) != d.intent_digest.as_deref() {
+        return Ok(Err(reject(
+            RejectReason::DigestMismatch,
+            "the intent digest you saw is not the one the agent asked about",
+        )));
+    }
+    let deadline: Option<RuntimeDeadline> = d
+        .runtime_deadline
+        .as_ref()
+        .map(|v| convert::json(v, "runtime deadline"))
+        .transpose()?;
+    let Some(deadline) = deadline.filter(|r| r.can_wait) else {
+        return Ok(Err(reject(
+            RejectReason::WrongOperation,
+            "this approval's runtime cannot wait for the answer across its exit; approve or deny it",
+        )));
+    };
+    if deadline.at.timestamp_millis() <= now || d.expires_at <= now {
+        return Ok(Err(reject(
+            RejectReason::ApprovalExpired,
+            format!("{} has already decided on its own", deadline.runtime),
+        )));
+    }
+    d.durability = Some(ApprovalDurability::Durable);
+    d.runtime_deadline = None;
+    d.expires_at = now + DEFERRED_EXPIRY.as_millis() as i64;
+    tx.update_decision(&d).await?;
+    emit(tx, task, EventKind::DecisionUpdated, convert::decision(&d)?).await?;
+    Ok(Ok(format!(
+        "{} waits for the answer: its run stops here; resume it once you decided",
+        deadline.runtime
+    )))
 }

@@ -286,7 +286,7 @@ pub(crate) fn result(
 
 pub(crate) fn required_scope(op: Operation) -> &'static str {
     match op {
-        Operation::Approve | Operation::Deny => "approve",
+        Operation::Approve | Operation::Deny | Operation::Defer => "approve",
         Operation::OpenSession => "view",
         _ => "steer",
     }

@@ -252,6 +252,15 @@ pub(crate) async fn tick(st: &AppState) -> ApiResult<usize> {
 pub(crate) async fn deliver(st: &AppState, mut c: PushChannelRow) -> ApiResult<usize> {
     let events = {
         let mut tx = Tx::read(st).await?;
+        // Revoked since the pass listed it (its device was revoked meanwhile): nothing more.
+        let now_revoked = tx
+            .push_channels(Some(&c.device_id))
+            .await?
+            .iter()
+            .any(|x| x.id == c.id && x.revoked_at.is_some());
+        if now_revoked {
+            return Ok(0);
+        }
         if c.cursor < tx.pruned_through().await? {
             c.cursor = tx.pruned_through().await?;
         }

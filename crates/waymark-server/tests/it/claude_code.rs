@@ -519,6 +519,127 @@ async fn in_print_mode_a_gated_call_is_deferred_and_the_resumed_run_gets_the_ans
     assert_eq!(d["effects"][0]["status"], "confirmed");
 }
 
+/// A gated call held in a `claude -p` run (the hook says so by Claude Code's entrypoint,
+/// `sdk-cli`), posted as the hook posts it; its answer when it returns.
+fn held_headless_call(h: &Harness, entrypoint: &str) -> tokio::task::JoinHandle<Value> {
+    let (url, token) = (
+        h.url(&format!("{HOOK}?gate=Bash&timeout=60")),
+        h.alice.clone(),
+    );
+    let entrypoint = entrypoint.to_owned();
+    tokio::spawn(async move {
+        reqwest::Client::new()
+            .post(url)
+            .bearer_auth(token)
+            .header("X-Claude-Code-Entrypoint", entrypoint)
+            .json(&fixture("deferred_push"))
+            .send()
+            .await
+            .unwrap()
+            .json::<Value>()
+            .await
+            .unwrap()
+    })
+}
+
+/// The person switches a held call of a `claude -p` run to a durable wait: the held hook
+/// answers `defer` at once, the approval stays open without Claude Code's deadline, and the
+/// resumed run's `PreToolUse` gets the answer given later. An interactive session's hold, or a
+/// run whose entrypoint is unknown, offers no such switch, and one asked for is refused.
+#[tokio::test]
+async fn a_held_call_of_a_headless_run_is_switched_to_a_durable_wait_on_request() {
+    let h = Harness::start().await;
+    let dev = h.pair_device("alice", &["view", "steer", "approve"]).await;
+    for session in ["p-run-7", "interactive-1"] {
+        let mut start = fixture("session_start");
+        start["session_id"] = json!(session);
+        hook(&h, "", start).await;
+    }
+    let held = held_headless_call(&h, "sdk-cli");
+    let task = session_task(&h, "p-run-7").await;
+    let dec = pending_decision(&h, &task).await;
+    assert_eq!(dec["durability"], "fail_open_hook");
+    // Truthful about what Claude Code does at the hook's timeout in `-p`: it denies.
+    assert_eq!(dec["runtime_deadline"]["then"], "denies", "{dec}");
+    assert_eq!(dec["runtime_deadline"]["can_wait"], true, "{dec}");
+
+    answer(&h, &dev, &task, &dec, Operation::Defer, json!({})).await;
+    let out = tokio::time::timeout(Duration::from_secs(10), held)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        out["hookSpecificOutput"]["permissionDecision"], "defer",
+        "{out}"
+    );
+    let id = dec["id"].as_str().unwrap();
+    let d = decision(&h, &task, id).await;
+    assert_eq!(d["status"], "pending");
+    assert_eq!(d["durability"], "durable");
+    assert!(d["runtime_deadline"].is_null(), "no deadline left: {d}");
+    // A second switch has nothing to switch.
+    let (_, r) = h
+        .submit(&dev.sign(&dev.command(
+            &task,
+            Some(1),
+            Operation::Defer,
+            json!({"decision_id": id, "intent_digest": dec["intent_digest"]}),
+        )))
+        .await;
+    assert_eq!(r["reason"], "wrong_operation", "{r}");
+
+    // The process exits; the person decides later; the resumed run is told.
+    hook(&h, "", fixture("session_end")).await;
+    answer(&h, &dev, &task, &dec, Operation::Approve, json!({})).await;
+    hook(&h, "", fixture("session_resume")).await;
+    let out = hook(&h, "?gate=Bash&timeout=60", fixture("deferred_push")).await;
+    assert_eq!(
+        out["hookSpecificOutput"]["permissionDecision"], "allow",
+        "{out}"
+    );
+
+    // An interactive session: Claude Code asks in its own prompt; no switch is offered.
+    let mut other = fixture("deferred_push");
+    other["session_id"] = json!("interactive-1");
+    other["tool_use_id"] = json!("toolu_interactive");
+    let (url, token) = (
+        h.url(&format!("{HOOK}?gate=Bash&timeout=60")),
+        h.alice.clone(),
+    );
+    let held = tokio::spawn(async move {
+        reqwest::Client::new()
+            .post(url)
+            .bearer_auth(token)
+            .header("X-Claude-Code-Entrypoint", "cli")
+            .json(&other)
+            .send()
+            .await
+            .unwrap()
+            .json::<Value>()
+            .await
+            .unwrap()
+    });
+    let task2 = session_task(&h, "interactive-1").await;
+    let dec2 = pending_decision(&h, &task2).await;
+    assert_eq!(dec2["runtime_deadline"]["then"], "asks_itself", "{dec2}");
+    assert!(dec2["runtime_deadline"].get("can_wait").is_none(), "{dec2}");
+    let (_, r) = h
+        .submit(&dev.sign(&dev.command(
+            &task2,
+            Some(1),
+            Operation::Defer,
+            json!({"decision_id": dec2["id"], "intent_digest": dec2["intent_digest"]}),
+        )))
+        .await;
+    assert_eq!(r["reason"], "wrong_operation", "{r}");
+    answer(&h, &dev, &task2, &dec2, Operation::Deny, json!({})).await;
+    let out = tokio::time::timeout(Duration::from_secs(10), held)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(out["hookSpecificOutput"]["permissionDecision"], "deny");
+}
+
 #[tokio::test]
 async fn bad_hook_inputs_are_refused_clearly() {
     let h = Harness::start().await;

@@ -260,11 +260,11 @@ async fn a_revoked_device_is_sent_nothing_more_and_its_channels_end_with_it() {
     // A decision that would have been pushed: the background work runs, nothing is sent.
     let task = h.create_task(&h.alice).await;
     let (att, fence) = h.attempt(&h.alice, &task, 60).await;
-    let (s, _) = h
+    let (s, v) = h
         .post(&h.alice, &format!("/v1/tasks/{task}/approvals"),
               json!({"attempt_id": att, "fence": fence, "intent": {"target": "staging"}, "summary": "deploy?"}))
         .await;
-    assert_eq!(s, StatusCode::CREATED);
+    assert_eq!(s, StatusCode::CREATED, "{v}");
     h.advance(Duration::from_secs(5)).await;
     h.advance(Duration::from_secs(5)).await;
     assert!(
