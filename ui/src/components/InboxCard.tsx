@@ -277,12 +277,12 @@ export function InboxCard({
 
       <Closing item={item} now={now} />
       {d.can_wait && !decidedByRuntime && d.status === "pending" && (
-        <p className="small wait-offer" data-testid="wait-offer">
-          {t("inbox.wait.explain", { runtime: d.closing.runtime ?? "" })}{" "}
-          <button type="button" className="link" disabled={locked} data-testid="wait" onClick={() => send("wait")}>
+        <div className="small wait-offer" data-testid="wait-offer">
+          <p>{t("inbox.wait.explain", { runtime: d.closing.runtime ?? "" })}</p>
+          <button type="button" className="secondary" disabled={locked} data-testid="wait" onClick={() => send("wait")}>
             {t("inbox.wait.button", { runtime: d.closing.runtime ?? "" })}
           </button>
-        </p>
+        </div>
       )}
       {d.escalation && <EscalationLine escalation={d.escalation} now={now} />}
 
