@@ -16,6 +16,7 @@ use waymark_server::{Config, DataDir, Running};
 mod child;
 mod phone;
 mod postgres;
+mod suite;
 mod sys;
 
 #[derive(Debug, Parser)]
@@ -30,7 +31,8 @@ struct Args {
     /// Print JSON instead of a table.
     #[arg(long)]
     json: bool,
-    /// Run only these benchmarks (checkpoints, postgres, steer, catch-up, fan-out, phone).
+    /// Run only these benchmarks (checkpoints, postgres, steer, catch-up, fan-out, phone,
+    /// suite — the logged `scripts/test` runs).
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
     #[command(subcommand)]
@@ -850,6 +852,9 @@ async fn bench(args: Args) -> Result<()> {
     }
     if want("phone") {
         phone::phone(args.quick, &mut out).await.context("phone")?;
+    }
+    if want("suite") {
+        suite::suite(&mut out).context("suite")?;
     }
     eprintln!("load average at end: {:.2}", sys::load());
     if args.json {
