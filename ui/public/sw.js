@@ -121,7 +121,9 @@ async function describe(payload) {
     const detail = await res.json();
     const pending = (detail.decisions || []).filter((d) => d.status === "pending");
     const d = pending[pending.length - 1];
-    if (payload.type === "decision.requested" && d) {
+    // Another user's task (they delegated their decisions to this one) says whose it is.
+    const whose = session.user && detail.task.owner && detail.task.owner !== session.user ? `For ${detail.task.owner}: ` : "";
+    if ((payload.type === "decision.requested" || payload.type === "decision.escalated") && d) {
       const deadline = new Date(d.expires_at).toLocaleTimeString([], { hour: "2-digit", minute: "2-digit" });
       // A hook that times out fails open: the runtime decides then, not our default.
       const then =
@@ -135,7 +137,7 @@ async function describe(payload) {
       // a risky one opens its full card.
       const quick = d.kind === "approval" && !d.risky;
       return {
-        title: d.question,
+        title: whose + d.question,
         body: lines.join("\n"),
         tag: d.id,
         data: { task_id: payload.task_id, decision_id: d.id, plan_revision: d.plan_revision, intent_digest: d.intent_digest || null },

@@ -165,18 +165,31 @@ impl Companion {
             }
         }
         // Under the user's escalation policy a decision notifies only the devices its steps
-        // reached so far; a later step reaching this one raises it then.
-        let me = self.identity().await?.map(|i| i.device_id);
+        // reached so far; a later step reaching this one raises it then. Another user's task
+        // (they delegated their decisions to this one) notifies only the decisions a step of
+        // theirs sent here, and says whose it is.
+        let identity = self.identity().await?;
+        let me = identity.as_ref().map(|i| i.device_id.as_str());
+        let foreign = identity
+            .as_ref()
+            .is_some_and(|i| !thread.task.owner.is_empty() && thread.task.owner != i.user);
         let mut out = Vec::new();
-        for n in notify::for_thread_with(&thread, &stats) {
+        for mut n in notify::for_thread_with(&thread, &stats) {
             let decision = n
                 .decision_id
                 .as_deref()
                 .and_then(|id| thread.decisions.iter().find(|d| d.id == id));
-            if let (Some(d), Some(me)) = (decision, me.as_deref())
-                && !notify::reaches(d, me)
-            {
+            let reaches = match (decision, me) {
+                (Some(d), Some(me)) if foreign => notify::reaches_delegate(d, me),
+                (Some(d), Some(me)) => notify::reaches(d, me),
+                (None, _) => !foreign,
+                (Some(_), None) => true,
+            };
+            if !reaches {
                 continue;
+            }
+            if foreign {
+                n.title = format!("For {}: {}", thread.task.owner, n.title);
             }
             if !dedup || self.mirror.first_notification(&n.key).await? {
                 out.push(n);

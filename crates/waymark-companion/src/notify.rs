@@ -143,6 +143,14 @@ pub fn reaches(d: &Decision, device_id: &str) -> bool {
         .is_none_or(|e| e.notified.iter().any(|n| n.device_id == device_id))
 }
 
+/// Whether a decision of another user's task (delegated to this device's user) notifies
+/// `device_id`: only once a step of that user's escalation named it, as the server pushes it.
+pub fn reaches_delegate(d: &Decision, device_id: &str) -> bool {
+    d.escalation
+        .as_ref()
+        .is_some_and(|e| e.notified.iter().any(|n| n.device_id == device_id))
+}
+
 /// The notification a pending decision deserves.
 pub fn for_decision(d: &Decision, thread: &ThreadDetail) -> Notification {
     decision_with(d, thread, &[])

@@ -1129,6 +1129,7 @@ async fn a_delegate_is_notified_at_his_step_and_answers_from_his_own_device() {
     let n = bob.notifications(&task, true).await.unwrap();
     assert_eq!(n.len(), 1, "bob's step came: {n:?}");
     assert!(n[0].body.contains("bob's phone (bob)"), "{}", n[0].body);
+    assert!(n[0].title.starts_with("For alice: "), "{}", n[0].title);
 
     let seen = shown_card(&bob, &decision).await;
     bob.answer(&decision, Operation::Approve, None, None, &seen)

@@ -140,7 +140,7 @@ export class WebCompanion {
     const s = await this.api.openSession(id.device_id, (await signCommand(key, cmd)));
     this.session = { token: s.token, expires: Date.parse(s.expires_at) };
     // The service worker reads it too: to describe a push, and to say it showed and opened it.
-    await set(SESSION_KEY, { token: s.token, expires_at: s.expires_at, device_id: id.device_id });
+    await set(SESSION_KEY, { token: s.token, expires_at: s.expires_at, device_id: id.device_id, user: id.user });
     return s.token;
   }
 
