@@ -883,11 +883,27 @@ pub struct ThreadRowView {
     pub stages: Vec<StageView>,
     /// Pinned for offline review.
     pub pinned: bool,
+    /// Whose task it is, when not this device's user's (they delegated their decisions).
+    pub on_behalf_of: Option<String>,
+}
+
+impl ThreadRowView {
+    /// The row for `me` (this device's user): another owner's thread says whose it is.
+    pub fn for_user(r: ThreadRow, me: Option<&str>) -> Self {
+        let on_behalf_of = me
+            .filter(|me| !r.task.owner.is_empty() && r.task.owner != *me)
+            .map(|_| r.task.owner.clone());
+        ThreadRowView {
+            on_behalf_of,
+            ..r.into()
+        }
+    }
 }
 
 impl From<ThreadRow> for ThreadRowView {
     fn from(r: ThreadRow) -> Self {
         ThreadRowView {
+            on_behalf_of: None,
             task: r.task.into(),
             pending_decisions: r.pending_decisions,
             unknown_effects: r.unknown_effects,

@@ -852,6 +852,8 @@ export type ThreadRowView = {
 	stages: StageView[],
 	/**  Pinned for offline review. */
 	pinned: boolean,
+	/**  Whose task it is, when not this device's user's (they delegated their decisions). */
+	on_behalf_of: string | null,
 };
 
 /**  Totals of a test run. */

@@ -14,12 +14,13 @@ const TEXT_LIMIT: usize = 4 << 20;
 #[tauri::command]
 #[specta::specta]
 pub async fn list_threads(s: State<'_, AppState>) -> AppResult<Vec<ThreadRowView>> {
+    let me = s.companion.identity().await?.map(|i| i.user);
     Ok(s.companion
         .mirror()
         .threads()
         .await?
         .into_iter()
-        .map(Into::into)
+        .map(|r| ThreadRowView::for_user(r, me.as_deref()))
         .collect())
 }
 

@@ -16,6 +16,11 @@ export function ThreadRow({ row, open, now = Date.now(), place }: { row: ThreadR
         <div className="row wrap">
           <StateBadge state={task.state} />
           <strong className="thread-title">{task.title}</strong>
+          {row.on_behalf_of && (
+            <span className="pill" data-testid="thread-on-behalf-of">
+              {t("inbox.forOwner", { user: row.on_behalf_of })}
+            </span>
+          )}
         </div>
         <div className="row wrap small">
           <span className="muted">{t("threads.rev", { rev: task.plan_revision })}</span>

@@ -476,6 +476,14 @@ describe("Threads", () => {
     expect(screen.getByRole("meter", { name: "Time" }).getAttribute("aria-valuenow")).toBe("900");
   });
 
+  it("says whose a delegated thread is, and nothing for one's own", () => {
+    const { unmount } = ui(<ThreadRow row={row} open={() => {}} now={NOW} />);
+    expect(screen.queryByTestId("thread-on-behalf-of")).toBeNull();
+    unmount();
+    ui(<ThreadRow row={{ ...row, on_behalf_of: "alice" }} open={() => {}} now={NOW} />);
+    expect(screen.getByTestId("thread-on-behalf-of").textContent).toBe("for alice");
+  });
+
   it("says so when a task has no budget limits", () => {
     ui(<Budget budget={{ ...task.budget, max_wall_seconds: null }} />);
     expect(screen.getByText("No budget limits")).toBeTruthy();

@@ -136,6 +136,7 @@ export const row: ThreadRowView = {
     { step: "deploy_staging", title: "Deploy to staging (needs approval)", status: "in_flight", verified: false },
   ],
   pinned: false,
+  on_behalf_of: null,
 };
 
 export function outbox(over: Partial<OutboxView> = {}): OutboxView {

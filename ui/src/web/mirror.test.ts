@@ -238,6 +238,10 @@ describe("what the screens render", () => {
     expect(rows[0].last_checkpoint).toMatchObject({ sequence: 3, pending_step: { step: "deploy", approval_id: null } });
     expect(rows[0].task.budget).toMatchObject({ max_tokens: 200000, max_cost_usd: 5, used_tokens: 48210, used_cost_usd: 0.62 });
     expect(rows[1].last_checkpoint).toBeNull();
+    expect(rows[0].on_behalf_of).toBeNull();
+    // Seen by bob, whom alice delegated to, her threads say whose they are.
+    const bobs = (await m.threads()).map((r) => threadRowView(r, now, "bob"));
+    expect(bobs.map((r) => r.on_behalf_of)).toEqual(["alice", "alice", "alice"]);
     const done = rows[2].task;
     expect(done.terminal).toBe(true);
     expect(done.budget.elapsed_seconds).toBe(Math.trunc((done.updated_at - done.created_at) / 1000));

@@ -449,7 +449,8 @@ export class WebCompanion {
   }
 
   async threads(): Promise<ThreadRowView[]> {
-    return (await this.mirror.threads()).map((r) => threadRowView(r));
+    const me = (await this.mirror.identity())?.user ?? null;
+    return (await this.mirror.threads()).map((r) => threadRowView(r, Date.now(), me));
   }
 
   async thread(taskId: string): Promise<ThreadDetailView> {

@@ -258,8 +258,10 @@ export function outboxView(e: OutboxEntry): OutboxView {
   };
 }
 
-export function threadRowView(r: ThreadRow, now: number = Date.now()): ThreadRowView {
+/** A row for `me` (this device's user): another owner's thread says whose it is. */
+export function threadRowView(r: ThreadRow, now: number = Date.now(), me: string | null = null): ThreadRowView {
   return {
+    on_behalf_of: me != null && r.task.owner && r.task.owner !== me ? r.task.owner : null,
     task: taskView(r.task, now),
     pending_decisions: r.pending_decisions,
     unknown_effects: r.unknown_effects,
