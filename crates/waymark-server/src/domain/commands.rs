@@ -11,6 +11,7 @@ use crate::convert;
 use crate::domain::core::{Tx, emit, record_refusal};
 use crate::domain::decisions::{
     amend_effect, approval_grants, checked_edit, close_decision, defer_to_runtime,
+    pending_decision_named,
 };
 use crate::domain::devices::{
     Rejection, Verified, has_scope, reject, required_scope, result, verify_envelope,
@@ -479,28 +480,10 @@ pub(crate) async fn answer(
     by: &str,
     now: i64,
 ) -> ApiResult<Result<(), Rejection>> {
-    let Some(decision_id) = cmd.args.get("decision_id").and_then(Value::as_str) else {
-        return Ok(Err(reject(
-            RejectReason::InvalidCommand,
-            "`args.decision_id` is required",
-        )));
+    let mut d = match pending_decision_named(tx, task, cmd).await? {
+        Ok(d) => d,
+        Err(r) => return Ok(Err(r)),
     };
-    let Some(mut d) = tx
-        .decision(decision_id)
-        .await?
-        .filter(|d| d.task_id == task.id)
-    else {
-        return Ok(Err(reject(
-            RejectReason::InvalidCommand,
-            format!("no decision `{decision_id}` on this task"),
-        )));
-    };
-    if d.status != DecisionStatus::Pending {
-        return Ok(Err(reject(
-            RejectReason::DecisionClosed,
-            format!("the decision is {}", d.status),
-        )));
-    }
     if d.expires_at <= now {
         return Ok(Err(reject(
             RejectReason::ApprovalExpired,

@@ -786,24 +786,19 @@ pub(crate) async fn expire_overdue(st: &AppState, id: &str) -> ApiResult<bool> {
     Ok(true)
 }
 
-/// `defer`: the person asks the runtime holding a pending approval to wait for the answer across
-/// its own exit instead of deciding at its deadline — bound like `approve` to the decision's
-/// intent digest (the revision is checked by the caller). The approval becomes `durable`, its
-/// runtime deadline goes, and it expires only after `DEFERRED_EXPIRY`; the adapter holding it
-/// (`claude_code::gate_tool`) sees the change and answers the runtime `defer`.
-pub(crate) async fn defer_to_runtime(
+/// The pending decision of `task` a command names in `args.decision_id`, or why not.
+pub(crate) async fn pending_decision_named(
     tx: &mut Tx,
     task: &TaskRow,
     cmd: &SteerCommand,
-    now: i64,
-) -> ApiResult<Result<String, Rejection>> {
+) -> ApiResult<Result<DecisionRow, Rejection>> {
     let Some(decision_id) = cmd.args.get("decision_id").and_then(Value::as_str) else {
         return Ok(Err(reject(
             RejectReason::InvalidCommand,
             "`args.decision_id` is required",
         )));
     };
-    let Some(mut d) = tx
+    let Some(d) = tx
         .decision(decision_id)
         .await?
         .filter(|d| d.task_id == task.id)
@@ -819,6 +814,24 @@ pub(crate) async fn defer_to_runtime(
             format!("the decision is {}", d.status),
         )));
     }
+    Ok(Ok(d))
+}
+
+/// `defer`: the person asks the runtime holding a pending approval to wait for the answer across
+/// its own exit instead of deciding at its deadline — bound like `approve` to the decision's
+/// intent digest (the revision is checked by the caller). The approval becomes `durable`, its
+/// runtime deadline goes, and it expires only after `DEFERRED_EXPIRY`; the adapter holding it
+/// (`claude_code::gate_tool`) sees the change and answers the runtime `defer`.
+pub(crate) async fn defer_to_runtime(
+    tx: &mut Tx,
+    task: &TaskRow,
+    cmd: &SteerCommand,
+    now: i64,
+) -> ApiResult<Result<String, Rejection>> {
+    let mut d = match pending_decision_named(tx, task, cmd).await? {
+        Ok(d) => d,
+        Err(r) => return Ok(Err(r)),
+    };
     if cmd.args.get("intent_digest").and_then(Value::as_str) != d.intent_digest.as_deref() {
         return Ok(Err(reject(
             RejectReason::DigestMismatch,

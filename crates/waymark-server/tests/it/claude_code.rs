@@ -63,15 +63,22 @@ async fn decision(h: &Harness, task: &str, id: &str) -> Value {
         .1
 }
 
-/// The fixture's `PermissionRequest`, posted as Claude Code's hook does and held by the
-/// server until the decision closes (a 60 s hook timeout); its answer when it returns.
-fn held_permission_request(h: &Harness) -> tokio::task::JoinHandle<Value> {
-    let (url, token) = (h.url(&format!("{HOOK}?timeout=60")), h.alice.clone());
+/// A hook call posted as Claude Code posts it (with its entrypoint header when given) and held
+/// by the server until its decision closes or is deferred; its answer when it returns.
+fn hold_call(
+    h: &Harness,
+    query: &str,
+    entrypoint: Option<&str>,
+    body: Value,
+) -> tokio::task::JoinHandle<Value> {
+    let (url, token) = (h.url(&format!("{HOOK}{query}")), h.alice.clone());
+    let entrypoint = entrypoint.map(str::to_owned);
     tokio::spawn(async move {
-        reqwest::Client::new()
-            .post(url)
-            .bearer_auth(token)
-            .json(&fixture("permission_request"))
+        let mut req = reqwest::Client::new().post(url).bearer_auth(token);
+        if let Some(e) = entrypoint {
+            req = req.header("X-Claude-Code-Entrypoint", e);
+        }
+        req.json(&body)
             .send()
             .await
             .unwrap()
@@ -79,6 +86,11 @@ fn held_permission_request(h: &Harness) -> tokio::task::JoinHandle<Value> {
             .await
             .unwrap()
     })
+}
+
+/// The fixture's `PermissionRequest`, held by the server (a 60 s hook timeout).
+fn held_permission_request(h: &Harness) -> tokio::task::JoinHandle<Value> {
+    hold_call(h, "?timeout=60", None, fixture("permission_request"))
 }
 
 async fn answer(h: &Harness, d: &TestDevice, task: &str, dec: &Value, op: Operation, args: Value) {
@@ -519,27 +531,14 @@ async fn in_print_mode_a_gated_call_is_deferred_and_the_resumed_run_gets_the_ans
     assert_eq!(d["effects"][0]["status"], "confirmed");
 }
 
-/// A gated call held in a `claude -p` run (the hook says so by Claude Code's entrypoint,
-/// `sdk-cli`), posted as the hook posts it; its answer when it returns.
+/// A gated call held in a run whose entrypoint is `entrypoint` (`sdk-cli`: `claude -p`).
 fn held_headless_call(h: &Harness, entrypoint: &str) -> tokio::task::JoinHandle<Value> {
-    let (url, token) = (
-        h.url(&format!("{HOOK}?gate=Bash&timeout=60")),
-        h.alice.clone(),
-    );
-    let entrypoint = entrypoint.to_owned();
-    tokio::spawn(async move {
-        reqwest::Client::new()
-            .post(url)
-            .bearer_auth(token)
-            .header("X-Claude-Code-Entrypoint", entrypoint)
-            .json(&fixture("deferred_push"))
-            .send()
-            .await
-            .unwrap()
-            .json::<Value>()
-            .await
-            .unwrap()
-    })
+    hold_call(
+        h,
+        "?gate=Bash&timeout=60",
+        Some(entrypoint),
+        fixture("deferred_push"),
+    )
 }
 
 /// The person switches a held call of a `claude -p` run to a durable wait: the held hook
@@ -602,23 +601,7 @@ async fn a_held_call_of_a_headless_run_is_switched_to_a_durable_wait_on_request(
     let mut other = fixture("deferred_push");
     other["session_id"] = json!("interactive-1");
     other["tool_use_id"] = json!("toolu_interactive");
-    let (url, token) = (
-        h.url(&format!("{HOOK}?gate=Bash&timeout=60")),
-        h.alice.clone(),
-    );
-    let held = tokio::spawn(async move {
-        reqwest::Client::new()
-            .post(url)
-            .bearer_auth(token)
-            .header("X-Claude-Code-Entrypoint", "cli")
-            .json(&other)
-            .send()
-            .await
-            .unwrap()
-            .json::<Value>()
-            .await
-            .unwrap()
-    });
+    let held = hold_call(&h, "?gate=Bash&timeout=60", Some("cli"), other);
     let task2 = session_task(&h, "interactive-1").await;
     let dec2 = pending_decision(&h, &task2).await;
     assert_eq!(dec2["runtime_deadline"]["then"], "asks_itself", "{dec2}");

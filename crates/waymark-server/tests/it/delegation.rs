@@ -2,19 +2,15 @@
 //! decisions with his own signed device commands; pausing and the rest stay with her; ending
 //! it ends his view at once, and an escalation step can name him. The clock is the test's.
 
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use axum::Router;
-use axum::extract::{Path, State};
-use axum::http::StatusCode as AxStatus;
-use axum::routing::post;
 use eventsource_stream::Eventsource;
 use futures::StreamExt;
 use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
 use waymark_proto::Operation;
 
+use crate::escalation::{device_with_push, push_service, take};
 use crate::support::{Harness, TestDevice, assert_problem};
 
 /// A pending approval on a new task of alice's: (task, decision id, intent digest), and the
@@ -199,51 +195,12 @@ async fn a_delegate_reads_and_answers_the_owners_decisions_and_nothing_more() {
     assert_eq!(v["delegates"][0]["user"], "bob", "{v}");
 }
 
-type Woken = Arc<Mutex<Vec<String>>>;
-
-async fn push_service() -> (String, Woken) {
-    let woken: Woken = Arc::default();
-    let app = Router::new()
-        .route(
-            "/push/{name}",
-            post(
-                |State(w): State<Woken>, Path(name): Path<String>| async move {
-                    w.lock().unwrap().push(name);
-                    AxStatus::CREATED
-                },
-            ),
-        )
-        .with_state(woken.clone());
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move { axum::serve(listener, app).await });
-    (format!("http://{addr}"), woken)
-}
-
-async fn with_push(h: &Harness, user: &str, base: &str) -> (TestDevice, String) {
-    let d = h.pair_device(user, &["view", "steer", "approve"]).await;
-    let token = h.session_token(&d).await;
-    let (s, v) = h
-        .post(
-            &token,
-            &format!("/v1/devices/{}/push", d.id),
-            json!({"kind": "unified_push", "endpoint": format!("{base}/push/{}", d.id)}),
-        )
-        .await;
-    assert_eq!(s, StatusCode::CREATED, "{v}");
-    (d, token)
-}
-
-fn take(w: &Woken) -> Vec<String> {
-    std::mem::take(&mut *w.lock().unwrap())
-}
-
 #[tokio::test]
 async fn an_escalation_step_reaches_the_second_person_after_the_first_was_silent() {
     let h = Harness::start().await;
     let (base, woken) = push_service().await;
-    let (laptop, alice_token) = with_push(&h, "alice", &base).await;
-    let (phone, bob_token) = with_push(&h, "bob", &base).await;
+    let (laptop, alice_token) = device_with_push(&h, "alice", &base).await;
+    let (phone, bob_token) = device_with_push(&h, "bob", &base).await;
     let policy = json!({"steps": [
         {"after_minutes": 0, "devices": [laptop.id]},
         {"after_minutes": 10, "devices": [], "people": ["bob"]},

@@ -15,10 +15,10 @@ use serde_json::{Value, json};
 
 use crate::support::{Harness, TestDevice, assert_problem};
 
-type Woken = Arc<Mutex<Vec<String>>>;
+pub(crate) type Woken = Arc<Mutex<Vec<String>>>;
 
 /// A push service that takes every push and remembers which device's endpoint it was for.
-async fn push_service() -> (String, Woken) {
+pub(crate) async fn push_service() -> (String, Woken) {
     let woken: Woken = Arc::default();
     let app = Router::new()
         .route(
@@ -37,9 +37,9 @@ async fn push_service() -> (String, Woken) {
     (format!("http://{addr}"), woken)
 }
 
-/// A paired device with a push channel whose endpoint ends in its id.
-async fn device_with_push(h: &Harness, base: &str) -> (TestDevice, String) {
-    let d = h.pair_device("alice", &["view", "steer", "approve"]).await;
+/// A paired device of `user` with a push channel whose endpoint ends in its id.
+pub(crate) async fn device_with_push(h: &Harness, user: &str, base: &str) -> (TestDevice, String) {
+    let d = h.pair_device(user, &["view", "steer", "approve"]).await;
     let token = h.session_token(&d).await;
     let (s, v) = h
         .post(
@@ -66,7 +66,7 @@ async fn approval(h: &Harness, task: &str, extra: Value) -> Value {
     d
 }
 
-fn take(w: &Woken) -> Vec<String> {
+pub(crate) fn take(w: &Woken) -> Vec<String> {
     std::mem::take(&mut *w.lock().unwrap())
 }
 
@@ -83,9 +83,9 @@ fn notified(d: &Value) -> Vec<String> {
 async fn a_decision_reaches_the_next_device_only_when_nobody_opened_it_in_time() {
     let h = Harness::start().await;
     let (base, woken) = push_service().await;
-    let (laptop, laptop_token) = device_with_push(&h, &base).await;
-    let (phone, phone_token) = device_with_push(&h, &base).await;
-    let (tablet, _) = device_with_push(&h, &base).await;
+    let (laptop, laptop_token) = device_with_push(&h, "alice", &base).await;
+    let (phone, phone_token) = device_with_push(&h, "alice", &base).await;
+    let (tablet, _) = device_with_push(&h, "alice", &base).await;
     let policy = json!({"steps": [
         {"after_minutes": 0, "devices": [laptop.id]},
         {"after_minutes": 10, "devices": [phone.id]},
@@ -175,7 +175,7 @@ async fn a_decision_reaches_the_next_device_only_when_nobody_opened_it_in_time()
 async fn quiet_hours_hold_what_can_wait_and_let_the_urgent_through() {
     let h = Harness::start().await;
     let (base, woken) = push_service().await;
-    let (phone, token) = device_with_push(&h, &base).await;
+    let (phone, token) = device_with_push(&h, "alice", &base).await;
     let now = h.server.state.now();
     let hhmm = |t: chrono::DateTime<chrono::Utc>| t.format("%H:%M").to_string();
     let (from, to) = (
