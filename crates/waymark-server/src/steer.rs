@@ -116,11 +116,10 @@ fn control_events(
 ) -> impl Stream<Item = Result<SseEvent, Infallible>> {
     async_stream::stream! {
         let _slot = slot;
-        let mut watch = st.cursor_watch();
-        let mut stopping = st.stopping.subscribe();
+        let mut bell = st.task_bell(&task_id);
         let mut sent: HashSet<String> = HashSet::new();
         loop {
-            watch.borrow_and_update();
+            bell.heard();
             let Ok((pending, attempt)) = controls::pending(&st, &task_id, &attempt_id).await else { break };
             for c in pending {
                 if sent.insert(c.command_id.clone()) {
@@ -136,9 +135,8 @@ fn control_events(
                 }
                 None => break,
             }
-            tokio::select! {
-                r = watch.changed() => if r.is_err() { break },
-                _ = stopping.wait_for(|s| *s) => break,
+            if !bell.rung().await {
+                break;
             }
         }
     }

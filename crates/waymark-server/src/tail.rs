@@ -9,9 +9,14 @@
 //! [`CAPACITY`] events; when more arrive at once it skips ahead instead of reading them all,
 //! and the streams behind it read the database. The task starts with the first stream and
 //! rests (no reads) while no stream listens.
+//!
+//! The tail also rings per-task [`Bell`]s: what waits on one task (a worker's control stream,
+//! a decision's long-poll, a held hook call) wakes only when that task has news, not on every
+//! commit of every task, and it wakes before the people's streams, so a steer reaches its
+//! worker ahead of a thousand subscribers' frames.
 
-use std::collections::VecDeque;
-use std::sync::{Arc, Once, RwLock};
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::{Arc, Mutex, Once, RwLock};
 use std::time::Duration;
 
 use tokio::sync::watch;
@@ -47,7 +52,49 @@ pub(crate) struct Tail {
     state: RwLock<State>,
     /// Moves after the tail took in new events: streams wait on it.
     head: watch::Sender<i64>,
+    /// The bells of the tasks someone waits on, by task id.
+    bells: Mutex<HashMap<String, watch::Sender<()>>>,
     started: Once,
+}
+
+/// One task's wake-up: rings once the tail holds a new event of the task (every change a
+/// waiter looks for — a command applied, an attempt ended, a decision closed — writes one),
+/// and when the tail skipped ahead without reading what it skipped. It keeps the tail's task
+/// running while it lives.
+pub(crate) struct Bell {
+    tail: Arc<Tail>,
+    task_id: String,
+    rung: watch::Receiver<()>,
+    _head: watch::Receiver<i64>,
+    stopping: watch::Receiver<bool>,
+}
+
+impl Bell {
+    /// Marks every ring so far as heard: call before reading what it announces.
+    pub(crate) fn heard(&mut self) {
+        self.rung.borrow_and_update();
+    }
+
+    /// Waits for the next ring; `false` when the server is stopping.
+    pub(crate) async fn rung(&mut self) -> bool {
+        tokio::select! {
+            r = self.rung.changed() => r.is_ok(),
+            _ = self.stopping.wait_for(|s| *s) => false,
+        }
+    }
+}
+
+impl Drop for Bell {
+    fn drop(&mut self) {
+        let mut bells = self.tail.bells();
+        // This bell's receiver is still alive here: the last one counts 1.
+        if bells
+            .get(&self.task_id)
+            .is_some_and(|s| s.receiver_count() <= 1)
+        {
+            bells.remove(&self.task_id);
+        }
+    }
 }
 
 struct State {
@@ -70,6 +117,7 @@ impl Tail {
                 events: VecDeque::new(),
             }),
             head: watch::channel(0).0,
+            bells: Mutex::new(HashMap::new()),
             started: Once::new(),
         }
     }
@@ -94,6 +142,45 @@ impl Tail {
             tokio::spawn(run(self.clone(), store.clone(), stopping));
         });
         rx
+    }
+
+    fn bells(&self) -> std::sync::MutexGuard<'_, HashMap<String, watch::Sender<()>>> {
+        self.bells.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// A wake-up for news of one task (see [`Bell`]). Starts the tail's task like
+    /// [`Tail::subscribe`].
+    pub(crate) fn bell(
+        self: &Arc<Self>,
+        store: &Arc<dyn Store>,
+        stopping: watch::Receiver<bool>,
+        task_id: &str,
+    ) -> Bell {
+        let rung = self
+            .bells()
+            .entry(task_id.to_owned())
+            .or_insert_with(|| watch::channel(()).0)
+            .subscribe();
+        let head = self.subscribe(store, stopping.clone());
+        Bell {
+            tail: self.clone(),
+            task_id: task_id.to_owned(),
+            rung,
+            _head: head,
+            stopping,
+        }
+    }
+
+    /// Rings the bells of these tasks (all of them when `None`).
+    fn ring(&self, tasks: Option<&HashSet<&str>>) {
+        let bells = self.bells();
+        match tasks {
+            None => bells.values().for_each(|b| b.send_replace(())),
+            Some(tasks) => tasks
+                .iter()
+                .filter_map(|t| bells.get(*t))
+                .for_each(|b| b.send_replace(())),
+        }
     }
 
     /// The events after `last` (only the given owners' when given), when the tail covers
@@ -127,6 +214,8 @@ impl Tail {
         s.pruned = pruned;
         s.ready = true;
         drop(s);
+        // What was skipped is not read: every waiter looks for itself.
+        self.ring(None);
         self.head.send_replace(cursor);
     }
 
@@ -146,12 +235,14 @@ impl Tail {
             self.reset(max, pruned);
         }
         let mut new = Vec::new();
+        let mut tasks = Vec::new();
         loop {
             let rows = tx.events_after(head, PAGE, None).await?;
             let full = rows.len() as i64 == PAGE;
             for mut row in rows {
                 head = row.cursor;
                 let data = std::mem::take(&mut row.data);
+                tasks.push(row.task_id.clone());
                 match convert::event(&row) {
                     Ok(mut ev) => {
                         ev.data = data;
@@ -185,6 +276,9 @@ impl Tail {
             }
         }
         drop(s);
+        // The tasks' waiters first, then the people's streams: a woken task joins the
+        // runtime's queue in the order it was woken.
+        self.ring(Some(&tasks.iter().map(String::as_str).collect()));
         self.head.send_replace(head);
         Ok(())
     }
@@ -210,5 +304,74 @@ async fn run(tail: Arc<Tail>, store: Arc<dyn Store>, mut stopping: watch::Receiv
             r = cursor.changed() => if r.is_err() { break },
             _ = stopping.wait_for(|s| *s) => break,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use waymark_proto::EventKind;
+    use waymark_store::NewEvent;
+
+    async fn append(store: &dyn Store, task_id: &str) -> i64 {
+        let mut tx = store.write().await.unwrap();
+        let cursor = tx
+            .append_event(&NewEvent {
+                task_id: task_id.into(),
+                owner_id: "user_1".into(),
+                kind: EventKind::TaskUpdated,
+                data: serde_json::json!({}),
+                at: 0,
+            })
+            .await
+            .unwrap();
+        tx.commit().await.unwrap();
+        cursor
+    }
+
+    #[tokio::test]
+    async fn a_bell_rings_for_news_of_its_own_task_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let store: Arc<dyn Store> = Arc::new(
+            waymark_store_sqlite::SqliteStore::open(&dir.path().join("t.db"))
+                .await
+                .unwrap(),
+        );
+        let stopping = watch::channel(false);
+        let tail = Arc::new(Tail::new());
+        let mut a = tail.bell(&store, stopping.1.clone(), "task_a");
+        let mut b = tail.bell(&store, stopping.1.clone(), "task_b");
+        let mut head = tail.subscribe(&store, stopping.1.clone());
+        // The tail's task reads where the log stands (and rings every bell as it starts).
+        head.wait_for(|_| tail.read().ready).await.unwrap();
+        a.heard();
+        b.heard();
+        head.borrow_and_update();
+
+        let cursor = append(&*store, "task_b").await;
+        head.wait_for(|h| *h >= cursor).await.unwrap();
+        // By the time the streams see the event, its task's bell has rung; the other's has not.
+        assert!(b.rung.has_changed().unwrap(), "task_b's bell did not ring");
+        assert!(
+            !a.rung.has_changed().unwrap(),
+            "task_a's bell rang for task_b"
+        );
+        assert!(
+            tokio::time::timeout(Duration::from_secs(5), b.rung())
+                .await
+                .unwrap()
+        );
+
+        // A bell's entry goes with its last waiter.
+        let b2 = tail.bell(&store, stopping.1.clone(), "task_b");
+        drop(b);
+        assert!(tail.bells().contains_key("task_b"));
+        drop(b2);
+        assert!(!tail.bells().contains_key("task_b"));
+        assert!(tail.bells().contains_key("task_a"));
+
+        // Stopping ends every wait.
+        stopping.0.send_replace(true);
+        assert!(!a.rung().await);
     }
 }
