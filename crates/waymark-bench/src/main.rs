@@ -35,6 +35,10 @@ struct Args {
     /// suite — the logged `scripts/test` runs).
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
+    /// Events the catch-up bench streams into the mirror (default 1,000,000; 5,000 with
+    /// `--quick`): to tell what the size does from what the rest does.
+    #[arg(long)]
+    catch_up_events: Option<i64>,
     #[command(subcommand)]
     child: Option<ChildMode>,
 }
@@ -549,13 +553,14 @@ async fn steer(quick: bool, out: &mut Vec<Figure>) -> Result<()> {
 }
 
 /// N events from cursor 0 into the companion's mirror, against a raw batched insert.
-async fn catch_up(quick: bool, out: &mut Vec<Figure>) -> Result<()> {
+async fn catch_up(quick: bool, events: Option<i64>, out: &mut Vec<Figure>) -> Result<()> {
     let s = server(Config {
         event_retention: 10_000_000,
         ..bench_config()
     })
     .await?;
-    let n: i64 = if quick { 5_000 } else { 1_000_000 };
+    let n: i64 = events.unwrap_or(if quick { 5_000 } else { 1_000_000 });
+    anyhow::ensure!(n >= 2, "--catch-up-events: at least 2");
     let per_task = 2_000i64;
     let mut tasks = Vec::new();
     while (tasks.len() as i64) * per_task < n {
@@ -848,7 +853,9 @@ async fn bench(args: Args) -> Result<()> {
         steer(args.quick, &mut out).await.context("steer")?;
     }
     if want("catch-up") {
-        catch_up(args.quick, &mut out).await.context("catch-up")?;
+        catch_up(args.quick, args.catch_up_events, &mut out)
+            .await
+            .context("catch-up")?;
     }
     if want("phone") {
         phone::phone(args.quick, &mut out).await.context("phone")?;

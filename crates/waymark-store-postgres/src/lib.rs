@@ -19,9 +19,9 @@
 //!   `nextval` runs, not the order transactions commit: without care, a transaction holding
 //!   cursor 7 could commit after one holding cursor 8, and an SSE reader that had already read
 //!   `cursor > 6` and seen 8 would ask for `cursor > 8` next and skip 7 forever. So
-//!   [`StoreTx::append_event`] first takes a transaction-scoped advisory lock
-//!   (`pg_advisory_xact_lock(CURSOR_LOCK)`, one constant key for the whole database), then
-//!   draws the cursor. The lock is held until the transaction commits or rolls back, so
+//!   [`StoreTx::append_event`] (and `insert_checkpoint_with_event`, in its one statement)
+//!   first takes a transaction-scoped advisory lock (`pg_advisory_xact_lock(CURSOR_LOCK)`,
+//!   one constant key for the whole database), then draws the cursor. The lock is held until the transaction commits or rolls back, so
 //!   event-writing transactions take cursors and commit one at a time, in cursor order: when a
 //!   reader's snapshot shows cursor `c`, every transaction that drew a smaller cursor has
 //!   already committed (and is in the snapshot) or rolled back (and left a gap that never
@@ -30,7 +30,8 @@
 //!   commit; write transactions that append no event (heartbeats, audit) do not take the lock.
 //! * **Fan-out.** [`Store::cursor_watch`] follows commits of every replica: a committing
 //!   transaction that appended events runs `pg_notify('waymark_events', '<its newest
-//!   cursor>')`, which PostgreSQL delivers at commit; each store keeps one dedicated listener
+//!   cursor>')` (a checkpoint append, in the statement that writes its event; others, just
+//!   before `COMMIT`), which PostgreSQL delivers at commit; each store keeps one dedicated listener
 //!   connection (`PgListener`) in a background task that raises the watch. When the listener
 //!   connection is lost, the task connects and `LISTEN`s again, then re-reads the newest cursor,
 //!   so a commit made while it was away still wakes the streams. The committing replica also
@@ -86,6 +87,9 @@ pub(crate) const CURSOR_LOCK: i64 = 0x7761_796d_6172_6b00;
 /// The class of the per-session advisory locks (two 32-bit key space, which does not overlap
 /// the 64-bit one): the bytes of `"wmsg"`.
 pub(crate) const MESSAGES_LOCK: i32 = 0x776d_7367;
+
+/// A pooled connection idle for longer than this is pinged before it is used.
+const PING_AFTER_IDLE: Duration = Duration::from_secs(5);
 
 /// How a [`PgStore`] connects.
 #[derive(Debug, Clone)]
@@ -150,8 +154,20 @@ impl PgStore {
                 ms(options.idle_in_transaction_timeout),
             ),
         ]);
+        // sqlx pings a connection before every use by default: one more round trip per
+        // transaction. A connection used moments ago is as alive as the ping would say, so
+        // only one that sat idle for a while is pinged (and replaced when that fails).
         let pool = PgPoolOptions::new()
             .max_connections(options.max_connections.max(1))
+            .test_before_acquire(false)
+            .before_acquire(|conn, meta| {
+                Box::pin(async move {
+                    if meta.idle_for < PING_AFTER_IDLE {
+                        return Ok(true);
+                    }
+                    conn.ping().await.map(|()| true)
+                })
+            })
             .acquire_timeout(options.acquire_timeout)
             .connect_with(with_timeouts)
             .await

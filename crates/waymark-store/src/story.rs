@@ -876,4 +876,57 @@ pub async fn run_store_story(store: &dyn Store) {
             .collect::<Vec<_>>(),
         vec!["c2"]
     );
+
+    // a checkpoint append's reads and writes, as a backend may make them in fewer round trips
+    let mut tx = store.write().await.unwrap();
+    let ctx = tx.append_context("task_1", "att_1").await.unwrap();
+    assert_eq!(ctx.task.as_ref().map(|t| t.id.as_str()), Some("task_1"));
+    assert_eq!(ctx.attempt.as_ref().map(|a| a.id.as_str()), Some("att_1"));
+    assert_eq!(
+        ctx.head,
+        Some(ChainHead {
+            sequence: 2,
+            digest: "d2".into()
+        })
+    );
+    // the attempt named is read whichever task it belongs to; no checkpoint yet: no head
+    let ctx = tx.append_context("task_2", "att_1").await.unwrap();
+    assert_eq!(ctx.attempt.map(|a| a.task_id), Some("task_1".into()));
+    assert_eq!(ctx.head, None);
+    let ctx = tx.append_context("task_1", "att_none").await.unwrap();
+    assert!(ctx.task.is_some() && ctx.attempt.is_none());
+    assert_eq!(
+        tx.append_context("task_none", "att_1").await.unwrap(),
+        AppendContext::default()
+    );
+    let before = tx.max_cursor().await.unwrap();
+    let cursor = tx
+        .insert_checkpoint_with_event(
+            &checkpoint("task_1", 3),
+            &event("task_1", "usr_a", EventKind::CheckpointAppended),
+        )
+        .await
+        .unwrap();
+    assert!(cursor > before);
+    assert!(
+        matches!(
+            tx.insert_checkpoint_with_event(
+                &checkpoint("task_1", 3),
+                &event("task_1", "usr_a", EventKind::CheckpointAppended),
+            )
+            .await,
+            Err(StoreError::Conflict(_))
+        ),
+        "a taken sequence conflicts, and writes no event"
+    );
+    tx.commit().await.unwrap();
+    let mut r = store.read().await.unwrap();
+    assert_eq!(r.max_cursor().await.unwrap(), cursor);
+    let last = r.events_after(before, 10, None).await.unwrap();
+    assert_eq!(last.len(), 1);
+    assert_eq!(last[0].kind, EventKind::CheckpointAppended);
+    assert_eq!(
+        r.last_checkpoint("task_1").await.unwrap(),
+        Some(checkpoint("task_1", 3))
+    );
 }
