@@ -160,11 +160,13 @@ pub(crate) async fn subscribers() -> Result<()> {
                         break;
                     }
                 }
-                Ok::<_, anyhow::Error>(first)
+                // Not draining: the stream stays open, unread, until the child ends.
+                Ok::<_, anyhow::Error>((first, stream))
             })
         })
         .collect();
     let mut first = Vec::new();
+    let mut held = Vec::new();
     if s.drain {
         // Until the parent closes stdin.
         while stdin.next_line().await?.is_some() {}
@@ -173,10 +175,11 @@ pub(crate) async fn subscribers() -> Result<()> {
         }
     } else {
         for r in readers {
-            let at = tokio::time::timeout(Duration::from_secs(60), r)
+            let (at, stream) = tokio::time::timeout(Duration::from_secs(60), r)
                 .await
                 .context("a subscriber saw no event within 60 s")???;
             first.push(at.context("a stream ended before its first event")?);
+            held.push(stream);
         }
     }
     let seen = Seen {
@@ -184,6 +187,9 @@ pub(crate) async fn subscribers() -> Result<()> {
         events: events.load(std::sync::atomic::Ordering::Relaxed),
     };
     println!("{}", serde_json::to_string(&seen)?);
+    // Connected, unread, until the parent closes stdin (or drops the child).
+    while stdin.next_line().await?.is_some() {}
+    drop(held);
     Ok(())
 }
 

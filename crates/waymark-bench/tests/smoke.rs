@@ -14,7 +14,16 @@ fn a_quick_steer_run_prints_its_figures() {
     );
     let figures: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let figures = figures.as_array().unwrap();
-    assert_eq!(figures.len(), 2, "p50 and p99");
+    assert_eq!(
+        figures.len(),
+        4,
+        "p50 and p99, with the subscribers reading and not"
+    );
+    assert_eq!(
+        figures.iter().filter(|f| f["met"].is_boolean()).count(),
+        1,
+        "one target: the p99 with the subscribers reading"
+    );
     for f in figures {
         assert_eq!(f["bench"], "steer");
         assert!(f["value"].as_f64().unwrap() > 0.0, "{f}");

@@ -15,7 +15,7 @@
 //! commit of every task, and it wakes before the people's streams, so a steer reaches its
 //! worker ahead of a thousand subscribers' frames.
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, Once, RwLock};
 use std::time::Duration;
 
@@ -52,19 +52,22 @@ pub(crate) struct Tail {
     state: RwLock<State>,
     /// Moves after the tail took in new events: streams wait on it.
     head: watch::Sender<i64>,
-    /// The bells of the tasks someone waits on, by task id.
-    bells: Mutex<HashMap<String, watch::Sender<()>>>,
+    /// The bells of the tasks someone waits on, by task id, each holding the newest cursor
+    /// of the task announced.
+    bells: Mutex<HashMap<String, watch::Sender<i64>>>,
     started: Once,
 }
 
-/// One task's wake-up: rings once the tail holds a new event of the task (every change a
-/// waiter looks for — a command applied, an attempt ended, a decision closed — writes one),
-/// and when the tail skipped ahead without reading what it skipped. It keeps the tail's task
-/// running while it lives.
+/// One task's wake-up: rings once a new event of the task is committed (every change a waiter
+/// looks for — a command applied, an attempt ended, a decision closed — writes one). The
+/// replica that wrote it rings as its commit returns (`domain::core::Tx::commit`); the tail
+/// rings for every replica's events once it has read them, unless that cursor was announced
+/// already; and the tail rings every bell when it skipped ahead without reading what it
+/// skipped. It keeps the tail's task running while it lives.
 pub(crate) struct Bell {
     tail: Arc<Tail>,
     task_id: String,
-    rung: watch::Receiver<()>,
+    rung: watch::Receiver<i64>,
     _head: watch::Receiver<i64>,
     stopping: watch::Receiver<bool>,
 }
@@ -144,7 +147,7 @@ impl Tail {
         rx
     }
 
-    fn bells(&self) -> std::sync::MutexGuard<'_, HashMap<String, watch::Sender<()>>> {
+    fn bells(&self) -> std::sync::MutexGuard<'_, HashMap<String, watch::Sender<i64>>> {
         self.bells.lock().unwrap_or_else(|p| p.into_inner())
     }
 
@@ -159,7 +162,7 @@ impl Tail {
         let rung = self
             .bells()
             .entry(task_id.to_owned())
-            .or_insert_with(|| watch::channel(()).0)
+            .or_insert_with(|| watch::channel(0).0)
             .subscribe();
         let head = self.subscribe(store, stopping.clone());
         Bell {
@@ -171,16 +174,28 @@ impl Tail {
         }
     }
 
-    /// Rings the bells of these tasks (all of them when `None`).
-    fn ring(&self, tasks: Option<&HashSet<&str>>) {
+    /// Rings the bell of each task with a committed event newer than its bell announced.
+    pub(crate) fn ring<'a>(&self, news: impl IntoIterator<Item = (&'a str, i64)>) {
         let bells = self.bells();
-        match tasks {
-            None => bells.values().for_each(|b| b.send_replace(())),
-            Some(tasks) => tasks
-                .iter()
-                .filter_map(|t| bells.get(*t))
-                .for_each(|b| b.send_replace(())),
+        if bells.is_empty() {
+            return;
         }
+        for (task, cursor) in news {
+            if let Some(b) = bells.get(task) {
+                b.send_if_modified(|c| {
+                    let newer = cursor > *c;
+                    if newer {
+                        *c = cursor;
+                    }
+                    newer
+                });
+            }
+        }
+    }
+
+    /// Rings every bell: the tail skipped events without reading them.
+    fn ring_all(&self) {
+        self.bells().values().for_each(|b| b.send_modify(|_| {}));
     }
 
     /// The events after `last` (only the given owners' when given), when the tail covers
@@ -215,7 +230,7 @@ impl Tail {
         s.ready = true;
         drop(s);
         // What was skipped is not read: every waiter looks for itself.
-        self.ring(None);
+        self.ring_all();
         self.head.send_replace(cursor);
     }
 
@@ -242,7 +257,7 @@ impl Tail {
             for mut row in rows {
                 head = row.cursor;
                 let data = std::mem::take(&mut row.data);
-                tasks.push(row.task_id.clone());
+                tasks.push((row.task_id.clone(), row.cursor));
                 match convert::event(&row) {
                     Ok(mut ev) => {
                         ev.data = data;
@@ -278,7 +293,7 @@ impl Tail {
         drop(s);
         // The tasks' waiters first, then the people's streams: a woken task joins the
         // runtime's queue in the order it was woken.
-        self.ring(Some(&tasks.iter().map(String::as_str).collect()));
+        self.ring(tasks.iter().map(|(t, c)| (t.as_str(), *c)));
         self.head.send_replace(head);
         Ok(())
     }
@@ -362,6 +377,20 @@ mod tests {
                 .unwrap()
         );
 
+        // The writer rings as it commits, and the tail's read of the same event rings no more.
+        let c = head.borrow().to_owned() + 100;
+        a.heard();
+        tail.ring([("task_a", c)]);
+        assert!(a.rung.has_changed().unwrap());
+        a.heard();
+        tail.ring([("task_a", c), ("task_a", c - 1), ("task_c", c + 1)]);
+        assert!(
+            !a.rung.has_changed().unwrap(),
+            "an announced cursor rang again"
+        );
+        tail.ring([("task_a", c + 1)]);
+        assert!(a.rung.has_changed().unwrap());
+
         // A bell's entry goes with its last waiter.
         let b2 = tail.bell(&store, stopping.1.clone(), "task_b");
         drop(b);
@@ -371,6 +400,7 @@ mod tests {
         assert!(tail.bells().contains_key("task_a"));
 
         // Stopping ends every wait.
+        a.heard();
         stopping.0.send_replace(true);
         assert!(!a.rung().await);
     }
