@@ -93,13 +93,7 @@ async fn appends(url: &str, replicas: usize, quick: bool, out: &mut Vec<Figure>)
     for seq in 1..=per as i64 {
         let mut tx = c.begin().await?;
         for (task, _) in &tasks {
-            sqlx::query("INSERT INTO bench_raw VALUES ($1, $2, $3::jsonb, $4)")
-                .bind(task)
-                .bind(seq)
-                .bind(body(seq).to_string())
-                .bind("0".repeat(71))
-                .execute(&mut *tx)
-                .await?;
+            insert_raw(&mut tx, task, seq).await?;
         }
         tx.commit().await?;
     }
@@ -113,13 +107,7 @@ async fn appends(url: &str, replicas: usize, quick: bool, out: &mut Vec<Figure>)
     let start = Instant::now();
     for (i, seq) in (0..serial_rows).zip(1i64..) {
         let mut tx = c.begin().await?;
-        sqlx::query("INSERT INTO bench_raw VALUES ($1, $2, $3::jsonb, $4)")
-            .bind(&tasks[i % workers].0)
-            .bind(seq)
-            .bind(body(seq).to_string())
-            .bind("0".repeat(71))
-            .execute(&mut *tx)
-            .await?;
+        insert_raw(&mut tx, &tasks[i % workers].0, seq).await?;
         tx.commit().await?;
     }
     let serial = serial_rows as f64 / start.elapsed().as_secs_f64();
@@ -145,5 +133,17 @@ async fn appends(url: &str, replicas: usize, quick: bool, out: &mut Vec<Figure>)
         target: "reported (baseline: one row a commit, one commit after another)".into(),
         met: None,
     });
+    Ok(())
+}
+
+/// One baseline row: what an append writes, inserted raw.
+async fn insert_raw(c: &mut PgConnection, task: &str, seq: i64) -> Result<()> {
+    sqlx::query("INSERT INTO bench_raw VALUES ($1, $2, $3::jsonb, $4)")
+        .bind(task)
+        .bind(seq)
+        .bind(body(seq).to_string())
+        .bind("0".repeat(71))
+        .execute(c)
+        .await?;
     Ok(())
 }

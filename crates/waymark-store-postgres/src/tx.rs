@@ -66,6 +66,11 @@ impl PgTx {
         }
     }
 
+    /// Remembers the newest cursor this transaction appended (announced at commit).
+    fn note_appended(&mut self, cursor: i64) {
+        self.appended = Some(self.appended.map_or(cursor, |c| c.max(cursor)));
+    }
+
     fn is_write(&self) -> bool {
         self.notify.is_some()
     }
@@ -519,7 +524,7 @@ impl StoreTx for PgTx {
             ));
         };
         self.cursor_locked = true;
-        self.appended = Some(self.appended.map_or(cursor, |c| c.max(cursor)));
+        self.note_appended(cursor);
         self.notified = self.appended;
         Ok(cursor)
     }
@@ -948,7 +953,7 @@ impl StoreTx for PgTx {
         .fetch_one(&mut *self.tx)
         .await
         .map_err(db_err)?;
-        self.appended = Some(self.appended.map_or(cursor, |c| c.max(cursor)));
+        self.note_appended(cursor);
         Ok(cursor)
     }
 

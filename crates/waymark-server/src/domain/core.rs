@@ -51,8 +51,10 @@ impl Tx {
     /// Commits; the change is durable when this returns.
     pub(crate) async fn commit(self) -> Result<(), StoreError> {
         self.inner.commit().await?;
-        self.tail
-            .ring(self.news.iter().map(|(t, c)| (t.as_str(), *c)));
+        if !self.news.is_empty() {
+            self.tail
+                .ring(self.news.iter().map(|(t, c)| (t.as_str(), *c)));
+        }
         Ok(())
     }
 
