@@ -767,14 +767,13 @@ async fn open_approval(
 /// Waits until the decision is closed or `hold` passes; `None` on timeout.
 async fn wait_closed(
     st: &AppState,
-    task_id: &str,
     decision_id: &str,
     hold: Duration,
 ) -> ApiResult<Option<DecisionRow>> {
     let deadline = tokio::time::Instant::now() + hold;
-    let mut bell = st.task_bell(task_id);
+    let mut watch = st.cursor_watch();
     loop {
-        bell.heard();
+        watch.borrow_and_update();
         let d = {
             let mut tx = Tx::read(st).await?;
             tx.decision(decision_id)
@@ -788,7 +787,7 @@ async fn wait_closed(
         }
         tokio::select! {
             _ = tokio::time::sleep_until(deadline) => return Ok(None),
-            r = bell.rung() => if !r { return Ok(None) },
+            r = watch.changed() => if r.is_err() { return Ok(None) },
         }
     }
 }
@@ -865,7 +864,7 @@ async fn hold_for_answer(
         decision_id: d.id.clone(),
         armed: true,
     };
-    let closed = wait_closed(st, &d.task_id, &d.id, hold).await?;
+    let closed = wait_closed(st, &d.id, hold).await?;
     guard.armed = false;
     if closed.is_none() {
         expire(st, caller, &s.task_id, &d.id, decisions::HOOK_TIMED_OUT).await?;

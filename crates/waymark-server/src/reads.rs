@@ -101,9 +101,9 @@ pub(crate) async fn get_decision(
     Query(q): Query<WaitQuery>,
 ) -> ApiResult<Out<Decision>> {
     let deadline = tokio::time::Instant::now() + parse_wait(&st, &q)?;
-    let mut bell = st.task_bell(&task_id);
+    let mut watch = st.cursor_watch();
     loop {
-        bell.heard();
+        watch.borrow_and_update();
         let mut tx = Tx::read(&st).await?;
         let task = task_for(&mut tx, &caller, &task_id).await?;
         let d = tx
@@ -128,7 +128,7 @@ pub(crate) async fn get_decision(
         let wake = deadline.min(tokio::time::Instant::now() + until_expiry);
         tokio::select! {
             _ = tokio::time::sleep_until(wake) => {}
-            r = bell.rung() => { if !r { return Ok(Out(convert::decision(&d)?)); } }
+            r = watch.changed() => { if r.is_err() { return Ok(Out(convert::decision(&d)?)); } }
         }
     }
 }

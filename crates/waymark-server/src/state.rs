@@ -150,11 +150,8 @@ impl AppState {
         }
     }
 
-    /// A wake-up for news of one task (a command applied, an attempt ended, a decision
-    /// changed), from the shared tail: what waits on a task reads again only when it has news.
-    pub(crate) fn task_bell(&self, task_id: &str) -> tail::Bell {
-        self.tail
-            .bell(&self.store, self.stopping.subscribe(), task_id)
+    pub(crate) fn cursor_watch(&self) -> watch::Receiver<i64> {
+        self.store.cursor_watch()
     }
 
     /// A slot for one more SSE stream of `credential` (`None`: the admin, counted only in

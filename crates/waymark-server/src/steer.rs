@@ -116,10 +116,11 @@ fn control_events(
 ) -> impl Stream<Item = Result<SseEvent, Infallible>> {
     async_stream::stream! {
         let _slot = slot;
-        let mut bell = st.task_bell(&task_id);
+        let mut watch = st.cursor_watch();
+        let mut stopping = st.stopping.subscribe();
         let mut sent: HashSet<String> = HashSet::new();
         loop {
-            bell.heard();
+            watch.borrow_and_update();
             let Ok((pending, attempt)) = controls::pending(&st, &task_id, &attempt_id).await else { break };
             for c in pending {
                 if sent.insert(c.command_id.clone()) {
@@ -135,8 +136,9 @@ fn control_events(
                 }
                 None => break,
             }
-            if !bell.rung().await {
-                break;
+            tokio::select! {
+                r = watch.changed() => if r.is_err() { break },
+                _ = stopping.wait_for(|s| *s) => break,
             }
         }
     }

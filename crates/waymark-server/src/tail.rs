@@ -9,14 +9,9 @@
 //! [`CAPACITY`] events; when more arrive at once it skips ahead instead of reading them all,
 //! and the streams behind it read the database. The task starts with the first stream and
 //! rests (no reads) while no stream listens.
-//!
-//! The tail also rings per-task [`Bell`]s: what waits on one task (a worker's control stream,
-//! a decision's long-poll, a held hook call) wakes only when that task has news, not on every
-//! commit of every task, and it wakes before the people's streams, so a steer reaches its
-//! worker ahead of a thousand subscribers' frames.
 
-use std::collections::{HashMap, VecDeque};
-use std::sync::{Arc, Mutex, Once, RwLock};
+use std::collections::VecDeque;
+use std::sync::{Arc, Once, RwLock};
 use std::time::Duration;
 
 use tokio::sync::watch;
@@ -52,52 +47,7 @@ pub(crate) struct Tail {
     state: RwLock<State>,
     /// Moves after the tail took in new events: streams wait on it.
     head: watch::Sender<i64>,
-    /// The bells of the tasks someone waits on, by task id, each holding the newest cursor
-    /// of the task announced.
-    bells: Mutex<HashMap<String, watch::Sender<i64>>>,
     started: Once,
-}
-
-/// One task's wake-up: rings once a new event of the task is committed (every change a waiter
-/// looks for — a command applied, an attempt ended, a decision closed — writes one). The
-/// replica that wrote it rings as its commit returns (`domain::core::Tx::commit`); the tail
-/// rings for every replica's events once it has read them, unless that cursor was announced
-/// already; and the tail rings every bell when it skipped ahead without reading what it
-/// skipped. It keeps the tail's task running while it lives.
-pub(crate) struct Bell {
-    tail: Arc<Tail>,
-    task_id: String,
-    rung: watch::Receiver<i64>,
-    _head: watch::Receiver<i64>,
-    stopping: watch::Receiver<bool>,
-}
-
-impl Bell {
-    /// Marks every ring so far as heard: call before reading what it announces.
-    pub(crate) fn heard(&mut self) {
-        self.rung.borrow_and_update();
-    }
-
-    /// Waits for the next ring; `false` when the server is stopping.
-    pub(crate) async fn rung(&mut self) -> bool {
-        tokio::select! {
-            r = self.rung.changed() => r.is_ok(),
-            _ = self.stopping.wait_for(|s| *s) => false,
-        }
-    }
-}
-
-impl Drop for Bell {
-    fn drop(&mut self) {
-        let mut bells = self.tail.bells();
-        // This bell's receiver is still alive here: the last one counts 1.
-        if bells
-            .get(&self.task_id)
-            .is_some_and(|s| s.receiver_count() <= 1)
-        {
-            bells.remove(&self.task_id);
-        }
-    }
 }
 
 struct State {
@@ -120,7 +70,6 @@ impl Tail {
                 events: VecDeque::new(),
             }),
             head: watch::channel(0).0,
-            bells: Mutex::new(HashMap::new()),
             started: Once::new(),
         }
     }
@@ -145,57 +94,6 @@ impl Tail {
             tokio::spawn(run(self.clone(), store.clone(), stopping));
         });
         rx
-    }
-
-    fn bells(&self) -> std::sync::MutexGuard<'_, HashMap<String, watch::Sender<i64>>> {
-        self.bells.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// A wake-up for news of one task (see [`Bell`]). Starts the tail's task like
-    /// [`Tail::subscribe`].
-    pub(crate) fn bell(
-        self: &Arc<Self>,
-        store: &Arc<dyn Store>,
-        stopping: watch::Receiver<bool>,
-        task_id: &str,
-    ) -> Bell {
-        let rung = self
-            .bells()
-            .entry(task_id.to_owned())
-            .or_insert_with(|| watch::channel(0).0)
-            .subscribe();
-        let head = self.subscribe(store, stopping.clone());
-        Bell {
-            tail: self.clone(),
-            task_id: task_id.to_owned(),
-            rung,
-            _head: head,
-            stopping,
-        }
-    }
-
-    /// Rings the bell of each task with a committed event newer than its bell announced.
-    pub(crate) fn ring<'a>(&self, news: impl IntoIterator<Item = (&'a str, i64)>) {
-        let bells = self.bells();
-        if bells.is_empty() {
-            return;
-        }
-        for (task, cursor) in news {
-            if let Some(b) = bells.get(task) {
-                b.send_if_modified(|c| {
-                    let newer = cursor > *c;
-                    if newer {
-                        *c = cursor;
-                    }
-                    newer
-                });
-            }
-        }
-    }
-
-    /// Rings every bell: the tail skipped events without reading them.
-    fn ring_all(&self) {
-        self.bells().values().for_each(|b| b.send_modify(|_| {}));
     }
 
     /// The events after `last` (only the given owners' when given), when the tail covers
@@ -229,8 +127,6 @@ impl Tail {
         s.pruned = pruned;
         s.ready = true;
         drop(s);
-        // What was skipped is not read: every waiter looks for itself.
-        self.ring_all();
         self.head.send_replace(cursor);
     }
 
@@ -250,14 +146,12 @@ impl Tail {
             self.reset(max, pruned);
         }
         let mut new = Vec::new();
-        let mut tasks = Vec::new();
         loop {
             let rows = tx.events_after(head, PAGE, None).await?;
             let full = rows.len() as i64 == PAGE;
             for mut row in rows {
                 head = row.cursor;
                 let data = std::mem::take(&mut row.data);
-                tasks.push((row.task_id.clone(), row.cursor));
                 match convert::event(&row) {
                     Ok(mut ev) => {
                         ev.data = data;
@@ -291,9 +185,6 @@ impl Tail {
             }
         }
         drop(s);
-        // The tasks' waiters first, then the people's streams: a woken task joins the
-        // runtime's queue in the order it was woken.
-        self.ring(tasks.iter().map(|(t, c)| (t.as_str(), *c)));
         self.head.send_replace(head);
         Ok(())
     }
@@ -319,89 +210,5 @@ async fn run(tail: Arc<Tail>, store: Arc<dyn Store>, mut stopping: watch::Receiv
             r = cursor.changed() => if r.is_err() { break },
             _ = stopping.wait_for(|s| *s) => break,
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use waymark_proto::EventKind;
-    use waymark_store::NewEvent;
-
-    async fn append(store: &dyn Store, task_id: &str) -> i64 {
-        let mut tx = store.write().await.unwrap();
-        let cursor = tx
-            .append_event(&NewEvent {
-                task_id: task_id.into(),
-                owner_id: "user_1".into(),
-                kind: EventKind::TaskUpdated,
-                data: serde_json::json!({}),
-                at: 0,
-            })
-            .await
-            .unwrap();
-        tx.commit().await.unwrap();
-        cursor
-    }
-
-    #[tokio::test]
-    async fn a_bell_rings_for_news_of_its_own_task_only() {
-        let dir = tempfile::tempdir().unwrap();
-        let store: Arc<dyn Store> = Arc::new(
-            waymark_store_sqlite::SqliteStore::open(&dir.path().join("t.db"))
-                .await
-                .unwrap(),
-        );
-        let stopping = watch::channel(false);
-        let tail = Arc::new(Tail::new());
-        let mut a = tail.bell(&store, stopping.1.clone(), "task_a");
-        let mut b = tail.bell(&store, stopping.1.clone(), "task_b");
-        let mut head = tail.subscribe(&store, stopping.1.clone());
-        // The tail's task reads where the log stands (and rings every bell as it starts).
-        head.wait_for(|_| tail.read().ready).await.unwrap();
-        a.heard();
-        b.heard();
-        head.borrow_and_update();
-
-        let cursor = append(&*store, "task_b").await;
-        head.wait_for(|h| *h >= cursor).await.unwrap();
-        // By the time the streams see the event, its task's bell has rung; the other's has not.
-        assert!(b.rung.has_changed().unwrap(), "task_b's bell did not ring");
-        assert!(
-            !a.rung.has_changed().unwrap(),
-            "task_a's bell rang for task_b"
-        );
-        assert!(
-            tokio::time::timeout(Duration::from_secs(5), b.rung())
-                .await
-                .unwrap()
-        );
-
-        // The writer rings as it commits, and the tail's read of the same event rings no more.
-        let c = head.borrow().to_owned() + 100;
-        a.heard();
-        tail.ring([("task_a", c)]);
-        assert!(a.rung.has_changed().unwrap());
-        a.heard();
-        tail.ring([("task_a", c), ("task_a", c - 1), ("task_c", c + 1)]);
-        assert!(
-            !a.rung.has_changed().unwrap(),
-            "an announced cursor rang again"
-        );
-        tail.ring([("task_a", c + 1)]);
-        assert!(a.rung.has_changed().unwrap());
-
-        // A bell's entry goes with its last waiter.
-        let b2 = tail.bell(&store, stopping.1.clone(), "task_b");
-        drop(b);
-        assert!(tail.bells().contains_key("task_b"));
-        drop(b2);
-        assert!(!tail.bells().contains_key("task_b"));
-        assert!(tail.bells().contains_key("task_a"));
-
-        // Stopping ends every wait.
-        a.heard();
-        stopping.0.send_replace(true);
-        assert!(!a.rung().await);
     }
 }

@@ -68,7 +68,6 @@ pub(crate) async fn append_checkpoint(
             Err(StoreError::Conflict(_)) => return Err(sequence_conflict()),
             r => r?,
         };
-        tx.wrote(&task.id, cursor);
         tx.commit().await?;
         st.metrics.checkpoints.inc();
         Ok(created(cursor, wire))

@@ -19,10 +19,6 @@ pub(crate) struct Tx {
     inner: Box<dyn StoreTx>,
     /// Now, in unix milliseconds.
     pub(crate) now: i64,
-    /// Where the tasks' bells hang, and the events this transaction wrote (task, cursor): their
-    /// bells ring as the commit returns, ahead of the shared tail's read of them.
-    tail: std::sync::Arc<crate::tail::Tail>,
-    news: Vec<(String, i64)>,
 }
 
 impl Tx {
@@ -32,8 +28,6 @@ impl Tx {
         Ok(Tx {
             inner,
             now: st.now_ms(),
-            tail: st.tail.clone(),
-            news: Vec::new(),
         })
     }
 
@@ -43,24 +37,12 @@ impl Tx {
         Ok(Tx {
             inner,
             now: st.now_ms(),
-            tail: st.tail.clone(),
-            news: Vec::new(),
         })
     }
 
     /// Commits; the change is durable when this returns.
     pub(crate) async fn commit(self) -> Result<(), StoreError> {
-        self.inner.commit().await?;
-        if !self.news.is_empty() {
-            self.tail
-                .ring(self.news.iter().map(|(t, c)| (t.as_str(), *c)));
-        }
-        Ok(())
-    }
-
-    /// Notes an event this transaction wrote, for the task's bell at commit.
-    pub(crate) fn wrote(&mut self, task_id: &str, cursor: i64) {
-        self.news.push((task_id.to_owned(), cursor));
+        self.inner.commit().await
     }
 
     /// Now, as a time.
@@ -113,9 +95,7 @@ pub(crate) async fn emit(
     data: impl Serialize,
 ) -> ApiResult<i64> {
     let event = new_event(tx, task, kind, data)?;
-    let cursor = tx.append_event(&event).await?;
-    tx.wrote(&task.id, cursor);
-    Ok(cursor)
+    Ok(tx.append_event(&event).await?)
 }
 
 /// An event for a task, at the transaction's now, for [`emit`] or a store call that writes it
