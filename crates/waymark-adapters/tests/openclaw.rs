@@ -689,6 +689,53 @@ async fn a_gateway_restarted_without_the_approval_expires_it_and_its_exec_become
     adapter.stop().await;
 }
 
+/// A gateway started again listens before it serves: until its sidecars are up it refuses
+/// every `connect` as "gateway starting" (retryable). The adapter waits that out — it keeps
+/// its device token and runs on, where it used to take the refusal for a verdict, forget the
+/// token, and end at the second — and once served it lists, so the approval the restarted
+/// gateway no longer holds is expired and its exec becomes `unknown`.
+#[tokio::test]
+async fn a_gateway_still_starting_is_waited_for_and_the_adapter_keeps_its_device_token() {
+    let w = World::start().await;
+    let gw = Gateway::start(&w, "restart-starting", &[]).await;
+    let adapter = Adapter::start(&w, &gw);
+    let task = w.session_task("agent:main:main").await;
+    let expired = eventually("ap_1 expired once the gateway serves", || async {
+        w.approvals_for(&task, "ap_1")
+            .await
+            .into_iter()
+            .find(|d| d.status == waymark_proto::DecisionStatus::Expired)
+    })
+    .await;
+    let out = expired.outcome.unwrap();
+    assert_eq!((out.option, out.by.as_str()), (None, "runtime"));
+    let key = "agent:main:main:run_7:call_1";
+    let effect = eventually("the exec's effect closed", || async {
+        w.detail(&task)
+            .await
+            .effects
+            .into_iter()
+            .find(|e| e.idempotency_key == key && e.status != EffectStatus::InProgress)
+    })
+    .await;
+    assert_eq!(effect.status, EffectStatus::Unknown, "{effect:?}");
+    let connects = gw.requests("connect");
+    assert_eq!(connects.len(), 4, "two refused while starting, then served");
+    let issued = connects[1]["params"]["auth"]["deviceToken"].clone();
+    assert!(
+        issued.is_string(),
+        "the first hello issued a token: {issued}"
+    );
+    for c in &connects[2..] {
+        assert_eq!(
+            c["params"]["auth"]["deviceToken"], issued,
+            "the token is kept through the refusals"
+        );
+    }
+    assert!(!adapter.handle.is_finished(), "the adapter runs on");
+    adapter.stop().await;
+}
+
 /// The gateway's `exec.approval.resolve` takes `{id, decision, reviewer?, grantExpiresInDays?}`
 /// and nothing else, and refuses `allow-always` where the request lists it unavailable: the
 /// adapter offers only what is allowed (a phone's `approve_always` is refused by the control

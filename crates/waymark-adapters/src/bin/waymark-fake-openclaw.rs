@@ -5,7 +5,8 @@
 //! file, plays the fixture's scripted events, answers resolves, steers and aborts, and writes
 //! every frame it receives, one per line, to `--record`. A fixture can drop a connection
 //! after N frames or on a given method, and play events after a method's answer (`on`) or
-//! before it (`before`, as a gateway's broadcasts can overtake an answer).
+//! before it (`before`, as a gateway's broadcasts can overtake an answer), and refuse a
+//! connection's `connect` as a gateway still starting does (`starting`).
 //!
 //! Where it matters to an approver it behaves as the real `openclaw@2026.9.6` gateway was seen
 //! to (frames recorded in `fixtures/openclaw/real/`): exec approvals reach only a client that
@@ -32,6 +33,8 @@ use sha2::{Digest, Sha256};
 use tokio::net::{TcpListener, TcpStream};
 use tokio_tungstenite::WebSocketStream;
 use tokio_tungstenite::tungstenite::Message;
+use tokio_tungstenite::tungstenite::protocol::CloseFrame;
+use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 
 #[derive(Parser, Debug)]
 #[command(about = "A fake OpenClaw gateway for tests")]
@@ -227,6 +230,24 @@ async fn serve(gw: Shared, stream: TcpStream) -> Result<(), String> {
             if method != "connect" {
                 conn.fail(&id, "INVALID_REQUEST", "connect first", Value::Null)
                     .await?;
+                return Ok(());
+            }
+            if script.get("starting").and_then(Value::as_bool) == Some(true) {
+                // As the real gateway answers while its sidecars start (recorded in
+                // `fixtures/openclaw/real/`), whoever connects.
+                eprintln!("fake-openclaw: connection {index}: still starting");
+                conn.send(json!({"type": "res", "id": id, "ok": false, "error": {
+                    "code": "UNAVAILABLE", "message": "gateway starting; retry shortly",
+                    "retryable": true, "retryAfterMs": 500,
+                    "details": {"reason": "startup-sidecars"}}}))
+                    .await?;
+                let _ = conn
+                    .ws
+                    .close(Some(CloseFrame {
+                        code: CloseCode::Again,
+                        reason: "gateway starting".into(),
+                    }))
+                    .await;
                 return Ok(());
             }
             match check_connect(&gw, &params, &nonce, challenge_ts) {

@@ -211,6 +211,18 @@ impl Adapter {
                     continue;
                 }
                 Err(HandshakeError::Refused(e)) => break Err(self.refused(e)),
+                Err(HandshakeError::Unavailable(e)) => {
+                    // A gateway started again listens before it serves: the pause it asks
+                    // for, else the backoff's. The device token stays: nothing was refused.
+                    let pause = e
+                        .retry_after()
+                        .map_or_else(|| backoff.next(), |p| p.clamp(MIN_RETRY_AFTER, MAX_PAUSE));
+                    tracing::info!(gateway = %self.settings.gateway, reason = %e, ?pause, "the OpenClaw gateway is not taking connections yet; trying again");
+                    if self.idle(pause, &shutdown).await {
+                        break Ok(());
+                    }
+                    continue;
+                }
                 Err(HandshakeError::Lost(Lost(why))) => {
                     let pause = backoff.next();
                     tracing::warn!(gateway = %self.settings.gateway, reason = %why, ?pause, "cannot connect to the OpenClaw gateway; trying again");
@@ -403,6 +415,14 @@ impl Adapter {
                 for id in gone {
                     self.close_gone(&id, "OpenClaw no longer holds it (it timed out or was answered while the adapter was away)").await;
                 }
+            }
+            // Without the list, an approval the gateway no longer holds would stay open in
+            // the inbox until its own expiry: when the gateway says a retry may work, the
+            // connection is dropped and the backfill runs again on the next one.
+            Err(e) if e.is_transient() => {
+                return Err(Lost(format!(
+                    "`exec.approval.list` failed ({e}); reconnecting to list them again"
+                )));
             }
             Err(e) => {
                 tracing::warn!(error = %e, "`exec.approval.list` failed; pending approvals are not backfilled")
@@ -1640,13 +1660,20 @@ fn str_of(v: &Value, fields: &[&str]) -> Option<String> {
 /// jitter so many adapters do not reconnect in step (backon's exponential backoff).
 struct Backoff(backon::ExponentialBackoff);
 
+/// The longest pause between two connects.
+const MAX_PAUSE: Duration = Duration::from_secs(30);
+
+/// The shortest pause a gateway's `retryAfterMs` is taken to ask for (OpenClaw's own client
+/// waits at least as long after a "gateway starting").
+const MIN_RETRY_AFTER: Duration = Duration::from_millis(100);
+
 impl Default for Backoff {
     fn default() -> Self {
         use backon::BackoffBuilder;
         Backoff(
             backon::ExponentialBuilder::default()
                 .with_min_delay(Duration::from_millis(250))
-                .with_max_delay(Duration::from_secs(30))
+                .with_max_delay(MAX_PAUSE)
                 .with_jitter()
                 .without_max_times()
                 .build(),
@@ -1656,7 +1683,7 @@ impl Default for Backoff {
 
 impl Backoff {
     fn next(&mut self) -> Duration {
-        self.0.next().unwrap_or(Duration::from_secs(30))
+        self.0.next().unwrap_or(MAX_PAUSE)
     }
 
     fn reset(&mut self) {

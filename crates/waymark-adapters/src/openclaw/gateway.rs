@@ -69,6 +69,31 @@ pub(crate) struct GatewayError {
     pub(crate) message: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) details: Option<Value>,
+    /// The gateway says the same request may succeed later (a gateway still starting).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub(crate) retryable: bool,
+    /// How long the gateway asks to be left before that.
+    #[serde(
+        default,
+        rename = "retryAfterMs",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub(crate) retry_after_ms: Option<u64>,
+}
+
+impl GatewayError {
+    /// Whether the gateway cannot serve the request now but may later: it says `retryable`,
+    /// or `UNAVAILABLE` (a gateway still starting its sidecars refuses every `connect` so,
+    /// and closes with 1013 "gateway starting"). Such a refusal is waited out, never taken
+    /// for a verdict on who the adapter is.
+    pub(crate) fn is_transient(&self) -> bool {
+        self.retryable || self.code == "UNAVAILABLE"
+    }
+
+    /// The pause the gateway asked for, if any.
+    pub(crate) fn retry_after(&self) -> Option<Duration> {
+        self.retry_after_ms.map(Duration::from_millis)
+    }
 }
 
 impl std::fmt::Display for GatewayError {
@@ -86,7 +111,9 @@ pub(crate) struct Lost(pub(crate) String);
 pub(crate) enum HandshakeError {
     /// The transport failed; try again later.
     Lost(Lost),
-    /// The gateway answered `connect` with `ok:false`.
+    /// The gateway cannot take the connection yet ([`GatewayError::is_transient`]).
+    Unavailable(GatewayError),
+    /// The gateway answered `connect` with `ok:false` for good.
     Refused(GatewayError),
 }
 
@@ -185,6 +212,7 @@ impl Conn {
             .await
         {
             Err(lost) => Err(HandshakeError::Lost(lost)),
+            Ok(Err(e)) if e.is_transient() => Err(HandshakeError::Unavailable(e)),
             Ok(Err(refused)) => Err(HandshakeError::Refused(refused)),
             Ok(Ok(hello)) => Ok(hello),
         }
@@ -224,7 +252,7 @@ impl Conn {
                         Err(error.unwrap_or_else(|| GatewayError {
                             code: "UNKNOWN".into(),
                             message: format!("`{method}` failed without saying why"),
-                            details: None,
+                            ..GatewayError::default()
                         }))
                     });
                 }
@@ -407,6 +435,35 @@ mod tests {
             recorded["frame"]["payload"]["ts"].as_i64().is_some(),
             "the real challenge carries `ts`"
         );
+    }
+
+    /// A real gateway started again listens before its sidecars are up and refuses every
+    /// `connect` meanwhile (recorded from 2026.9.6): that refusal is transient, with the pause
+    /// it asks for; a pairing refusal is not.
+    #[test]
+    fn a_gateway_still_starting_refuses_for_now_not_for_good() {
+        let recorded = include_str!("../../fixtures/openclaw/real/openclaw-2026.9.6.jsonl")
+            .lines()
+            .map(|l| serde_json::from_str::<Value>(l).unwrap())
+            .find(|r| {
+                r["label"]
+                    .as_str()
+                    .is_some_and(|l| l.starts_with("starting: connect refused"))
+            })
+            .unwrap();
+        let res: Frame = serde_json::from_value(recorded["frame"].clone()).unwrap();
+        let Frame::Res { ok, error, .. } = res else {
+            panic!()
+        };
+        assert!(!ok);
+        let error = error.unwrap();
+        assert!(error.is_transient(), "{error:?}");
+        assert_eq!(error.retry_after(), Some(Duration::from_millis(500)));
+        let unpaired: GatewayError =
+            serde_json::from_value(json!({"code": "NOT_PAIRED", "message": "pairing required"}))
+                .unwrap();
+        assert!(!unpaired.is_transient());
+        assert_eq!(unpaired.retry_after(), None);
     }
 
     #[test]

@@ -17,6 +17,17 @@ use waymark_worker::Client;
 /// The user every test works as.
 pub const USER: &str = "alice";
 
+/// Sends the adapters' and the server's logs to the test's output (shown when it fails), at
+/// `RUST_LOG` or, by default, the adapters' debug and the rest's warnings.
+pub fn logs() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn,waymark_adapters=debug"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_test_writer()
+        .try_init();
+}
+
 /// Polls `probe` until it yields, for at most 30 s.
 pub async fn eventually<T, F, Fut>(what: &str, mut probe: F) -> T
 where
@@ -134,6 +145,7 @@ pub struct ControlPlane {
 impl ControlPlane {
     /// Starts the server (a fast background tick) and makes `worker`'s token.
     pub async fn start(worker: &str) -> ControlPlane {
+        logs();
         let dir = tempfile::tempdir().unwrap();
         let server = waymark_server::start(
             &DataDir::new(dir.path().join("server")),
