@@ -11,8 +11,9 @@ use axum::routing::post;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 use waymark_proto::Operation;
+use waymark_server::Config;
 
-use crate::support::{Harness, assert_problem};
+use crate::support::{Harness, assert_problem, test_config};
 
 /// A push service that takes every push (UnifiedPush: any 2xx).
 async fn push_service() -> String {
@@ -47,7 +48,14 @@ fn steps(d: &Value) -> Vec<String> {
 
 #[tokio::test]
 async fn a_decision_shows_how_far_it_reached_each_device_and_stale_devices_are_shown_stale() {
-    let h = Harness::start().await;
+    // Background passes only when the test moves the clock: the harness's 100 ms timer
+    // would otherwise push the new decision before the test reads that nobody has it yet
+    // (it did, once in a PostgreSQL run).
+    let h = Harness::start_with(Config {
+        tick: Duration::from_secs(3600),
+        ..test_config()
+    })
+    .await;
     let base = push_service().await;
     let phone = h.pair_device("alice", &["view", "steer", "approve"]).await;
     let laptop = h.pair_device("alice", &["view"]).await;
