@@ -13,6 +13,7 @@ mod domain;
 pub mod error;
 mod extract;
 mod followups;
+mod handoff;
 pub mod junit;
 mod limits;
 mod listen;

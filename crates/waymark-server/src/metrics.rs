@@ -37,6 +37,8 @@ pub struct Metrics {
     pub tasks_created: Counter,
     /// Checkpoints appended.
     pub checkpoints: Counter,
+    /// Control commands a worker's stream showed as handed over in memory, without a read.
+    pub controls_handed_over: Counter,
     sse: Gauge,
     connections: Gauge,
     connections_refused: Counter,
@@ -52,6 +54,7 @@ impl Default for Metrics {
         let refusals = Family::<CodeLabels, Counter>::default();
         let tasks_created = Counter::default();
         let checkpoints = Counter::default();
+        let controls_handed_over = Counter::default();
         let sse = Gauge::default();
         let connections = Gauge::default();
         let connections_refused = Counter::default();
@@ -72,6 +75,11 @@ impl Default for Metrics {
             "Checkpoints appended",
             checkpoints.clone(),
         );
+        registry.register(
+            "controls_handed_over",
+            "Control commands a worker's stream showed from the replica that applied them, without a database read",
+            controls_handed_over.clone(),
+        );
         registry.register("sse_subscribers", "Open event streams", sse.clone());
         registry.register(
             "connections_open",
@@ -90,6 +98,7 @@ impl Default for Metrics {
             refusals,
             tasks_created,
             checkpoints,
+            controls_handed_over,
             sse,
             connections,
             connections_refused,

@@ -13,7 +13,7 @@ use crate::error::ApiError;
 use crate::metrics::Metrics;
 use crate::redact::Redaction;
 use crate::tls::TlsFiles;
-use crate::{limits, tail};
+use crate::{handoff, limits, tail};
 
 /// Limits and timings of a control plane.
 #[derive(Debug, Clone)]
@@ -116,6 +116,8 @@ pub struct AppState {
     pub(crate) streams: Arc<limits::Streams>,
     /// The newest events, read once per commit and shared by every event stream.
     pub(crate) tail: Arc<tail::Tail>,
+    /// Control commands applied here, handed to this replica's control streams.
+    pub(crate) handoffs: Arc<handoff::Handoffs>,
     /// Held by a background pass, so passes never overlap.
     pub(crate) background: Arc<tokio::sync::Mutex<()>>,
     /// Worker and admin tokens already read (their rows never change).
@@ -145,6 +147,7 @@ impl AppState {
             limiter: Arc::new(governor::RateLimiter::keyed(quota)),
             streams: Arc::new(streams),
             tail: Arc::new(tail::Tail::new()),
+            handoffs: Arc::new(handoff::Handoffs::default()),
             background: Arc::new(tokio::sync::Mutex::new(())),
             tokens: Arc::new(crate::auth::KnownTokens::new()),
         }

@@ -119,13 +119,16 @@ fn control_events(
         let mut watch = st.cursor_watch();
         let mut stopping = st.stopping.subscribe();
         let mut sent: HashSet<String> = HashSet::new();
+        // The highest `seq` this stream has shown or read pending: a command handed over in
+        // memory is shown at once only when it is the next one.
+        let mut last_seq: Option<i64> = None;
         loop {
             watch.borrow_and_update();
             let Ok((pending, attempt)) = controls::pending(&st, &task_id, &attempt_id).await else { break };
             for c in pending {
+                last_seq = last_seq.max(Some(c.seq));
                 if sent.insert(c.command_id.clone()) {
-                    let data = serde_json::to_string(&c).unwrap_or_default();
-                    yield Ok(SseEvent::default().event("control").id(c.command_id.clone()).data(data));
+                    yield Ok(control_event(&c));
                 }
             }
             match attempt {
@@ -140,8 +143,29 @@ fn control_events(
                 r = watch.changed() => if r.is_err() { break },
                 _ = stopping.wait_for(|s| *s) => break,
             }
+            // Woken by a commit: the command it carried, if applied here and next, without
+            // the read (which follows all the same, for everything else).
+            if let Some(l) = last_seq
+                && let Some(h) = st.handoffs.latest(&task_id)
+                && h.command.seq == l + 1
+                && !sent.contains(&h.command.command_id)
+                && h.committed().await
+            {
+                last_seq = Some(h.command.seq);
+                sent.insert(h.command.command_id.clone());
+                st.metrics.controls_handed_over.inc();
+                yield Ok(control_event(&h.command));
+            }
         }
     }
+}
+
+fn control_event(c: &ControlCommand) -> SseEvent {
+    let data = serde_json::to_string(c).unwrap_or_default();
+    SseEvent::default()
+        .event("control")
+        .id(c.command_id.clone())
+        .data(data)
 }
 
 #[utoipa::path(get, path = "/v1/admin/tasks/{task}/commands", tag = "admin", params(("task" = String, Path, pattern = r"^task_[0-9a-f]{32}$")),

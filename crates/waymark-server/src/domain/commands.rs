@@ -143,7 +143,14 @@ pub(crate) async fn apply(
         created_at: st.now_ms(),
     })
     .await?;
+    // Staged before the commit, marked after it: a stream woken by the commit waits for the
+    // mark, and a failed commit (or a request gone first) marks them aborted.
+    let staged = st.handoffs.stage(
+        cmd.task_id.as_deref().unwrap_or_default(),
+        std::mem::take(&mut tx.controls),
+    );
     tx.commit().await?;
+    staged.committed();
     Ok(res)
 }
 
@@ -383,7 +390,7 @@ pub(crate) async fn decide(
     task.updated_at = now;
     tx.update_task(&task).await?;
     if let Some(args) = control {
-        tx.insert_control(&ControlRow {
+        let mut row = ControlRow {
             command_id: cmd.command_id.clone(),
             task_id: task.id.clone(),
             operation: cmd.operation,
@@ -393,8 +400,10 @@ pub(crate) async fn decide(
             acknowledged_at: None,
             acknowledged_by: None,
             seq: 0,
-        })
-        .await?;
+        };
+        row.seq = tx.insert_control(&row).await?;
+        let command = convert::control(&row)?;
+        tx.controls.push(command);
     }
     Ok(Ok(()))
 }

@@ -19,6 +19,9 @@ pub(crate) struct Tx {
     inner: Box<dyn StoreTx>,
     /// Now, in unix milliseconds.
     pub(crate) now: i64,
+    /// Control commands this transaction queued, in order: handed to this replica's control
+    /// streams once it commits (`handoff`).
+    pub(crate) controls: Vec<waymark_proto::ControlCommand>,
 }
 
 impl Tx {
@@ -28,6 +31,7 @@ impl Tx {
         Ok(Tx {
             inner,
             now: st.now_ms(),
+            controls: Vec::new(),
         })
     }
 
@@ -37,6 +41,7 @@ impl Tx {
         Ok(Tx {
             inner,
             now: st.now_ms(),
+            controls: Vec::new(),
         })
     }
 
