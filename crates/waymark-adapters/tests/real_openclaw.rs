@@ -218,7 +218,8 @@ impl Drop for Gateway {
 }
 
 impl Gateway {
-    async fn start(rt: &Runtime, home: &Home) -> Gateway {
+    /// Starts `openclaw gateway run` and returns at once.
+    fn spawn(rt: &Runtime, home: &Home) -> Gateway {
         let log = home.path("gateway.log");
         let out = std::fs::File::create(&log).unwrap();
         let port = home.port.to_string();
@@ -240,15 +241,26 @@ impl Gateway {
         cmd.stdout(out.try_clone().unwrap())
             .stderr(out)
             .process_group(0);
-        let mut gw = Gateway {
+        Gateway {
             child: cmd.spawn().expect("`openclaw gateway run` starts"),
             log,
-        };
+        }
+    }
+
+    /// Starts the gateway and waits until it says it is ready.
+    async fn start(rt: &Runtime, home: &Home) -> Gateway {
+        let mut gw = Gateway::spawn(rt, home);
+        Gateway::wait_ready(&mut gw).await;
+        gw
+    }
+
+    /// Waits until the gateway says it is ready; how long that took.
+    async fn wait_ready(gw: &mut Gateway) -> Duration {
         let started = Instant::now();
         loop {
             if gw.log_text().lines().any(|l| l.contains("[gateway] ready")) {
                 eprintln!("the OpenClaw gateway was ready in {:?}", started.elapsed());
-                return gw;
+                return started.elapsed();
             }
             if let Ok(Some(status)) = gw.child.try_wait() {
                 panic!(
@@ -714,6 +726,68 @@ async fn real_openclaw_gateway_killed_under_a_pending_approval_expires_it() {
     assert!(res.is_ok(), "{res:?}");
     eprintln!("all done at {:?}", started.elapsed());
     drop(gw);
+}
+
+/// An adapter started together with its gateway, as a service manager starts both, meets
+/// the gateway still starting: 2026.9.6 listens seconds before it serves, and meanwhile answers
+/// every `connect` "gateway starting" (`UNAVAILABLE`, retryable) and closes. The adapter is
+/// started the moment the port takes a TCP connection, so it connects in that window. It waits
+/// the window out and connects: it runs on, and the session of a first turn is mirrored. It
+/// used to take the answer for a refusal and end at once (with no device token yet).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn real_openclaw_an_adapter_started_with_its_gateway_waits_until_it_serves() {
+    let started = Instant::now();
+    let rt = runtime();
+    let cp = ControlPlane::start("alice-openclaw").await;
+    let scratch = tempfile::tempdir().unwrap();
+    let model = FakeModel::start(Vec::new()).await;
+    let home = Home::new(&model);
+    let mut gw = Gateway::spawn(&rt, &home);
+    within(
+        GATEWAY_READY,
+        "the gateway's port to take connections",
+        || gw.log_tail(),
+        || async {
+            tokio::net::TcpStream::connect(("127.0.0.1", home.port))
+                .await
+                .ok()
+                .map(drop)
+        },
+    )
+    .await;
+    let listening = started.elapsed();
+    let shutdown = CancellationToken::new();
+    let adapter = tokio::spawn(openclaw::run(
+        OpenClawArgs {
+            gateway: home.url(),
+            gateway_token: Some(GATEWAY_TOKEN.into()),
+            device_key: Some(scratch.path().join("device.json")),
+            client_id: "gateway-client".into(),
+            client_mode: "backend".into(),
+        },
+        cp.client.clone(),
+        shutdown.clone(),
+    ));
+    let ready = Gateway::wait_ready(&mut gw).await;
+    eprintln!("listening at {listening:?}, ready {ready:?} later");
+    assert!(!adapter.is_finished(), "the adapter waited: {adapter:?}");
+    let warm = AgentTurn::start(&rt, &home, "first", "hello");
+    warm.finish(&gw).await;
+    within(
+        Duration::from_secs(60),
+        "the adapter to mirror the first turn's session",
+        || gw.log_tail(),
+        || async { cp.tasks_of("openclaw", SESSION).await.into_iter().next() },
+    )
+    .await;
+    assert!(!adapter.is_finished(), "the adapter runs on: {adapter:?}");
+    shutdown.cancel();
+    let res = tokio::time::timeout(Duration::from_secs(20), adapter)
+        .await
+        .expect("the adapter stops")
+        .unwrap();
+    assert!(res.is_ok(), "{res:?}");
+    eprintln!("all done at {:?}", started.elapsed());
 }
 
 /// A person's replan and cancel reach the real gateway, whose params for them are closed like
