@@ -118,3 +118,15 @@ fn default_key_path() -> Option<PathBuf> {
         .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".config")))?;
     Some(base.join("waymark").join("openclaw-device.json"))
 }
+
+/// A frame recorded from the real `openclaw@2026.9.6` gateway (`fixtures/openclaw/real/`), by
+/// its label.
+#[cfg(test)]
+fn recorded(label: &str) -> serde_json::Value {
+    include_str!("../fixtures/openclaw/real/openclaw-2026.9.6.jsonl")
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .find(|r| r["label"] == label)
+        .unwrap_or_else(|| panic!("no recorded frame `{label}`"))["frame"]
+        .clone()
+}

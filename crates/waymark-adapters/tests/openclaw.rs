@@ -70,6 +70,29 @@ impl World {
             .collect()
     }
 
+    /// The decision of OpenClaw approval `approval`, once it is expired.
+    async fn expired(&self, task: &str, approval: &str) -> Decision {
+        eventually(&format!("`{approval}` expired"), || async {
+            self.approvals_for(task, approval)
+                .await
+                .into_iter()
+                .find(|d| d.status == waymark_proto::DecisionStatus::Expired)
+        })
+        .await
+    }
+
+    /// The effect keyed `key`, once it is no longer `in_progress`.
+    async fn settled_effect(&self, task: &str, key: &str) -> waymark_proto::Effect {
+        eventually(&format!("the effect `{key}` closed"), || async {
+            self.detail(task)
+                .await
+                .effects
+                .into_iter()
+                .find(|e| e.idempotency_key == key && e.status != EffectStatus::InProgress)
+        })
+        .await
+    }
+
     fn key_path(&self) -> PathBuf {
         self.cp.dir.path().join("openclaw/device.json")
     }
@@ -605,20 +628,8 @@ async fn approvals_closed_in_openclaw_expire_ours_never_approve_them() {
     let gw = Gateway::start(&w, "elsewhere", &[]).await;
     let adapter = Adapter::start(&w, &gw);
     let task = w.session_task("agent:main:main").await;
-    let closed = |approval: &'static str| {
-        let (w, task) = (&w, &task);
-        async move {
-            eventually(&format!("`{approval}` expired"), || async move {
-                w.approvals_for(task, approval)
-                    .await
-                    .into_iter()
-                    .find(|d| d.status == waymark_proto::DecisionStatus::Expired)
-            })
-            .await
-        }
-    };
     // Answered in OpenClaw's own UI first.
-    let ap3 = closed("ap_3").await;
+    let ap3 = w.expired(&task, "ap_3").await;
     let out = ap3.outcome.unwrap();
     assert_eq!(out.option, None, "no option applies");
     assert_eq!(out.by, "runtime");
@@ -629,7 +640,7 @@ async fn approvals_closed_in_openclaw_expire_ours_never_approve_them() {
         )
     );
     // Timed out in the gateway (1.5 s).
-    let ap4 = closed("ap_4").await;
+    let ap4 = w.expired(&task, "ap_4").await;
     let out = ap4.outcome.unwrap();
     assert_eq!(out.option, None);
     assert_eq!(out.text.as_deref(), Some("it timed out in OpenClaw"));
@@ -659,13 +670,7 @@ async fn a_gateway_restarted_without_the_approval_expires_it_and_its_exec_become
             .find(|e| e.idempotency_key == key)
     })
     .await;
-    let expired = eventually("ap_1 expired after the restart", || async {
-        w.approvals_for(&task, "ap_1")
-            .await
-            .into_iter()
-            .find(|d| d.status == waymark_proto::DecisionStatus::Expired)
-    })
-    .await;
+    let expired = w.expired(&task, "ap_1").await;
     let out = expired.outcome.unwrap();
     assert_eq!(out.option, None, "never approved");
     assert_eq!(out.by, "runtime");
@@ -675,14 +680,7 @@ async fn a_gateway_restarted_without_the_approval_expires_it_and_its_exec_become
             .is_some_and(|t| t.starts_with("OpenClaw no longer holds it")),
         "{out:?}"
     );
-    let effect = eventually("the exec's effect closed", || async {
-        w.detail(&task)
-            .await
-            .effects
-            .into_iter()
-            .find(|e| e.idempotency_key == key && e.status != EffectStatus::InProgress)
-    })
-    .await;
+    let effect = w.settled_effect(&task, key).await;
     assert_eq!(effect.status, EffectStatus::Unknown, "{effect:?}");
     assert_eq!(gw.requests("connect").len(), 2);
     assert!(gw.requests("exec.approval.resolve").is_empty());
@@ -700,24 +698,11 @@ async fn a_gateway_still_starting_is_waited_for_and_the_adapter_keeps_its_device
     let gw = Gateway::start(&w, "restart-starting", &[]).await;
     let adapter = Adapter::start(&w, &gw);
     let task = w.session_task("agent:main:main").await;
-    let expired = eventually("ap_1 expired once the gateway serves", || async {
-        w.approvals_for(&task, "ap_1")
-            .await
-            .into_iter()
-            .find(|d| d.status == waymark_proto::DecisionStatus::Expired)
-    })
-    .await;
+    let expired = w.expired(&task, "ap_1").await;
     let out = expired.outcome.unwrap();
     assert_eq!((out.option, out.by.as_str()), (None, "runtime"));
     let key = "agent:main:main:run_7:call_1";
-    let effect = eventually("the exec's effect closed", || async {
-        w.detail(&task)
-            .await
-            .effects
-            .into_iter()
-            .find(|e| e.idempotency_key == key && e.status != EffectStatus::InProgress)
-    })
-    .await;
+    let effect = w.settled_effect(&task, key).await;
     assert_eq!(effect.status, EffectStatus::Unknown, "{effect:?}");
     let connects = gw.requests("connect");
     assert_eq!(connects.len(), 4, "two refused while starting, then served");

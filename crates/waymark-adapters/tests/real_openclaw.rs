@@ -450,6 +450,44 @@ async fn settled_effect(
     .await
 }
 
+/// The adapter on `home`'s gateway, its device key in `scratch`; running until the returned
+/// token is cancelled.
+fn spawn_adapter(
+    home: &Home,
+    cp: &ControlPlane,
+    scratch: &std::path::Path,
+) -> (
+    tokio::task::JoinHandle<Result<(), OpenClawError>>,
+    CancellationToken,
+) {
+    let shutdown = CancellationToken::new();
+    let adapter = tokio::spawn(openclaw::run(
+        OpenClawArgs {
+            gateway: home.url(),
+            gateway_token: Some(GATEWAY_TOKEN.into()),
+            device_key: Some(scratch.join("device.json")),
+            client_id: "gateway-client".into(),
+            client_mode: "backend".into(),
+        },
+        cp.client.clone(),
+        shutdown.clone(),
+    ));
+    (adapter, shutdown)
+}
+
+/// Cancels the adapter; it must stop within 20 s, and well.
+async fn stop_adapter(
+    adapter: tokio::task::JoinHandle<Result<(), OpenClawError>>,
+    shutdown: CancellationToken,
+) {
+    shutdown.cancel();
+    let res = tokio::time::timeout(Duration::from_secs(20), adapter)
+        .await
+        .expect("the adapter stops")
+        .unwrap();
+    assert!(res.is_ok(), "{res:?}");
+}
+
 /// Makes the session with a first turn that runs no tool, then runs the adapter on the gateway
 /// and waits until it mirrors the session (it is connected as an approver): with no approver
 /// connected the gateway denies an exec at once. Returns the adapter, its shutdown, the task.
@@ -471,18 +509,7 @@ async fn warm_up_and_connect(
     let warm = AgentTurn::start(rt, home, "warm-up", "hello");
     warm.finish(gw).await;
 
-    let shutdown = CancellationToken::new();
-    let adapter = tokio::spawn(openclaw::run(
-        OpenClawArgs {
-            gateway: home.url(),
-            gateway_token: Some(GATEWAY_TOKEN.into()),
-            device_key: Some(scratch.join("device.json")),
-            client_id: "gateway-client".into(),
-            client_mode: "backend".into(),
-        },
-        cp.client.clone(),
-        shutdown.clone(),
-    ));
+    let (adapter, shutdown) = spawn_adapter(home, cp, scratch);
     let task = within(
         Duration::from_secs(60),
         "the adapter to mirror the session (it is connected)",
@@ -644,12 +671,7 @@ async fn real_openclaw_exec_approvals_reach_the_inbox_and_the_answer_decides_whe
     });
     assert!(told, "the model saw the denial");
 
-    shutdown.cancel();
-    let res: Result<(), OpenClawError> = tokio::time::timeout(Duration::from_secs(20), adapter)
-        .await
-        .expect("the adapter stops")
-        .unwrap();
-    assert!(res.is_ok(), "{res:?}");
+    stop_adapter(adapter, shutdown).await;
     eprintln!("all done at {:?}", started.elapsed());
     drop(gw);
 }
@@ -718,12 +740,7 @@ async fn real_openclaw_gateway_killed_under_a_pending_approval_expires_it() {
         !adapter.is_finished(),
         "the adapter reconnected and runs on"
     );
-    shutdown.cancel();
-    let res = tokio::time::timeout(Duration::from_secs(20), adapter)
-        .await
-        .expect("the adapter stops")
-        .unwrap();
-    assert!(res.is_ok(), "{res:?}");
+    stop_adapter(adapter, shutdown).await;
     eprintln!("all done at {:?}", started.elapsed());
     drop(gw);
 }
@@ -756,18 +773,7 @@ async fn real_openclaw_an_adapter_started_with_its_gateway_waits_until_it_serves
     )
     .await;
     let listening = started.elapsed();
-    let shutdown = CancellationToken::new();
-    let adapter = tokio::spawn(openclaw::run(
-        OpenClawArgs {
-            gateway: home.url(),
-            gateway_token: Some(GATEWAY_TOKEN.into()),
-            device_key: Some(scratch.path().join("device.json")),
-            client_id: "gateway-client".into(),
-            client_mode: "backend".into(),
-        },
-        cp.client.clone(),
-        shutdown.clone(),
-    ));
+    let (adapter, shutdown) = spawn_adapter(&home, &cp, scratch.path());
     let ready = Gateway::wait_ready(&mut gw).await;
     eprintln!("listening at {listening:?}, ready {ready:?} later");
     assert!(!adapter.is_finished(), "the adapter waited: {adapter:?}");
@@ -781,12 +787,7 @@ async fn real_openclaw_an_adapter_started_with_its_gateway_waits_until_it_serves
     )
     .await;
     assert!(!adapter.is_finished(), "the adapter runs on: {adapter:?}");
-    shutdown.cancel();
-    let res = tokio::time::timeout(Duration::from_secs(20), adapter)
-        .await
-        .expect("the adapter stops")
-        .unwrap();
-    assert!(res.is_ok(), "{res:?}");
+    stop_adapter(adapter, shutdown).await;
     eprintln!("all done at {:?}", started.elapsed());
 }
 

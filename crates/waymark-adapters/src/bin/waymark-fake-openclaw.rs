@@ -65,6 +65,16 @@ struct Gateway {
 
 type Shared = Arc<Mutex<Gateway>>;
 
+/// A frame recorded from the real `openclaw@2026.9.6` gateway, by its label.
+fn recorded(label: &str) -> Value {
+    include_str!("../../fixtures/openclaw/real/openclaw-2026.9.6.jsonl")
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .find(|r| r["label"] == label)
+        .unwrap_or_else(|| panic!("no recorded frame `{label}`"))["frame"]
+        .clone()
+}
+
 fn now_ms() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -233,19 +243,21 @@ async fn serve(gw: Shared, stream: TcpStream) -> Result<(), String> {
                 return Ok(());
             }
             if script.get("starting").and_then(Value::as_bool) == Some(true) {
-                // As the real gateway answers while its sidecars start (recorded in
-                // `fixtures/openclaw/real/`), whoever connects.
+                // What the real gateway answered while its sidecars started, whoever connects.
                 eprintln!("fake-openclaw: connection {index}: still starting");
-                conn.send(json!({"type": "res", "id": id, "ok": false, "error": {
-                    "code": "UNAVAILABLE", "message": "gateway starting; retry shortly",
-                    "retryable": true, "retryAfterMs": 500,
-                    "details": {"reason": "startup-sidecars"}}}))
-                    .await?;
+                let mut refused = recorded("starting: connect refused");
+                refused["id"] = id;
+                conn.send(refused).await?;
+                let close = &recorded("starting: close")["close"];
                 let _ = conn
                     .ws
                     .close(Some(CloseFrame {
-                        code: CloseCode::Again,
-                        reason: "gateway starting".into(),
+                        code: CloseCode::from(close["code"].as_u64().unwrap_or(1013) as u16),
+                        reason: close["reason"]
+                            .as_str()
+                            .unwrap_or_default()
+                            .to_owned()
+                            .into(),
                     }))
                     .await;
                 return Ok(());

@@ -1694,6 +1694,7 @@ impl Backoff {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::openclaw::recorded;
 
     /// What a long-lived adapter keeps does not grow with what it has seen: finished
     /// background tasks are dropped, and a closed approval is forgotten once the gateway's
@@ -1830,17 +1831,6 @@ mod tests {
             Some(("t".into(), "timed_out".into()))
         );
         assert_eq!(parse_ledger_note("hello"), None);
-    }
-
-    /// Frames recorded from the real `openclaw@2026.9.6` gateway (`fixtures/openclaw/real/`),
-    /// by label.
-    fn recorded(label: &str) -> Value {
-        let text = include_str!("../../fixtures/openclaw/real/openclaw-2026.9.6.jsonl");
-        text.lines()
-            .map(|l| serde_json::from_str::<Value>(l).unwrap())
-            .find(|r| r["label"] == label)
-            .unwrap_or_else(|| panic!("no recorded frame `{label}`"))["frame"]
-            .clone()
     }
 
     #[test]

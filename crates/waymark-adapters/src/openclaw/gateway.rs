@@ -395,6 +395,7 @@ pub(crate) fn now_ms() -> i64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::openclaw::recorded;
 
     /// What the real gateway needs of an approver (`fixtures/openclaw/real/`: the recorded
     /// connect the gateway accepted): the `exec-approvals` capability, `operator.admin`, and a
@@ -426,13 +427,8 @@ mod tests {
             ])
         );
         assert_eq!(p["device"]["signedAt"], 1_796_159_803_980_i64);
-        let recorded = include_str!("../../fixtures/openclaw/real/openclaw-2026.9.6.jsonl")
-            .lines()
-            .map(|l| serde_json::from_str::<Value>(l).unwrap())
-            .find(|r| r["label"] == "challenge")
-            .unwrap();
         assert!(
-            recorded["frame"]["payload"]["ts"].as_i64().is_some(),
+            recorded("challenge")["payload"]["ts"].as_i64().is_some(),
             "the real challenge carries `ts`"
         );
     }
@@ -442,16 +438,7 @@ mod tests {
     /// it asks for; a pairing refusal is not.
     #[test]
     fn a_gateway_still_starting_refuses_for_now_not_for_good() {
-        let recorded = include_str!("../../fixtures/openclaw/real/openclaw-2026.9.6.jsonl")
-            .lines()
-            .map(|l| serde_json::from_str::<Value>(l).unwrap())
-            .find(|r| {
-                r["label"]
-                    .as_str()
-                    .is_some_and(|l| l.starts_with("starting: connect refused"))
-            })
-            .unwrap();
-        let res: Frame = serde_json::from_value(recorded["frame"].clone()).unwrap();
+        let res: Frame = serde_json::from_value(recorded("starting: connect refused")).unwrap();
         let Frame::Res { ok, error, .. } = res else {
             panic!()
         };

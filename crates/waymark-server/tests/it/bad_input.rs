@@ -176,15 +176,7 @@ async fn the_operational_surface_answers() {
     assert!(doc["components"]["schemas"]["Problem"].is_object());
 
     h.create_task(&h.alice).await;
-    let text = h
-        .http
-        .get(h.url("/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let text = h.metrics().await;
     assert!(text.contains("waymark_tasks_created_total 1"), "{text}");
     assert!(text.contains("waymark_http_requests_total{"), "{text}");
 }

@@ -3,13 +3,30 @@
 
 use std::time::Duration;
 
-use eventsource_stream::Eventsource;
+use eventsource_stream::{Event, EventStreamError, Eventsource};
 use futures::StreamExt;
+use futures::stream::BoxStream;
 use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
 use waymark_proto::Operation;
 
 use crate::support::{Harness, TestDevice, assert_problem};
+
+/// Attempt `att`'s control stream, as its worker (alice's token) reads it.
+async fn control_stream(
+    h: &Harness,
+    att: &str,
+) -> BoxStream<'static, Result<Event, EventStreamError<reqwest::Error>>> {
+    let res = h
+        .http
+        .get(h.url(&format!("/v1/attempts/{att}/control")))
+        .bearer_auth(&h.alice)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), StatusCode::OK);
+    res.bytes_stream().eventsource().boxed()
+}
 
 async fn approval(h: &Harness, task: &str, att: &str, fence: i64) -> (String, String) {
     let intent = json!({"target": "staging", "commit": "abc123"});
@@ -558,15 +575,7 @@ async fn cancel_while_an_effect_is_under_way_stops_the_worker_and_fences_its_wri
     .await;
 
     // The worker listens on its control stream.
-    let res = h
-        .http
-        .get(h.url(&format!("/v1/attempts/{att}/control")))
-        .bearer_auth(&h.alice)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(res.status(), StatusCode::OK);
-    let mut control = res.bytes_stream().eventsource();
+    let mut control = control_stream(&h, &att).await;
 
     let d = h.pair_device("alice", &["view", "steer"]).await;
     let sent = std::time::Instant::now();
@@ -743,15 +752,7 @@ async fn steers_reach_the_control_stream_once_each_in_order_most_without_a_read(
     let h = Harness::start().await;
     let task = h.create_task(&h.alice).await;
     let (att, _fence) = h.attempt(&h.alice, &task, 600).await;
-    let res = h
-        .http
-        .get(h.url(&format!("/v1/attempts/{att}/control")))
-        .bearer_auth(&h.alice)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(res.status(), StatusCode::OK);
-    let mut control = res.bytes_stream().eventsource();
+    let mut control = control_stream(&h, &att).await;
     let d = h.pair_device("alice", &["view", "steer"]).await;
     let mut seen = Vec::new();
     for i in 0..20 {
@@ -782,16 +783,9 @@ async fn steers_reach_the_control_stream_once_each_in_order_most_without_a_read(
         seen.push(cmd["seq"].as_i64().unwrap());
     }
     assert_eq!(seen, (1..=20).collect::<Vec<i64>>());
-    let metrics = h
-        .http
-        .get(h.url("/metrics"))
-        .send()
+    let handed: u64 = h
+        .metrics()
         .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    let handed: u64 = metrics
         .lines()
         .find_map(|l| l.strip_prefix("waymark_controls_handed_over_total "))
         .expect("the counter is exported")

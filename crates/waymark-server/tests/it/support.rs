@@ -113,6 +113,18 @@ impl Harness {
         self.send(reqwest::Method::GET, token, path, None).await
     }
 
+    /// The Prometheus text at `/metrics`.
+    pub async fn metrics(&self) -> String {
+        self.http
+            .get(self.url("/metrics"))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap()
+    }
+
     pub async fn create_task(&self, token: &str) -> String {
         let (s, v) = self
             .post(
