@@ -4,8 +4,7 @@
 //! deflated (rust-embed's `compression`: 2.1 MB → ≈ 0.8 MB of the binary) and inflated on each
 //! request; the hashed assets are cached by the browser for good, so that is rare.
 
-use axum::extract::Path;
-use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Redirect, Response};
 
 #[derive(rust_embed::Embed)]
@@ -31,8 +30,29 @@ pub(crate) async fn index(headers: HeaderMap) -> Response {
 }
 
 /// `/app/{*path}`: the bundle's files.
-pub(crate) async fn asset(Path(path): Path<String>, headers: HeaderMap) -> Response {
-    file(&path, &headers)
+///
+/// The path is taken from the request as sent, not decoded: in debug builds rust-embed reads
+/// `ui/dist` from disk, and a decoded `%2Fproc%2Fself%2Ffd%2F9` would name a file outside the
+/// bundle (the live database). Only a plain relative bundle path is looked up, in every build.
+pub(crate) async fn asset(uri: Uri, headers: HeaderMap) -> Response {
+    match uri.path().strip_prefix("/app/").filter(|p| bundle_path(p)) {
+        Some(path) => file(path, &headers),
+        None => (StatusCode::NOT_FOUND, "no such file in the web companion").into_response(),
+    }
+}
+
+/// A path the bundle can hold: segments of letters, digits, `-`, `_` and `.`, none empty and
+/// none starting with a dot — so no leading `/`, no `\`, no `.` or `..`, no hidden files, and
+/// no percent-encoding at all (Vite names nothing that needs it).
+fn bundle_path(path: &str) -> bool {
+    !path.is_empty()
+        && path.split('/').all(|segment| {
+            !segment.is_empty()
+                && !segment.starts_with('.')
+                && segment
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+        })
 }
 
 fn file(path: &str, request: &HeaderMap) -> Response {
@@ -93,4 +113,38 @@ fn file(path: &str, request: &HeaderMap) -> Response {
         HeaderValue::from_static("no-referrer"),
     );
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::bundle_path;
+
+    #[test]
+    fn only_plain_relative_bundle_paths_are_looked_up() {
+        for ok in [
+            "index.html",
+            "assets/index-Bx1_a.js",
+            "sw.js",
+            "icons/icon-192.png",
+        ] {
+            assert!(bundle_path(ok), "{ok}");
+        }
+        for bad in [
+            "",
+            "/etc/mtab",
+            "%2Fetc%2Fmtab",
+            "..%2F..%2Fetc%2Fmtab",
+            "../Cargo.toml",
+            "assets/../../Cargo.toml",
+            "./index.html",
+            "%2e%2e/x",
+            "assets//x.js",
+            "assets\\x.js",
+            ".env",
+            "assets/",
+            "%2Fproc%2Fself%2Ffd%2F9",
+        ] {
+            assert!(!bundle_path(bad), "{bad}");
+        }
+    }
 }
