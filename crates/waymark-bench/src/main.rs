@@ -72,6 +72,8 @@ fn bench_config() -> Config {
     Config {
         rate_per_second: 1_000_000,
         rate_burst: 1_000_000,
+        address_rate_per_second: 1_000_000,
+        address_rate_burst: 1_000_000,
         ..Config::default()
     }
 }

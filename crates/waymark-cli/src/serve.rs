@@ -36,6 +36,17 @@ pub(crate) struct ServeArgs {
     /// Requests per second allowed to each worker token and device (bursts of twice that).
     #[arg(long, default_value_t = Config::default().rate_per_second)]
     rate_limit: u32,
+    /// Requests per second allowed to one client address on the routes open to callers not
+    /// yet known — pairing, opening a session, signed commands (bursts of five times that).
+    /// Behind a reverse proxy every client shares the proxy's address: raise it there.
+    #[arg(long, default_value_t = Config::default().address_rate_per_second)]
+    address_rate_limit: u32,
+    /// How long audit entries are kept, e.g. `90d`.
+    #[arg(long, default_value = "90d", value_parser = humantime::parse_duration)]
+    audit_retention: std::time::Duration,
+    /// How many audit entries are kept at most (the newest).
+    #[arg(long, default_value_t = Config::default().audit_max_entries)]
+    audit_max_entries: i64,
     /// Serve HTTPS with this certificate chain (PEM, leaf first); pairing links then pin it.
     #[arg(long, requires = "tls_key", env = "WAYMARK_TLS_CERT")]
     tls_cert: Option<PathBuf>,
@@ -124,6 +135,10 @@ pub(crate) async fn run(args: ServeArgs, json: bool) -> CliResult {
         redaction,
         rate_per_second: args.rate_limit.max(1),
         rate_burst: args.rate_limit.max(1).saturating_mul(2),
+        address_rate_per_second: args.address_rate_limit.max(1),
+        address_rate_burst: args.address_rate_limit.max(1).saturating_mul(5),
+        audit_retention: args.audit_retention,
+        audit_max_entries: args.audit_max_entries.max(1),
         tls: match (args.tls_cert, args.tls_key) {
             (Some(cert), Some(key)) => Some(TlsFiles { cert, key }),
             _ => None,

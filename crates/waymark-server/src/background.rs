@@ -25,6 +25,7 @@ pub(crate) fn spawn(st: AppState) {
 pub(crate) async fn pass(st: &AppState) {
     let _one_at_a_time = st.background.lock().await;
     st.limiter.retain_recent();
+    st.address_limiter.retain_recent();
     if let Err(e) = crate::domain::recovery::sweep_leases(st).await {
         tracing::warn!(error = %e.problem, "sweeping expired leases failed");
     }

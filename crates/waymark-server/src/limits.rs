@@ -1,13 +1,36 @@
 //! Caps on open SSE streams (`/v1/events`, `/v1/attempts/{a}/control`), per credential and in
 //! all. A stream holds a [`StreamSlot`] for as long as its response body lives; dropping it
 //! (the client went away, or the server is stopping) frees the slot.
+//!
+//! And the rate of the routes open to callers not yet known (pairing, opening a session,
+//! signed commands), by client address: [`AddressLimited`] refuses before the body is read,
+//! so nothing an outsider sends is looked up or written beyond that rate.
 
 use std::collections::HashMap;
+use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 
+use axum::extract::{ConnectInfo, FromRequestParts};
+use axum::http::request::Parts;
 use waymark_proto::ErrorCode;
 
 use crate::error::ApiError;
+use crate::state::AppState;
+
+/// An extractor that charges the request to its client address's bucket (`429` beyond it).
+/// A request with no peer address (a router driven in-process) is not charged.
+pub(crate) struct AddressLimited;
+
+impl FromRequestParts<AppState> for AddressLimited {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, st: &AppState) -> Result<Self, ApiError> {
+        if let Some(ConnectInfo(peer)) = parts.extensions.get::<ConnectInfo<SocketAddr>>() {
+            st.rate_limit_address(peer.ip())?;
+        }
+        Ok(AddressLimited)
+    }
+}
 
 pub(crate) struct Streams {
     max: usize,

@@ -11,10 +11,12 @@
 //! A connection's slot is freed when it ends.
 
 use std::future::Future;
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
+use axum::extract::ConnectInfo;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::{GracefulShutdown, Watcher};
 use hyper_util::service::TowerToHyperService;
@@ -59,9 +61,9 @@ pub(crate) async fn serve(
     let mut at_cap = false;
     let mut shutdown = std::pin::pin!(shutdown);
     loop {
-        let stream = tokio::select! {
+        let (stream, peer) = tokio::select! {
             r = listener.accept() => match r {
-                Ok((stream, _)) => stream,
+                Ok(accepted) => accepted,
                 Err(e) => {
                     accept_error(e).await;
                     continue;
@@ -92,12 +94,12 @@ pub(crate) async fn serve(
         tokio::spawn(async move {
             let _open = Open::new(slot, &serving.metrics);
             match acceptor {
-                None => connection(stream, &serving, watcher).await,
+                None => connection(stream, peer, &serving, watcher).await,
                 Some(acceptor) => {
                     let deadline = serving.header_timeout;
                     let tls = tokio::time::timeout(deadline, handshake(stream, acceptor)).await;
                     match tls {
-                        Ok(Some(tls)) => connection(tls, &serving, watcher).await,
+                        Ok(Some(tls)) => connection(tls, peer, &serving, watcher).await,
                         Ok(None) => {}
                         Err(_) => tracing::debug!("TLS handshake timed out; connection closed"),
                     }
@@ -162,15 +164,24 @@ fn refuse(stream: TcpStream, serving: &Serving, refusing: &Arc<Semaphore>) {
     });
 }
 
-/// Serves HTTP/1.1 on one connection until it closes, or until shutdown asks it to.
-async fn connection<I>(io: I, serving: &Serving, watcher: Watcher)
+/// Serves HTTP/1.1 on one connection until it closes, or until shutdown asks it to. Each
+/// request carries the peer's address (`ConnectInfo`), which the routes open to unknown
+/// callers are rate-limited by.
+async fn connection<I>(io: I, peer: SocketAddr, serving: &Serving, watcher: Watcher)
 where
     I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
+    use tower::ServiceExt;
     let mut http = hyper::server::conn::http1::Builder::new();
     http.timer(TokioTimer::new())
         .header_read_timeout(serving.header_timeout);
-    let service = TowerToHyperService::new(serving.router.clone());
+    let router = serving.router.clone().map_request(
+        move |mut r: axum::http::Request<hyper::body::Incoming>| {
+            r.extensions_mut().insert(ConnectInfo(peer));
+            r
+        },
+    );
+    let service = TowerToHyperService::new(router);
     let conn = http.serve_connection(TokioIo::new(io), service);
     if let Err(e) = watcher.watch(conn).await {
         tracing::debug!(error = %e, "connection ended with an error");

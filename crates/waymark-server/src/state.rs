@@ -48,6 +48,16 @@ pub struct Config {
     pub rate_per_second: u32,
     /// …with bursts up to this many.
     pub rate_burst: u32,
+    /// Requests per second one client address may make to the routes that answer callers not
+    /// yet known (pairing, opening a session, signed commands) — checked before anything is
+    /// read or written, so an outsider cannot fill the audit log…
+    pub address_rate_per_second: u32,
+    /// …with bursts up to this many.
+    pub address_rate_burst: u32,
+    /// Audit entries older than this are pruned…
+    pub audit_retention: Duration,
+    /// …and at most this many of the newest are kept.
+    pub audit_max_entries: i64,
     /// Serve HTTPS with this certificate and key; plain HTTP when `None`.
     pub tls: Option<TlsFiles>,
     /// How long a client may take over the TLS handshake and over each request's headers (so
@@ -87,6 +97,10 @@ impl Default for Config {
             redaction: Redaction::default(),
             rate_per_second: 1000,
             rate_burst: 2000,
+            address_rate_per_second: 50,
+            address_rate_burst: 250,
+            audit_retention: Duration::from_secs(90 * 24 * 3600),
+            audit_max_entries: 200_000,
             tls: None,
             header_timeout: Duration::from_secs(20),
             body_timeout: Duration::from_secs(120),
@@ -112,6 +126,8 @@ pub struct AppState {
     pub(crate) stopping: Arc<watch::Sender<bool>>,
     /// Per-credential request rate limits.
     pub(crate) limiter: Arc<governor::DefaultKeyedRateLimiter<String>>,
+    /// Per-client-address rate limits of the routes open to unknown callers.
+    pub(crate) address_limiter: Arc<governor::DefaultKeyedRateLimiter<std::net::IpAddr>>,
     /// Open SSE streams, per credential and in all.
     pub(crate) streams: Arc<limits::Streams>,
     /// The newest events, read once per commit and shared by every event stream.
@@ -124,27 +140,24 @@ pub struct AppState {
     pub(crate) tokens: Arc<crate::auth::KnownTokens>,
 }
 
-fn config_rate(c: &Config) -> u32 {
-    c.rate_per_second.max(1)
+fn quota(per_second: u32, burst: u32) -> governor::Quota {
+    let n = |v: u32| std::num::NonZeroU32::new(v.max(1)).unwrap_or(std::num::NonZeroU32::MIN);
+    governor::Quota::per_second(n(per_second)).allow_burst(n(burst))
 }
 
 impl AppState {
     /// State over a store.
     pub fn new(store: Arc<dyn Store>, config: Config) -> Self {
-        let quota = governor::Quota::per_second(
-            std::num::NonZeroU32::new(config_rate(&config)).unwrap_or(std::num::NonZeroU32::MIN),
-        )
-        .allow_burst(
-            std::num::NonZeroU32::new(config.rate_burst.max(1))
-                .unwrap_or(std::num::NonZeroU32::MIN),
-        );
+        let credentials = quota(config.rate_per_second, config.rate_burst);
+        let addresses = quota(config.address_rate_per_second, config.address_rate_burst);
         let streams = limits::Streams::new(config.max_streams, config.max_streams_per_credential);
         AppState {
             store,
             config: Arc::new(config),
             metrics: Arc::new(Metrics::default()),
             stopping: Arc::new(watch::channel(false).0),
-            limiter: Arc::new(governor::RateLimiter::keyed(quota)),
+            limiter: Arc::new(governor::RateLimiter::keyed(credentials)),
+            address_limiter: Arc::new(governor::RateLimiter::keyed(addresses)),
             streams: Arc::new(streams),
             tail: Arc::new(tail::Tail::new()),
             handoffs: Arc::new(handoff::Handoffs::default()),
@@ -170,7 +183,31 @@ impl AppState {
 
     /// Refuses a request beyond the credential's rate with 429 and when to retry.
     pub(crate) fn rate_limit(&self, key: &str) -> Result<(), ApiError> {
-        match self.limiter.check_key(&key.to_owned()) {
+        self.refuse_over(self.limiter.check_key(&key.to_owned()), "this credential")
+    }
+
+    /// Refuses a request beyond its client address's rate with 429 and when to retry. An IPv6
+    /// address counts by its /64, which one client usually holds whole.
+    pub(crate) fn rate_limit_address(&self, ip: std::net::IpAddr) -> Result<(), ApiError> {
+        let key = match ip {
+            std::net::IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+                Some(v4) => std::net::IpAddr::V4(v4),
+                None => {
+                    let bits = u128::from(v6) & !((1u128 << 64) - 1);
+                    std::net::IpAddr::V6(bits.into())
+                }
+            },
+            v4 => v4,
+        };
+        self.refuse_over(self.address_limiter.check_key(&key), "this address")
+    }
+
+    fn refuse_over(
+        &self,
+        checked: Result<(), governor::NotUntil<governor::clock::QuantaInstant>>,
+        whose: &str,
+    ) -> Result<(), ApiError> {
+        match checked {
             Ok(()) => Ok(()),
             Err(not_until) => {
                 use governor::clock::Clock;
@@ -179,7 +216,7 @@ impl AppState {
                 Err(ApiError::new(
                     waymark_proto::ErrorCode::RateLimited,
                     format!(
-                        "too many requests from this credential; retry in {} ms",
+                        "too many requests from {whose}; retry in {} ms",
                         wait.as_millis().max(1)
                     ),
                 )

@@ -22,6 +22,7 @@ use crate::domain::core::{Tx, task_for};
 use crate::domain::devices;
 use crate::error::{ApiError, ApiResult};
 use crate::extract::Json;
+use crate::limits::AddressLimited;
 use crate::state::AppState;
 
 pub use crate::domain::devices::{
@@ -32,6 +33,7 @@ pub use crate::domain::devices::{
     responses((status = 201, body = Device), (status = 401, body = Problem), (status = 410, body = Problem)))]
 pub(crate) async fn pair(
     State(st): State<AppState>,
+    _: AddressLimited,
     Json(req): Json<PairDevice>,
 ) -> ApiResult<(StatusCode, Out<Device>)> {
     let device = devices::pair(&st, req).await?;
@@ -63,6 +65,7 @@ fn http_status(r: &CommandResult) -> StatusCode {
     responses((status = 201, body = DeviceSession), (status = 403, body = CommandResult)))]
 pub(crate) async fn open_session(
     State(st): State<AppState>,
+    _: AddressLimited,
     Path(device_id): Path<String>,
     Json(env): Json<SignedEnvelope>,
 ) -> ApiResult<Response> {
@@ -79,9 +82,9 @@ pub(crate) async fn open_session(
               (status = 422, body = CommandResult, description = "`rejected`: expired, reused id, stale approval…")))]
 pub(crate) async fn submit(
     State(st): State<AppState>,
+    _: AddressLimited,
     Json(env): Json<SignedEnvelope>,
 ) -> ApiResult<Response> {
-    st.rate_limit(&format!("device:{}", env.signature.key_id))?;
     let res = commands::submit(&st, &env).await?;
     Ok((http_status(&res), Out(res)).into_response())
 }

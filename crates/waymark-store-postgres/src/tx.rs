@@ -1049,6 +1049,22 @@ impl StoreTx for PgTx {
         .map(drop)
     }
 
+    async fn prune_audit(&mut self, before: i64, keep: i64) -> Result<u64> {
+        // Two range deletes (by the `at` index, then by id) rather than one `OR`.
+        let old = self
+            .exec(sqlx::query("DELETE FROM audit WHERE at < $1").bind(before))
+            .await?;
+        let over = self
+            .exec(
+                sqlx::query(
+                    "DELETE FROM audit WHERE id <= (SELECT COALESCE(MAX(id), 0) FROM audit) - $1",
+                )
+                .bind(keep.max(0)),
+            )
+            .await?;
+        Ok(old + over)
+    }
+
     async fn list_audit(&mut self, task_id: Option<&str>, limit: i64) -> Result<Vec<AuditRow>> {
         self.all(
             sqlx::query(

@@ -980,6 +980,22 @@ impl StoreTx for SqliteTx {
         .await
     }
 
+    async fn prune_audit(&mut self, before: i64, keep: i64) -> Result<u64> {
+        // Two range deletes (by the `at` index, then by id) rather than one `OR`.
+        let old = self
+            .exec(sqlx::query("DELETE FROM audit WHERE at < ?").bind(before))
+            .await?;
+        let over = self
+            .exec(
+                sqlx::query(
+                    "DELETE FROM audit WHERE id <= (SELECT COALESCE(MAX(id), 0) FROM audit) - ?",
+                )
+                .bind(keep.max(0)),
+            )
+            .await?;
+        Ok(old + over)
+    }
+
     async fn insert_device(&mut self, d: &DeviceRow) -> Result<()> {
         self.exec(
             sqlx::query(

@@ -256,6 +256,9 @@ pub trait StoreTx: Send {
     async fn insert_audit(&mut self, audit: &AuditRow) -> Result<()>;
     /// The newest audit entries first; only one task's when given.
     async fn list_audit(&mut self, task_id: Option<&str>, limit: i64) -> Result<Vec<AuditRow>>;
+    /// The audit log's retention: deletes entries recorded before `before` (unix ms) and those
+    /// more than `keep` ids below the newest (so at most `keep` stay); returns how many went.
+    async fn prune_audit(&mut self, before: i64, keep: i64) -> Result<u64>;
 
     // devices and commands
     /// Adds a device; `Conflict` when its public key is already paired.

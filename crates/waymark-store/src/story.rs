@@ -557,6 +557,38 @@ pub async fn run_store_story(store: &dyn Store) {
     assert!(r.list_audit(Some("task_2"), 10).await.unwrap().is_empty());
     drop(r);
 
+    // audit retention: by age, then by count of the newest kept
+    let mut tx = store.write().await.unwrap();
+    for (at, code) in [(90, "a"), (100, "b"), (110, "c"), (120, "d")] {
+        tx.insert_audit(&AuditRow {
+            at,
+            actor: "device:unpaired".into(),
+            action: "device.pair".into(),
+            task_id: None,
+            code: code.into(),
+            detail: "no such pairing code".into(),
+        })
+        .await
+        .unwrap();
+    }
+    assert_eq!(tx.prune_audit(90, 100).await.unwrap(), 2, "the two at 80");
+    assert_eq!(
+        tx.prune_audit(0, 3).await.unwrap(),
+        1,
+        "all but the newest 3"
+    );
+    tx.commit().await.unwrap();
+    let mut r = store.read().await.unwrap();
+    let kept: Vec<String> = r
+        .list_audit(None, 10)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|a| a.code)
+        .collect();
+    assert_eq!(kept, ["d", "c", "b"]);
+    drop(r);
+
     // devices: unique keys, revocation round-trips, per-user lists
     let mut tx = store.write().await.unwrap();
     let mut phone = DeviceRow {

@@ -54,6 +54,10 @@ pub(crate) async fn submit(st: &AppState, env: &SignedEnvelope) -> ApiResult<Com
             return Ok(res);
         }
     };
+    // The device's own bucket is charged only once its signature verified: an unverified
+    // `key_id` names nobody, and charging it would let anyone drain a real device's bucket
+    // (or grow the limiter with made-up keys). Unverified callers meet the address limit.
+    st.rate_limit(&format!("device:{}", v.device.id))?;
     let res = apply(st, env, v).await?;
     if res.status == CommandStatus::Rejected || res.status == CommandStatus::Conflict {
         let code = res.reason.map_or("conflict", RejectReason::as_str);

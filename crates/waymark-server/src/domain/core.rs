@@ -149,7 +149,27 @@ pub(crate) async fn audit_refusal(st: &AppState, caller: &Caller, action: &str, 
     .await;
 }
 
-/// Writes an audit entry (and counts the refusal) in its own transaction.
+/// Longest actor, action, task id and code an audit entry keeps (ids are far shorter).
+const AUDIT_NAME_CHARS: usize = 120;
+/// Longest detail an audit entry keeps.
+const AUDIT_DETAIL_CHARS: usize = 500;
+
+/// `text` cut to at most `max` characters, marked with `…` when cut. What a refused caller
+/// sent (a made-up key id, a path) is recorded at most this long, so a refusal costs the log
+/// a bounded row.
+pub(crate) fn clip(text: &str, max: usize) -> String {
+    match text.char_indices().nth(max) {
+        None => text.to_owned(),
+        Some((end, _)) => {
+            let mut out = text[..end].to_owned();
+            out.push('…');
+            out
+        }
+    }
+}
+
+/// Writes an audit entry (and counts the refusal) in its own transaction. Each field is
+/// clipped ([`clip`]): the callers name what an unverified sender sent.
 pub(crate) async fn record_refusal(
     st: &AppState,
     actor: &str,
@@ -161,11 +181,11 @@ pub(crate) async fn record_refusal(
     st.metrics.refusal_code(code);
     let row = AuditRow {
         at: st.now_ms(),
-        actor: actor.to_owned(),
-        action: action.to_owned(),
-        task_id: task_id.map(str::to_owned),
-        code: code.to_owned(),
-        detail: detail.to_owned(),
+        actor: clip(actor, AUDIT_NAME_CHARS),
+        action: clip(action, AUDIT_NAME_CHARS),
+        task_id: task_id.map(|t| clip(t, AUDIT_NAME_CHARS)),
+        code: clip(code, AUDIT_NAME_CHARS),
+        detail: clip(detail, AUDIT_DETAIL_CHARS),
     };
     let res = async {
         let mut tx = Tx::write(st).await?;

@@ -325,6 +325,7 @@ pub(crate) async fn open_session(
         Ok(v) => v,
         Err(r) => return refused(st.clone(), r, device_id.to_owned()).await,
     };
+    st.rate_limit(&format!("device:{}", v.device.id))?;
     if v.device.id != device_id || v.command.operation != Operation::OpenSession {
         let r = reject(
             RejectReason::InvalidCommand,

@@ -1,6 +1,8 @@
 //! Slow clients and stream caps: a client trickling its headers or its body is cut off at the
 //! deadline while others are served; event and control streams are capped per credential and
-//! in all, and a closed stream frees its slot.
+//! in all, and a closed stream frees its slot. Callers not yet known are limited by client
+//! address before anything is recorded; what a refusal records is short, and the audit log
+//! keeps its retention.
 
 use std::time::{Duration, Instant};
 
@@ -326,5 +328,167 @@ async fn past_the_connection_cap_a_new_connection_gets_503_while_open_ones_are_s
     assert!(
         served.is_some(),
         "the closed connection's slot was never freed"
+    );
+}
+
+/// Counts audit entries of one action, and checks each stayed short.
+async fn audited(h: &Harness, action: &str) -> usize {
+    let (s, v) = h.get(&h.admin, "/v1/admin/audit?limit=1000").await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    let entries: Vec<&Value> = v
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|a| a["action"] == action)
+        .collect();
+    for a in &entries {
+        let actor = a["actor"].as_str().unwrap().chars().count();
+        let detail = a["detail"].as_str().unwrap().chars().count();
+        assert!(
+            actor <= 121 && detail <= 501,
+            "kept as sent: {actor}, {detail}"
+        );
+    }
+    entries.len()
+}
+
+#[tokio::test]
+async fn an_outsider_is_limited_by_address_before_anything_is_recorded_and_what_is_recorded_is_short()
+ {
+    let h = Harness::start_with(Config {
+        address_rate_per_second: 1,
+        address_rate_burst: 5,
+        ..test_config()
+    })
+    .await;
+    // A made-up 1 MiB key id: once stored as sent, six of these grew the database 8.8 MB.
+    let forged = serde_json::json!({
+        "command": {"command_id": "cmd_1", "operation": "pause"},
+        "signature": {"alg": "ed25519", "key_id": "x".repeat(1 << 20), "sig": "AAAA"},
+    });
+    let started = Instant::now();
+    let (mut answered, mut limited) = (0, 0);
+    for _ in 0..20 {
+        let (s, v) = h.submit(&forged).await;
+        match s {
+            StatusCode::TOO_MANY_REQUESTS => {
+                assert_problem(s, &v, 429, "rate_limited");
+                limited += 1;
+            }
+            s => {
+                assert!(s.is_client_error(), "{s} {v}");
+                answered += 1;
+            }
+        }
+    }
+    let refills = started.elapsed().as_secs() as usize + 1;
+    assert!(answered >= 5, "the burst is answered: {answered}");
+    assert!(
+        answered <= 5 + refills,
+        "{answered} answered in {refills} s"
+    );
+    assert_eq!(limited + answered, 20);
+    // Each answered refusal is one short entry; a limited request wrote nothing.
+    assert_eq!(audited(&h, "command.submit").await, answered);
+
+    // Pairing and opening a session draw on the same address's bucket: still empty.
+    let (s, v) = h
+        .post(
+            "",
+            "/v1/devices/pair",
+            serde_json::json!({"code": "ABCD-EFGH", "name": "x", "public_key": "AAAA"}),
+        )
+        .await;
+    if s == StatusCode::TOO_MANY_REQUESTS {
+        assert_eq!(audited(&h, "device.pair").await, 0);
+    } else {
+        // A second passed and refilled one token: the next is refused.
+        assert_problem(s, &v, 422, "validation_failed");
+    }
+    let path = format!("/v1/devices/dev_{}/session", "0".repeat(32));
+    let mut refused = false;
+    for _ in 0..5 {
+        let (s, _) = h.post("", &path, forged.clone()).await;
+        refused |= s == StatusCode::TOO_MANY_REQUESTS;
+    }
+    assert!(refused, "sessions are limited by address too");
+    // Other callers are not: a worker's own credential answers.
+    let (s, _) = h.get(&h.alice, "/v1/snapshot").await;
+    assert_eq!(s, StatusCode::OK);
+}
+
+#[tokio::test]
+async fn commands_forged_in_a_devices_name_do_not_spend_its_rate() {
+    let h = Harness::start_with(Config {
+        rate_per_second: 1,
+        rate_burst: 3,
+        ..test_config()
+    })
+    .await;
+    let alice = h.pair_device("alice", &["view", "steer"]).await;
+    let task = h.create_task(&h.alice).await;
+    let rev = h.revision(&task).await;
+    // Signed by another key, in alice's phone's name: refused, and not charged to it.
+    let stranger = ed25519_dalek::SigningKey::generate(&mut rand::rngs::OsRng);
+    for _ in 0..10 {
+        let cmd = alice.command(
+            &task,
+            Some(rev),
+            waymark_proto::Operation::Pause,
+            Value::Null,
+        );
+        let mut env =
+            serde_json::to_value(waymark_proto::signing::sign(&cmd, &stranger).unwrap()).unwrap();
+        env["signature"]["key_id"] = Value::String(alice.id.clone());
+        let (s, v) = h.submit(&env).await;
+        assert_eq!(s, StatusCode::FORBIDDEN, "{v}");
+        assert_eq!(v["reason"], "bad_signature", "{v}");
+    }
+    let cmd = alice.command(
+        &task,
+        Some(rev),
+        waymark_proto::Operation::Pause,
+        Value::Null,
+    );
+    let (s, v) = h.submit(&alice.sign(&cmd)).await;
+    assert_eq!(s, StatusCode::OK, "the phone's own command is applied: {v}");
+    assert_eq!(v["status"], "applied", "{v}");
+    // The phone's own bucket still holds: its own flood is limited.
+    let mut limited = false;
+    for _ in 0..10 {
+        let cmd = alice.command(&task, None, waymark_proto::Operation::Resume, Value::Null);
+        let (s, _) = h.submit(&alice.sign(&cmd)).await;
+        limited |= s == StatusCode::TOO_MANY_REQUESTS;
+    }
+    assert!(limited, "ten commands at once exceed 1/s with bursts of 3");
+}
+
+#[tokio::test]
+async fn the_audit_log_keeps_its_retention_by_age_and_by_count() {
+    let h = Harness::start_with(Config {
+        audit_retention: Duration::from_secs(3600),
+        audit_max_entries: 3,
+        ..test_config()
+    })
+    .await;
+    let pair = |code: &str| {
+        serde_json::json!({"code": code, "name": "x",
+            "public_key": waymark_proto::signing::public_key_b64(
+                &ed25519_dalek::SigningKey::generate(&mut rand::rngs::OsRng).verifying_key())})
+    };
+    for i in 0..6 {
+        let (s, v) = h
+            .post("", "/v1/devices/pair", pair(&format!("NOPE{i}")))
+            .await;
+        assert_eq!(s, StatusCode::UNAUTHORIZED, "{v}");
+    }
+    assert_eq!(audited(&h, "device.pair").await, 6);
+    h.advance(Duration::from_secs(1)).await;
+    assert_eq!(audited(&h, "device.pair").await, 3, "the newest 3 are kept");
+    h.advance(Duration::from_secs(3601)).await;
+    assert_eq!(
+        audited(&h, "device.pair").await,
+        0,
+        "older than the retention"
     );
 }
