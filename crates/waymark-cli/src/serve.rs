@@ -41,6 +41,11 @@ pub(crate) struct ServeArgs {
     /// Behind a reverse proxy every client shares the proxy's address: raise it there.
     #[arg(long, default_value_t = Config::default().address_rate_per_second)]
     address_rate_limit: u32,
+    /// Let push endpoints be in this network besides the public internet (repeatable), e.g. a
+    /// self-hosted ntfy on the LAN: `--push-allow 192.168.1.20` or `--push-allow 10.0.0.0/8`.
+    /// Every other address that is not public is refused, also when a name resolves to it.
+    #[arg(long, value_name = "CIDR", value_parser = push_net)]
+    push_allow: Vec<ipnet::IpNet>,
     /// How long audit entries are kept, e.g. `90d`.
     #[arg(long, default_value = "90d", value_parser = humantime::parse_duration)]
     audit_retention: std::time::Duration,
@@ -71,6 +76,12 @@ pub(crate) struct ServeArgs {
     /// served. Keep it above `--max-streams` and below the open-file limit (`ulimit -n`).
     #[arg(long, default_value_t = Config::default().max_connections)]
     max_connections: usize,
+}
+
+fn push_net(s: &str) -> Result<ipnet::IpNet, String> {
+    s.parse::<ipnet::IpNet>()
+        .or_else(|_| s.parse::<std::net::IpAddr>().map(ipnet::IpNet::from))
+        .map_err(|_| format!("`{s}` is not an address or a network (`192.168.1.20`, `10.0.0.0/8`)"))
 }
 
 fn kind_and_pattern(s: &str) -> Result<(String, String), String> {
@@ -138,6 +149,7 @@ pub(crate) async fn run(args: ServeArgs, json: bool) -> CliResult {
         address_rate_per_second: args.address_rate_limit.max(1),
         address_rate_burst: args.address_rate_limit.max(1).saturating_mul(5),
         audit_retention: args.audit_retention,
+        push_allow: args.push_allow,
         audit_max_entries: args.audit_max_entries.max(1),
         tls: match (args.tls_cert, args.tls_key) {
             (Some(cert), Some(key)) => Some(TlsFiles { cert, key }),

@@ -1,6 +1,6 @@
 //! Work the control plane does on its own clock: moving tasks whose lease ran out to
 //! recovery, delivering due follow-ups, applying the default of expired decisions, and pruning
-//! the event log.
+//! the event and audit logs; and starting push delivery, which runs beside it.
 
 use crate::state::AppState;
 
@@ -35,9 +35,9 @@ pub(crate) async fn pass(st: &AppState) {
     if let Err(e) = crate::domain::escalation::escalate_due(st).await {
         tracing::warn!(error = %e.problem, "moving escalations failed");
     }
-    if let Err(e) = crate::domain::push::tick(st).await {
-        tracing::warn!(error = %e.problem, "push delivery failed");
-    }
+    // Pushes reach endpoints devices chose, which may be slow or silent: they run beside
+    // the pass, never inside it, so no device holds up anyone's sweeps or decision defaults.
+    crate::domain::push::spawn_round(st);
     if let Err(e) = crate::domain::decisions::expire_due(st).await {
         tracing::warn!(error = %e.problem, "applying decision defaults failed");
     }

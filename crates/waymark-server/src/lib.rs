@@ -19,6 +19,7 @@ mod limits;
 mod listen;
 mod metrics;
 mod openapi;
+mod outbound;
 mod push;
 mod reads;
 mod recovery;
@@ -188,12 +189,20 @@ impl Running {
     }
 
     /// Moves a driven clock (`Config::clock`) forward, then runs the background work once on
-    /// the new time — lease sweep, follow-ups, pushes, decision defaults, retention — and
-    /// returns when it is done. What tests use instead of waiting for time to pass.
+    /// the new time — lease sweep, follow-ups, escalations, decision defaults, retention — and
+    /// returns when it is done; a round of push delivery is started beside it, never waited
+    /// for ([`Running::deliver_pushes`] waits). What tests use instead of waiting for time to
+    /// pass.
     pub async fn advance(&self, by: std::time::Duration) -> Result<(), NotDriven> {
         self.state.config.clock.advance(by)?;
         background::pass(&self.state).await;
         Ok(())
+    }
+
+    /// Runs a round of push delivery on the clock's current time (after any round already
+    /// under way) and returns when every due channel has been tried.
+    pub async fn deliver_pushes(&self) {
+        domain::push::round(&self.state).await;
     }
 
     /// Stops accepting, lets open requests finish, and waits.

@@ -42,6 +42,13 @@ pub struct Config {
     pub max_wait: Duration,
     /// First retry delay of a failed push (doubling, at most 15 minutes).
     pub push_retry_base: Duration,
+    /// Networks push endpoints may be in besides the public internet (a self-hosted ntfy on a
+    /// LAN); everything else that is not public is refused when connecting.
+    pub push_allow: Vec<ipnet::IpNet>,
+    /// Live push channels one device may have; registering one more replaces its oldest.
+    pub max_push_channels_per_device: usize,
+    /// Channels delivered to at the same time, off the shared background pass.
+    pub push_concurrency: usize,
     /// Secret patterns redacted from messages and checkpoints before they are stored.
     pub redaction: Redaction,
     /// Requests per second each worker token, device session or signing device may make…
@@ -94,6 +101,9 @@ impl Default for Config {
             decision_expiry_max: Duration::from_secs(30 * 24 * 3600),
             max_wait: Duration::from_secs(60),
             push_retry_base: Duration::from_secs(2),
+            push_allow: Vec::new(),
+            max_push_channels_per_device: 10,
+            push_concurrency: 16,
             redaction: Redaction::default(),
             rate_per_second: 1000,
             rate_burst: 2000,
@@ -136,6 +146,12 @@ pub struct AppState {
     pub(crate) handoffs: Arc<handoff::Handoffs>,
     /// Held by a background pass, so passes never overlap.
     pub(crate) background: Arc<tokio::sync::Mutex<()>>,
+    /// Held by a round of push delivery, which runs beside the passes, never inside one.
+    pub(crate) pushing: Arc<tokio::sync::Mutex<()>>,
+    /// The client for push endpoints: public addresses (and `push_allow`) only.
+    pub(crate) push_http: reqwest::Client,
+    /// What `push_allow` allows.
+    pub(crate) push_allowed: Arc<crate::outbound::Allowed>,
     /// Worker and admin tokens already read (their rows never change).
     pub(crate) tokens: Arc<crate::auth::KnownTokens>,
 }
@@ -151,6 +167,7 @@ impl AppState {
         let credentials = quota(config.rate_per_second, config.rate_burst);
         let addresses = quota(config.address_rate_per_second, config.address_rate_burst);
         let streams = limits::Streams::new(config.max_streams, config.max_streams_per_credential);
+        let push_allowed = Arc::new(crate::outbound::Allowed(config.push_allow.clone()));
         AppState {
             store,
             config: Arc::new(config),
@@ -162,6 +179,9 @@ impl AppState {
             tail: Arc::new(tail::Tail::new()),
             handoffs: Arc::new(handoff::Handoffs::default()),
             background: Arc::new(tokio::sync::Mutex::new(())),
+            pushing: Arc::new(tokio::sync::Mutex::new(())),
+            push_http: crate::outbound::client(push_allowed.clone()),
+            push_allowed,
             tokens: Arc::new(crate::auth::KnownTokens::new()),
         }
     }

@@ -110,13 +110,15 @@ pub(crate) async fn register(
     req: RegisterPush,
 ) -> ApiResult<PushChannel> {
     own_device(caller, &device_id)?;
-    let url = url_ok(&req.endpoint)?;
     let kind: PushKind = req.kind.parse().map_err(|_| {
         invalid(format!(
             "unknown push kind `{}`: use `web_push` or `unified_push`",
-            req.kind
+            crate::domain::core::clip(&req.kind, 40)
         ))
     })?;
+    crate::outbound::check_endpoint(&req.endpoint, kind == PushKind::WebPush, &st.push_allowed)
+        .map_err(|e| invalid(e.to_string()))?;
+    let url = req.endpoint.clone();
     let (p256dh, auth) = match (kind, &req.keys) {
         (PushKind::WebPush, Some(k)) => {
             let pk = waymark_proto::signing::unb64(&k.p256dh, "p256dh")
@@ -141,6 +143,30 @@ pub(crate) async fn register(
         .await?
         .ok_or_else(|| ApiError::not_found("device", &device_id))?;
     let now = st.now_ms();
+    let mut live: Vec<PushChannelRow> = tx
+        .push_channels(Some(&device.id))
+        .await?
+        .into_iter()
+        .filter(|c| c.revoked_at.is_none())
+        .collect();
+    // The same subscription registered again (a page turning notifications on once more) is
+    // the channel it already has.
+    if let Some(same) = live
+        .iter()
+        .find(|c| c.kind == kind && c.endpoint == url && c.p256dh == p256dh && c.auth == auth)
+    {
+        return Ok(convert::push_channel(same));
+    }
+    // At most `max_push_channels_per_device` live: the oldest make room for the newest, so a
+    // device that re-subscribes keeps working and one that floods stays bounded.
+    live.sort_by_key(|c| c.created_at);
+    let cap = st.config.max_push_channels_per_device.max(1);
+    let over = (live.len() + 1).saturating_sub(cap);
+    for mut old in live.into_iter().take(over) {
+        old.revoked_at = Some(now);
+        old.last_error = Some("replaced by a newer channel of this device".into());
+        tx.update_push_channel(&old).await?;
+    }
     let row = PushChannelRow {
         id: ids::push(),
         device_id: device.id.clone(),
@@ -164,16 +190,6 @@ pub(crate) async fn register(
     tx.insert_push_channel(&row).await?;
     tx.commit().await?;
     Ok(convert::push_channel(&row))
-}
-
-/// An http(s) endpoint of sane length.
-pub(crate) fn url_ok(endpoint: &str) -> ApiResult<String> {
-    match url::Url::parse(endpoint) {
-        Ok(u) if matches!(u.scheme(), "http" | "https") && endpoint.len() <= 2048 => {
-            Ok(endpoint.to_owned())
-        }
-        _ => Err(invalid(format!("`{endpoint}` is not an http(s) URL"))),
-    }
 }
 
 pub(crate) async fn list(
@@ -222,8 +238,32 @@ pub(crate) fn worth_a_push(e: &EventRow, device_id: &str, own: bool) -> bool {
     }
 }
 
-/// Delivers what each channel has not had yet. One replica at a time.
-pub(crate) async fn tick(st: &AppState) -> ApiResult<usize> {
+/// Starts a round of delivery beside the caller unless one is under way (the next pass
+/// starts the next).
+pub(crate) fn spawn_round(st: &AppState) {
+    let Ok(one_at_a_time) = st.pushing.clone().try_lock_owned() else {
+        return;
+    };
+    let st = st.clone();
+    tokio::spawn(async move {
+        let _one_at_a_time = one_at_a_time;
+        if let Err(e) = tick(&st).await {
+            tracing::warn!(error = %e.problem, "push delivery failed");
+        }
+    });
+}
+
+/// A round of delivery, after any under way; returns when it is done.
+pub(crate) async fn round(st: &AppState) {
+    let _one_at_a_time = st.pushing.lock().await;
+    if let Err(e) = tick(st).await {
+        tracing::warn!(error = %e.problem, "push delivery failed");
+    }
+}
+
+/// Delivers what each channel has not had yet, `push_concurrency` channels at a time (a
+/// silent endpoint holds one slot for at most its timeouts). One replica at a time.
+async fn tick(st: &AppState) -> ApiResult<usize> {
     let now = st.now_ms();
     let channels: Vec<PushChannelRow> = st
         .store
@@ -241,11 +281,20 @@ pub(crate) async fn tick(st: &AppState) -> ApiResult<usize> {
     if !claim.try_claim("push").await? {
         return Ok(0);
     }
-    let mut sent = 0;
-    for c in channels {
-        sent += deliver(st, c).await?;
-    }
+    use futures::StreamExt;
+    let results: Vec<ApiResult<usize>> = futures::stream::iter(channels)
+        .map(|c| deliver(st, c))
+        .buffer_unordered(st.config.push_concurrency.max(1))
+        .collect()
+        .await;
     drop(claim);
+    let mut sent = 0;
+    for r in results {
+        match r {
+            Ok(n) => sent += n,
+            Err(e) => tracing::warn!(error = %e.problem, "delivering to a push channel failed"),
+        }
+    }
     Ok(sent)
 }
 
@@ -368,7 +417,18 @@ fn push_service(endpoint: &str) -> String {
 
 async fn send(st: &AppState, c: &PushChannelRow, payload: &PushPayload) -> Result<(), Failure> {
     let body = serde_json::to_vec(payload).unwrap_or_default();
-    let http = reqwest_client();
+    // A name is checked by the client's resolver as it connects; an address literal here
+    // (the allow-list may have changed since the channel was registered).
+    let endpoint = url::Url::parse(&c.endpoint)
+        .map_err(|_| Failure::Retry("the endpoint is not a URL".into()))?;
+    if let Some(ip) = crate::outbound::literal_ip(&endpoint)
+        && !st.push_allowed.reaches(ip)
+    {
+        return Err(Failure::Retry(
+            "the push service's address is not public (the operator can allow it: `serve --push-allow`)".into(),
+        ));
+    }
+    let http = &st.push_http;
     let req = match c.kind {
         PushKind::WebPush => {
             let private = vapid_private(st)
@@ -424,32 +484,24 @@ async fn send(st: &AppState, c: &PushChannelRow, payload: &PushPayload) -> Resul
             .build()
             .map_err(|e| Failure::Retry(e.to_string()))?,
     };
+    // What the device is told is a class, never the network's own words: an endpoint is
+    // chosen by the device, and exact answers would make the server a scanner.
     match http.execute(req).await {
         Ok(res) if res.status().is_success() => Ok(()),
-        Ok(res) if matches!(res.status().as_u16(), 404 | 410) => Err(Failure::Gone(format!(
-            "the push service answered {}: the subscription is gone",
-            res.status()
-        ))),
-        Ok(res) => Err(Failure::Retry(format!(
-            "the push service answered {}",
-            res.status()
-        ))),
-        Err(e) => Err(Failure::Retry(format!(
-            "cannot reach the push service: {e}"
-        ))),
+        Ok(res) if matches!(res.status().as_u16(), 404 | 410) => Err(Failure::Gone(
+            "the push service says the subscription is gone".into(),
+        )),
+        Ok(res) => {
+            tracing::debug!(channel = %c.id, status = %res.status(), "push refused");
+            Err(Failure::Retry(
+                crate::outbound::status_class(res.status()).into(),
+            ))
+        }
+        Err(e) => {
+            tracing::debug!(channel = %c.id, error = %e, "push not delivered");
+            Err(Failure::Retry(crate::outbound::failure_class(&e).into()))
+        }
     }
-}
-
-pub(crate) fn reqwest_client() -> reqwest::Client {
-    static CLIENT: std::sync::OnceLock<reqwest::Client> = std::sync::OnceLock::new();
-    CLIENT
-        .get_or_init(|| {
-            reqwest::Client::builder()
-                .timeout(Duration::from_secs(10))
-                .build()
-                .unwrap_or_default()
-        })
-        .clone()
 }
 
 #[cfg(test)]

@@ -18,10 +18,14 @@ pub struct Harness {
 }
 
 /// A driven clock: tests move time with `Harness::advance` instead of sleeping.
+///
+/// The suite's push services listen on loopback, which the server reaches only because the
+/// config allows it, as an operator allows a LAN's ntfy (`serve --push-allow`).
 pub fn test_config() -> Config {
     Config {
         tick: Duration::from_millis(100),
         clock: Clock::driven(),
+        push_allow: vec!["127.0.0.0/8".parse().unwrap(), "::1/128".parse().unwrap()],
         ..Config::default()
     }
 }
@@ -72,12 +76,13 @@ impl Harness {
     }
 
     /// Moves the server's clock forward and runs its background work (lease sweep,
-    /// follow-ups, pushes, decision defaults) once on the new time.
+    /// follow-ups, decision defaults) once on the new time, then a round of pushes.
     pub async fn advance(&self, by: Duration) {
         self.server
             .advance(by)
             .await
             .expect("the harness runs on a driven clock");
+        self.server.deliver_pushes().await;
     }
 
     pub fn url(&self, path: &str) -> String {
