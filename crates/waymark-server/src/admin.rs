@@ -127,17 +127,37 @@ impl DataDir {
             .filter(|s| !s.is_empty())
     }
 
-    /// Creates the dir if needed, checks it is writable, and opens (migrating) the store.
+    /// Creates the dir if needed (its owner's only), checks it is writable, and opens
+    /// (migrating) the store, whose files only their owner may read.
     pub async fn open(&self) -> Result<SqliteStore, AdminError> {
         let fail = |e: std::io::Error| AdminError::DataDir {
             path: self.root.clone(),
             reason: e.to_string(),
         };
-        std::fs::create_dir_all(&self.root).map_err(fail)?;
+        self.create_private().map_err(fail)?;
         let probe = self.root.join(".write-probe");
         std::fs::write(&probe, b"").map_err(fail)?;
         let _ = std::fs::remove_file(&probe);
+        private_database(&self.database()).map_err(fail)?;
         Ok(SqliteStore::open(&self.database()).await?)
+    }
+
+    /// Creates the dir if needed and makes it its owner's only (0700): it holds the database
+    /// (transcripts, the VAPID key, token hashes) and the admin credential. A dir that other
+    /// users could enter is tightened, with a note.
+    fn create_private(&self) -> std::io::Result<()> {
+        std::fs::create_dir_all(&self.root)?;
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            let mode = std::fs::metadata(&self.root)?.permissions().mode();
+            if mode & 0o077 != 0 {
+                std::fs::set_permissions(&self.root, std::fs::Permissions::from_mode(0o700))?;
+                tracing::info!(dir = %self.root.display(), was = format!("{:o}", mode & 0o777),
+                    "made the data dir readable by its owner only (0700)");
+            }
+        }
+        Ok(())
     }
 
     /// Opens the store: SQLite in this dir, or PostgreSQL at `database_url` (replicas share
@@ -154,7 +174,7 @@ impl DataDir {
                     path: self.root.clone(),
                     reason: e.to_string(),
                 };
-                std::fs::create_dir_all(&self.root).map_err(fail)?;
+                self.create_private().map_err(fail)?;
                 Ok(Arc::new(
                     waymark_store_postgres::PgStore::connect(url).await?,
                 ))
@@ -312,6 +332,35 @@ fn redact(url: &str) -> String {
         }
         _ => url.to_owned(),
     }
+}
+
+/// The SQLite database and its WAL and shared-memory files are their owner's only (0600):
+/// made so before SQLite creates it (SQLite gives the `-wal` and `-shm` files the database's
+/// mode), and tightened when an older one was readable by others.
+fn private_database(db: &Path) -> std::io::Result<()> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+        std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .mode(0o600)
+            .open(db)?;
+        for suffix in ["", "-wal", "-shm"] {
+            let path = PathBuf::from(format!("{}{suffix}", db.display()));
+            match std::fs::metadata(&path) {
+                Ok(m) if m.permissions().mode() & 0o077 != 0 => {
+                    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))?;
+                }
+                Ok(_) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(e),
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = db;
+    Ok(())
 }
 
 fn is_postgres(url: &str) -> bool {

@@ -150,7 +150,7 @@ pub(crate) async fn track(
         .get::<MatchedPath>()
         .map(|p| p.as_str().to_owned())
         .unwrap_or_else(|| "unmatched".into());
-    let method = req.method().to_string();
+    let method = method_label(req.method()).to_owned();
     let start = Instant::now();
     let res = next.run(req).await;
     let labels = RequestLabels {
@@ -164,6 +164,24 @@ pub(crate) async fn track(
         .get_or_create(&labels)
         .observe(start.elapsed().as_secs_f64());
     res
+}
+
+/// A request's method as a label: the standard ones by name, every other as `other` — a
+/// label's values stay a fixed set whatever a client sends (made-up methods once grew
+/// `/metrics` from 14 KB to 518 KB in 300 requests). Routes are the router's patterns (or
+/// `unmatched`), statuses the few the server answers with.
+fn method_label(m: &axum::http::Method) -> &'static str {
+    use axum::http::Method;
+    match *m {
+        Method::GET => "GET",
+        Method::POST => "POST",
+        Method::PUT => "PUT",
+        Method::PATCH => "PATCH",
+        Method::DELETE => "DELETE",
+        Method::HEAD => "HEAD",
+        Method::OPTIONS => "OPTIONS",
+        _ => "other",
+    }
 }
 
 pub(crate) async fn render(State(metrics): State<Arc<Metrics>>) -> Response {

@@ -26,7 +26,7 @@ use crate::limits::AddressLimited;
 use crate::state::AppState;
 
 pub use crate::domain::devices::{
-    code_hash, create_pairing, list_devices, normalize_code, revoke_device,
+    code_hash, create_pairing, list_devices, normalize_code, pairing_key, revoke_device,
 };
 
 #[utoipa::path(post, path = "/v1/devices/pair", tag = "device", request_body = PairDevice, security(()),

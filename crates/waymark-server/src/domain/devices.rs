@@ -36,23 +36,78 @@ pub fn normalize_code(code: &str) -> String {
         .collect()
 }
 
-/// What the store keeps of a pairing code.
-pub fn code_hash(code: &str) -> String {
-    sha256_hex(normalize_code(code).as_bytes())
+/// The server secret pairing codes are hashed with.
+const PAIRING_KEY: &str = "pairing-code-key";
+
+/// What the store keeps of a pairing code: HMAC-SHA256 under a server secret, so a copy of
+/// the pairings table does not let anyone try the 2^40 codes offline.
+pub fn code_hash(key: &[u8], code: &str) -> String {
+    use hmac::Mac;
+    let mut mac =
+        hmac::Hmac::<sha2::Sha256>::new_from_slice(key).expect("HMAC takes a key of any length");
+    mac.update(normalize_code(code).as_bytes());
+    mac.finalize()
+        .into_bytes()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
 }
 
-/// Records a refused pairing in the audit log (its own transaction) and returns the refusal.
-async fn refused_pairing(st: &AppState, e: ApiError) -> ApiError {
+/// The key of [`code_hash`], made once and shared by every replica through the store.
+pub async fn pairing_key(store: &dyn Store) -> Result<Vec<u8>, StoreError> {
+    let decode = |k: String| {
+        signing::unb64(&k, "pairing key").map_err(|e| StoreError::Corrupt(e.to_string()))
+    };
+    if let Some(k) = store.read().await?.server_secret(PAIRING_KEY).await? {
+        return decode(k);
+    }
+    let fresh: [u8; 32] = rand::random();
+    let mut tx = store.write().await?;
+    match tx
+        .insert_server_secret(PAIRING_KEY, &signing::b64(&fresh))
+        .await
+    {
+        Ok(()) => {
+            tx.commit().await?;
+            return Ok(fresh.to_vec());
+        }
+        // Made first elsewhere: perhaps in this very group commit (seen here, not yet by
+        // readers), else committed by the time this statement failed.
+        Err(StoreError::Conflict(_)) => {
+            if let Ok(Some(k)) = tx.server_secret(PAIRING_KEY).await {
+                tx.commit().await?;
+                return decode(k);
+            }
+        }
+        Err(e) => return Err(e),
+    }
+    drop(tx);
+    match store.read().await?.server_secret(PAIRING_KEY).await? {
+        Some(k) => decode(k),
+        None => Err(StoreError::Corrupt(
+            "the pairing key was made elsewhere but cannot be read".into(),
+        )),
+    }
+}
+
+/// Records a refused pairing in the audit log (its own transaction) with what was really
+/// wrong, and returns the one answer every refused code gets: unknown, used and expired look
+/// alike to the caller, so a guessed or leaked code tells nothing (not whose it was, nor that
+/// it existed).
+async fn refused_pairing(st: &AppState, why: ErrorCode, detail: &str) -> ApiError {
     record_refusal(
         st,
         "device:unpaired",
         "device.pair",
         None,
-        e.code().as_str(),
-        &e.problem.detail,
+        why.as_str(),
+        detail,
     )
     .await;
-    e
+    ApiError::new(
+        ErrorCode::PairingCodeInvalid,
+        "this pairing code is unknown, used or expired — check it, or ask for a new one with `waymark admin pair --user NAME`",
+    )
 }
 
 /// Pairs a device by a one-time code: its public key becomes the key its commands are
@@ -71,15 +126,12 @@ pub(crate) async fn pair(st: &AppState, req: PairDevice) -> ApiResult<Device> {
             format!("`public_key`: {e} (32 bytes, base64url)"),
         )
     })?;
+    let code_key = pairing_key(&*st.store).await?;
     let mut tx = Tx::write(st).await?;
-    let refuse = |code: ErrorCode, detail: &str| ApiError::new(code, detail.to_owned());
-    let Some(mut pairing) = tx.pairing(&code_hash(&req.code)).await? else {
+    let Some(mut pairing) = tx.pairing(&code_hash(&code_key, &req.code)).await? else {
         drop(tx);
-        let e = refuse(
-            ErrorCode::PairingCodeInvalid,
-            "no such pairing code — check it, or ask for a new one with `waymark admin pair --user NAME`",
-        );
-        return Err(refused_pairing(st, e).await);
+        let why = ErrorCode::PairingCodeInvalid;
+        return Err(refused_pairing(st, why, "no such pairing code").await);
     };
     let user = tx
         .user_by_id(&pairing.user_id)
@@ -87,25 +139,21 @@ pub(crate) async fn pair(st: &AppState, req: PairDevice) -> ApiResult<Device> {
         .map(|u| u.name)
         .unwrap_or_default();
     let err = if pairing.used_at.is_some() {
-        Some(refuse(
+        Some((
             ErrorCode::PairingCodeUsed,
-            &format!(
-                "this pairing code was used already — ask for a new one with `waymark admin pair --user {user}`"
-            ),
+            format!("a code of `{user}` used already"),
         ))
     } else if pairing.expires_at <= st.now_ms() {
-        Some(refuse(
+        Some((
             ErrorCode::PairingCodeExpired,
-            &format!(
-                "pairing code expired — ask for a new one with `waymark admin pair --user {user}`"
-            ),
+            format!("a code of `{user}` expired"),
         ))
     } else {
         None
     };
-    if let Some(e) = err {
+    if let Some((why, detail)) = err {
         drop(tx);
-        return Err(refused_pairing(st, e).await);
+        return Err(refused_pairing(st, why, &detail).await);
     }
     let device = DeviceRow {
         last_seen_at: Some(st.now_ms()),
@@ -423,9 +471,10 @@ pub async fn create_pairing(
     // An admin act outside the server's rules: the system clock (the server checks expiry
     // against its own).
     let now = Clock::system().now_ms();
+    let key = pairing_key(store).await?;
     let mut tx = store.write().await?;
     tx.insert_pairing(&PairingRow {
-        code_hash: code_hash(&code),
+        code_hash: code_hash(&key, &code),
         user_id: user.id,
         scopes: json!(scopes),
         created_at: now,

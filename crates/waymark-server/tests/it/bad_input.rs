@@ -365,3 +365,29 @@ async fn an_intent_that_is_not_an_object_is_refused() {
         assert_problem(s, &v, 422, "validation_failed");
     }
 }
+
+#[tokio::test]
+async fn made_up_methods_do_not_grow_the_metrics() {
+    let h = Harness::start().await;
+    let before = h.metrics().await.len();
+    for i in 0..300 {
+        let method = reqwest::Method::from_bytes(format!("X{i}Y").as_bytes()).unwrap();
+        let res = h
+            .http
+            .request(method, h.url(&format!("/v1/tasks/{i}")))
+            .send()
+            .await
+            .unwrap();
+        assert!(res.status().is_client_error(), "{}", res.status());
+    }
+    let text = h.metrics().await;
+    assert!(!text.contains("X1Y"), "a made-up method became a label");
+    assert!(text.contains("method=\"other\""), "{text}");
+    // One series of each family for every made-up method at most: a few KB, not 300 series.
+    assert!(
+        text.len() < before + 8 * 1024,
+        "{} → {} bytes",
+        before,
+        text.len()
+    );
+}

@@ -5,6 +5,7 @@
 
 mod support;
 
+mod at_rest;
 mod bad_input;
 mod chain;
 mod claude_code;

@@ -42,7 +42,7 @@ async fn approval(h: &Harness, task: &str, att: &str, fence: i64) -> (String, St
 }
 
 #[tokio::test]
-async fn a_pairing_code_is_single_use_and_expires_with_a_hint() {
+async fn a_pairing_code_is_single_use_and_expires_and_every_refusal_looks_alike() {
     let h = Harness::start().await;
     let store = h.server.state.store.clone();
     let scopes = vec!["view".to_owned()];
@@ -70,7 +70,10 @@ async fn a_pairing_code_is_single_use_and_expires_with_a_hint() {
             json!({"code": code, "public_key": key(2), "name": "laptop"}),
         )
         .await;
-    assert_problem(s, &v, 409, "pairing_code_used");
+    // Used, expired and unknown get one answer (none names whose code it was); the audit
+    // log says which it was.
+    assert_problem(s, &v, 401, "pairing_code_invalid");
+    let used = v["detail"].clone();
 
     let (code, _) = waymark_server::steer::create_pairing(&*store, "alice", &scopes, 1000)
         .await
@@ -83,13 +86,28 @@ async fn a_pairing_code_is_single_use_and_expires_with_a_hint() {
             json!({"code": code, "public_key": key(3), "name": "tablet"}),
         )
         .await;
-    assert_problem(s, &v, 410, "pairing_code_expired");
+    assert_problem(s, &v, 401, "pairing_code_invalid");
+    assert_eq!(v["detail"], used);
+    assert!(!v.to_string().contains("alice"), "{v}");
     assert!(
         v["detail"]
             .as_str()
             .unwrap()
-            .contains("waymark admin pair --user alice"),
+            .contains("waymark admin pair --user NAME"),
         "{v}"
+    );
+    let (_, audit) = h.get(&h.admin, "/v1/admin/audit?limit=10").await;
+    let codes: Vec<&str> = audit
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|a| a["action"] == "device.pair")
+        .map(|a| a["code"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        codes,
+        ["pairing_code_expired", "pairing_code_used"],
+        "newest first"
     );
 
     let (s, v) = h
@@ -100,6 +118,7 @@ async fn a_pairing_code_is_single_use_and_expires_with_a_hint() {
         )
         .await;
     assert_problem(s, &v, 401, "pairing_code_invalid");
+    assert_eq!(v["detail"], used);
     let (code, _) = waymark_server::steer::create_pairing(&*store, "alice", &scopes, 600_000)
         .await
         .unwrap();
