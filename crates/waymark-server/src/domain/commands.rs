@@ -81,6 +81,9 @@ pub(crate) async fn apply(
     env: &SignedEnvelope,
     v: Verified,
 ) -> ApiResult<CommandResult> {
+    // A new plan is checked before the write transaction opens: however large, it never
+    // holds up anyone else's write.
+    let plan = new_plan(&v.command);
     let mut tx = Tx::write(st).await?;
     let cmd = &v.command;
     if let Some(prev) = tx.command(&cmd.command_id).await? {
@@ -110,7 +113,7 @@ pub(crate) async fn apply(
     res.operation = Some(cmd.operation);
     res.task_id = cmd.task_id.clone();
     res.based_on_revision = cmd.expected_plan_revision;
-    let outcome = decide(&mut tx, &v, &mut res).await?;
+    let outcome = decide(&mut tx, &v, plan, &mut res).await?;
     match outcome {
         Ok(()) => {}
         Err(r) => {
@@ -190,11 +193,34 @@ fn answers_a_decision(op: Operation) -> bool {
     )
 }
 
+/// The plan a replan brings (`args.plan`), parsed and validated; `None` when it brings none.
+fn new_plan(cmd: &SteerCommand) -> Option<Result<Vec<PlanStep>, Rejection>> {
+    if !matches!(
+        cmd.operation,
+        Operation::Replan | Operation::SuspendAndReplan
+    ) {
+        return None;
+    }
+    let plan = cmd.args.get("plan")?;
+    Some(
+        serde_json::from_value::<Vec<PlanStep>>(plan.clone())
+            .map_err(|e| reject(RejectReason::InvalidCommand, format!("`args.plan`: {e}")))
+            .and_then(|steps| match validate_plan(&steps) {
+                Ok(()) => Ok(steps),
+                Err(e) => Err(reject(
+                    RejectReason::InvalidCommand,
+                    e.problem.detail.clone(),
+                )),
+            }),
+    )
+}
+
 /// Checks and applies one operation. Everything is checked before anything is written, so a
-/// rejection leaves the task untouched.
+/// rejection leaves the task untouched. `plan` is what [`new_plan`] made of the command.
 pub(crate) async fn decide(
     tx: &mut Tx,
     v: &Verified,
+    plan: Option<Result<Vec<PlanStep>, Rejection>>,
     res: &mut CommandResult,
 ) -> ApiResult<Result<(), Rejection>> {
     let cmd = &v.command;
@@ -318,23 +344,10 @@ pub(crate) async fn decide(
             };
         }
         Operation::Replan | Operation::SuspendAndReplan => {
-            if let Some(plan) = cmd.args.get("plan") {
-                let steps: Vec<PlanStep> = match serde_json::from_value(plan.clone()) {
-                    Ok(s) => s,
-                    Err(e) => {
-                        return Ok(Err(reject(
-                            RejectReason::InvalidCommand,
-                            format!("`args.plan`: {e}"),
-                        )));
-                    }
-                };
-                if let Err(e) = validate_plan(&steps) {
-                    return Ok(Err(reject(
-                        RejectReason::InvalidCommand,
-                        e.problem.detail.clone(),
-                    )));
-                }
-                task.plan = serde_json::to_value(steps).unwrap_or_default();
+            match plan {
+                Some(Ok(steps)) => task.plan = serde_json::to_value(steps).unwrap_or_default(),
+                Some(Err(r)) => return Ok(Err(r)),
+                None => {}
             }
             let instructions = cmd
                 .args

@@ -10,43 +10,57 @@ use crate::domain::core::{
 use crate::error::ApiResult;
 use crate::state::AppState;
 
+/// Steps a plan may have: far beyond any plan a person reads, well within what is checked in
+/// microseconds.
+pub(crate) const MAX_PLAN_STEPS: usize = 2_000;
+/// Dependencies a plan may have in all.
+pub(crate) const MAX_PLAN_DEPENDENCIES: usize = 20_000;
+
 pub(crate) fn validate_plan(plan: &[PlanStep]) -> ApiResult<()> {
-    let mut seen = std::collections::HashSet::new();
-    for s in plan {
+    use std::collections::HashMap;
+    if plan.len() > MAX_PLAN_STEPS {
+        return Err(invalid(format!(
+            "a plan has at most {MAX_PLAN_STEPS} steps ({} given)",
+            plan.len()
+        )));
+    }
+    let edges: usize = plan.iter().map(|s| s.depends_on.len()).sum();
+    if edges > MAX_PLAN_DEPENDENCIES {
+        return Err(invalid(format!(
+            "a plan has at most {MAX_PLAN_DEPENDENCIES} dependencies in all ({edges} given)"
+        )));
+    }
+    let mut index: HashMap<&str, usize> = HashMap::with_capacity(plan.len());
+    for (i, s) in plan.iter().enumerate() {
         check_text("plan[].id", &s.id, 128, true)?;
         check_text("plan[].title", &s.title, 1000, false)?;
-        if !seen.insert(s.id.as_str()) {
+        if index.insert(s.id.as_str(), i).is_some() {
             return Err(invalid(format!("plan step `{}` appears twice", s.id)));
         }
     }
-    for s in plan {
+    // Who waits on each step, by index: O(steps + dependencies) in all.
+    let mut dependents: Vec<Vec<usize>> = vec![Vec::new(); plan.len()];
+    for (i, s) in plan.iter().enumerate() {
         for d in &s.depends_on {
-            if !seen.contains(d.as_str()) {
+            let Some(&j) = index.get(d.as_str()) else {
                 return Err(invalid(format!(
                     "plan step `{}` depends on unknown step `{d}`",
                     s.id
                 )));
-            }
+            };
+            dependents[j].push(i);
         }
     }
     // Kahn's algorithm: the plan must be a DAG.
-    let mut indegree: std::collections::HashMap<&str, usize> = plan
-        .iter()
-        .map(|s| (s.id.as_str(), s.depends_on.len()))
-        .collect();
-    let mut ready: Vec<&str> = indegree
-        .iter()
-        .filter(|(_, n)| **n == 0)
-        .map(|(k, _)| *k)
-        .collect();
+    let mut indegree: Vec<usize> = plan.iter().map(|s| s.depends_on.len()).collect();
+    let mut ready: Vec<usize> = (0..plan.len()).filter(|&i| indegree[i] == 0).collect();
     let mut done = 0;
-    while let Some(id) = ready.pop() {
+    while let Some(i) = ready.pop() {
         done += 1;
-        for s in plan.iter().filter(|s| s.depends_on.iter().any(|d| d == id)) {
-            let n = indegree.get_mut(s.id.as_str()).expect("known step");
-            *n -= 1;
-            if *n == 0 {
-                ready.push(&s.id);
+        for &k in &dependents[i] {
+            indegree[k] -= 1;
+            if indegree[k] == 0 {
+                ready.push(k);
             }
         }
     }
@@ -176,4 +190,42 @@ pub(crate) async fn create_task(
     tx.commit().await?;
     st.metrics.tasks_created.inc();
     Ok(created(cursor, task))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn step(id: &str, deps: &[&str]) -> PlanStep {
+        serde_json::from_value(serde_json::json!({"id": id, "title": id, "depends_on": deps}))
+            .unwrap()
+    }
+
+    #[test]
+    fn a_plan_is_a_bounded_dag_of_known_steps() {
+        assert!(
+            validate_plan(&[step("a", &[]), step("b", &["a"]), step("c", &["a", "b"])]).is_ok()
+        );
+        let err = |p: &[PlanStep]| validate_plan(p).unwrap_err().problem.detail;
+        assert!(err(&[step("a", &["b"]), step("b", &["a"])]).contains("cycle"));
+        assert!(err(&[step("a", &["a"])]).contains("cycle"));
+        assert!(err(&[step("a", &["z"])]).contains("unknown step `z`"));
+        assert!(err(&[step("a", &[]), step("a", &[])]).contains("twice"));
+        // A long chain (each step on the one before) is fine up to the cap…
+        let chain: Vec<PlanStep> = (0..MAX_PLAN_STEPS)
+            .map(|i| {
+                let deps: Vec<String> =
+                    (i > 0).then(|| format!("s{}", i - 1)).into_iter().collect();
+                serde_json::from_value(
+                    serde_json::json!({"id": format!("s{i}"), "title": "x", "depends_on": deps}),
+                )
+                .unwrap()
+            })
+            .collect();
+        assert!(validate_plan(&chain).is_ok());
+        // …and refused beyond it, before anything else is looked at.
+        let mut over = chain;
+        over.push(step("one-more", &[]));
+        assert!(err(&over).contains("at most 2000 steps"));
+    }
 }
