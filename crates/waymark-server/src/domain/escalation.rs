@@ -413,6 +413,8 @@ pub(crate) async fn seen(
         format!("{} ({})", device.name, person.as_deref().unwrap_or("?"))
     };
     esc.stopped = Some(format!("{step} on {by}"));
+    // Stopped: nobody is next (the API says `next` is absent once it stops).
+    esc.next = None;
     esc.held_until = None;
     row.escalate_at = None;
     row.escalation = Some(to_value(&esc));

@@ -151,6 +151,10 @@ async fn a_decision_reaches_the_next_device_only_when_nobody_opened_it_in_time()
     assert_eq!(s, StatusCode::OK, "{r}");
     let d = h.get(&h.alice, &path).await.1;
     assert_eq!(d["escalation"]["stopped"], "opened on alice's phone", "{d}");
+    assert!(
+        d["escalation"].get("next").is_none(),
+        "no one is next once it stopped: {d}"
+    );
     h.advance(Duration::from_secs(30 * 60)).await;
     assert!(take(&woken).is_empty(), "the tablet is never woken");
 
