@@ -977,6 +977,29 @@ async fn a_phone_browser_pairs_by_link_approves_and_steers_offline() {
         "the push settings explain themselves: {push}"
     );
     shot(&c, "settings").await;
+
+    // Another pairing link opened on the paired phone asks before replacing its pairing, and
+    // "keep" leaves everything as it was: the code unused (a terminal pairs with it) and the
+    // phone still reading with its own key.
+    let again = admin(&data, &["pair", "--user", "alice", "--server", &url]);
+    let again_web = again["web_link"].as_str().expect("a web link").to_owned();
+    c.goto(&again_web)
+        .await
+        .expect("open the second pairing link");
+    let ask = wait_css(&c, "[data-testid=repair-ask]", 30)
+        .await
+        .text()
+        .await
+        .unwrap_or_default();
+    assert!(ask.contains("Pair it again"), "the phone asks first: {ask}");
+    shot(&c, "pair-again-asked").await;
+    click(&c, "[data-testid=repair-no]").await;
+    wait_css(&c, "[data-testid=nav-inbox]", 30).await;
+    let tablet = tmp.path().join("tablet");
+    let link = again["link"].as_str().expect("a pairing link");
+    terminal(&tablet, &["pair", link, "--name", "tablet"]);
+    click(&c, "[data-testid=nav-settings]").await;
+    wait_css(&c, "[data-testid=push-settings]", 30).await;
     c.close().await.expect("close the browser");
 }
 

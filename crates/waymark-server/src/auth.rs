@@ -38,6 +38,9 @@ pub struct Caller {
     /// Whose tasks it sees: its user first, then (a device) the owners who delegated their
     /// decisions to that user, as the store said when the request was authenticated.
     pub owners: Vec<String>,
+    /// When a device's read session ends (unix ms); `None` for tokens. A stream it opened ends
+    /// then too.
+    pub session_expires_at: Option<i64>,
 }
 
 /// A caller that may use the worker API (admin or worker token, not a device session).
@@ -156,6 +159,7 @@ impl FromRequestParts<AppState> for Caller {
         }
         Ok(Caller {
             kind,
+            session_expires_at: None,
             name: token.name,
             owners: vec![token.user_id.clone()],
             user_id: token.user_id,
@@ -232,6 +236,7 @@ async fn device_caller(
     let owners = visible_owners(&mut **tx, &device.user_id).await?;
     Ok(Caller {
         kind: CallerKind::Device,
+        session_expires_at: Some(session.expires_at),
         credential: format!("device:{}", device.id),
         name: device.id,
         user_id: device.user_id,

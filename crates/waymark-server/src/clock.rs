@@ -16,6 +16,8 @@ pub struct Clock {
 
 struct Driven {
     ahead_ms: AtomicI64,
+    /// Woken at every advance, so a [`Clock::sleep_until`] sees a deadline it was moved past.
+    moved: tokio::sync::Notify,
 }
 
 impl Clock {
@@ -30,6 +32,7 @@ impl Clock {
         Clock {
             driven: Some(Arc::new(Driven {
                 ahead_ms: AtomicI64::new(0),
+                moved: tokio::sync::Notify::new(),
             })),
         }
     }
@@ -56,7 +59,30 @@ impl Clock {
         let d = self.driven.as_ref().ok_or(NotDriven)?;
         let ms = i64::try_from(by.as_millis()).unwrap_or(i64::MAX);
         d.ahead_ms.fetch_add(ms, Ordering::SeqCst);
+        d.moved.notify_waiters();
         Ok(())
+    }
+
+    /// Returns once this clock reads `at_ms` or later: real time passing, or a driven clock
+    /// moved past it.
+    pub async fn sleep_until(&self, at_ms: i64) {
+        loop {
+            let moved = self.driven.as_ref().map(|d| d.moved.notified());
+            let now = self.now_ms();
+            if now >= at_ms {
+                return;
+            }
+            let wait = tokio::time::sleep(Duration::from_millis((at_ms - now) as u64));
+            match moved {
+                Some(moved) => {
+                    tokio::select! {
+                        _ = wait => {}
+                        _ = moved => {}
+                    }
+                }
+                None => wait.await,
+            }
+        }
     }
 
     /// How far a driven clock was moved ahead of real time (zero for the system clock).

@@ -209,9 +209,25 @@ fn event_stream(
         // Woken when the shared tail moved (it reads each commit once for every stream).
         let mut watch = st.tail.subscribe(&st.store, st.stopping.subscribe());
         let mut stopping = st.stopping.subscribe();
+        // A device's stream ends with its read session: the device opens a new session (a
+        // signed `open_session`) and a new stream, checked afresh.
+        let clock = st.config.clock.clone();
+        let session_ends = caller.session_expires_at;
+        let ended = async move {
+            match session_ends {
+                Some(at) => clock.sleep_until(at).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::pin!(ended);
         let mut last = after;
         loop {
             watch.borrow_and_update();
+            // Ended as any stream may end (no event a client must know): it reconnects, finds
+            // its session expired, and opens a new one.
+            if session_ends.is_some_and(|at| st.now_ms() >= at) {
+                break;
+            }
             // A device's access can end while it listens (revoked; a delegation ended): read
             // it again now and then, not on every wake-up.
             if caller.kind == CallerKind::Device && st.now_ms() - checked_at >= RECHECK_ACCESS_MS {
@@ -278,6 +294,7 @@ fn event_stream(
             tokio::select! {
                 r = watch.changed() => if r.is_err() { break },
                 _ = stopping.wait_for(|s| *s) => break,
+                _ = &mut ended => {}
             }
         }
     }

@@ -33,19 +33,52 @@ export function PairingScreen({ status, initialLink, pairNow, done }: { status: 
       setBusy(false);
     }
   };
-  // Arrived by a pairing link (a scanned QR code): pair at once, once.
+  // Arrived by a pairing link (a scanned QR code): pair at once, once — unless this device is
+  // paired already; then ask, since pairing again replaces that pairing here.
   const started = useRef(false);
+  const [confirming, setConfirming] = useState(false);
+  const known = status !== null && status.mode !== "starting";
   useEffect(() => {
-    if (pairNow && !started.current && link.trim()) {
+    if (pairNow && known && !started.current && link.trim()) {
       started.current = true;
-      void submit();
+      if (status?.paired) setConfirming(true);
+      else void submit();
     }
     // eslint-disable-next-line react-hooks/exhaustive-deps
-  }, [pairNow]);
+  }, [pairNow, known]);
   return (
     <section aria-labelledby="pair-title" className="narrow-page">
       <h2 id="pair-title">{t("pairing.title")}</h2>
       <p className="muted small">{t("pairing.help")}</p>
+      {confirming && (
+        <div role="alertdialog" aria-labelledby="repair-ask" className="card kind-approval" data-testid="repair-ask">
+          <p id="repair-ask">{t("pairing.replaceAsk", { device: status?.device_id ?? "", user: status?.user ?? "", server: status?.server ?? "" })}</p>
+          <div className="row">
+            <button
+              type="button"
+              className="primary"
+              data-testid="repair-yes"
+              onClick={() => {
+                setConfirming(false);
+                void submit();
+              }}
+            >
+              {t("pairing.replaceYes")}
+            </button>
+            <button
+              type="button"
+              data-testid="repair-no"
+              onClick={() => {
+                setConfirming(false);
+                setLink("");
+                done?.();
+              }}
+            >
+              {t("pairing.replaceNo")}
+            </button>
+          </div>
+        </div>
+      )}
       <form
         className="form"
         onSubmit={(e) => {

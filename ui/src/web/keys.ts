@@ -105,6 +105,13 @@ export async function loadOrCreateKey(store: KeyStore = indexedDbStore): Promise
   return deviceKey(pair);
 }
 
+/** A key for a pairing not yet accepted: made, not stored; `keep` stores it once the server
+ * took it, so a refused pairing leaves the key this device is paired with in place. */
+export async function pendingKey(store: KeyStore = indexedDbStore): Promise<DeviceKey & { keep(): Promise<void> }> {
+  const pair = await generate();
+  return { ...(await deviceKey(pair)), keep: () => store.set(KEY_NAME, pair) };
+}
+
 /** Forgets this device's key; a new pairing makes a new one. The server still knows the old
  * public key until the device is revoked there. */
 export async function forgetKey(store: KeyStore = indexedDbStore): Promise<void> {

@@ -5,7 +5,7 @@
 // WebCrypto there, whose `crypto.subtle` has Ed25519 (Node 20).
 import jcs from "./fixtures/jcs.json";
 import envelopes from "./fixtures/envelopes.json";
-import { base64url, forgetKey, KEY_NAME, loadOrCreateKey, type DeviceKey, type KeyStore } from "./keys";
+import { base64url, forgetKey, KEY_NAME, loadOrCreateKey, pendingKey, type DeviceKey, type KeyStore } from "./keys";
 import {
   answerArgs,
   approveEditedArgs,
@@ -403,6 +403,17 @@ describe("the device key", () => {
     expect(store.map.has(KEY_NAME)).toBe(false);
     const c = await loadOrCreateKey(store);
     expect(c.publicKey).not.toBe(a.publicKey);
+  });
+
+  test("a key for a new pairing replaces the paired one only once kept (the server accepted it)", async () => {
+    const store = memoryStore();
+    const paired = await loadOrCreateKey(store);
+    const next = await pendingKey(store);
+    expect(next.publicKey).not.toBe(paired.publicKey);
+    // Not kept (the code was refused, or the link opened by mistake): the pairing stands.
+    expect((await loadOrCreateKey(store)).publicKey).toBe(paired.publicKey);
+    await next.keep();
+    expect((await loadOrCreateKey(store)).publicKey).toBe(next.publicKey);
   });
 
   test("a stored value that is not a key pair is not silently replaced", async () => {

@@ -24,7 +24,7 @@ import type {
 } from "../bindings";
 import { Api, ApiError, type Snapshot } from "./api";
 import { type Db, openBrowserDb } from "./db";
-import { type DeviceKey, forgetKey, loadOrCreateKey } from "./keys";
+import { type DeviceKey, loadOrCreateKey, pendingKey } from "./keys";
 import { type Identity, MirrorError, WebMirror } from "./mirror";
 import { answerArgs, approveEditedArgs, newCommand, signCommand, type Seen } from "./sign";
 import { inboxItemView, outboxView, threadDetailView, threadRowView } from "./views";
@@ -117,13 +117,15 @@ export class WebCompanion {
   async pair(link: string, code: string | null, name: string | null): Promise<StatusView> {
     if (!window.isSecureContext) throw new Error("a browser makes device keys only on https:// or localhost: open this page over https (docs/phone.md)");
     const parsed = parseWebPairingLink(code ? `${link.replace(/#.*$/, "")}#/pair?code=${encodeURIComponent(code)}` : link, this.origin);
-    // A new pairing starts from a clean slate: a new key, an empty mirror.
-    await forgetKey();
+    // A new key is made for the new pairing, and replaces this device's key (and its mirror)
+    // only once the server accepted it: a refused code — wrong, used, expired — or a link
+    // opened by mistake leaves the pairing this browser has working.
+    const key = await pendingKey();
+    const device = await this.api.pair(parsed.code, key.publicKey, name ?? defaultName());
+    await key.keep();
     this.key = null;
     this.session = null;
     await del(SESSION_KEY);
-    const key = await this.deviceKey();
-    const device = await this.api.pair(parsed.code, key.publicKey, name ?? defaultName());
     await this.mirror.reset();
     await this.mirror.setIdentity({ server: parsed.server, device_id: device.id, user: device.user, scopes: device.scopes });
     this.statusChanged.emit({});

@@ -167,3 +167,43 @@ async fn a_user_streams_only_their_own_tasks() {
         "bob's task leaked"
     );
 }
+
+#[tokio::test]
+async fn a_devices_stream_ends_when_its_session_does() {
+    let h = Harness::start().await;
+    let d = h.pair_device("alice", &["view"]).await;
+    let token = h.session_token(&d).await;
+    let task = h.create_task(&h.alice).await;
+    let res = h
+        .http
+        .get(h.url("/v1/events"))
+        .bearer_auth(&token)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), StatusCode::OK);
+    let mut stream = res.bytes_stream().eventsource();
+    let ev = tokio::time::timeout(Duration::from_secs(5), stream.next())
+        .await
+        .expect("the task's event")
+        .unwrap()
+        .unwrap();
+    assert!(ev.data.contains(&task), "{}", ev.data);
+    // Within the session (15 minutes) the stream stays open…
+    h.advance(Duration::from_secs(14 * 60)).await;
+    assert!(
+        tokio::time::timeout(Duration::from_millis(300), stream.next())
+            .await
+            .is_err(),
+        "the stream ended inside its session"
+    );
+    // …and ends when the session does (the clock moved past it), without an event.
+    h.advance(Duration::from_secs(2 * 60)).await;
+    let end = tokio::time::timeout(Duration::from_secs(5), stream.next())
+        .await
+        .expect("the stream outlived its session");
+    assert!(end.is_none(), "ended, not another event: {end:?}");
+    // The session is over: a new stream needs a new one.
+    let (s, _) = h.get(&token, "/v1/events").await;
+    assert_eq!(s, StatusCode::UNAUTHORIZED);
+}
