@@ -176,13 +176,30 @@ async fn click(c: &Client, css: &str) {
         .unwrap_or_else(|e| panic!("click `{css}`: {e}"));
 }
 
+/// Whether a captured PNG is blank: a window or page that drew nothing is one colour, so
+/// every row alike (any screen with content has rows that differ).
+fn blank(png: &[u8]) -> bool {
+    let mut r = png::Decoder::new(std::io::Cursor::new(png))
+        .read_info()
+        .expect("a PNG");
+    let mut buf = vec![0; r.output_buffer_size().expect("its size")];
+    let info = r.next_frame(&mut buf).expect("its pixels");
+    let mut rows = buf[..info.buffer_size()].chunks(info.line_size);
+    rows.next().is_none_or(|first| rows.all(|row| row == first))
+}
+
 async fn shot(c: &Client, name: &str) -> PathBuf {
     let dir = env_path("WAYMARK_E2E_OUT").join("screenshots");
     std::fs::create_dir_all(&dir).expect("screenshot dir");
     let png = c.screenshot().await.expect("screenshot");
     assert!(png.starts_with(b"\x89PNG"), "the screenshot is a PNG");
     let path = dir.join(format!("{name}.png"));
-    std::fs::write(&path, png).expect("write screenshot");
+    std::fs::write(&path, &png).expect("write screenshot");
+    assert!(
+        !blank(&png),
+        "the screenshot {} is blank (all one colour)",
+        path.display()
+    );
     println!("screenshot {}", path.display());
     path
 }

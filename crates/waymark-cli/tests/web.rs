@@ -129,11 +129,28 @@ fn out_dir() -> PathBuf {
     dir
 }
 
+/// Whether a captured PNG is blank: a window or page that drew nothing is one colour, so
+/// every row alike (any screen with content has rows that differ).
+fn blank(png: &[u8]) -> bool {
+    let mut r = png::Decoder::new(std::io::Cursor::new(png))
+        .read_info()
+        .expect("a PNG");
+    let mut buf = vec![0; r.output_buffer_size().expect("its size")];
+    let info = r.next_frame(&mut buf).expect("its pixels");
+    let mut rows = buf[..info.buffer_size()].chunks(info.line_size);
+    rows.next().is_none_or(|first| rows.all(|row| row == first))
+}
+
 async fn shot(c: &Client, name: &str) {
     let png = c.screenshot().await.expect("screenshot");
     assert!(png.starts_with(b"\x89PNG"), "the screenshot is a PNG");
     let path = out_dir().join(format!("{name}.png"));
-    std::fs::write(&path, png).expect("write screenshot");
+    std::fs::write(&path, &png).expect("write screenshot");
+    assert!(
+        !blank(&png),
+        "the screenshot {} is blank (all one colour)",
+        path.display()
+    );
     println!("screenshot {}", path.display());
 }
 
@@ -1071,4 +1088,19 @@ fn terminal(home: &Path, args: &[&str]) -> Value {
         String::from_utf8_lossy(&out.stderr)
     );
     serde_json::from_slice(&out.stdout).unwrap_or(Value::Null)
+}
+
+#[test]
+fn a_blank_capture_is_told_from_one_with_content() {
+    let encode = |pixels: &[u8]| {
+        let mut out = Vec::new();
+        let mut e = png::Encoder::new(&mut out, 4, 4);
+        e.set_color(png::ColorType::Grayscale);
+        e.write_header().unwrap().write_image_data(pixels).unwrap();
+        out
+    };
+    assert!(blank(&encode(&[255; 16])), "all one colour");
+    let mut drawn = [255u8; 16];
+    drawn[9] = 0;
+    assert!(!blank(&encode(&drawn)), "one dark pixel is content");
 }
