@@ -53,6 +53,9 @@ enum AdminCommand {
     /// Paired devices.
     #[command(subcommand)]
     Device(DeviceCommand),
+    /// Worker and admin tokens: list, revoke, rotate this data dir's admin token.
+    #[command(subcommand)]
+    Token(TokenCommand),
     /// Print a new worker token; tasks created with it belong to `--user`.
     WorkerToken {
         /// The worker's name (for audit).
@@ -73,6 +76,20 @@ enum DeviceCommand {
         /// The device id (`dev_…`).
         device: String,
     },
+}
+
+#[derive(Debug, Subcommand)]
+enum TokenCommand {
+    /// List tokens (never their secrets).
+    List,
+    /// Revoke a token by its id (`tok_…`) or its name: refused on every replica once this
+    /// returns.
+    Revoke {
+        /// The token's id, or the name of the one live token that has it.
+        token: String,
+    },
+    /// A new admin token in `admin.token`; the one it held is revoked.
+    Rotate,
 }
 
 #[derive(Debug, Subcommand)]
@@ -229,6 +246,68 @@ pub(crate) async fn run(args: AdminArgs, json: bool) -> CliResult {
                     d.id, d.name
                 )
             });
+        }
+        AdminCommand::Token(TokenCommand::List) => {
+            let tokens = ops::list_tokens(store).await.map_err(admin_failure)?;
+            let v: Vec<_> = tokens
+                .iter()
+                .map(|t| {
+                    serde_json::json!({"id": t.id, "kind": t.kind.as_str(), "name": t.name,
+                        "created_at": t.created_at, "revoked_at": t.revoked_at})
+                })
+                .collect();
+            emit(json, &serde_json::Value::Array(v), || {
+                tokens
+                    .iter()
+                    .map(|t| {
+                        let state = if t.revoked_at.is_some() {
+                            "revoked"
+                        } else {
+                            "active"
+                        };
+                        format!("{}  {:<8} {:<7} {}", t.id, state, t.kind.as_str(), t.name)
+                    })
+                    .collect::<Vec<_>>()
+                    .join("\n")
+            });
+        }
+        AdminCommand::Token(TokenCommand::Revoke { token }) => {
+            let t = ops::revoke_token(store, &token)
+                .await
+                .map_err(admin_failure)?;
+            // A replica trusts a token it read for this long: once it has passed, every
+            // replica refuses the revoked one.
+            tokio::time::sleep(std::time::Duration::from_millis(
+                waymark_server::auth::TOKEN_CACHE_MS as u64,
+            ))
+            .await;
+            emit(
+                json,
+                &serde_json::json!({"id": t.id, "kind": t.kind.as_str(), "name": t.name, "revoked_at": t.revoked_at}),
+                || {
+                    format!(
+                        "revoked `{}` ({}): refused on every replica from now on",
+                        t.id, t.name
+                    )
+                },
+            );
+        }
+        AdminCommand::Token(TokenCommand::Rotate) => {
+            let token = dir.rotate_admin_token(store).await.map_err(admin_failure)?;
+            tokio::time::sleep(std::time::Duration::from_millis(
+                waymark_server::auth::TOKEN_CACHE_MS as u64,
+            ))
+            .await;
+            emit(
+                json,
+                &serde_json::json!({"token": token, "file": dir.admin_token_file()}),
+                || {
+                    format!(
+                        "a new admin token is in {}; the old one is refused from now on",
+                        dir.admin_token_file().display()
+                    )
+                },
+            );
         }
         AdminCommand::WorkerToken { name, user } => {
             let (token, user) = ops::create_worker_token(store, &name, user.as_deref())

@@ -115,6 +115,7 @@ pub(crate) fn admin_failure(e: AdminError) -> Failure {
         AdminError::DatabaseUrl(_) | AdminError::NoPostgres => "unsupported_database",
         AdminError::InvalidScope(_) => "invalid_scope",
         AdminError::UnknownDevice(_) => "unknown_device",
+        AdminError::UnknownToken(_) => "unknown_token",
         AdminError::Store(waymark_store::StoreError::NewerSchema { .. }) => "newer_schema",
         AdminError::Store(_) => "storage",
     };

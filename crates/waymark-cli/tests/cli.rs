@@ -201,6 +201,54 @@ fn worker_tokens_act_for_their_user() {
         let task: serde_json::Value = res.json().await.unwrap();
         assert_eq!(task["owner"], "alice");
     });
+
+    // Revoked by name while the server runs (and holds the token it read): refused once the
+    // command has returned.
+    let out = waymark()
+        .args(["admin", "token", "revoke", "ci", "--json", "--data-dir"])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr_of(&out));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["name"], "ci");
+    rt.block_on(async {
+        let res = reqwest::Client::new()
+            .get(format!("{}/v1/snapshot", s.1))
+            .bearer_auth(&token)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(res.status(), 401, "a revoked token is refused");
+    });
+    let out = waymark()
+        .args(["admin", "token", "list", "--json", "--data-dir"])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    let list: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let ci = list
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["name"] == "ci")
+        .unwrap();
+    assert!(ci["revoked_at"].is_i64(), "{list}");
+    assert!(
+        !String::from_utf8_lossy(&out.stdout).contains("wmk_"),
+        "no secrets listed"
+    );
+    let out = waymark()
+        .args(["admin", "token", "revoke", "ci", "--data-dir"])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stderr_of(&out).contains("no live token `ci`"),
+        "{}",
+        stderr_of(&out)
+    );
 }
 
 #[test]

@@ -51,6 +51,9 @@ pub enum AdminError {
     /// No such device.
     #[error("no device `{0}` — list them with `waymark admin device list`")]
     UnknownDevice(String),
+    /// No such token, or a name several tokens share.
+    #[error("{0} — list them with `waymark admin token list`")]
+    UnknownToken(String),
     /// Storage.
     #[error(transparent)]
     Store(#[from] StoreError),
@@ -318,6 +321,76 @@ pub async fn create_worker_token(
     .await?;
     tx.commit().await?;
     Ok((secret, user))
+}
+
+/// Every worker and admin token, oldest first (secrets are never kept, only their hashes).
+pub async fn list_tokens(store: &dyn Store) -> Result<Vec<TokenRow>, AdminError> {
+    let mut tx = store.read().await?;
+    let mut all = tx.list_tokens(TokenKind::Admin).await?;
+    all.extend(tx.list_tokens(TokenKind::Worker).await?);
+    all.sort_by(|a, b| (a.created_at, &a.id).cmp(&(b.created_at, &b.id)));
+    Ok(all)
+}
+
+/// Revokes a token named by its id, or by its name when one live token has it; returns it as
+/// revoked. Every replica refuses it within [`crate::auth::TOKEN_CACHE_MS`] of its server clock
+/// (the command that revokes waits that long before it says so).
+pub async fn revoke_token(store: &dyn Store, which: &str) -> Result<TokenRow, AdminError> {
+    let all = list_tokens(store).await?;
+    let by_id: Vec<&TokenRow> = all.iter().filter(|t| t.id == which).collect();
+    let by_name: Vec<&TokenRow> = all
+        .iter()
+        .filter(|t| t.name == which && t.revoked_at.is_none())
+        .collect();
+    let token = match (by_id.as_slice(), by_name.as_slice()) {
+        ([t], _) | ([], [t]) => (*t).clone(),
+        ([], []) => return Err(AdminError::UnknownToken(format!("no live token `{which}`"))),
+        _ => {
+            return Err(AdminError::UnknownToken(format!(
+                "{} live tokens are named `{which}`: name one by its id",
+                by_name.len()
+            )));
+        }
+    };
+    let now = Clock::system().now_ms();
+    let mut tx = store.write().await?;
+    let revoked = tx.revoke_token(&token.id, now).await?;
+    tx.commit().await?;
+    if !revoked {
+        return Err(AdminError::UnknownToken(format!(
+            "`{}` was revoked already",
+            token.id
+        )));
+    }
+    Ok(TokenRow {
+        revoked_at: Some(now),
+        ..token
+    })
+}
+
+impl DataDir {
+    /// A new admin token for this data dir, written to `admin.token`, and the one it held
+    /// revoked (other replicas' admin tokens, in their own data dirs, are left alone).
+    pub async fn rotate_admin_token(&self, store: &dyn Store) -> Result<String, AdminError> {
+        let old = std::fs::read_to_string(self.admin_token_file())
+            .ok()
+            .map(|s| s.trim().to_owned());
+        let _ = std::fs::remove_file(self.admin_token_file());
+        let fresh = self.bootstrap(store).await?;
+        if let Some(old) = old {
+            let row = store
+                .read()
+                .await?
+                .token_by_hash(&secret_hash(&old))
+                .await?;
+            if let Some(row) = row.filter(|r| r.revoked_at.is_none()) {
+                let mut tx = store.write().await?;
+                tx.revoke_token(&row.id, Clock::system().now_ms()).await?;
+                tx.commit().await?;
+            }
+        }
+        Ok(fresh)
+    }
 }
 
 /// A URL with its password hidden, for messages.

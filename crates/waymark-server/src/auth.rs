@@ -133,12 +133,13 @@ impl FromRequestParts<AppState> for Caller {
             return Ok(caller);
         }
         let hash = secret_hash(secret);
-        let token = match state.tokens.get(&hash) {
+        let now = state.now_ms();
+        let token = match state.tokens.get(&hash, now) {
             Some(token) => Some(token),
             None => {
                 let token = state.store.read().await?.token_by_hash(&hash).await?;
                 if let Some(t) = &token {
-                    state.tokens.keep(&hash, t);
+                    state.tokens.keep(&hash, t, now);
                 }
                 token
             }
@@ -171,18 +172,22 @@ impl FromRequestParts<AppState> for Caller {
 /// Worker and admin tokens already read, by the hash of their secret, so a request does not
 /// open a read transaction to find its credential.
 ///
-/// What makes this right: a token row never changes once written. Nothing updates or deletes
-/// one (`revoked_at` is set only when it is inserted; `StoreTx` has no way to change it), so a
-/// row read once is the row in the database, on every replica. Unknown secrets are not kept:
-/// a token created after a miss is found at once. Whoever adds a way to revoke a token must
-/// also end its use here — on every replica — before the change is acknowledged (device
-/// sessions, which do end, are not kept here and are read on every request).
+/// What makes this right: a row is kept for [`TOKEN_CACHE_MS`] of the server's clock at most,
+/// then read again. A revocation (`waymark admin token revoke`, which may run on any replica
+/// or none) is therefore seen everywhere within that time, and the revoking command waits that
+/// long before it says the token is revoked. Unknown secrets are not kept: a token created
+/// after a miss is found at once. Device sessions are not kept here; they are read on every
+/// request.
 pub(crate) struct KnownTokens {
-    rows: std::sync::RwLock<std::collections::HashMap<String, waymark_store::TokenRow>>,
+    rows: std::sync::RwLock<std::collections::HashMap<String, (waymark_store::TokenRow, i64)>>,
 }
 
 /// Most tokens kept; past it the set starts over (a host has a handful).
 const KNOWN_TOKENS: usize = 1024;
+
+/// How long a token row read is trusted before it is read again (server clock, ms): the
+/// longest a revoked token still works on a replica that had just read it.
+pub const TOKEN_CACHE_MS: i64 = 2_000;
 
 impl KnownTokens {
     pub(crate) fn new() -> Self {
@@ -191,20 +196,21 @@ impl KnownTokens {
         }
     }
 
-    fn get(&self, hash: &str) -> Option<waymark_store::TokenRow> {
+    fn get(&self, hash: &str, now_ms: i64) -> Option<waymark_store::TokenRow> {
         self.rows
             .read()
             .unwrap_or_else(|p| p.into_inner())
             .get(hash)
-            .cloned()
+            .filter(|(_, read_at)| now_ms - read_at < TOKEN_CACHE_MS)
+            .map(|(row, _)| row.clone())
     }
 
-    fn keep(&self, hash: &str, token: &waymark_store::TokenRow) {
+    fn keep(&self, hash: &str, token: &waymark_store::TokenRow, now_ms: i64) {
         let mut rows = self.rows.write().unwrap_or_else(|p| p.into_inner());
         if rows.len() >= KNOWN_TOKENS {
             rows.clear();
         }
-        rows.insert(hash.to_owned(), token.clone());
+        rows.insert(hash.to_owned(), (token.clone(), now_ms));
     }
 }
 

@@ -215,6 +215,18 @@ impl StoreTx for PgTx {
         .await
     }
 
+    async fn revoke_token(&mut self, id: &str, at: i64) -> Result<bool> {
+        let n = self
+            .exec(
+                sqlx::query(
+                    "UPDATE tokens SET revoked_at = $1 WHERE id = $2 AND revoked_at IS NULL",
+                )
+                .bind(at)
+                .bind(id),
+            )
+            .await?;
+        Ok(n == 1)
+    }
     async fn insert_task(&mut self, t: &TaskRow) -> Result<()> {
         self.insert(
             "tasks",

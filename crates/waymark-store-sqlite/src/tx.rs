@@ -138,6 +138,16 @@ impl StoreTx for SqliteTx {
         .await
     }
 
+    async fn revoke_token(&mut self, id: &str, at: i64) -> Result<bool> {
+        let n = self
+            .exec(
+                sqlx::query("UPDATE tokens SET revoked_at = ? WHERE id = ? AND revoked_at IS NULL")
+                    .bind(at)
+                    .bind(id),
+            )
+            .await?;
+        Ok(n == 1)
+    }
     async fn insert_task(&mut self, t: &TaskRow) -> Result<()> {
         self.exec(
             sqlx::query(

@@ -87,6 +87,9 @@ pub trait StoreTx: Send {
     async fn token_by_hash(&mut self, hash: &str) -> Result<Option<TokenRow>>;
     /// Credentials of one kind.
     async fn list_tokens(&mut self, kind: TokenKind) -> Result<Vec<TokenRow>>;
+    /// Revokes a credential at `at` (unix ms); `false` when there is no such one or it was
+    /// revoked already (the first revocation's time stands).
+    async fn revoke_token(&mut self, id: &str, at: i64) -> Result<bool>;
 
     // tasks, sessions, attempts
     /// Adds a task.

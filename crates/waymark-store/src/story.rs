@@ -130,7 +130,37 @@ pub async fn run_store_story(store: &dyn Store) {
     let mut r = store.read().await.unwrap();
     assert_eq!(r.token_by_hash("h1").await.unwrap(), Some(token.clone()));
     assert!(r.token_by_hash("h2").await.unwrap().is_none());
-    assert_eq!(r.list_tokens(TokenKind::Worker).await.unwrap(), vec![token]);
+    assert_eq!(
+        r.list_tokens(TokenKind::Worker).await.unwrap(),
+        vec![token.clone()]
+    );
+    drop(r);
+
+    // a credential is revoked once; the first time stands
+    let mut tx = store.write().await.unwrap();
+    tx.insert_token(&TokenRow {
+        id: "tok_2".into(),
+        secret_hash: "h2".into(),
+        ..token.clone()
+    })
+    .await
+    .unwrap();
+    assert!(tx.revoke_token("tok_2", 5).await.unwrap());
+    assert!(
+        !tx.revoke_token("tok_2", 6).await.unwrap(),
+        "already revoked"
+    );
+    assert!(!tx.revoke_token("tok_none", 6).await.unwrap());
+    tx.commit().await.unwrap();
+    let mut r = store.read().await.unwrap();
+    assert_eq!(
+        r.token_by_hash("h2").await.unwrap().unwrap().revoked_at,
+        Some(5)
+    );
+    assert_eq!(
+        r.token_by_hash("h1").await.unwrap().unwrap().revoked_at,
+        None
+    );
     drop(r);
 
     // a dropped transaction leaves nothing behind

@@ -667,3 +667,88 @@ async fn an_integer_beyond_2_53_is_refused_where_a_digest_would_round_it() {
             .as_str()
     );
 }
+
+#[tokio::test]
+async fn a_revoked_token_is_refused_on_every_replica_within_the_cache_time_and_rotation_ends_the_old_admin_token()
+ {
+    let h = Harness::start().await;
+    let store = &*h.server.state.store;
+    let (spare, _) = waymark_server::admin::create_worker_token(store, "spare", Some("alice"))
+        .await
+        .unwrap();
+    // alice's worker token has been used (and is kept by the server)…
+    let (s, _) = h.get(&h.alice, "/v1/snapshot").await;
+    assert_eq!(s, StatusCode::OK);
+    let names: Vec<String> = waymark_server::admin::list_tokens(store)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|t| t.name)
+        .collect();
+    assert!(
+        names.contains(&"alice-worker".to_owned()) && names.contains(&"spare".to_owned()),
+        "{names:?}"
+    );
+    // …and is revoked by name; the spare one, never used, by id.
+    let revoked = waymark_server::admin::revoke_token(store, "alice-worker")
+        .await
+        .unwrap();
+    assert!(revoked.revoked_at.is_some());
+    let spare_id = waymark_server::admin::list_tokens(store)
+        .await
+        .unwrap()
+        .into_iter()
+        .find(|t| t.name == "spare")
+        .unwrap()
+        .id;
+    waymark_server::admin::revoke_token(store, &spare_id)
+        .await
+        .unwrap();
+    let (s, _) = h.get(&spare, "/v1/snapshot").await;
+    assert_eq!(
+        s,
+        StatusCode::UNAUTHORIZED,
+        "a token not kept is refused at once"
+    );
+    // Past the time a replica trusts what it read, the used one is refused too.
+    h.advance(Duration::from_millis(
+        waymark_server::auth::TOKEN_CACHE_MS as u64,
+    ))
+    .await;
+    let (s, v) = h.get(&h.alice, "/v1/snapshot").await;
+    assert_eq!(s, StatusCode::UNAUTHORIZED, "{v}");
+    // Revoking again, or what does not exist, says so.
+    let again = waymark_server::admin::revoke_token(store, &revoked.id)
+        .await
+        .unwrap_err();
+    assert!(again.to_string().contains("revoked already"), "{again}");
+    let none = waymark_server::admin::revoke_token(store, "nobody")
+        .await
+        .unwrap_err();
+    assert!(
+        none.to_string().contains("waymark admin token list"),
+        "{none}"
+    );
+
+    // Rotating this data dir's admin token: the new one works, the old one is refused.
+    let data = waymark_server::DataDir::new(h.dir.path());
+    let old = h.admin.clone();
+    let (s, _) = h.get(&old, "/v1/admin/audit").await;
+    assert_eq!(s, StatusCode::OK);
+    let fresh = data.rotate_admin_token(store).await.unwrap();
+    assert_ne!(fresh, old);
+    h.advance(Duration::from_millis(
+        waymark_server::auth::TOKEN_CACHE_MS as u64,
+    ))
+    .await;
+    let (s, _) = h.get(&old, "/v1/admin/audit").await;
+    assert_eq!(s, StatusCode::UNAUTHORIZED);
+    let (s, _) = h.get(&fresh, "/v1/admin/audit").await;
+    assert_eq!(s, StatusCode::OK);
+    assert_eq!(
+        std::fs::read_to_string(data.admin_token_file())
+            .unwrap()
+            .trim(),
+        fresh
+    );
+}
