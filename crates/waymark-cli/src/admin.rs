@@ -275,12 +275,7 @@ pub(crate) async fn run(args: AdminArgs, json: bool) -> CliResult {
             let t = ops::revoke_token(store, &token)
                 .await
                 .map_err(admin_failure)?;
-            // A replica trusts a token it read for this long: once it has passed, every
-            // replica refuses the revoked one.
-            tokio::time::sleep(std::time::Duration::from_millis(
-                waymark_server::auth::TOKEN_CACHE_MS as u64,
-            ))
-            .await;
+            until_every_replica_refuses_it().await;
             emit(
                 json,
                 &serde_json::json!({"id": t.id, "kind": t.kind.as_str(), "name": t.name, "revoked_at": t.revoked_at}),
@@ -294,10 +289,7 @@ pub(crate) async fn run(args: AdminArgs, json: bool) -> CliResult {
         }
         AdminCommand::Token(TokenCommand::Rotate) => {
             let token = dir.rotate_admin_token(store).await.map_err(admin_failure)?;
-            tokio::time::sleep(std::time::Duration::from_millis(
-                waymark_server::auth::TOKEN_CACHE_MS as u64,
-            ))
-            .await;
+            until_every_replica_refuses_it().await;
             emit(
                 json,
                 &serde_json::json!({"token": token, "file": dir.admin_token_file()}),
@@ -365,4 +357,11 @@ fn rfc3339(ms: i64) -> String {
     chrono::DateTime::<chrono::Utc>::from_timestamp_millis(ms)
         .map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true))
         .unwrap_or_default()
+}
+
+/// Waits out the time a replica trusts a token it read: once it has passed, every replica
+/// refuses a token revoked before it (what `token revoke` and `token rotate` promise).
+async fn until_every_replica_refuses_it() {
+    let trusted = u64::try_from(waymark_server::auth::TOKEN_CACHE_MS).unwrap_or(0);
+    tokio::time::sleep(std::time::Duration::from_millis(trusted)).await;
 }

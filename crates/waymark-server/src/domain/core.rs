@@ -294,3 +294,43 @@ pub(crate) fn found<T>(cursor: i64, value: T) -> Made<T> {
         new: false,
     }
 }
+
+/// A secret every replica shares (the VAPID key, the pairing-code key), kept in the store:
+/// the stored one, or one `make` makes, stored once — whoever stores first wins and every
+/// other caller gets that one.
+pub(crate) async fn shared_secret<E: From<StoreError>>(
+    store: &dyn Store,
+    name: &str,
+    make: impl FnOnce() -> Result<String, E>,
+) -> Result<String, E> {
+    if let Some(k) = store.read().await?.server_secret(name).await? {
+        return Ok(k);
+    }
+    let fresh = make()?;
+    let mut tx = store.write().await?;
+    match tx.insert_server_secret(name, &fresh).await {
+        Ok(()) => {
+            tx.commit().await?;
+            return Ok(fresh);
+        }
+        Err(StoreError::Conflict(_)) => {
+            // Made first by another request or replica — perhaps in this very group commit,
+            // which this transaction sees and readers do not yet (SQLite); where the failed
+            // statement ended the transaction (PostgreSQL), the other one is committed.
+            if let Ok(Some(k)) = tx.server_secret(name).await {
+                tx.commit().await?;
+                return Ok(k);
+            }
+        }
+        Err(e) => return Err(e.into()),
+    }
+    drop(tx);
+    store
+        .read()
+        .await?
+        .server_secret(name)
+        .await?
+        .ok_or_else(|| {
+            StoreError::Corrupt(format!("`{name}` was made elsewhere but cannot be read")).into()
+        })
+}

@@ -11,7 +11,7 @@ use waymark_store::*;
 use crate::auth::{CallerKind, new_secret, secret_hash};
 use crate::clock::Clock;
 use crate::convert;
-use crate::domain::core::{Tx, record_refusal};
+use crate::domain::core::{Tx, record_refusal, shared_secret};
 use crate::error::{ApiError, ApiResult};
 use crate::state::AppState;
 
@@ -55,39 +55,11 @@ pub fn code_hash(key: &[u8], code: &str) -> String {
 
 /// The key of [`code_hash`], made once and shared by every replica through the store.
 pub async fn pairing_key(store: &dyn Store) -> Result<Vec<u8>, StoreError> {
-    let decode = |k: String| {
-        signing::unb64(&k, "pairing key").map_err(|e| StoreError::Corrupt(e.to_string()))
-    };
-    if let Some(k) = store.read().await?.server_secret(PAIRING_KEY).await? {
-        return decode(k);
-    }
-    let fresh: [u8; 32] = rand::random();
-    let mut tx = store.write().await?;
-    match tx
-        .insert_server_secret(PAIRING_KEY, &signing::b64(&fresh))
-        .await
-    {
-        Ok(()) => {
-            tx.commit().await?;
-            return Ok(fresh.to_vec());
-        }
-        // Made first elsewhere: perhaps in this very group commit (seen here, not yet by
-        // readers), else committed by the time this statement failed.
-        Err(StoreError::Conflict(_)) => {
-            if let Ok(Some(k)) = tx.server_secret(PAIRING_KEY).await {
-                tx.commit().await?;
-                return decode(k);
-            }
-        }
-        Err(e) => return Err(e),
-    }
-    drop(tx);
-    match store.read().await?.server_secret(PAIRING_KEY).await? {
-        Some(k) => decode(k),
-        None => Err(StoreError::Corrupt(
-            "the pairing key was made elsewhere but cannot be read".into(),
-        )),
-    }
+    let key = shared_secret(store, PAIRING_KEY, || {
+        Ok::<_, StoreError>(signing::b64(&rand::random::<[u8; 32]>()))
+    })
+    .await?;
+    signing::unb64(&key, "pairing key").map_err(|e| StoreError::Corrupt(e.to_string()))
 }
 
 /// Records a refused pairing in the audit log (its own transaction) with what was really

@@ -7,7 +7,7 @@
 
 use crate::auth::{Caller, CallerKind};
 use crate::convert;
-use crate::domain::core::{Tx, invalid};
+use crate::domain::core::{Tx, invalid, shared_secret};
 use crate::domain::{deliveries, escalation};
 use crate::error::{ApiError, ApiResult};
 use crate::state::AppState;
@@ -26,44 +26,20 @@ pub(crate) const BATCH: i64 = 50;
 /// The server's VAPID private key (raw P-256 scalar, base64url), created once and shared by
 /// every replica through the store.
 pub(crate) async fn vapid_private(st: &AppState) -> ApiResult<String> {
-    if let Some(k) = Tx::read(st).await?.server_secret(VAPID_SECRET).await? {
-        return vapid_scalar(&k);
-    }
-    let (pair, _) = ece::generate_keypair_and_auth_secret().map_err(|e| {
-        ApiError::new(
-            ErrorCode::Internal,
-            format!("generating the VAPID key: {e}"),
-        )
-    })?;
-    let raw = pair
-        .raw_components()
-        .map_err(|e| ApiError::new(ErrorCode::Internal, format!("exporting the VAPID key: {e}")))?;
-    let key = vapid_scalar(&b64(raw.private_key()))?;
-    let mut tx = Tx::write(st).await?;
-    match tx.insert_server_secret(VAPID_SECRET, &key).await {
-        Ok(()) => {
-            tx.commit().await?;
-            return Ok(key);
-        }
-        Err(StoreError::Conflict(_)) => {
-            // Made first by another request or replica — perhaps in this very group commit,
-            // which this transaction sees and readers do not yet (SQLite); where the failed
-            // statement ended the transaction (PostgreSQL), the other one is committed.
-            if let Ok(Some(k)) = tx.server_secret(VAPID_SECRET).await {
-                tx.commit().await?;
-                return vapid_scalar(&k);
-            }
-        }
-        Err(e) => return Err(e.into()),
-    }
-    drop(tx);
-    match Tx::read(st).await?.server_secret(VAPID_SECRET).await? {
-        Some(k) => vapid_scalar(&k),
-        None => Err(ApiError::new(
-            ErrorCode::Internal,
-            "the VAPID key was made elsewhere but cannot be read",
-        )),
-    }
+    let key = shared_secret(&*st.store, VAPID_SECRET, || {
+        let (pair, _) = ece::generate_keypair_and_auth_secret().map_err(|e| {
+            ApiError::new(
+                ErrorCode::Internal,
+                format!("generating the VAPID key: {e}"),
+            )
+        })?;
+        let raw = pair.raw_components().map_err(|e| {
+            ApiError::new(ErrorCode::Internal, format!("exporting the VAPID key: {e}"))
+        })?;
+        vapid_scalar(&b64(raw.private_key()))
+    })
+    .await?;
+    vapid_scalar(&key)
 }
 
 /// A P-256 scalar as the VAPID signer wants it: exactly 32 bytes. The key generator drops
