@@ -564,7 +564,13 @@ export type Operation =
 /**  A new owner takes control; the old one is fenced off. */
 "take_over" | 
 /**  Not a steer: a signed request for a read session token. */
-"open_session";
+"open_session" | 
+/**
+ *  Start a run of a runtime on one of the user's machines (`args`: `machine`,
+ *  `runtime`, `directory`, `prompt`, optional `title` and `gate`); `task_id` is the new
+ *  task's id, chosen by the device, so a resend is a duplicate.
+ */
+"start_run";
 
 /**  One option of a decision and what it gives up. */
 export type OptionView = {

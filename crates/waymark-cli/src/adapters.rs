@@ -361,19 +361,83 @@ fn shell_quote(s: &str) -> String {
     format!("'{}'", s.replace('\'', r"'\''"))
 }
 
-/// The command hook's command line: the server it was installed for, and the token from the
-/// variable `install` was told of (the token never appears in the settings file).
-fn hook_command(server: &str, token_env: &str, query: &str) -> String {
+/// The command hook's command line: this `waymark` binary by its absolute path (Claude Code
+/// runs hooks with a `PATH` of its own, where `waymark` may be missing, and a hook that cannot
+/// start loses every session start without a word), the server it was installed for, and the
+/// token from the variable `install` was told of (the token never appears in the settings).
+fn hook_command(bin: &Path, server: &str, token_env: &str, query: &str) -> String {
     let token = if token_env == "WAYMARK_TOKEN" {
         String::new()
     } else {
         format!("WAYMARK_TOKEN=\"${token_env}\" ")
     };
     format!(
-        "{token}waymark adapters claude-code hook --server {} --query {}",
+        "{token}{} adapters claude-code hook --server {} --query {}",
+        shell_quote(&bin.to_string_lossy()),
         shell_quote(server),
         shell_quote(query)
     )
+}
+
+/// This binary's absolute path, for the command hook; refused with the reason when it cannot
+/// be told.
+pub(crate) fn this_binary() -> Result<PathBuf, Failure> {
+    std::env::current_exe()
+        .and_then(|p| p.canonicalize())
+        .map_err(|e| {
+            Failure::new(
+                Exit::Refused,
+                "no_binary_path",
+                format!(
+                    "cannot tell where this `waymark` binary is ({e}); Claude Code's SessionStart hook must run it by its full path"
+                ),
+            )
+        })
+}
+
+/// Waymark's hook entries for every event Claude Code reports: `http` hooks into the control
+/// plane (a `command` hook for `SessionStart`, which Claude Code runs no `http` hook for, and
+/// for every event with `command_only`).
+pub(crate) fn claude_hooks(
+    bin: &Path,
+    server: &str,
+    token_env: &str,
+    query: &str,
+    timeout: u64,
+    command_only: bool,
+) -> Vec<(&'static str, Value)> {
+    EVENTS
+        .iter()
+        .map(|event| {
+            // Blocking events wait for a person; the rest only report and must stay quick.
+            let blocking = matches!(*event, "PermissionRequest" | "PreToolUse");
+            let timeout = if blocking { timeout } else { 10 };
+            // Claude Code 2.1.328 runs no `http` hook for `SessionStart` ("HTTP hooks are not
+            // supported for SessionStart"): only a command hook sees the session begin.
+            let handler = if command_only || *event == "SessionStart" {
+                json!({
+                    "type": "command",
+                    "command": hook_command(bin, server, token_env, query),
+                    "timeout": timeout,
+                })
+            } else {
+                json!({
+                    "type": "http",
+                    "url": format!("{server}{MARK}?{query}"),
+                    "timeout": timeout,
+                    // Claude Code sets `CLAUDE_CODE_ENTRYPOINT` itself (`sdk-cli` under `-p`,
+                    // `cli` interactively): the server tells a headless run from a person at a
+                    // prompt by it (what the hook's timeout does; whether `defer` is offered).
+                    "headers": {
+                        "Authorization": format!("Bearer ${token_env}"),
+                        "X-Claude-Code-Entrypoint": "$CLAUDE_CODE_ENTRYPOINT",
+                    },
+                    "allowedEnvVars": [token_env, "CLAUDE_CODE_ENTRYPOINT"],
+                })
+            };
+            (*event, json!({"matcher": "*", "hooks": [handler]}))
+        })
+        .collect()
 }
 
 fn install(a: InstallArgs, json: bool) -> CliResult {
@@ -411,6 +475,7 @@ fn install(a: InstallArgs, json: bool) -> CliResult {
         ));
     }
     let path = settings_path(a.scope, a.settings.clone())?;
+    let bin = this_binary()?;
     let mut settings = read_settings(&path)?;
     strip_ours(&mut settings);
     let q = query(&a);
@@ -427,34 +492,7 @@ fn install(a: InstallArgs, json: bool) -> CliResult {
             ),
         ));
     };
-    for event in EVENTS {
-        // Blocking events wait for a person; the rest only report and must stay quick.
-        let blocking = matches!(*event, "PermissionRequest" | "PreToolUse");
-        let timeout = if blocking { a.timeout } else { 10 };
-        // Claude Code 2.1.328 runs no `http` hook for `SessionStart` ("HTTP hooks are not
-        // supported for SessionStart"): only a command hook sees the session begin.
-        let handler = if a.command || *event == "SessionStart" {
-            json!({
-                "type": "command",
-                "command": hook_command(&server, &a.token_env, &q),
-                "timeout": timeout,
-            })
-        } else {
-            json!({
-                "type": "http",
-                "url": format!("{server}{MARK}?{q}"),
-                "timeout": timeout,
-                // Claude Code sets `CLAUDE_CODE_ENTRYPOINT` itself (`sdk-cli` under `-p`,
-                // `cli` interactively): the server tells a headless run from a person at a
-                // prompt by it (what the hook's timeout does; whether `defer` is offered).
-                "headers": {
-                    "Authorization": format!("Bearer ${}", a.token_env),
-                    "X-Claude-Code-Entrypoint": "$CLAUDE_CODE_ENTRYPOINT",
-                },
-                "allowedEnvVars": [a.token_env, "CLAUDE_CODE_ENTRYPOINT"],
-            })
-        };
-        let group = json!({"matcher": "*", "hooks": [handler]});
+    for (event, group) in claude_hooks(&bin, &server, &a.token_env, &q, a.timeout, a.command) {
         let list = hooks
             .entry(event.to_string())
             .or_insert_with(|| Value::Array(Vec::new()));
@@ -475,13 +513,14 @@ fn install(a: InstallArgs, json: bool) -> CliResult {
     write_settings(&path, &settings)?;
     emit(
         json,
-        &json!({"settings": path, "events": EVENTS, "server": server, "token_env": a.token_env}),
+        &json!({"settings": path, "events": EVENTS, "server": server, "token_env": a.token_env, "hook_binary": bin}),
         || {
             format!(
-                "wrote Waymark's hooks for {} events into {}\n  server: {server}\n  token:  ${} must hold a worker token when Claude Code runs (waymark admin worker-token …)",
+                "wrote Waymark's hooks for {} events into {}\n  server: {server}\n  token:  ${} must hold a worker token when Claude Code runs (waymark admin worker-token …)\n  the SessionStart hook runs {} by its full path (install again if you move it)",
                 EVENTS.len(),
                 path.display(),
-                a.token_env
+                a.token_env,
+                bin.display()
             )
         },
     );
@@ -629,7 +668,10 @@ mod tests {
         assert_eq!(start["type"], "command", "{start}");
         assert_eq!(
             start["command"],
-            "waymark adapters claude-code hook --server 'http://127.0.0.1:9000' --query 'timeout=300&gate=Bash'"
+            format!(
+                "'{}' adapters claude-code hook --server 'http://127.0.0.1:9000' --query 'timeout=300&gate=Bash'",
+                this_binary().unwrap().display()
+            )
         );
 
         uninstall(
@@ -692,9 +734,15 @@ mod tests {
         for event in EVENTS {
             let h = &s["hooks"][event][0]["hooks"][0];
             assert_eq!(h["type"], "command", "{event}: {h}");
+            // The binary by its full path: Claude Code's hook PATH may not hold `waymark`.
+            let bin = this_binary().unwrap();
+            assert!(bin.is_absolute());
             assert_eq!(
                 h["command"],
-                "WAYMARK_TOKEN=\"$CLAUDE_WAYMARK_TOKEN\" waymark adapters claude-code hook --server 'https://waymark.example:9443' --query 'timeout=60&defer=true'",
+                format!(
+                    "WAYMARK_TOKEN=\"$CLAUDE_WAYMARK_TOKEN\" '{}' adapters claude-code hook --server 'https://waymark.example:9443' --query 'timeout=60&defer=true'",
+                    bin.display()
+                ),
                 "{event}"
             );
         }

@@ -65,6 +65,17 @@ enum AdminCommand {
         #[arg(long)]
         user: Option<String>,
     },
+    /// Print a new token for the runner of machine `--machine` (added when new): `waymark
+    /// runner` on that machine starts, revives and resumes `--user`'s runs there, and reaches
+    /// nothing else.
+    RunnerToken {
+        /// The machine's name (`laptop`).
+        #[arg(long)]
+        machine: String,
+        /// The user whose runs it starts (default: `admin`).
+        #[arg(long)]
+        user: Option<String>,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -308,6 +319,16 @@ pub(crate) async fn run(args: AdminArgs, json: bool) -> CliResult {
             emit(
                 json,
                 &serde_json::json!({"token": token, "name": name, "user": user.name}),
+                || token.clone(),
+            );
+        }
+        AdminCommand::RunnerToken { machine, user } => {
+            let (token, m, user) = ops::create_runner_token(store, &machine, user.as_deref())
+                .await
+                .map_err(admin_failure)?;
+            emit(
+                json,
+                &serde_json::json!({"token": token, "machine": m.name, "machine_id": m.id, "user": user.name}),
                 || token.clone(),
             );
         }

@@ -101,6 +101,31 @@ pub(crate) enum ClientCommand {
     /// whose you may answer: show, `--add USER`, `--remove USER`. A delegate reads your tasks
     /// and approves, denies, answers or chooses; pausing, cancelling and replanning stay yours.
     Delegates(DelegatesArgs),
+    /// This user's machines with a runner: online or since when offline, their runtimes and
+    /// the directories runs may use.
+    Machines,
+    /// Start a run on one of your machines (a signed command; the machine's runner starts the
+    /// runtime in the directory, if its owner allowed it there).
+    Run {
+        /// The machine (`waymark machines` lists them).
+        #[arg(long)]
+        machine: String,
+        /// The runtime.
+        #[arg(long, default_value = "claude-code")]
+        runtime: String,
+        /// The directory on that machine (absolute; one it allows, or under one).
+        #[arg(long = "dir", value_name = "DIR")]
+        directory: String,
+        /// Tools whose calls need an approval (a regex of tool names, e.g. `Bash|Write`);
+        /// without it, the runtime's own permission prompts come to the inbox.
+        #[arg(long)]
+        gate: Option<String>,
+        /// The task's title (default: the prompt's first line).
+        #[arg(long)]
+        title: Option<String>,
+        /// What the agent is asked to do.
+        prompt: String,
+    },
     /// Approve an approval (bound to its intent digest and plan revision).
     Approve {
         /// Decision id.
@@ -755,6 +780,52 @@ pub(crate) async fn run(cmd: ClientCommand, json: bool) -> CliResult {
             });
             Ok(())
         }
+        ClientCommand::Machines => {
+            let list = c.machines().await.map_err(failure)?;
+            emit(
+                json,
+                &serde_json::to_value(&list).unwrap_or_default(),
+                || render_machines(&list),
+            );
+            Ok(())
+        }
+        ClientCommand::Run {
+            machine,
+            runtime,
+            directory,
+            gate,
+            title,
+            prompt,
+        } => {
+            let run = waymark_companion::StartRun {
+                machine,
+                runtime,
+                directory,
+                prompt,
+                title,
+                gate,
+            };
+            let (task, entry) = c.start_run(&run).await.map_err(failure)?;
+            let result = entry.result.clone();
+            let status = result.as_ref().map(|r| r.status);
+            let value = serde_json::json!({"task_id": task, "outbox": entry});
+            match status {
+                Some(waymark_proto::CommandStatus::Rejected) => Err(Failure::new(
+                    Exit::Refused,
+                    "rejected",
+                    result.map(|r| r.detail).unwrap_or_default(),
+                )),
+                _ => {
+                    emit(json, &value, || {
+                        format!(
+                            "{task}: {}",
+                            result.map(|r| r.detail).unwrap_or_else(|| "queued".into())
+                        )
+                    });
+                    Ok(())
+                }
+            }
+        }
         ClientCommand::Outbox => {
             let entries = c.mirror().outbox(None).await.map_err(failure)?;
             emit(
@@ -1314,4 +1385,48 @@ impl Drop for ClearOnDrop {
     fn drop(&mut self) {
         self.0.finish_and_clear();
     }
+}
+
+fn render_machines(list: &waymark_proto::MachineList) -> String {
+    if list.machines.is_empty() {
+        return "no machines: on each machine that holds code, run `waymark runner --allow DIR` with a runner token (`waymark admin runner-token --machine NAME`)".into();
+    }
+    list.machines
+        .iter()
+        .map(|m| {
+            let state = if m.online {
+                "online".to_owned()
+            } else {
+                match m.offline_since {
+                    Some(t) => format!("offline since {}", t.format("%Y-%m-%d %H:%M UTC")),
+                    None => "never seen".to_owned(),
+                }
+            };
+            let runtimes = m
+                .runtimes
+                .iter()
+                .map(|r| match &r.version {
+                    Some(v) => format!("{} {v}", r.runtime),
+                    None => r.runtime.clone(),
+                })
+                .collect::<Vec<_>>()
+                .join(", ");
+            format!(
+                "{}  {state}  runtimes: {}  allows: {}  active: {}",
+                m.name,
+                if runtimes.is_empty() {
+                    "none".into()
+                } else {
+                    runtimes
+                },
+                if m.directories.is_empty() {
+                    "nothing".into()
+                } else {
+                    m.directories.join(", ")
+                },
+                m.active_tasks.len()
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
 }

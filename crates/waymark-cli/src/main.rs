@@ -8,6 +8,7 @@ mod chaos;
 mod client;
 mod demo;
 mod output;
+mod runner;
 mod serve;
 
 use std::path::PathBuf;
@@ -41,6 +42,9 @@ enum Command {
     Demo(demo::DemoArgs),
     /// Connect an agent runtime (Claude Code, Codex, OpenClaw, ACP agents, Hermes).
     Adapters(adapters::AdaptersArgs),
+    /// The hands on this machine: start, revive and resume agent runs the control plane
+    /// addresses to it (`install` makes it a systemd user unit).
+    Runner(runner::RunnerArgs),
     /// Break things on purpose (kill -9, crashes, stale workers, duplicates, partitions) and count what survived.
     Chaos(chaos::ChaosArgs),
 }
@@ -89,6 +93,7 @@ fn main() -> ExitCode {
             Command::Demo(args) => demo::run(args, json).await,
             Command::Chaos(args) => chaos::run(args, json).await,
             Command::Adapters(args) => adapters::run(args, json).await,
+            Command::Runner(args) => runner::run(args, json).await,
         }
     });
     match result {

@@ -23,7 +23,7 @@ pub use mirror::{
     InboxItem, Mirror, OutboxEntry, OutboxStatus, Stage, StageStatus, ThreadDetail, ThreadRow,
 };
 pub use pairing::{Identity, PairingLink, parse_pairing_link};
-pub use steer::{Seen, edited_intent};
+pub use steer::{Seen, StartRun, edited_intent};
 pub use sync::{LinkHealth, SyncReport};
 pub use touched::{Look, Touched};
 

@@ -1037,6 +1037,7 @@ mod tests {
             created_at: Utc.timestamp_millis_opt(0).unwrap(),
             updated_at: Utc.timestamp_millis_opt(revision).unwrap(),
             parent_id: None,
+            machine_id: None,
         }
     }
 

@@ -35,6 +35,14 @@ impl Companion {
         api.get(&token, "/v1/devices").await
     }
 
+    /// This user's machines with a runner: online or since when offline, their runtimes and
+    /// the directories runs may use there.
+    pub async fn machines(&self) -> Result<MachineList, Error> {
+        let (id, api) = self.require_identity().await?;
+        let token = self.token(&id, &api).await?;
+        api.get(&token, "/v1/machines").await
+    }
+
     /// This user's escalation policy, or `None` when there is none (every device is notified
     /// at once).
     pub async fn escalation(&self) -> Result<Option<EscalationPolicy>, Error> {

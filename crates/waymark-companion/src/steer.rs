@@ -10,6 +10,23 @@ use waymark_proto::*;
 use crate::mirror::{OutboxEntry, OutboxStatus};
 use crate::{COMMAND_LIFETIME, Companion, Error, Identity, Keystore};
 
+/// A run to start on a machine: what the person signs (`start_run`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StartRun {
+    /// The machine's name (or id).
+    pub machine: String,
+    /// `claude-code`, …
+    pub runtime: String,
+    /// An absolute directory the machine allows.
+    pub directory: String,
+    /// The first prompt.
+    pub prompt: String,
+    /// The task's title (default: the prompt's first line).
+    pub title: Option<String>,
+    /// Tools whose calls need an approval (a regex of tool names).
+    pub gate: Option<String>,
+}
+
 /// What the person was shown when they decided. The command is signed with exactly this: if
 /// the plan moved on since, the server answers `conflict` and the person decides again.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -133,6 +150,59 @@ impl Companion {
             Ok(_) => Ok(entry),
             Err(Error::Unreachable(why)) => Err(Error::Unreachable(format!(
                 "{why}; the command is queued and will be delivered on the next sync"
+            ))),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Starts a run on one of the user's machines: a signed `start_run` whose new task id is
+    /// chosen here, so a resend (from the outbox, after a drop) is the same command, applied
+    /// once. Queued offline like any command. Returns the new task's id and the outbox entry.
+    pub async fn start_run(&self, run: &StartRun) -> Result<(String, OutboxEntry), Error> {
+        let (id, _) = self.require_identity().await?;
+        let keystore = self.keystore()?;
+        let now = Utc::now();
+        let task_id = ids::task();
+        let mut args = serde_json::json!({
+            "machine": run.machine,
+            "runtime": run.runtime,
+            "directory": run.directory,
+            "prompt": run.prompt,
+        });
+        if let Some(t) = &run.title {
+            args["title"] = t.clone().into();
+        }
+        if let Some(g) = &run.gate {
+            args["gate"] = g.clone().into();
+        }
+        let cmd = SteerCommand {
+            command_id: ids::command(),
+            task_id: Some(task_id.clone()),
+            expected_plan_revision: None,
+            operation: Operation::StartRun,
+            scope: Vec::new(),
+            args,
+            issued_by: format!("user:{}", id.user),
+            device_id: id.device_id.clone(),
+            issued_at: now,
+            expires_at: now + COMMAND_LIFETIME,
+        };
+        let env = self.sign(&keystore, &id, &cmd)?;
+        self.mirror
+            .enqueue(&task_id, Operation::StartRun, None, &cmd.command_id, &env)
+            .await?;
+        let delivered = self.deliver_outbox().await;
+        let entry = self
+            .mirror
+            .outbox(Some(&task_id))
+            .await?
+            .into_iter()
+            .find(|e| e.command_id == cmd.command_id)
+            .ok_or_else(|| Error::Mirror("the queued command vanished".into()))?;
+        match delivered {
+            Ok(_) => Ok((task_id, entry)),
+            Err(Error::Unreachable(why)) => Err(Error::Unreachable(format!(
+                "{why}; the run is queued and will be started on the next sync"
             ))),
             Err(e) => Err(e),
         }

@@ -162,6 +162,10 @@ pub struct Task {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(pattern = r"^task_[0-9a-f]{32}$")]
     pub parent_id: Option<String>,
+    /// The machine whose runner runs it (`start_run`, or a runtime its runner started).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(pattern = r"^mch_[0-9a-f]{32}$")]
+    pub machine_id: Option<String>,
 }
 
 /// `POST /v1/tasks/{task}/attempts`.

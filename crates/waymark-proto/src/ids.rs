@@ -29,6 +29,8 @@ id_fns! {
     followup => "fup",
     push => "push",
     device => "dev",
+    machine => "mch",
+    work => "wrk",
 }
 
 /// A fresh UUIDv7 in its hyphenated form, as command ids use.

@@ -11,6 +11,7 @@ pub mod error;
 pub mod event;
 pub mod followup;
 pub mod ids;
+pub mod machine;
 pub mod signing;
 pub mod sse;
 pub mod state;
@@ -20,6 +21,7 @@ pub use api::*;
 pub use error::{ErrorCode, Problem};
 pub use event::{Event, EventKind};
 pub use followup::*;
+pub use machine::*;
 pub use state::{
     ApprovalDurability, AttemptState, DecisionKind, DecisionStatus, DeliveryState, DeliveryStep,
     EffectStatus, FinishOutcome, FollowupState, Operation, PushKind, RuntimeFallback, TaskState,

@@ -206,6 +206,10 @@ str_enum! {
         TakeOver => "take_over",
         /// Not a steer: a signed request for a read session token.
         OpenSession => "open_session",
+        /// Start a run of a runtime on one of the user's machines (`args`: `machine`,
+        /// `runtime`, `directory`, `prompt`, optional `title` and `gate`); `task_id` is the new
+        /// task's id, chosen by the device, so a resend is a duplicate.
+        StartRun => "start_run",
     }
 }
 

@@ -120,6 +120,11 @@ pub enum RejectReason {
     WrongOperation,
     /// The operation is not valid in the task's current state (e.g. resume when running).
     InvalidState,
+    /// `start_run` names no machine of the user.
+    UnknownMachine,
+    /// `start_run` asks what the machine does not allow or lack: a directory outside its
+    /// allowed ones, or a runtime it does not have.
+    NotAllowedOnMachine,
 }
 
 impl RejectReason {
@@ -152,6 +157,8 @@ const REASONS: &[(RejectReason, &str)] = &[
     (RejectReason::DigestMismatch, "digest_mismatch"),
     (RejectReason::WrongOperation, "wrong_operation"),
     (RejectReason::InvalidState, "invalid_state"),
+    (RejectReason::UnknownMachine, "unknown_machine"),
+    (RejectReason::NotAllowedOnMachine, "not_allowed_on_machine"),
 ];
 
 /// The ledger's answer to a command.

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use waymark_proto::ids;
-use waymark_store::{Store, StoreError, TokenKind, TokenRow, UserRow};
+use waymark_store::{MachineRow, Store, StoreError, TokenKind, TokenRow, UserRow};
 use waymark_store_sqlite::SqliteStore;
 
 use crate::auth::{CallerKind, new_secret, secret_hash};
@@ -214,6 +214,7 @@ impl DataDir {
             secret_hash: secret_hash(&secret),
             created_at: Clock::system().now_ms(),
             revoked_at: None,
+            machine_id: None,
         })
         .await?;
         write_private(&path, &format!("{secret}\n")).map_err(|e| AdminError::DataDir {
@@ -298,15 +299,62 @@ pub async fn create_worker_token(
     user: Option<&str>,
 ) -> Result<(String, UserRow), AdminError> {
     check_name(name)?;
-    let user = match user {
+    let user = token_user(store, user).await?;
+    let secret = insert_worker_token(store, name, &user, None).await?;
+    Ok((secret, user))
+}
+
+/// `waymark admin runner-token`: a token for the runner of the machine `machine` of `user`
+/// (the machine is added when it is new). It reaches only that machine's tasks and work; a
+/// new token for a machine leaves its older ones alone (revoke them by id).
+pub async fn create_runner_token(
+    store: &dyn Store,
+    machine: &str,
+    user: Option<&str>,
+) -> Result<(String, MachineRow, UserRow), AdminError> {
+    check_name(machine)?;
+    let user = token_user(store, user).await?;
+    let mut tx = store.write().await?;
+    let found = tx.machine_by_name(&user.id, machine).await?;
+    let row = match found {
+        Some(m) => m,
+        None => {
+            let m = MachineRow {
+                id: ids::machine(),
+                owner_id: user.id.clone(),
+                name: machine.to_owned(),
+                info: serde_json::json!({}),
+                registered_at: None,
+                last_seen_at: None,
+                created_at: Clock::system().now_ms(),
+            };
+            tx.insert_machine(&m).await?;
+            m
+        }
+    };
+    tx.commit().await?;
+    let secret = insert_worker_token(store, machine, &user, Some(row.id.clone())).await?;
+    Ok((secret, row, user))
+}
+
+async fn token_user(store: &dyn Store, user: Option<&str>) -> Result<UserRow, AdminError> {
+    match user {
         Some(u) => store
             .read()
             .await?
             .user_by_name(u)
             .await?
-            .ok_or_else(|| AdminError::UnknownUser(u.to_owned()))?,
-        None => ensure_user(store, DEFAULT_USER).await?,
-    };
+            .ok_or_else(|| AdminError::UnknownUser(u.to_owned())),
+        None => ensure_user(store, DEFAULT_USER).await,
+    }
+}
+
+async fn insert_worker_token(
+    store: &dyn Store,
+    name: &str,
+    user: &UserRow,
+    machine_id: Option<String>,
+) -> Result<String, AdminError> {
     let secret = new_secret(CallerKind::Worker);
     let mut tx = store.write().await?;
     tx.insert_token(&TokenRow {
@@ -317,10 +365,11 @@ pub async fn create_worker_token(
         secret_hash: secret_hash(&secret),
         created_at: Clock::system().now_ms(),
         revoked_at: None,
+        machine_id,
     })
     .await?;
     tx.commit().await?;
-    Ok((secret, user))
+    Ok(secret)
 }
 
 /// Every worker and admin token, oldest first (secrets are never kept, only their hashes).

@@ -41,6 +41,9 @@ pub struct Caller {
     /// When a device's read session ends (unix ms); `None` for tokens. A stream it opened ends
     /// then too.
     pub session_expires_at: Option<i64>,
+    /// A runner's token: the machine it speaks for. It reaches only that machine's tasks (the
+    /// ones it creates are that machine's), and the runner routes of that machine.
+    pub machine: Option<String>,
 }
 
 /// A caller that may use the worker API (admin or worker token, not a device session).
@@ -67,6 +70,29 @@ impl Caller {
     /// delegation's limits themselves; a worker sees and writes its own user's.
     pub fn may_access(&self, owner_id: &str) -> bool {
         self.kind == CallerKind::Admin || self.owners.iter().any(|o| o == owner_id)
+    }
+
+    /// Whether this caller may see `task`: its owner's, and for a runner only its machine's.
+    pub fn may_access_task(&self, task: &waymark_store::TaskRow) -> bool {
+        self.may_access(&task.owner_id)
+            && self
+                .machine
+                .as_ref()
+                .is_none_or(|m| task.machine_id.as_ref() == Some(m))
+    }
+
+    /// Refuses a runner's token where it would read beyond its machine's tasks (the event
+    /// stream and blobs span every task of its user).
+    pub(crate) fn not_a_runner(&self, what: &str) -> Result<(), ApiError> {
+        match &self.machine {
+            Some(_) => Err(ApiError::new(
+                ErrorCode::Forbidden,
+                format!(
+                    "a runner's token reaches only its machine's tasks, not {what}; the runner reads its work at `/v1/runner/work`"
+                ),
+            )),
+            None => Ok(()),
+        }
     }
 
     /// How the audit log names this caller.
@@ -161,6 +187,7 @@ impl FromRequestParts<AppState> for Caller {
         Ok(Caller {
             kind,
             session_expires_at: None,
+            machine: token.machine_id,
             name: token.name,
             owners: vec![token.user_id.clone()],
             user_id: token.user_id,
@@ -247,6 +274,7 @@ async fn device_caller(
         name: device.id,
         user_id: device.user_id,
         owners,
+        machine: None,
     })
 }
 

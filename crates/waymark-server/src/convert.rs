@@ -38,6 +38,7 @@ pub(crate) fn task(t: &s::TaskRow, owner: &str) -> R<p::Task> {
         updated_at: dt(t.updated_at),
         parent_id: t.parent_id.clone(),
         external_key: t.external_key.clone(),
+        machine_id: t.machine_id.clone(),
     })
 }
 

@@ -24,6 +24,7 @@ mod push;
 mod reads;
 mod recovery;
 pub mod redact;
+mod runner;
 mod schedule;
 mod state;
 pub mod steer;
@@ -116,6 +117,11 @@ pub fn app(state: AppState) -> Router {
         )
         .route("/v1/push/vapid", get(push::vapid))
         .route("/v1/adapters/claude-code/hook", post(claude_code::hook))
+        .route("/v1/machines", get(runner::list))
+        .route("/v1/runner/machine", axum::routing::put(runner::register))
+        .route("/v1/runner/work", get(runner::work))
+        .route("/v1/runner/work/{work}", post(runner::report))
+        .route("/v1/runner/tasks/{task}/exited", post(runner::exited))
         .route("/v1/snapshot", get(reads::snapshot))
         .route("/v1/events", get(reads::events))
         .route("/v1/blobs/{sha256}", get(reads::blob))

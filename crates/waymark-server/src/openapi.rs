@@ -5,7 +5,7 @@ use axum::Json;
 use utoipa::OpenApi;
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 
-use crate::{claude_code, deliveries, followups, push, reads, recovery, steer, worker};
+use crate::{claude_code, deliveries, followups, push, reads, recovery, runner, steer, worker};
 
 #[derive(OpenApi)]
 #[openapi(
@@ -49,6 +49,11 @@ use crate::{claude_code, deliveries, followups, push, reads, recovery, steer, wo
         push::list,
         push::vapid,
         claude_code::hook,
+        runner::list,
+        runner::register,
+        runner::work,
+        runner::report,
+        runner::exited,
         reads::snapshot,
         reads::events,
         reads::blob,

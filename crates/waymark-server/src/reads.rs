@@ -152,6 +152,7 @@ pub(crate) async fn events(
     headers: HeaderMap,
     Query(q): Query<EventsQuery>,
 ) -> ApiResult<Response> {
+    caller.not_a_runner("the event stream")?;
     let from_header = match headers.get("last-event-id") {
         Some(v) => Some(
             v.to_str()
@@ -325,6 +326,7 @@ pub(crate) async fn blob(
     caller: Caller,
     Path(sha): Path<String>,
 ) -> ApiResult<Response> {
+    caller.not_a_runner("blobs")?;
     if !is_sha256_hex(&sha) {
         return Err(ApiError::new(
             ErrorCode::BadRequest,

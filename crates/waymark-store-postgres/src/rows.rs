@@ -66,6 +66,7 @@ pub(crate) fn token_row(r: &PgRow) -> Result<TokenRow> {
         secret_hash: get(r, "secret_hash")?,
         created_at: get(r, "created_at")?,
         revoked_at: get(r, "revoked_at")?,
+        machine_id: get(r, "machine_id")?,
     })
 }
 
@@ -89,6 +90,7 @@ pub(crate) fn task_row(r: &PgRow) -> Result<TaskRow> {
         updated_at: get(r, "updated_at")?,
         parent_id: get(r, "parent_id")?,
         external_key: get(r, "external_key")?,
+        machine_id: get(r, "machine_id")?,
     })
 }
 
@@ -349,5 +351,31 @@ pub(crate) fn push_channel_row(r: &PgRow) -> Result<PushChannelRow> {
         next_attempt_at: get(r, "next_attempt_at")?,
         created_at: get(r, "created_at")?,
         revoked_at: get(r, "revoked_at")?,
+    })
+}
+
+pub(crate) fn machine_row(r: &PgRow) -> Result<MachineRow> {
+    Ok(MachineRow {
+        id: get(r, "id")?,
+        owner_id: get(r, "owner_id")?,
+        name: get(r, "name")?,
+        info: get_json(r, "info")?,
+        registered_at: get(r, "registered_at")?,
+        last_seen_at: get(r, "last_seen_at")?,
+        created_at: get(r, "created_at")?,
+    })
+}
+
+pub(crate) fn work_row(r: &PgRow) -> Result<WorkRow> {
+    Ok(WorkRow {
+        id: get(r, "id")?,
+        machine_id: get(r, "machine_id")?,
+        task_id: get(r, "task_id")?,
+        kind: get_enum(r, "kind")?,
+        args: get_json(r, "args")?,
+        state: get_enum(r, "state")?,
+        detail: get(r, "detail")?,
+        created_at: get(r, "created_at")?,
+        updated_at: get(r, "updated_at")?,
     })
 }

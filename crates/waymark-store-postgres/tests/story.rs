@@ -92,6 +92,7 @@ fn task(id: &str, owner: &str) -> TaskRow {
         updated_at: 1,
         parent_id: None,
         external_key: None,
+        machine_id: None,
     }
 }
 

@@ -316,6 +316,30 @@ pub trait StoreTx: Send {
         ran_at: i64,
         missed: i64,
     ) -> Result<bool>;
+    // machines and their runners' work
+    /// Adds a machine; `Conflict` when its owner has one of that name.
+    async fn insert_machine(&mut self, m: &MachineRow) -> Result<()>;
+    /// A machine by id.
+    async fn machine(&mut self, id: &str) -> Result<Option<MachineRow>>;
+    /// A machine by its owner and name.
+    async fn machine_by_name(&mut self, owner_id: &str, name: &str) -> Result<Option<MachineRow>>;
+    /// Machines, by name: those of the given owners, or every one when `None`.
+    async fn list_machines(&mut self, owners: Option<&[String]>) -> Result<Vec<MachineRow>>;
+    /// Writes a machine's mutable columns (info, registered and last seen).
+    async fn update_machine(&mut self, m: &MachineRow) -> Result<()>;
+    /// The tasks of a machine, oldest first.
+    async fn machine_tasks(&mut self, machine_id: &str) -> Result<Vec<TaskRow>>;
+    /// Adds a work item.
+    async fn insert_work(&mut self, w: &WorkRow) -> Result<()>;
+    /// A work item by id.
+    async fn work(&mut self, id: &str) -> Result<Option<WorkRow>>;
+    /// Writes a work item's state, detail and update time.
+    async fn update_work(&mut self, w: &WorkRow) -> Result<()>;
+    /// A machine's work items that are pending or taken, oldest first.
+    async fn open_work(&mut self, machine_id: &str) -> Result<Vec<WorkRow>>;
+    /// A task's work items, oldest first.
+    async fn task_work(&mut self, task_id: &str) -> Result<Vec<WorkRow>>;
+
     /// Adds a push channel.
     async fn insert_push_channel(&mut self, c: &PushChannelRow) -> Result<()>;
     /// Push channels, oldest first: one device's, or every live one when `None`.

@@ -6,7 +6,7 @@ use serde_json::Value;
 pub use waymark_proto::{
     ApprovalDurability, AttemptState, CatchUp, CommandStatus, DecisionKind, DecisionStatus,
     DeliveryStep, EffectStatus, EventKind, FinishOutcome, FollowupState, Operation, PushKind,
-    TaskState,
+    TaskState, WorkKind, WorkState,
 };
 
 /// What a bearer token is for.
@@ -69,6 +69,8 @@ pub struct TokenRow {
     pub secret_hash: String,
     pub created_at: i64,
     pub revoked_at: Option<i64>,
+    /// A runner's token: the machine it speaks for (it reaches only that machine's tasks).
+    pub machine_id: Option<String>,
 }
 
 /// A task.
@@ -99,6 +101,8 @@ pub struct TaskRow {
     pub parent_id: Option<String>,
     /// The runtime's own id for this work; unique per owner and runtime.
     pub external_key: Option<String>,
+    /// The machine whose runner runs it; set when the task is created, never changed.
+    pub machine_id: Option<String>,
 }
 
 /// A session (conversation and context) of a task.
@@ -417,4 +421,33 @@ pub struct PushChannelRow {
     pub next_attempt_at: i64,
     pub created_at: i64,
     pub revoked_at: Option<i64>,
+}
+
+/// A machine with a runner: what its runner last reported, and when it was last heard from.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MachineRow {
+    pub id: String,
+    pub owner_id: String,
+    /// Unique per owner.
+    pub name: String,
+    /// JSON: the runner's last `RegisterMachine` (runtimes, directories, version).
+    pub info: Value,
+    pub registered_at: Option<i64>,
+    pub last_seen_at: Option<i64>,
+    pub created_at: i64,
+}
+
+/// A work item addressed to a machine's runner.
+#[derive(Debug, Clone, PartialEq)]
+pub struct WorkRow {
+    pub id: String,
+    pub machine_id: String,
+    pub task_id: String,
+    pub kind: WorkKind,
+    /// JSON: `{"run": RunSpec, "resume": ResumeSpec?}`.
+    pub args: Value,
+    pub state: WorkState,
+    pub detail: Option<String>,
+    pub created_at: i64,
+    pub updated_at: i64,
 }

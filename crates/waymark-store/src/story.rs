@@ -34,6 +34,7 @@ fn task(id: &str, owner: &str) -> TaskRow {
         updated_at: 10,
         parent_id: None,
         external_key: None,
+        machine_id: None,
     }
 }
 
@@ -124,6 +125,7 @@ pub async fn run_store_story(store: &dyn Store) {
         secret_hash: "h1".into(),
         created_at: 1,
         revoked_at: None,
+        machine_id: None,
     };
     tx.insert_token(&token).await.unwrap();
     tx.commit().await.unwrap();
@@ -990,5 +992,148 @@ pub async fn run_store_story(store: &dyn Store) {
     assert_eq!(
         r.last_checkpoint("task_1").await.unwrap(),
         Some(checkpoint("task_1", 3))
+    );
+    machines(store).await;
+}
+
+/// Machines, the tokens and tasks bound to them, and their work items.
+async fn machines(store: &dyn Store) {
+    let laptop = MachineRow {
+        id: "mch_1".into(),
+        owner_id: "usr_a".into(),
+        name: "laptop".into(),
+        info: json!({}),
+        registered_at: None,
+        last_seen_at: None,
+        created_at: 5,
+    };
+    let mut tx = store.write().await.unwrap();
+    tx.insert_machine(&laptop).await.unwrap();
+    tx.insert_machine(&MachineRow {
+        id: "mch_2".into(),
+        name: "desk".into(),
+        owner_id: "usr_b".into(),
+        ..laptop.clone()
+    })
+    .await
+    .unwrap();
+    tx.commit().await.unwrap();
+    let mut tx = store.write().await.unwrap();
+    assert!(
+        matches!(
+            tx.insert_machine(&MachineRow {
+                id: "mch_3".into(),
+                ..laptop.clone()
+            })
+            .await,
+            Err(StoreError::Conflict(_))
+        ),
+        "a second machine of one owner named laptop must conflict"
+    );
+    drop(tx);
+
+    let mut tx = store.write().await.unwrap();
+    let token = TokenRow {
+        id: "tok_m".into(),
+        kind: TokenKind::Worker,
+        name: "laptop".into(),
+        user_id: "usr_a".into(),
+        secret_hash: "hm".into(),
+        created_at: 6,
+        revoked_at: None,
+        machine_id: Some("mch_1".into()),
+    };
+    tx.insert_token(&token).await.unwrap();
+    let mut seen = laptop.clone();
+    seen.info = json!({"runtimes": [{"runtime": "claude-code", "version": "2.1"}]});
+    seen.registered_at = Some(7);
+    seen.last_seen_at = Some(8);
+    tx.update_machine(&seen).await.unwrap();
+    let run = TaskRow {
+        machine_id: Some("mch_1".into()),
+        ..task("task_m", "usr_a")
+    };
+    tx.insert_task(&run).await.unwrap();
+    tx.commit().await.unwrap();
+
+    let mut r = store.read().await.unwrap();
+    assert_eq!(r.token_by_hash("hm").await.unwrap(), Some(token));
+    assert_eq!(r.machine("mch_1").await.unwrap(), Some(seen.clone()));
+    assert_eq!(
+        r.machine_by_name("usr_a", "laptop").await.unwrap(),
+        Some(seen.clone())
+    );
+    assert!(
+        r.machine_by_name("usr_b", "laptop")
+            .await
+            .unwrap()
+            .is_none()
+    );
+    let mine = r.list_machines(Some(&["usr_a".into()])).await.unwrap();
+    assert_eq!(mine, vec![seen.clone()]);
+    let both = r
+        .list_machines(Some(&["usr_a".into(), "usr_b".into()]))
+        .await
+        .unwrap();
+    assert_eq!(
+        both.iter().map(|m| m.name.as_str()).collect::<Vec<_>>(),
+        ["desk", "laptop"],
+        "by name"
+    );
+    assert_eq!(r.list_machines(None).await.unwrap().len(), 2);
+    assert_eq!(r.task("task_m").await.unwrap(), Some(run.clone()));
+    assert_eq!(r.machine_tasks("mch_1").await.unwrap(), vec![run]);
+    assert!(r.machine_tasks("mch_2").await.unwrap().is_empty());
+    drop(r);
+
+    let work = |id: &str, at: i64| WorkRow {
+        id: id.into(),
+        machine_id: "mch_1".into(),
+        task_id: "task_m".into(),
+        kind: WorkKind::Start,
+        args: json!({"run": {"runtime": "claude-code"}}),
+        state: WorkState::Pending,
+        detail: None,
+        created_at: at,
+        updated_at: at,
+    };
+    let mut tx = store.write().await.unwrap();
+    tx.insert_work(&work("wrk_2", 20)).await.unwrap();
+    tx.insert_work(&work("wrk_1", 10)).await.unwrap();
+    let mut done = work("wrk_3", 5);
+    done.kind = WorkKind::Resume;
+    tx.insert_work(&done).await.unwrap();
+    done.state = WorkState::Refused;
+    done.detail = Some("not allowed".into());
+    done.updated_at = 30;
+    tx.update_work(&done).await.unwrap();
+    let mut taken = work("wrk_2", 20);
+    taken.state = WorkState::Taken;
+    tx.update_work(&taken).await.unwrap();
+    assert!(
+        matches!(
+            tx.insert_work(&work("wrk_1", 10)).await,
+            Err(StoreError::Conflict(_))
+        ),
+        "a work id is one item"
+    );
+    drop(tx);
+    let mut tx = store.write().await.unwrap();
+    tx.insert_work(&work("wrk_2", 20)).await.unwrap();
+    tx.insert_work(&work("wrk_1", 10)).await.unwrap();
+    tx.insert_work(&done).await.unwrap();
+    tx.update_work(&taken).await.unwrap();
+    tx.commit().await.unwrap();
+    let mut r = store.read().await.unwrap();
+    assert_eq!(
+        r.open_work("mch_1").await.unwrap(),
+        vec![work("wrk_1", 10), taken.clone()],
+        "pending and taken, oldest first; refused is closed"
+    );
+    assert!(r.open_work("mch_2").await.unwrap().is_empty());
+    assert_eq!(r.work("wrk_3").await.unwrap(), Some(done.clone()));
+    assert_eq!(
+        r.task_work("task_m").await.unwrap(),
+        vec![done, work("wrk_1", 10), taken]
     );
 }

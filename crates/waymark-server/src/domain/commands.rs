@@ -17,7 +17,7 @@ use crate::domain::devices::{
     Rejection, Verified, has_scope, reject, required_scope, result, verify_envelope,
 };
 use crate::domain::tasks::validate_plan;
-use crate::domain::{delegations, deliveries};
+use crate::domain::{delegations, deliveries, machines};
 use crate::error::{ApiError, ApiResult};
 use crate::state::AppState;
 
@@ -230,6 +230,15 @@ pub(crate) async fn decide(
             "open a session with `POST /v1/devices/{device}/session`",
         )));
     }
+    if cmd.operation == Operation::StartRun {
+        return Ok(match machines::start_run(tx, v).await? {
+            Ok(detail) => {
+                res.detail = detail;
+                Ok(())
+            }
+            Err(r) => Err(r),
+        });
+    }
     let Some(task_id) = &cmd.task_id else {
         return Ok(Err(reject(
             RejectReason::InvalidCommand,
@@ -333,6 +342,7 @@ pub(crate) async fn decide(
                 }
             }
             void_decisions(tx, &task.id, false, &by).await?;
+            machines::queue_stop(tx, &task).await?;
             control = Some(json!({"effects_to_reconcile": flagged}));
             res.detail = if flagged.is_empty() {
                 "cancelled: the lease is revoked and the worker told to stop".into()
@@ -402,7 +412,7 @@ pub(crate) async fn decide(
             control = Some(json!({"new_owner": by}));
             res.detail = format!("{by} holds control; the agent's attempt is fenced off");
         }
-        Operation::OpenSession => unreachable!("handled above"),
+        Operation::OpenSession | Operation::StartRun => unreachable!("handled above"),
     }
     task.updated_at = now;
     tx.update_task(&task).await?;
@@ -647,6 +657,13 @@ pub(crate) async fn answer(
     close_decision(tx, &mut d, DecisionStatus::Resolved, outcome).await?;
     if let Some(device) = tx.device(&cmd.device_id).await? {
         deliveries::record(tx, task, &d.id, &device, DeliveryStep::Answered, None).await?;
+    }
+    // A runner's run goes on by itself: a deferred approval's runtime is resumed with the
+    // answer, and once the last recovery card is answered the run is revived.
+    if d.durability == Some(ApprovalDurability::Durable) {
+        machines::after_durable_answer(tx, &task.id).await?;
+    } else if d.kind == DecisionKind::Recovery {
+        machines::after_recovery_answer(tx, &task.id).await?;
     }
     Ok(Ok(()))
 }

@@ -77,7 +77,7 @@ pub(crate) async fn task_for(tx: &mut Tx, caller: &Caller, id: &str) -> ApiResul
 /// A task loaded by `id`, if the caller may access it; others' tasks look absent.
 pub(crate) fn visible_task(caller: &Caller, id: &str, task: Option<TaskRow>) -> ApiResult<TaskRow> {
     match task {
-        Some(t) if caller.may_access(&t.owner_id) => Ok(t),
+        Some(t) if caller.may_access_task(&t) => Ok(t),
         _ => Err(ApiError::not_found("task", id)),
     }
 }

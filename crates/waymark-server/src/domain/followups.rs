@@ -191,6 +191,14 @@ pub(crate) async fn run_one(st: &AppState, id: &str, now: i64) -> ApiResult<bool
                 serde_json::json!({"messages": [convert::message(&m)]}),
             )
             .await?;
+            // A runner's run receives it in its own session: the runtime acts on it.
+            crate::domain::machines::queue_resume(
+                &mut tx,
+                &task,
+                "follow_up",
+                Some(m.text.clone()),
+            )
+            .await?;
             f.runs += 1;
             delivered = true;
         }

@@ -18,6 +18,7 @@ pub(crate) mod evidence;
 pub(crate) mod fences;
 pub(crate) mod followups;
 pub(crate) mod leases;
+pub(crate) mod machines;
 pub(crate) mod push;
 pub(crate) mod reads;
 pub(crate) mod recovery;

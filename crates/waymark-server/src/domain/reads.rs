@@ -17,6 +17,9 @@ pub(crate) async fn snapshot(st: &AppState, caller: &Caller) -> ApiResult<Snapsh
     let cursor = tx.max_cursor().await?;
     let mut tasks = Vec::new();
     for row in tx.list_tasks(caller.owner_filter()).await? {
+        if !caller.may_access_task(&row) {
+            continue;
+        }
         let pending_decisions = tx.pending_decision_count(&row.id).await?;
         let last_sequence = tx.last_checkpoint(&row.id).await?.map_or(0, |c| c.sequence);
         let task = task_wire(&mut tx, &row).await?;

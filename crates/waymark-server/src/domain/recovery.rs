@@ -506,6 +506,7 @@ pub(crate) async fn compensation_task(
         updated_at: now,
         parent_id: Some(parent.id.clone()),
         external_key: None,
+        machine_id: parent.machine_id.clone(),
     };
     tx.insert_task(&row).await?;
     tx.insert_session(&SessionRow {

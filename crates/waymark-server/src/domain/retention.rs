@@ -43,7 +43,11 @@ pub(crate) async fn prune(st: &AppState) -> ApiResult<Pruned> {
     let retention = i64::try_from(st.config.audit_retention.as_millis()).unwrap_or(i64::MAX);
     let before = tx.now.saturating_sub(retention);
     let audit_deleted = tx.prune_audit(before, st.config.audit_max_entries).await?;
-    tx.commit().await?;
+    // Most ticks prune nothing: only a change is committed (a dropped transaction rolls
+    // back), so an idle server does not write a transaction every pass.
+    if deleted > 0 || audit_deleted > 0 {
+        tx.commit().await?;
+    }
     Ok(Pruned {
         deleted,
         pruned_through,

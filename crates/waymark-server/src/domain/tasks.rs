@@ -158,6 +158,7 @@ pub(crate) async fn create_task(
         updated_at: now,
         parent_id: None,
         external_key: req.external_key,
+        machine_id: caller.machine.clone(),
     };
     let mut tx = Tx::write(st).await?;
     if let Err(e) = tx.insert_task(&row).await {

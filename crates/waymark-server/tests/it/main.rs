@@ -16,6 +16,7 @@ mod events;
 mod followups;
 mod junit;
 mod limits;
+mod machines;
 mod openapi;
 mod push;
 mod recovery;

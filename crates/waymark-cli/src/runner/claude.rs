@@ -1,0 +1,145 @@
+//! Starting and resuming Claude Code for a runner: `claude -p` with the run's session id, the
+//! hooks into the control plane in a settings file of the runner's own (passed with
+//! `--settings`, so nothing is written into the person's repository), the prompt on stdin
+//! (never on a command line another user can read), and its output in the runner's log.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+
+use tokio::io::AsyncWriteExt;
+use waymark_proto::{Work, WorkKind};
+
+use crate::adapters::{claude_hooks, this_binary};
+
+/// The Claude Code found on this machine.
+#[derive(Debug, Clone)]
+pub(crate) struct Claude {
+    pub(crate) bin: PathBuf,
+    pub(crate) version: Option<String>,
+}
+
+impl Claude {
+    /// `explicit`, else `claude` on the PATH; its version from `claude --version`.
+    pub(crate) async fn find(explicit: Option<&Path>) -> Option<Claude> {
+        let bin = match explicit {
+            Some(p) => p.to_path_buf(),
+            None => std::env::var_os("PATH").and_then(|path| {
+                std::env::split_paths(&path)
+                    .map(|d| d.join("claude"))
+                    .find(|p| p.is_file())
+            })?,
+        };
+        let out = tokio::process::Command::new(&bin)
+            .arg("--version")
+            .stdin(Stdio::null())
+            .output()
+            .await
+            .ok()?;
+        let text = String::from_utf8_lossy(&out.stdout);
+        // `2.1.328 (Claude Code)`.
+        let version = text.split_whitespace().next().map(str::to_owned);
+        Some(Claude { bin, version })
+    }
+}
+
+/// What every start and resume shares.
+pub(crate) struct Spawn<'a> {
+    pub(crate) server: &'a str,
+    pub(crate) token: &'a str,
+    pub(crate) server_fp: Option<&'a str>,
+    pub(crate) state_dir: &'a Path,
+    pub(crate) approval_timeout: u64,
+}
+
+impl Spawn<'_> {
+    /// The settings file of one run: Waymark's hooks only, pointing at this control plane.
+    fn settings(&self, w: &Work) -> std::io::Result<PathBuf> {
+        let bin = this_binary().map_err(|f| std::io::Error::other(f.message))?;
+        let mut query = vec![format!("timeout={}", self.approval_timeout)];
+        if let Some(g) = &w.run.gate {
+            query.push(format!(
+                "gate={}",
+                url::form_urlencoded::byte_serialize(g.as_bytes()).collect::<String>()
+            ));
+        }
+        let query = query.join("&");
+        let mut hooks = serde_json::Map::new();
+        for (event, group) in claude_hooks(
+            &bin,
+            self.server,
+            "WAYMARK_TOKEN",
+            &query,
+            self.approval_timeout,
+            false,
+        ) {
+            hooks.insert(event.to_owned(), serde_json::Value::Array(vec![group]));
+        }
+        let path = self
+            .state_dir
+            .join("claude")
+            .join(format!("{}.json", w.task_id));
+        std::fs::write(
+            &path,
+            serde_json::to_vec_pretty(&serde_json::json!({ "hooks": hooks }))?,
+        )?;
+        Ok(path)
+    }
+
+    /// Starts (`start`) or resumes (`resume`) the run's Claude Code session in `dir`.
+    pub(crate) fn start(
+        &self,
+        claude: &Claude,
+        w: &Work,
+        dir: &Path,
+    ) -> std::io::Result<tokio::process::Child> {
+        let settings = self.settings(w)?;
+        let log_path = self
+            .state_dir
+            .join("logs")
+            .join(format!("{}.log", w.task_id));
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&log_path)?;
+        let mut cmd = tokio::process::Command::new(&claude.bin);
+        cmd.arg("-p");
+        let input = match w.kind {
+            WorkKind::Start => {
+                cmd.args(["--session-id", &w.run.session_key]);
+                Some(w.run.prompt.clone())
+            }
+            _ => {
+                cmd.args(["--resume", &w.run.session_key]);
+                // No message: Claude Code adds its own "Continue from where you left off."
+                w.resume.as_ref().and_then(|r| r.message.clone())
+            }
+        };
+        cmd.arg("--settings")
+            .arg(&settings)
+            .args(["--output-format", "json"])
+            .current_dir(dir)
+            .env("WAYMARK_TOKEN", self.token)
+            .env("WAYMARK_SERVER", self.server)
+            .stdin(if input.is_some() {
+                Stdio::piped()
+            } else {
+                Stdio::null()
+            })
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            // Its own process group: a stop ends the whole tree, and the runner's own end
+            // (a restart, a Ctrl-C in its terminal) does not end the run.
+            .process_group(0);
+        if let Some(fp) = self.server_fp {
+            cmd.env(waymark_worker::SERVER_FP_ENV, fp);
+        }
+        let mut child = cmd.spawn()?;
+        if let (Some(text), Some(mut stdin)) = (input, child.stdin.take()) {
+            tokio::spawn(async move {
+                let _ = stdin.write_all(text.as_bytes()).await;
+                let _ = stdin.shutdown().await;
+            });
+        }
+        Ok(child)
+    }
+}

@@ -1,0 +1,833 @@
+//! `waymark runner`: the hands on one machine. A small supervisor that asks the control plane
+//! for its machine's work (asking is its heartbeat), starts and resumes the runtimes wired to
+//! Waymark, reports each process's end, and stops runs that were cancelled. It is a client of
+//! the control plane and decides nothing of recovery itself; the one rule it keeps is its
+//! owner's: no run starts outside the directories allowed here, whatever a signed command says.
+//! `install` writes a systemd user unit that runs it.
+
+mod claude;
+mod service;
+
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use clap::{Args, Subcommand};
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+use tokio::sync::mpsc;
+use waymark_proto::*;
+
+use crate::output::{CliResult, Exit, Failure, emit};
+
+#[derive(Debug, Args)]
+#[command(args_conflicts_with_subcommands = true)]
+pub(crate) struct RunnerArgs {
+    #[command(subcommand)]
+    action: Option<Action>,
+    #[command(flatten)]
+    opts: RunnerOpts,
+}
+
+#[derive(Debug, Subcommand)]
+enum Action {
+    /// Write a systemd user unit that runs this runner, and start it (`--no-start`: write only).
+    Install {
+        #[command(flatten)]
+        opts: RunnerOpts,
+        /// Write the unit and its environment file; do not enable or start it.
+        #[arg(long)]
+        no_start: bool,
+    },
+    /// Stop the systemd user unit and remove it (runs in progress keep going; revive them by
+    /// running the runner again).
+    Uninstall,
+}
+
+/// What a runner runs with.
+#[derive(Debug, Clone, Args)]
+pub(crate) struct RunnerOpts {
+    /// The control plane's URL.
+    #[arg(long, env = "WAYMARK_SERVER", default_value = crate::DEFAULT_SERVER)]
+    server: String,
+    /// Trust only the server certificate with this fingerprint (`sha256:…`).
+    #[arg(long, env = waymark_worker::SERVER_FP_ENV)]
+    server_fp: Option<String>,
+    /// This machine's runner token (`waymark admin runner-token --machine NAME`).
+    #[arg(long, env = "WAYMARK_TOKEN", hide_env_values = true)]
+    token: Option<String>,
+    /// A directory runs may use (and any directory under it); repeat for more. Nothing is
+    /// allowed unless named here: a signed command cannot widen it.
+    #[arg(long = "allow", value_name = "DIR")]
+    allow: Vec<PathBuf>,
+    /// The machine's name, checked against the token's (optional).
+    #[arg(long)]
+    name: Option<String>,
+    /// Where the runner keeps its state, logs and the runtimes' settings (default: the XDG
+    /// state dir, `~/.local/state/waymark/runner`).
+    #[arg(long, env = "WAYMARK_RUNNER_STATE")]
+    state_dir: Option<PathBuf>,
+    /// The Claude Code binary (default: `claude` on the PATH).
+    #[arg(long, env = "WAYMARK_CLAUDE")]
+    claude: Option<PathBuf>,
+    /// How long a held approval waits for an answer before Claude Code decides alone (seconds;
+    /// a `claude -p` run denies then). The card offers to make it wait durably instead.
+    #[arg(long, default_value_t = 600)]
+    approval_timeout: u64,
+}
+
+pub(crate) async fn run(args: RunnerArgs, json: bool) -> CliResult {
+    match args.action {
+        Some(Action::Install { opts, no_start }) => service::install(&opts, no_start, json),
+        Some(Action::Uninstall) => service::uninstall(json),
+        None => Runner::new(args.opts).await?.run(json).await,
+    }
+}
+
+fn default_state_dir() -> PathBuf {
+    directories::ProjectDirs::from("dev", "waymark", "waymark")
+        .and_then(|d| d.state_dir().map(Path::to_path_buf))
+        .unwrap_or_else(|| {
+            std::env::var_os("HOME")
+                .map(PathBuf::from)
+                .unwrap_or_else(|| PathBuf::from("."))
+                .join(".local/state/waymark")
+        })
+        .join("runner")
+}
+
+/// The directories allowed, each resolved (symlinks followed), so a path is checked against
+/// where it really leads.
+fn allowed_dirs(allow: &[PathBuf]) -> Result<Vec<PathBuf>, Failure> {
+    if allow.is_empty() {
+        return Err(Failure::new(
+            Exit::Usage,
+            "nothing_allowed",
+            "name at least one directory runs may use: `--allow ~/src` (repeat for more)",
+        ));
+    }
+    allow
+        .iter()
+        .map(|d| {
+            let real = d.canonicalize().map_err(|e| {
+                Failure::new(
+                    Exit::Usage,
+                    "bad_allow",
+                    format!("--allow {}: {e}", d.display()),
+                )
+            })?;
+            if !real.is_dir() {
+                return Err(Failure::new(
+                    Exit::Usage,
+                    "bad_allow",
+                    format!("--allow {}: not a directory", d.display()),
+                ));
+            }
+            Ok(real)
+        })
+        .collect()
+}
+
+/// Whether the runner may run in `dir`: it exists, and where it really leads (symlinks
+/// followed, `..` resolved) is one of the allowed directories or under one.
+pub(crate) fn check_directory(dir: &str, allowed: &[PathBuf]) -> Result<PathBuf, String> {
+    let p = Path::new(dir);
+    if !p.is_absolute() {
+        return Err(format!("`{dir}` is not an absolute path"));
+    }
+    let real = p
+        .canonicalize()
+        .map_err(|e| format!("`{dir}` cannot be used here: {e}"))?;
+    if !real.is_dir() {
+        return Err(format!("`{dir}` is not a directory"));
+    }
+    if !allowed.iter().any(|a| real.starts_with(a)) {
+        return Err(format!(
+            "`{dir}` is outside the directories this machine allows ({})",
+            allowed
+                .iter()
+                .map(|a| a.display().to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ));
+    }
+    Ok(real)
+}
+
+/// What the runner keeps across its own restarts: the runtime processes it started (so it
+/// finds them again, alive or gone) and the work items it acted on (so a resent item is never
+/// acted on twice).
+#[derive(Debug, Default, Serialize, Deserialize)]
+struct State {
+    runs: BTreeMap<String, RunRecord>,
+    done: VecDeque<String>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct RunRecord {
+    pid: u32,
+    /// The process's start time in clock ticks since boot (`/proc/PID/stat`), so a reused pid
+    /// is not taken for it.
+    start_ticks: u64,
+    work_id: String,
+}
+
+/// The most work ids kept as done.
+const DONE_KEPT: usize = 1000;
+
+impl State {
+    fn load(path: &Path) -> State {
+        std::fs::read(path)
+            .ok()
+            .and_then(|b| serde_json::from_slice(&b).ok())
+            .unwrap_or_default()
+    }
+
+    fn save(&self, path: &Path) -> std::io::Result<()> {
+        let tmp = path.with_extension("tmp");
+        std::fs::write(&tmp, serde_json::to_vec_pretty(self)?)?;
+        std::fs::rename(tmp, path)
+    }
+
+    fn mark_done(&mut self, work: &str) {
+        if !self.done.iter().any(|w| w == work) {
+            self.done.push_back(work.to_owned());
+        }
+        while self.done.len() > DONE_KEPT {
+            self.done.pop_front();
+        }
+    }
+}
+
+/// The start time of process `pid` (ticks since boot), if it is alive and not a zombie.
+fn process_start(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name is in parentheses and may hold spaces: fields follow the last `)`.
+    let rest = &stat[stat.rfind(')')? + 2..];
+    let fields: Vec<&str> = rest.split(' ').collect();
+    if fields.first() == Some(&"Z") {
+        return None;
+    }
+    fields.get(19)?.parse().ok()
+}
+
+/// The HTTP side: the control plane's runner routes, with this machine's token.
+#[derive(Clone)]
+struct Conn {
+    http: reqwest::Client,
+    server: String,
+    token: String,
+}
+
+#[derive(Debug)]
+enum CallError {
+    /// The server could not be reached (or answered 5xx): try again.
+    Unreachable(String),
+    /// The server refused (4xx): retrying does not help.
+    Refused(String),
+}
+
+impl std::fmt::Display for CallError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            CallError::Unreachable(e) | CallError::Refused(e) => f.write_str(e),
+        }
+    }
+}
+
+impl Conn {
+    async fn call<T: DeserializeOwned>(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<serde_json::Value>,
+        timeout: Duration,
+    ) -> Result<T, CallError> {
+        let mut req = self
+            .http
+            .request(method, format!("{}{path}", self.server))
+            .bearer_auth(&self.token)
+            .timeout(timeout);
+        if let Some(b) = body {
+            req = req.json(&b);
+        }
+        let res = req
+            .send()
+            .await
+            .map_err(|e| CallError::Unreachable(format!("{}: {e}", self.server)))?;
+        let status = res.status();
+        if status.is_success() {
+            return res
+                .json()
+                .await
+                .map_err(|e| CallError::Unreachable(format!("unreadable answer: {e}")));
+        }
+        let problem: serde_json::Value = res.json().await.unwrap_or_default();
+        let detail = problem["detail"].as_str().unwrap_or("").to_owned();
+        let msg = format!("{path}: {status} {detail}");
+        if status.is_server_error() {
+            Err(CallError::Unreachable(msg))
+        } else {
+            Err(CallError::Refused(msg))
+        }
+    }
+
+    async fn poll(self, wait: u64) -> Result<WorkList, CallError> {
+        self.call(
+            reqwest::Method::GET,
+            &format!("/v1/runner/work?wait={wait}"),
+            None,
+            Duration::from_secs(wait + 15),
+        )
+        .await
+    }
+
+    async fn report(
+        &self,
+        work: &str,
+        state: WorkState,
+        detail: Option<String>,
+    ) -> Result<Work, CallError> {
+        self.call(
+            reqwest::Method::POST,
+            &format!("/v1/runner/work/{work}"),
+            Some(json!(ReportWork { state, detail })),
+            Duration::from_secs(15),
+        )
+        .await
+    }
+
+    async fn exited(&self, task: &str, e: &RunExited) -> Result<ExitHandled, CallError> {
+        self.call(
+            reqwest::Method::POST,
+            &format!("/v1/runner/tasks/{task}/exited"),
+            Some(json!(e)),
+            Duration::from_secs(15),
+        )
+        .await
+    }
+}
+
+/// A runtime process this runner watches: its own child (waited on by a task of its own) or
+/// one it found alive after a restart (looked at every second).
+#[derive(Debug)]
+struct Live {
+    pid: u32,
+    /// A child of this runner (its end arrives on the exit channel); else adopted.
+    child: bool,
+}
+
+/// A runtime process's end, from the task that waited on it: the task and how it ended.
+type Ended = (String, RunExited);
+
+struct Runner {
+    conn: Conn,
+    allowed: Vec<PathBuf>,
+    state_dir: PathBuf,
+    state: State,
+    claude: Option<claude::Claude>,
+    approval_timeout: u64,
+    server_fp: Option<String>,
+    name: Option<String>,
+    live: HashMap<String, Live>,
+    exits: (mpsc::UnboundedSender<Ended>, mpsc::UnboundedReceiver<Ended>),
+    /// Tasks whose end was reported and acknowledged, so `running` is not reported twice
+    /// while the server catches up.
+    reported: HashSet<String>,
+}
+
+impl Runner {
+    async fn new(opts: RunnerOpts) -> Result<Runner, Failure> {
+        let token = opts.token.clone().filter(|t| !t.is_empty()).ok_or_else(|| {
+            Failure::new(
+                Exit::Usage,
+                "no_token",
+                "a runner needs its machine's token: `--token` or $WAYMARK_TOKEN (on the control plane's host: `waymark admin runner-token --machine NAME`)",
+            )
+        })?;
+        let server = opts.server.trim_end_matches('/').to_owned();
+        if !(server.starts_with("http://") || server.starts_with("https://")) {
+            return Err(Failure::new(
+                Exit::Usage,
+                "bad_server",
+                format!("--server `{server}` must start with http:// or https://"),
+            ));
+        }
+        let allowed = allowed_dirs(&opts.allow)?;
+        let state_dir = opts.state_dir.clone().unwrap_or_else(default_state_dir);
+        std::fs::create_dir_all(state_dir.join("logs"))
+            .and_then(|()| std::fs::create_dir_all(state_dir.join("claude")))
+            .map_err(|e| {
+                Failure::new(
+                    Exit::Usage,
+                    "bad_state_dir",
+                    format!("cannot use {}: {e}", state_dir.display()),
+                )
+            })?;
+        private_dir(&state_dir);
+        let mut http = reqwest::Client::builder().no_proxy();
+        if let Some(fp) = &opts.server_fp {
+            let tls = waymark_tls_pin::client_config(fp)
+                .map_err(|e| Failure::new(Exit::Usage, "bad_pin", format!("--server-fp: {e}")))?;
+            http = http.use_preconfigured_tls(tls);
+        }
+        let http = http
+            .build()
+            .map_err(|e| Failure::new(Exit::Usage, "client", e.to_string()))?;
+        let claude = claude::Claude::find(opts.claude.as_deref()).await;
+        Ok(Runner {
+            conn: Conn {
+                http,
+                server,
+                token,
+            },
+            allowed,
+            state: State::load(&state_dir.join("state.json")),
+            state_dir,
+            claude,
+            approval_timeout: opts.approval_timeout.clamp(5, 86_400),
+            server_fp: opts.server_fp,
+            name: opts.name,
+            live: HashMap::new(),
+            exits: mpsc::unbounded_channel(),
+            reported: HashSet::new(),
+        })
+    }
+
+    fn save(&self) {
+        if let Err(e) = self.state.save(&self.state_dir.join("state.json")) {
+            tracing::error!(error = %e, "cannot save the runner's state");
+        }
+    }
+
+    fn registration(&self) -> RegisterMachine {
+        RegisterMachine {
+            runtimes: self
+                .claude
+                .iter()
+                .map(|c| MachineRuntime {
+                    runtime: "claude-code".into(),
+                    version: c.version.clone(),
+                })
+                .collect(),
+            directories: self
+                .allowed
+                .iter()
+                .map(|d| d.to_string_lossy().into_owned())
+                .collect(),
+            runner_version: env!("CARGO_PKG_VERSION").into(),
+            inhibits_sleep: false,
+        }
+    }
+
+    /// Registers, waiting for the control plane while it cannot be reached.
+    async fn register(&self) -> Result<Machine, Failure> {
+        let mut wait = Duration::from_millis(500);
+        let mut said = false;
+        loop {
+            let res: Result<Machine, CallError> = self
+                .conn
+                .call(
+                    reqwest::Method::PUT,
+                    "/v1/runner/machine",
+                    Some(json!(self.registration())),
+                    Duration::from_secs(15),
+                )
+                .await;
+            match res {
+                Ok(m) => return Ok(m),
+                Err(CallError::Refused(e)) => {
+                    return Err(Failure::new(Exit::Refused, "refused", e));
+                }
+                Err(CallError::Unreachable(e)) => {
+                    if !said {
+                        eprintln!("waiting for the control plane ({e}) …");
+                        said = true;
+                    }
+                    tokio::time::sleep(wait).await;
+                    wait = (wait * 2).min(Duration::from_secs(30));
+                }
+            }
+        }
+    }
+
+    async fn run(mut self, json: bool) -> CliResult {
+        let machine = self.register().await?;
+        if let Some(n) = &self.name
+            && *n != machine.name
+        {
+            return Err(Failure::new(
+                Exit::Refused,
+                "wrong_machine",
+                format!(
+                    "--name {n}, but this token is the runner token of `{}`",
+                    machine.name
+                ),
+            ));
+        }
+        self.adopt();
+        emit(
+            json,
+            &json!({"machine": machine, "state_dir": self.state_dir}),
+            || {
+                format!(
+                    "runner of {} ({}): {}\n  allows: {}\n  state:  {}",
+                    machine.name,
+                    machine.owner,
+                    match &self.claude {
+                        Some(c) => format!(
+                            "Claude Code {}",
+                            c.version.as_deref().unwrap_or("(version unknown)")
+                        ),
+                        None => "no runtime found (Claude Code: `claude` not on the PATH; --claude PATH)".into(),
+                    },
+                    machine.directories.join(", "),
+                    self.state_dir.display()
+                )
+            },
+        );
+        let mut backoff = Duration::from_millis(500);
+        let mut tick = tokio::time::interval(Duration::from_secs(1));
+        let mut idle_until: Option<tokio::time::Instant> = None;
+        loop {
+            let wait = if idle_until.is_some() {
+                0
+            } else {
+                RUNNER_POLL_SECONDS
+            };
+            let poll = self.conn.clone().poll(wait);
+            let pause = async {
+                if let Some(t) = idle_until {
+                    tokio::time::sleep_until(t).await;
+                }
+            };
+            tokio::select! {
+                res = async { pause.await; poll.await } => {
+                    idle_until = None;
+                    match res {
+                        Ok(list) => {
+                            backoff = Duration::from_millis(500);
+                            if !self.handle(list).await {
+                                // Only items that must wait (a resume while its run is live):
+                                // ask again in a while, or when a run ends.
+                                idle_until = Some(tokio::time::Instant::now() + Duration::from_secs(2));
+                            }
+                        }
+                        Err(e) => {
+                            tracing::warn!(error = %e, "cannot reach the control plane; retrying");
+                            idle_until = Some(tokio::time::Instant::now() + backoff);
+                            backoff = (backoff * 2).min(Duration::from_secs(30));
+                        }
+                    }
+                }
+                Some((task, how)) = self.exits.1.recv() => {
+                    idle_until = None;
+                    self.ended(&task, how).await;
+                }
+                _ = tick.tick() => self.look_at_adopted().await,
+                _ = tokio::signal::ctrl_c() => {
+                    eprintln!("runner stopping; runs in progress keep going and are found again when it starts");
+                    return Ok(());
+                }
+            }
+        }
+    }
+
+    /// Runs the runner started before it restarted: alive ones are watched again, gone ones
+    /// are reported when the control plane next lists them as running.
+    fn adopt(&mut self) {
+        let runs: Vec<(String, RunRecord)> = self.state.runs.clone().into_iter().collect();
+        for (task, r) in runs {
+            if process_start(r.pid) == Some(r.start_ticks) {
+                self.live.insert(
+                    task,
+                    Live {
+                        pid: r.pid,
+                        child: false,
+                    },
+                );
+            } else {
+                self.state.runs.remove(&task);
+            }
+        }
+        self.save();
+    }
+
+    async fn look_at_adopted(&mut self) {
+        let gone: Vec<String> = self
+            .live
+            .iter()
+            .filter(|(t, l)| {
+                !l.child
+                    && self
+                        .state
+                        .runs
+                        .get(*t)
+                        .is_none_or(|r| process_start(l.pid) != Some(r.start_ticks))
+            })
+            .map(|(t, _)| t.clone())
+            .collect();
+        for task in gone {
+            let how = RunExited {
+                code: None,
+                signal: None,
+                detail: Some("ended while the runner was not watching it".into()),
+            };
+            self.ended(&task, how).await;
+        }
+    }
+
+    /// A runtime process ended: forget it, and tell the control plane, which decides whether
+    /// the run needs recovering.
+    async fn ended(&mut self, task: &str, how: RunExited) {
+        self.live.remove(task);
+        self.state.runs.remove(task);
+        self.save();
+        match self.conn.exited(task, &how).await {
+            Ok(h) => {
+                tracing::info!(task, action = %h.action, "{}", h.detail);
+                self.reported.insert(task.to_owned());
+            }
+            // Not reported now: the control plane lists the task as running until it is.
+            Err(e) => tracing::warn!(task, error = %e, "cannot report a run's end yet"),
+        }
+    }
+
+    /// Acts on the machine's open work. `false` when nothing could be done now.
+    async fn handle(&mut self, list: WorkList) -> bool {
+        let mut acted = list.work.is_empty();
+        for task in &list.running {
+            if self.live.contains_key(task) {
+                continue;
+            }
+            let how = RunExited {
+                code: None,
+                signal: None,
+                detail: Some(
+                    "not running on this machine: the runner found no process for it (the machine restarted, or the runtime ended while the runner was away)".into(),
+                ),
+            };
+            if self.reported.remove(task) {
+                // Reported already and the server still lists it: say it again, once.
+                tracing::info!(task, "reporting a run's end again");
+            }
+            self.ended(task, how).await;
+            acted = true;
+        }
+        for w in list.work {
+            if self.state.done.iter().any(|d| *d == w.id) {
+                let _ = self
+                    .conn
+                    .report(
+                        &w.id,
+                        WorkState::Done,
+                        Some("done before the runner restarted".into()),
+                    )
+                    .await;
+                acted = true;
+                continue;
+            }
+            let busy = self.live.contains_key(&w.task_id);
+            if busy && w.kind != WorkKind::Stop {
+                // A resume waits for the live run to end (Claude Code takes no second process
+                // on one session); the item stays pending until then.
+                continue;
+            }
+            acted = true;
+            if w.state == WorkState::Pending
+                && let Err(e) = self.conn.report(&w.id, WorkState::Taken, None).await
+            {
+                tracing::warn!(work = %w.id, error = %e, "cannot take a work item");
+                continue;
+            }
+            let outcome = self.act(&w).await;
+            let (state, detail) = match outcome {
+                Ok(detail) => (WorkState::Done, Some(detail)),
+                Err(Refusal::NotAllowed(why)) => (WorkState::Refused, Some(why)),
+                Err(Refusal::Failed(why)) => (WorkState::Failed, Some(why)),
+            };
+            self.state.mark_done(&w.id);
+            self.save();
+            if let Err(e) = self.conn.report(&w.id, state, detail.clone()).await {
+                tracing::warn!(work = %w.id, error = %e, "cannot report a work item yet");
+            } else {
+                tracing::info!(work = %w.id, kind = %w.kind, %state, detail = detail.as_deref().unwrap_or(""), "work item");
+            }
+        }
+        acted
+    }
+
+    async fn act(&mut self, w: &Work) -> Result<String, Refusal> {
+        match w.kind {
+            WorkKind::Stop => Ok(self.stop(&w.task_id).await),
+            WorkKind::Start | WorkKind::Resume => {
+                if w.run.runtime != "claude-code" {
+                    return Err(Refusal::NotAllowed(format!(
+                        "this runner starts claude-code only, not `{}`",
+                        w.run.runtime
+                    )));
+                }
+                let Some(claude) = &self.claude else {
+                    return Err(Refusal::NotAllowed(
+                        "Claude Code is not installed on this machine (no `claude` on the runner's PATH; `--claude PATH`)".into(),
+                    ));
+                };
+                let dir = check_directory(&w.run.directory, &self.allowed)
+                    .map_err(Refusal::NotAllowed)?;
+                let spawn = claude::Spawn {
+                    server: &self.conn.server,
+                    token: &self.conn.token,
+                    server_fp: self.server_fp.as_deref(),
+                    state_dir: &self.state_dir,
+                    approval_timeout: self.approval_timeout,
+                };
+                let mut child = spawn
+                    .start(claude, w, &dir)
+                    .map_err(|e| Refusal::Failed(format!("Claude Code did not start: {e}")))?;
+                let pid = child.id().unwrap_or(0);
+                let start_ticks = process_start(pid).unwrap_or(0);
+                self.state.runs.insert(
+                    w.task_id.clone(),
+                    RunRecord {
+                        pid,
+                        start_ticks,
+                        work_id: w.id.clone(),
+                    },
+                );
+                self.live
+                    .insert(w.task_id.clone(), Live { pid, child: true });
+                self.reported.remove(&w.task_id);
+                let tx = self.exits.0.clone();
+                let task = w.task_id.clone();
+                tokio::spawn(async move {
+                    let how = match child.wait().await {
+                        Ok(status) => {
+                            use std::os::unix::process::ExitStatusExt;
+                            RunExited {
+                                code: status.code(),
+                                signal: status.signal(),
+                                detail: None,
+                            }
+                        }
+                        Err(e) => RunExited {
+                            code: None,
+                            signal: None,
+                            detail: Some(format!("cannot wait for it: {e}")),
+                        },
+                    };
+                    let _ = tx.send((task, how));
+                });
+                let what = match (&w.kind, &w.resume) {
+                    (WorkKind::Start, _) => "started".to_owned(),
+                    (_, Some(r)) => format!("resumed ({})", r.reason),
+                    _ => "resumed".to_owned(),
+                };
+                Ok(format!(
+                    "Claude Code {what} in {} (pid {pid})",
+                    dir.display()
+                ))
+            }
+        }
+    }
+
+    /// Ends a run's process tree: `SIGTERM` to its group, `SIGKILL` after a grace.
+    async fn stop(&mut self, task: &str) -> String {
+        let Some(l) = self.live.get(task) else {
+            return "no process was running for it".into();
+        };
+        let group = format!("-{}", l.pid);
+        let _ = tokio::process::Command::new("kill")
+            .args(["-TERM", "--", &group])
+            .status()
+            .await;
+        for _ in 0..100 {
+            if process_start(l.pid).is_none() {
+                return format!("ended its process (pid {})", l.pid);
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let _ = tokio::process::Command::new("kill")
+            .args(["-KILL", "--", &group])
+            .status()
+            .await;
+        format!("killed its process (pid {}) after a 10 s grace", l.pid)
+    }
+}
+
+enum Refusal {
+    /// Outside what the owner allowed here.
+    NotAllowed(String),
+    /// Allowed, and it did not work.
+    Failed(String),
+}
+
+/// The runner's files hold its runs' settings and logs: its owner's only.
+fn private_dir(dir: &Path) {
+    use std::os::unix::fs::PermissionsExt;
+    let _ = std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_directories_under_an_allowed_one_are_used_wherever_a_link_leads() {
+        let root = tempfile::tempdir().unwrap();
+        let allowed = root.path().join("src");
+        let outside = root.path().join("secrets");
+        std::fs::create_dir_all(allowed.join("app")).unwrap();
+        std::fs::create_dir_all(&outside).unwrap();
+        std::os::unix::fs::symlink(&outside, allowed.join("link")).unwrap();
+        let allow = allowed_dirs(std::slice::from_ref(&allowed)).unwrap();
+        let ok = check_directory(allowed.join("app").to_str().unwrap(), &allow).unwrap();
+        assert!(ok.ends_with("src/app"));
+        for bad in [
+            outside.to_str().unwrap().to_owned(),
+            format!("{}/app/../../secrets", allowed.display()),
+            allowed.join("link").to_str().unwrap().to_owned(),
+            allowed.join("missing").to_str().unwrap().to_owned(),
+            "relative/dir".to_owned(),
+        ] {
+            let err = check_directory(&bad, &allow).unwrap_err();
+            assert!(!err.is_empty(), "{bad} must be refused");
+        }
+        assert_eq!(
+            allowed_dirs(&[]).err().map(|f| f.code),
+            Some("nothing_allowed")
+        );
+    }
+
+    #[test]
+    fn a_process_start_time_tells_a_live_process_from_a_reused_pid() {
+        let me = std::process::id();
+        let t = process_start(me).expect("this process is alive");
+        assert_eq!(
+            process_start(me),
+            Some(t),
+            "the same process, the same start"
+        );
+        assert!(process_start(u32::MAX - 1).is_none());
+    }
+
+    #[test]
+    fn the_state_keeps_the_newest_done_items_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state.json");
+        let mut s = State::default();
+        for i in 0..(DONE_KEPT + 5) {
+            s.mark_done(&format!("wrk_{i}"));
+        }
+        s.mark_done("wrk_7");
+        s.save(&path).unwrap();
+        let back = State::load(&path);
+        assert_eq!(back.done.len(), DONE_KEPT);
+        assert_eq!(back.done.front().map(String::as_str), Some("wrk_5"));
+        assert!(
+            State::load(&dir.path().join("missing.json"))
+                .runs
+                .is_empty()
+        );
+    }
+}

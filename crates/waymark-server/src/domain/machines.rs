@@ -1,0 +1,972 @@
+//! Machines and their runners (the hands): a runner registers what its machine has and allows,
+//! asks for its work (which is its heartbeat), and reports what became of each item; a signed
+//! `start_run` addresses a new run to a machine; when a runtime process ends mid-run, the task
+//! goes through recovery — calls in flight become cards, admission is checked, and only then is
+//! a resume addressed to the machine. Follow-ups and answers to deferred approvals resume the
+//! runtime the same way. The runner decides nothing of this: it is a client, and its host's
+//! allow-list is the one thing it checks itself.
+
+use std::path::Path;
+
+use serde_json::{Value, json};
+use waymark_proto::*;
+use waymark_store::*;
+
+use crate::auth::Caller;
+use crate::convert;
+use crate::domain::core::*;
+use crate::domain::devices::{Rejection, Verified, has_scope, reject};
+use crate::domain::recovery::{admission, freeze, refuse_admission};
+use crate::error::{ApiError, ApiResult};
+use crate::state::AppState;
+
+/// Longest prompt a `start_run` carries.
+const MAX_PROMPT_CHARS: usize = 20_000;
+
+/// The machine a runner's token speaks for, or a refusal for any other caller.
+fn runner_machine(caller: &Caller) -> ApiResult<&str> {
+    caller.machine.as_deref().ok_or_else(|| {
+        ApiError::new(
+            ErrorCode::Forbidden,
+            "only a runner's token reaches the runner routes; make one with `waymark admin runner-token --machine NAME`",
+        )
+    })
+}
+
+/// What the runner last reported, as stored.
+fn info_of(m: &MachineRow) -> Option<RegisterMachine> {
+    serde_json::from_value(m.info.clone()).ok()
+}
+
+/// The wire form of a machine, its online state read against `now`.
+pub(crate) fn machine_wire(m: &MachineRow, owner: &str, active: Vec<String>, now: i64) -> Machine {
+    let info = info_of(m);
+    let online = m
+        .last_seen_at
+        .is_some_and(|at| now - at < MACHINE_OFFLINE_AFTER_MS);
+    Machine {
+        id: m.id.clone(),
+        name: m.name.clone(),
+        owner: owner.to_owned(),
+        online,
+        last_seen_at: m.last_seen_at.map(convert::dt),
+        offline_since: m
+            .last_seen_at
+            .filter(|_| !online)
+            .map(|at| convert::dt(at + MACHINE_OFFLINE_AFTER_MS)),
+        runtimes: info
+            .as_ref()
+            .map(|i| i.runtimes.clone())
+            .unwrap_or_default(),
+        directories: info
+            .as_ref()
+            .map(|i| i.directories.clone())
+            .unwrap_or_default(),
+        runner_version: info.as_ref().map(|i| i.runner_version.clone()),
+        inhibits_sleep: info.is_some_and(|i| i.inhibits_sleep),
+        active_tasks: active,
+    }
+}
+
+async fn wire(tx: &mut Tx, m: &MachineRow) -> ApiResult<Machine> {
+    let owner = tx
+        .user_by_id(&m.owner_id)
+        .await?
+        .map(|u| u.name)
+        .unwrap_or_default();
+    let active = tx
+        .machine_tasks(&m.id)
+        .await?
+        .into_iter()
+        .filter(|t| !t.state.is_terminal())
+        .map(|t| t.id)
+        .collect();
+    Ok(machine_wire(m, &owner, active, tx.now))
+}
+
+/// `GET /v1/machines`: the caller's machines (a runner: its own).
+pub(crate) async fn list(st: &AppState, caller: &Caller) -> ApiResult<MachineList> {
+    let mut tx = Tx::read(st).await?;
+    let rows = tx.list_machines(caller.owner_filter()).await?;
+    let mut machines = Vec::with_capacity(rows.len());
+    for m in rows {
+        if caller.machine.as_ref().is_some_and(|id| *id != m.id) {
+            continue;
+        }
+        machines.push(wire(&mut tx, &m).await?);
+    }
+    Ok(MachineList { machines })
+}
+
+/// Whether `dir` is an absolute path in plain form: no `.` or `..` components, no empty
+/// segment, no NUL — so "under an allowed directory" can be decided on the text.
+fn plain_absolute(dir: &str) -> bool {
+    if dir == "/" {
+        return true;
+    }
+    dir.strip_prefix('/').is_some_and(|rest| {
+        !dir.contains('\0')
+            && rest
+                .split('/')
+                .all(|seg| !seg.is_empty() && seg != "." && seg != "..")
+    })
+}
+
+/// Whether `dir` is `root` or under it (both plain absolute paths).
+pub(crate) fn is_under(dir: &str, root: &str) -> bool {
+    Path::new(dir).starts_with(Path::new(root))
+}
+
+/// `PUT /v1/runner/machine`: what the runner found and what its owner allowed there.
+pub(crate) async fn register(
+    st: &AppState,
+    caller: &Caller,
+    req: RegisterMachine,
+) -> ApiResult<Machine> {
+    let id = runner_machine(caller)?.to_owned();
+    if req.runtimes.len() > 32 || req.directories.len() > 64 {
+        return Err(invalid("at most 32 runtimes and 64 directories"));
+    }
+    for r in &req.runtimes {
+        check_text("runtimes[].runtime", &r.runtime, 64, true)?;
+        if let Some(v) = &r.version {
+            check_text("runtimes[].version", v, 200, false)?;
+        }
+    }
+    for d in &req.directories {
+        if d.len() > 4096 || !plain_absolute(d) {
+            return Err(invalid(format!(
+                "`{}` is not an absolute directory in plain form (no `.`, `..` or trailing `/`)",
+                clip(d, 200)
+            )));
+        }
+    }
+    check_text("runner_version", &req.runner_version, 64, true)?;
+    let mut tx = Tx::write(st).await?;
+    let mut m = tx
+        .machine(&id)
+        .await?
+        .ok_or_else(|| ApiError::not_found("machine", &id))?;
+    m.info = to_value(&req);
+    m.registered_at = Some(tx.now);
+    m.last_seen_at = Some(tx.now);
+    tx.update_machine(&m).await?;
+    let out = wire(&mut tx, &m).await?;
+    let row = note(
+        &tx,
+        caller,
+        "machine.register",
+        None,
+        "registered",
+        &format!(
+            "runtimes: {}; directories: {}",
+            req.runtimes
+                .iter()
+                .map(|r| r.runtime.as_str())
+                .collect::<Vec<_>>()
+                .join(", "),
+            req.directories.join(", ")
+        ),
+    );
+    tx.insert_audit(&row).await?;
+    tx.commit().await?;
+    Ok(out)
+}
+
+/// An audit entry for something done (not refused), in the change's own transaction.
+fn note(
+    tx: &Tx,
+    caller: &Caller,
+    action: &str,
+    task: Option<&str>,
+    code: &str,
+    detail: &str,
+) -> AuditRow {
+    AuditRow {
+        at: tx.now,
+        actor: caller.actor(),
+        action: action.to_owned(),
+        task_id: task.map(str::to_owned),
+        code: code.to_owned(),
+        detail: clip(detail, 500),
+    }
+}
+
+/// The machine's open work, and the tasks the control plane believes are under way there
+/// (an attempt holds their lease): the runner reports those it is not running. Asking is the
+/// machine's heartbeat.
+pub(crate) async fn open_work(st: &AppState, caller: &Caller, touch: bool) -> ApiResult<WorkList> {
+    let id = runner_machine(caller)?.to_owned();
+    let mut tx = if touch {
+        Tx::write(st).await?
+    } else {
+        Tx::read(st).await?
+    };
+    let mut m = tx
+        .machine(&id)
+        .await?
+        .ok_or_else(|| ApiError::not_found("machine", &id))?;
+    if touch {
+        m.last_seen_at = Some(tx.now);
+        tx.update_machine(&m).await?;
+    }
+    let rows = tx.open_work(&id).await?;
+    let mut work = Vec::with_capacity(rows.len());
+    for w in &rows {
+        work.push(work_wire(w)?);
+    }
+    let mut running = Vec::new();
+    for t in tx.machine_tasks(&id).await? {
+        if t.state.is_terminal() {
+            continue;
+        }
+        let live = tx
+            .list_attempts(&t.id)
+            .await?
+            .iter()
+            .any(|a| a.state == AttemptState::Active);
+        if live {
+            running.push(t.id);
+        }
+    }
+    tx.commit().await?;
+    Ok(WorkList { work, running })
+}
+
+fn work_wire(w: &WorkRow) -> ApiResult<Work> {
+    let run: RunSpec = serde_json::from_value(w.args.get("run").cloned().unwrap_or_default())
+        .map_err(|e| {
+            ApiError::new(
+                ErrorCode::Internal,
+                format!("a stored work item is unreadable: {e}"),
+            )
+        })?;
+    let resume: Option<ResumeSpec> = w
+        .args
+        .get("resume")
+        .cloned()
+        .and_then(|r| serde_json::from_value(r).ok());
+    Ok(Work {
+        id: w.id.clone(),
+        task_id: w.task_id.clone(),
+        kind: w.kind,
+        state: w.state,
+        run,
+        resume,
+        created_at: convert::dt(w.created_at),
+        detail: w.detail.clone(),
+    })
+}
+
+/// `POST /v1/runner/work/{work}`: the runner took an item, did it, refused it or failed.
+pub(crate) async fn report(
+    st: &AppState,
+    caller: &Caller,
+    work_id: &str,
+    req: ReportWork,
+) -> ApiResult<Work> {
+    let id = runner_machine(caller)?.to_owned();
+    if let Some(d) = &req.detail {
+        check_text("detail", d, 2000, false)?;
+    }
+    let mut tx = Tx::write(st).await?;
+    let mut w = tx
+        .work(work_id)
+        .await?
+        .filter(|w| w.machine_id == id)
+        .ok_or_else(|| ApiError::not_found("work", work_id))?;
+    if w.state == req.state {
+        return work_wire(&w);
+    }
+    let legal = match (w.state, req.state) {
+        (WorkState::Pending, WorkState::Taken) => true,
+        (WorkState::Pending | WorkState::Taken, s) => {
+            matches!(s, WorkState::Done | WorkState::Refused | WorkState::Failed)
+        }
+        _ => false,
+    };
+    if !legal {
+        return Err(ApiError::new(
+            ErrorCode::IllegalTransition,
+            format!(
+                "the work item is {}; it cannot become {}",
+                w.state, req.state
+            ),
+        )
+        .with("state", w.state.as_str()));
+    }
+    let Some(mut task) = tx.task(&w.task_id).await? else {
+        return Err(ApiError::not_found("task", &w.task_id));
+    };
+    w.state = req.state;
+    w.detail = req.detail.clone();
+    w.updated_at = tx.now;
+    tx.update_work(&w).await?;
+    let machine = tx.machine(&id).await?.map(|m| m.name).unwrap_or_default();
+    let detail = req.detail.clone().unwrap_or_default();
+    let action = format!("runner.{}", w.kind);
+    match req.state {
+        WorkState::Refused | WorkState::Failed => {
+            let what = if req.state == WorkState::Refused {
+                "refused"
+            } else {
+                "could not"
+            };
+            let text = format!("{machine} {what} to {} the run: {detail}", w.kind);
+            say(&mut tx, &task, "system", &text).await?;
+            if w.kind == WorkKind::Start && !task.state.is_terminal() {
+                task.state = TaskState::Failed;
+                task.outcome_summary = Some(text.clone());
+                task.updated_at = tx.now;
+                tx.update_task(&task).await?;
+                emit_task(&mut tx, &task, EventKind::TaskUpdated).await?;
+            } else if w.kind == WorkKind::Resume && !task.state.is_terminal() {
+                task.state = TaskState::NeedsHuman;
+                task.outcome_summary = Some(text.clone());
+                task.updated_at = tx.now;
+                tx.update_task(&task).await?;
+                emit_task(&mut tx, &task, EventKind::TaskUpdated).await?;
+            }
+            let row = note(
+                &tx,
+                caller,
+                &action,
+                Some(&task.id),
+                req.state.as_str(),
+                &text,
+            );
+            tx.insert_audit(&row).await?;
+        }
+        WorkState::Done => {
+            let text = match (w.kind, detail.is_empty()) {
+                (WorkKind::Start, _) => format!("{machine} started the run"),
+                (WorkKind::Resume, _) => format!("{machine} resumed the run"),
+                (WorkKind::Stop, _) => format!("{machine} stopped the run"),
+            };
+            say(&mut tx, &task, "system", &text).await?;
+            let row = note(&tx, caller, &action, Some(&task.id), "done", &detail);
+            tx.insert_audit(&row).await?;
+        }
+        _ => {}
+    }
+    let out = work_wire(&w)?;
+    tx.commit().await?;
+    Ok(out)
+}
+
+/// A message of the task's session from Waymark itself.
+async fn say(tx: &mut Tx, task: &TaskRow, role: &str, text: &str) -> ApiResult<()> {
+    let mut m = MessageRow {
+        session_id: task.session_id.clone(),
+        task_id: task.id.clone(),
+        seq: 0,
+        role: role.to_owned(),
+        text: text.to_owned(),
+        created_at: tx.now,
+    };
+    m.seq = tx.insert_message(&m).await?;
+    emit(
+        tx,
+        task,
+        EventKind::MessagesAppended,
+        json!({"messages": [convert::message(&m)]}),
+    )
+    .await?;
+    Ok(())
+}
+
+/// The run a task was started with (its first `start` item), if a runner started it.
+async fn run_of(tx: &mut Tx, task_id: &str) -> ApiResult<Option<(WorkRow, RunSpec)>> {
+    let start = tx
+        .task_work(task_id)
+        .await?
+        .into_iter()
+        .find(|w| w.kind == WorkKind::Start);
+    Ok(start.and_then(|w| {
+        let run = serde_json::from_value(w.args.get("run").cloned()?).ok()?;
+        Some((w, run))
+    }))
+}
+
+/// Addresses a resume of the task's runtime session to its machine, once: an open resume not
+/// yet taken is replaced by one carrying both messages. `None`: the task was not started by a
+/// runner (nothing to resume there).
+pub(crate) async fn queue_resume(
+    tx: &mut Tx,
+    task: &TaskRow,
+    reason: &str,
+    message: Option<String>,
+) -> ApiResult<Option<String>> {
+    let Some(machine_id) = task.machine_id.clone() else {
+        return Ok(None);
+    };
+    if task.state.is_terminal() {
+        return Ok(None);
+    }
+    let Some((_, run)) = run_of(tx, &task.id).await? else {
+        return Ok(None);
+    };
+    let mut message = message;
+    for mut w in tx.task_work(&task.id).await? {
+        if w.kind == WorkKind::Resume && w.state == WorkState::Pending {
+            let earlier: Option<ResumeSpec> = w
+                .args
+                .get("resume")
+                .cloned()
+                .and_then(|r| serde_json::from_value(r).ok());
+            if let Some(old) = earlier.and_then(|r| r.message) {
+                message = Some(match message {
+                    Some(m) => format!("{old}\n\n{m}"),
+                    None => old,
+                });
+            }
+            w.state = WorkState::Void;
+            w.detail = Some("replaced by a newer resume".into());
+            w.updated_at = tx.now;
+            tx.update_work(&w).await?;
+        }
+    }
+    let id = ids::work();
+    let now = tx.now;
+    tx.insert_work(&WorkRow {
+        id: id.clone(),
+        machine_id,
+        task_id: task.id.clone(),
+        kind: WorkKind::Resume,
+        args: json!({
+            "run": run,
+            "resume": ResumeSpec { reason: reason.to_owned(), message },
+        }),
+        state: WorkState::Pending,
+        detail: None,
+        created_at: now,
+        updated_at: now,
+    })
+    .await?;
+    Ok(Some(id))
+}
+
+/// After an answer to a durable (deferred) approval: the runtime waits for it across its own
+/// exit, so the run is resumed on its machine — nobody touches the host.
+pub(crate) async fn after_durable_answer(tx: &mut Tx, task_id: &str) -> ApiResult<()> {
+    let Some(task) = tx.task(task_id).await? else {
+        return Ok(());
+    };
+    let live = tx
+        .list_attempts(task_id)
+        .await?
+        .iter()
+        .any(|a| a.state == AttemptState::Active && a.expires_at > tx.now);
+    if !live {
+        queue_resume(tx, &task, "answered", None).await?;
+    }
+    Ok(())
+}
+
+/// After a recovery card was answered: once none is left pending and the task may go on, the
+/// run is revived on its machine with the note of what is done, pending and unknown.
+pub(crate) async fn after_recovery_answer(tx: &mut Tx, task_id: &str) -> ApiResult<()> {
+    let Some(task) = tx.task(task_id).await? else {
+        return Ok(());
+    };
+    if task.machine_id.is_none() || task.state.is_terminal() {
+        return Ok(());
+    }
+    let pending = tx
+        .list_decisions(task_id)
+        .await?
+        .into_iter()
+        .any(|d| d.kind == DecisionKind::Recovery && d.status == DecisionStatus::Pending);
+    if pending {
+        return Ok(());
+    }
+    let note = resume_note(tx, &task, "a person answered the recovery questions").await?;
+    queue_resume(tx, &task, "revive", Some(note)).await?;
+    Ok(())
+}
+
+/// `POST /v1/runner/tasks/{task}/exited`: the task's runtime process ended. A run that ended
+/// cleanly (no attempt holds its lease) needs nothing. A run cut off mid-turn goes through
+/// recovery: its attempt is revoked (a new attempt and fence come with the resume), a call in
+/// flight becomes a card and is never re-run blindly, admission is checked, and only then is a
+/// resume with a note from the record addressed to the machine.
+pub(crate) async fn exited(
+    st: &AppState,
+    caller: &Caller,
+    task_id: String,
+    req: RunExited,
+) -> ApiResult<ExitHandled> {
+    runner_machine(caller)?;
+    if let Some(d) = &req.detail {
+        check_text("detail", d, 2000, false)?;
+    }
+    let mut tx = Tx::write(st).await?;
+    let mut task = task_for(&mut tx, caller, &task_id).await?;
+    let how = match (req.code, req.signal) {
+        (_, Some(s)) => format!("signal {s}"),
+        (Some(c), None) => format!("exit status {c}"),
+        (None, None) => req.detail.clone().unwrap_or_else(|| "gone".into()),
+    };
+    let now = tx.now;
+    let mut cut = false;
+    for mut a in tx.list_attempts(&task.id).await? {
+        if a.state == AttemptState::Active {
+            a.state = AttemptState::Revoked;
+            a.ended_at = Some(now);
+            tx.update_attempt(&a).await?;
+            emit(
+                &mut tx,
+                &task,
+                EventKind::AttemptEnded,
+                convert::attempt(&a)?,
+            )
+            .await?;
+            cut = true;
+        }
+    }
+    if !cut && task.state != TaskState::RecoveryCandidate {
+        tx.commit().await?;
+        return Ok(ExitHandled {
+            action: "nothing".into(),
+            detail: format!("the run had ended ({how}); nothing to recover"),
+        });
+    }
+    if task.state.is_terminal() {
+        tx.commit().await?;
+        return Ok(ExitHandled {
+            action: "nothing".into(),
+            detail: format!("the task is {}", task.state),
+        });
+    }
+    let mut frozen = Vec::new();
+    for mut e in tx.list_effects(&task.id).await? {
+        if !matches!(e.status, EffectStatus::Intended | EffectStatus::InProgress)
+            || e.flag.is_some()
+        {
+            continue;
+        }
+        let waited = tx.list_decisions(&task.id).await?.into_iter().any(|d| {
+            d.effect_id.as_deref() == Some(e.id.as_str())
+                && d.kind == DecisionKind::Approval
+                && d.status == DecisionStatus::Pending
+        });
+        if waited {
+            // It waited for a person: it never ran. The approval stays; the resumed run asks
+            // for the call again and is answered from it.
+            continue;
+        }
+        e.status = EffectStatus::Unknown;
+        e.flag = Some(format!(
+            "the runtime process ended ({how}) while this call was under way: whether it ran is unknown; a person decides"
+        ));
+        e.updated_at = now;
+        tx.update_effect(&e).await?;
+        emit(
+            &mut tx,
+            &task,
+            EventKind::EffectUpdated,
+            convert::effect(&e)?,
+        )
+        .await?;
+        let evidence = format!(
+            "the runtime process ended ({how}) after the call started and before it reported back"
+        );
+        frozen.push(freeze(&mut tx, &e, Some(&evidence)).await?);
+    }
+    say(
+        &mut tx,
+        &task,
+        "system",
+        &format!("the runtime process ended mid-run ({how})"),
+    )
+    .await?;
+    let actor_note = |tx: &Tx, code: &str, detail: &str| {
+        note(tx, caller, "runner.exited", Some(&task_id), code, detail)
+    };
+    if !frozen.is_empty() {
+        task = tx.task(&task.id).await?.unwrap_or(task);
+        task.state = TaskState::NeedsHuman;
+        task.updated_at = now;
+        tx.update_task(&task).await?;
+        emit_task(&mut tx, &task, EventKind::TaskUpdated).await?;
+        let detail = format!(
+            "{} call(s) were under way when the runtime ended ({how}); nothing is re-run until a person says whether they happened",
+            frozen.len()
+        );
+        let row = actor_note(&tx, "needs_human", &detail);
+        tx.insert_audit(&row).await?;
+        tx.commit().await?;
+        return Ok(ExitHandled {
+            action: "needs_human".into(),
+            detail,
+        });
+    }
+    let req_attempt = StartAttempt {
+        worker: caller.name.clone(),
+        lease_seconds: None,
+        manifest_digest: None,
+        materials: None,
+    };
+    let reasons = admission(&mut tx, &task, &req_attempt).await?;
+    if !reasons.is_empty() {
+        let _ = refuse_admission(&mut tx, task, &reasons).await?;
+        let detail = format!("admission failed: {}", reasons.join("; "));
+        let row = actor_note(&tx, "needs_human", &detail);
+        tx.insert_audit(&row).await?;
+        tx.commit().await?;
+        return Ok(ExitHandled {
+            action: "needs_human".into(),
+            detail,
+        });
+    }
+    let note_text = resume_note(
+        &mut tx,
+        &task,
+        &format!("the runtime process ended ({how})"),
+    )
+    .await?;
+    let queued = queue_resume(&mut tx, &task, "revive", Some(note_text)).await?;
+    task.state = TaskState::Queued;
+    task.updated_at = now;
+    tx.update_task(&task).await?;
+    emit_task(&mut tx, &task, EventKind::TaskUpdated).await?;
+    let (action, detail) = match queued {
+        Some(_) => (
+            "resume",
+            format!("the run is resumed on its machine ({how})"),
+        ),
+        None => (
+            "nothing",
+            format!("the run ended ({how}); it was not started by a runner, so nothing resumes it"),
+        ),
+    };
+    let row = actor_note(&tx, action, &detail);
+    tx.insert_audit(&row).await?;
+    tx.commit().await?;
+    Ok(ExitHandled {
+        action: action.into(),
+        detail,
+    })
+}
+
+/// What a resumed runtime is told, from the record — never the old chat summary alone: what
+/// is done (confirmed calls, not to be repeated), what failed or was not run, what a person
+/// vouched for, and what is still pending.
+pub(crate) async fn resume_note(tx: &mut Tx, task: &TaskRow, why: &str) -> ApiResult<String> {
+    let mut done = Vec::new();
+    let mut not_run = Vec::new();
+    let mut pending = Vec::new();
+    for e in tx.list_effects(&task.id).await? {
+        let what = describe(&e.intent);
+        match e.status {
+            EffectStatus::Confirmed => done.push(what),
+            EffectStatus::Failed | EffectStatus::FailedCompensable => not_run.push(what),
+            EffectStatus::Intended | EffectStatus::InProgress | EffectStatus::Unknown => {
+                pending.push(what)
+            }
+            _ => {}
+        }
+    }
+    let last = tx.last_checkpoint(&task.id).await?;
+    let mut out = format!(
+        "Waymark: this session was interrupted ({why}) and is resumed now. From Waymark's record:"
+    );
+    let list = |title: &str, items: &[String], out: &mut String| {
+        if items.is_empty() {
+            return;
+        }
+        out.push_str(&format!("\n{title}:"));
+        for i in items.iter().take(50) {
+            out.push_str(&format!("\n- {i}"));
+        }
+        if items.len() > 50 {
+            out.push_str(&format!("\n- … and {} more", items.len() - 50));
+        }
+    };
+    list(
+        "Done — these calls ran and are confirmed; do not run them again",
+        &done,
+        &mut out,
+    );
+    list(
+        "Did not run (denied, failed or not started)",
+        &not_run,
+        &mut out,
+    );
+    list(
+        "Not finished — check before relying on them",
+        &pending,
+        &mut out,
+    );
+    if done.is_empty() && not_run.is_empty() && pending.is_empty() {
+        out.push_str("\nNo tool call was recorded yet.");
+    }
+    if let Some(c) = last {
+        out.push_str(&format!("\nLast checkpoint: #{}.", c.sequence));
+    }
+    out.push_str("\nContinue the task from where it stands.");
+    Ok(out)
+}
+
+/// A tool call in a line: its tool and its command or input, cut short.
+fn describe(intent: &Value) -> String {
+    let tool = intent.get("tool").and_then(Value::as_str).unwrap_or("call");
+    let input = intent.get("input");
+    let detail = input
+        .and_then(|i| i.get("command").and_then(Value::as_str).map(str::to_owned))
+        .or_else(|| input.map(|i| i.to_string()))
+        .unwrap_or_else(|| intent.to_string());
+    clip(&format!("{tool}: {detail}"), 300)
+}
+
+/// `start_run`, checked and applied inside the command's transaction: the new task (its id
+/// chosen by the device) on the named machine, and the `start` item for its runner. Refused
+/// when the machine is not the user's, lacks the runtime, or was not allowed the directory.
+pub(crate) async fn start_run(tx: &mut Tx, v: &Verified) -> ApiResult<Result<String, Rejection>> {
+    let cmd = &v.command;
+    let bad = |d: String| Ok(Err(reject(RejectReason::InvalidCommand, d)));
+    let Some(task_id) = cmd.task_id.clone() else {
+        return bad("`task_id` is required: the new task's id, chosen by the device (`task_` and 32 hex digits)".into());
+    };
+    let well_formed = task_id.strip_prefix("task_").is_some_and(|h| {
+        h.len() == 32
+            && h.bytes()
+                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    });
+    if !well_formed {
+        return bad(format!(
+            "`task_id` `{}` is not `task_` and 32 lower-case hex digits",
+            clip(&task_id, 80)
+        ));
+    }
+    if !has_scope(&v.device, "steer") {
+        return Ok(Err(reject(
+            RejectReason::MissingScope,
+            "`start_run` needs the `steer` scope; pair with it",
+        )));
+    }
+    let arg = |k: &str| cmd.args.get(k).and_then(Value::as_str).map(str::trim);
+    let (Some(machine), Some(runtime), Some(directory), Some(prompt)) = (
+        arg("machine"),
+        arg("runtime"),
+        arg("directory"),
+        arg("prompt"),
+    ) else {
+        return bad(
+            "`start_run` needs `args.machine`, `args.runtime`, `args.directory` and `args.prompt`"
+                .into(),
+        );
+    };
+    if prompt.is_empty() || prompt.chars().count() > MAX_PROMPT_CHARS {
+        return bad(format!(
+            "`args.prompt` must be 1 to {MAX_PROMPT_CHARS} characters"
+        ));
+    }
+    let title = arg("title")
+        .filter(|t| !t.is_empty())
+        .map(str::to_owned)
+        .unwrap_or_else(|| clip(prompt.lines().next().unwrap_or(prompt), 80));
+    if title.chars().count() > 200 {
+        return bad("`args.title` must be at most 200 characters".into());
+    }
+    let gate = arg("gate").filter(|g| !g.is_empty()).map(str::to_owned);
+    if let Some(g) = &gate
+        && (g.len() > 200 || regex::Regex::new(&format!("^(?:{g})$")).is_err())
+    {
+        return bad("`args.gate` must be a regex of tool names of at most 200 characters".into());
+    }
+    if tx.task(&task_id).await?.is_some() {
+        return bad(format!(
+            "a task `{task_id}` exists; a new run needs a new id"
+        ));
+    }
+    let found = match tx.machine_by_name(&v.user.id, machine).await? {
+        Some(m) => Some(m),
+        None => tx
+            .machine(machine)
+            .await?
+            .filter(|m| m.owner_id == v.user.id),
+    };
+    let Some(m) = found else {
+        return Ok(Err(reject(
+            RejectReason::UnknownMachine,
+            format!(
+                "no machine `{}` of user `{}`; `GET /v1/machines` lists them",
+                clip(machine, 80),
+                v.user.name
+            ),
+        )));
+    };
+    let Some(info) = info_of(&m) else {
+        return Ok(Err(reject(
+            RejectReason::NotAllowedOnMachine,
+            format!(
+                "{}'s runner has never registered; start `waymark runner` there",
+                m.name
+            ),
+        )));
+    };
+    if !RUNNER_RUNTIMES.contains(&runtime) {
+        return Ok(Err(reject(
+            RejectReason::NotAllowedOnMachine,
+            format!(
+                "a runner starts {} so far, not `{}`",
+                RUNNER_RUNTIMES.join(", "),
+                clip(runtime, 64)
+            ),
+        )));
+    }
+    if !info.runtimes.iter().any(|r| r.runtime == runtime) {
+        let has: Vec<&str> = info.runtimes.iter().map(|r| r.runtime.as_str()).collect();
+        return Ok(Err(reject(
+            RejectReason::NotAllowedOnMachine,
+            format!(
+                "{} has no {runtime} (it has: {})",
+                m.name,
+                if has.is_empty() {
+                    "none".into()
+                } else {
+                    has.join(", ")
+                }
+            ),
+        )));
+    }
+    if !plain_absolute(directory) || !info.directories.iter().any(|d| is_under(directory, d)) {
+        return Ok(Err(reject(
+            RejectReason::NotAllowedOnMachine,
+            format!(
+                "{} does not allow runs in `{}` (allowed: {})",
+                m.name,
+                clip(directory, 300),
+                if info.directories.is_empty() {
+                    "none".into()
+                } else {
+                    info.directories.join(", ")
+                }
+            ),
+        )));
+    }
+    let now = tx.now;
+    let session_key = uuid::Uuid::now_v7().to_string();
+    let session_id = ids::session();
+    let row = TaskRow {
+        id: task_id.clone(),
+        owner_id: v.user.id.clone(),
+        title,
+        goal: prompt.to_owned(),
+        runtime: Some(runtime.to_owned()),
+        state: TaskState::Queued,
+        plan: json!([]),
+        plan_revision: 1,
+        budget: to_value(&Budget::default()),
+        usage: to_value(&Usage::default()),
+        materials: to_value(&Materials::default()),
+        session_id: session_id.clone(),
+        fence: 0,
+        outcome_summary: None,
+        created_at: now,
+        updated_at: now,
+        parent_id: None,
+        external_key: Some(session_key.clone()),
+        machine_id: Some(m.id.clone()),
+    };
+    tx.insert_task(&row).await?;
+    tx.insert_session(&SessionRow {
+        id: session_id,
+        task_id: task_id.clone(),
+        parent_id: None,
+        created_at: now,
+    })
+    .await?;
+    let wire = task_wire(tx, &row).await?;
+    emit(tx, &row, EventKind::TaskCreated, &wire).await?;
+    let run = RunSpec {
+        runtime: runtime.to_owned(),
+        directory: directory.to_owned(),
+        prompt: prompt.to_owned(),
+        session_key,
+        gate,
+    };
+    tx.insert_work(&WorkRow {
+        id: ids::work(),
+        machine_id: m.id.clone(),
+        task_id: task_id.clone(),
+        kind: WorkKind::Start,
+        args: json!({"run": run}),
+        state: WorkState::Pending,
+        detail: None,
+        created_at: now,
+        updated_at: now,
+    })
+    .await?;
+    Ok(Ok(format!(
+        "addressed to {}: {runtime} in {directory}{}",
+        m.name,
+        if machine_wire(&m, "", Vec::new(), now).online {
+            ""
+        } else {
+            " (the machine is offline: it starts when its runner is back)"
+        }
+    )))
+}
+
+/// When a machine task is cancelled: its runner ends the runtime's process tree.
+pub(crate) async fn queue_stop(tx: &mut Tx, task: &TaskRow) -> ApiResult<()> {
+    let Some(machine_id) = task.machine_id.clone() else {
+        return Ok(());
+    };
+    let Some((_, run)) = run_of(tx, &task.id).await? else {
+        return Ok(());
+    };
+    for mut w in tx.task_work(&task.id).await? {
+        if w.state == WorkState::Pending {
+            w.state = WorkState::Void;
+            w.detail = Some("the task was cancelled".into());
+            w.updated_at = tx.now;
+            tx.update_work(&w).await?;
+        }
+    }
+    let now = tx.now;
+    tx.insert_work(&WorkRow {
+        id: ids::work(),
+        machine_id,
+        task_id: task.id.clone(),
+        kind: WorkKind::Stop,
+        args: json!({"run": run}),
+        state: WorkState::Pending,
+        detail: None,
+        created_at: now,
+        updated_at: now,
+    })
+    .await?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_directory_is_allowed_only_under_an_allowed_one_in_plain_form() {
+        assert!(plain_absolute("/home/a/src"));
+        assert!(plain_absolute("/"));
+        for bad in [
+            "src",
+            "/home/a/../b",
+            "/home/./a",
+            "/home//a",
+            "/home/a/",
+            "",
+            "/a\0b",
+        ] {
+            assert!(!plain_absolute(bad), "{bad:?}");
+        }
+        assert!(is_under("/home/a/src/x", "/home/a/src"));
+        assert!(is_under("/home/a/src", "/home/a/src"));
+        assert!(
+            !is_under("/home/a/srcx", "/home/a/src"),
+            "a sibling with the same prefix"
+        );
+        assert!(!is_under("/home/a", "/home/a/src"));
+    }
+}

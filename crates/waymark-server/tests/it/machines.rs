@@ -1,0 +1,681 @@
+//! Machines and runners over real HTTP: a runner's token registers its machine and reaches
+//! only that machine's tasks; a device starts a run with a signed `start_run`; the runner's
+//! work (start, resume, stop) and reports; a runtime process that ended mid-run goes through
+//! recovery — a call in flight is a card and nothing is re-run until a person answers — and
+//! follow-ups and answers to deferred approvals resume the runtime on its machine. The runner
+//! here is the test, speaking the runner routes as `waymark runner` does.
+
+use std::time::Duration;
+
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+use waymark_proto::Operation;
+
+use crate::support::{Harness, TestDevice, assert_problem};
+
+const HOOK: &str = "/v1/adapters/claude-code/hook";
+
+struct Laptop {
+    token: String,
+    id: String,
+}
+
+async fn laptop(h: &Harness, dirs: &[&str]) -> Laptop {
+    let (token, m, _) =
+        waymark_server::admin::create_runner_token(&*h.server.state.store, "laptop", Some("alice"))
+            .await
+            .unwrap();
+    let (s, v) = h
+        .send(
+            reqwest::Method::PUT,
+            &token,
+            "/v1/runner/machine",
+            Some(json!({
+                "runtimes": [{"runtime": "claude-code", "version": "2.1.328"}],
+                "directories": dirs,
+                "runner_version": "0.1.0",
+            })),
+        )
+        .await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    assert_eq!(v["online"], true, "{v}");
+    Laptop { token, id: m.id }
+}
+
+async fn work(h: &Harness, l: &Laptop) -> Value {
+    let (s, v) = h.get(&l.token, "/v1/runner/work").await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    v
+}
+
+async fn report(h: &Harness, l: &Laptop, work: &str, state: &str, detail: &str) -> Value {
+    let (s, v) = h
+        .post(
+            &l.token,
+            &format!("/v1/runner/work/{work}"),
+            json!({"state": state, "detail": detail}),
+        )
+        .await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    v
+}
+
+fn start_run(d: &TestDevice, task: &str, args: Value) -> Value {
+    d.sign(&d.command(task, None, Operation::StartRun, args))
+}
+
+fn run_args(dir: &str) -> Value {
+    json!({"machine": "laptop", "runtime": "claude-code", "directory": dir,
+           "prompt": "make the tests pass", "gate": "Bash"})
+}
+
+/// A run started from a device and started by the runner: its task id and session key.
+async fn started(h: &Harness, l: &Laptop, d: &TestDevice) -> (String, String) {
+    let task = waymark_proto::ids::task();
+    let (s, v) = h
+        .submit(&start_run(d, &task, run_args("/home/alice/src/app")))
+        .await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    assert_eq!(v["status"], "applied", "{v}");
+    let w = work(h, l).await;
+    let item = &w["work"][0];
+    report(h, l, item["id"].as_str().unwrap(), "taken", "").await;
+    report(h, l, item["id"].as_str().unwrap(), "done", "pid 42").await;
+    (
+        task,
+        item["run"]["session_key"].as_str().unwrap().to_owned(),
+    )
+}
+
+async fn hook(h: &Harness, token: &str, query: &str, body: Value) -> Value {
+    let (s, v) = h.post(token, &format!("{HOOK}{query}"), body).await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    v
+}
+
+fn event(session: &str, name: &str, more: Value) -> Value {
+    let mut v =
+        json!({"session_id": session, "hook_event_name": name, "cwd": "/home/alice/src/app"});
+    for (k, x) in more.as_object().unwrap() {
+        v[k] = x.clone();
+    }
+    v
+}
+
+fn bash(session: &str, name: &str, id: &str, command: &str) -> Value {
+    let mut more =
+        json!({"tool_name": "Bash", "tool_input": {"command": command}, "tool_use_id": id});
+    if name == "PostToolUse" {
+        more["tool_response"] = json!({"stdout": "", "stderr": "", "interrupted": false});
+    }
+    event(session, name, more)
+}
+
+#[tokio::test]
+async fn a_machine_registers_goes_offline_by_the_clock_and_only_its_owner_sees_it() {
+    let h = Harness::start().await;
+    let alice = h.pair_device("alice", &["view", "steer", "approve"]).await;
+    let bob = h.pair_device("bob", &["view", "steer"]).await;
+    let (token, _, _) =
+        waymark_server::admin::create_runner_token(&*h.server.state.store, "laptop", Some("alice"))
+            .await
+            .unwrap();
+    let session = h.session_token(&alice).await;
+    let (_, v) = h.get(&session, "/v1/machines").await;
+    assert_eq!(v["machines"][0]["name"], "laptop");
+    assert_eq!(v["machines"][0]["online"], false, "never heard from: {v}");
+    assert!(v["machines"][0].get("offline_since").is_none(), "{v}");
+
+    let l = laptop(&h, &["/home/alice/src"]).await;
+    assert_eq!(l.token.len(), token.len());
+    let (_, v) = h.get(&session, "/v1/machines").await;
+    let m = &v["machines"][0];
+    assert_eq!(m["online"], true, "{v}");
+    assert_eq!(m["runtimes"][0]["runtime"], "claude-code");
+    assert_eq!(m["directories"], json!(["/home/alice/src"]));
+
+    h.advance(Duration::from_secs(61)).await;
+    let (_, v) = h.get(&session, "/v1/machines").await;
+    let m = &v["machines"][0];
+    assert_eq!(m["online"], false, "a minute without a word: {v}");
+    let seen = chrono::DateTime::parse_from_rfc3339(m["last_seen_at"].as_str().unwrap()).unwrap();
+    let since = chrono::DateTime::parse_from_rfc3339(m["offline_since"].as_str().unwrap()).unwrap();
+    assert_eq!((since - seen).num_seconds(), 60);
+    work(&h, &l).await;
+    let (_, v) = h.get(&session, "/v1/machines").await;
+    assert_eq!(
+        v["machines"][0]["online"], true,
+        "asking for work is its heartbeat"
+    );
+
+    let bob_session = h.session_token(&bob).await;
+    let (_, v) = h.get(&bob_session, "/v1/machines").await;
+    assert_eq!(
+        v["machines"],
+        json!([]),
+        "another user's machine is not listed"
+    );
+
+    // A runner's token reaches its machine's work only.
+    let (s, v) = h.get(&l.token, "/v1/events").await;
+    assert_problem(s, &v, 403, "forbidden");
+    let other = h.create_task(&h.alice).await;
+    let (s, v) = h.get(&l.token, &format!("/v1/tasks/{other}")).await;
+    assert_problem(s, &v, 404, "not_found");
+    let (s, v) = h.get(&h.alice, "/v1/runner/work").await;
+    assert_problem(s, &v, 403, "forbidden");
+    let (s, v) = h
+        .send(
+            reqwest::Method::PUT,
+            &l.token,
+            "/v1/runner/machine",
+            Some(json!({"runtimes": [], "directories": ["/home/alice/../etc"], "runner_version": "1"})),
+        )
+        .await;
+    assert_problem(s, &v, 422, "validation_failed");
+}
+
+#[tokio::test]
+async fn a_signed_start_run_reaches_the_runner_once_and_what_the_machine_does_not_allow_is_refused()
+{
+    let h = Harness::start().await;
+    let alice = h.pair_device("alice", &["view", "steer", "approve"]).await;
+    let l = laptop(&h, &["/home/alice/src"]).await;
+    let task = waymark_proto::ids::task();
+    let env = start_run(&alice, &task, run_args("/home/alice/src/app"));
+    let (_, v) = h.submit(&env).await;
+    assert_eq!(v["status"], "applied", "{v}");
+    assert_eq!(v["task_id"], task.as_str());
+    let (_, again) = h.submit(&env).await;
+    assert_eq!(
+        again["status"], "duplicate",
+        "a resend is the same command: {again}"
+    );
+
+    let d = h.detail(&task).await;
+    assert_eq!(d["task"]["machine_id"], l.id.as_str());
+    assert_eq!(d["task"]["runtime"], "claude-code");
+    assert_eq!(d["task"]["state"], "queued");
+    assert_eq!(d["task"]["goal"], "make the tests pass");
+
+    let w = work(&h, &l).await;
+    assert_eq!(w["work"].as_array().unwrap().len(), 1, "one start: {w}");
+    let item = &w["work"][0];
+    assert_eq!(item["kind"], "start");
+    assert_eq!(item["task_id"], task.as_str());
+    assert_eq!(item["run"]["directory"], "/home/alice/src/app");
+    assert_eq!(item["run"]["gate"], "Bash");
+    let key = item["run"]["session_key"].as_str().unwrap();
+    assert_eq!(
+        d["task"]["external_key"], key,
+        "the runtime's hooks find the task by it"
+    );
+    assert!(
+        uuid::Uuid::parse_str(key).is_ok(),
+        "Claude Code takes a UUID: {key}"
+    );
+    let id = item["id"].as_str().unwrap();
+    report(&h, &l, id, "taken", "").await;
+    assert_eq!(
+        work(&h, &l).await["work"][0]["state"],
+        "taken",
+        "given again until reported"
+    );
+    report(&h, &l, id, "done", "pid 42").await;
+    assert_eq!(work(&h, &l).await["work"], json!([]));
+    let (s, v) = h
+        .post(
+            &l.token,
+            &format!("/v1/runner/work/{id}"),
+            json!({"state": "refused"}),
+        )
+        .await;
+    assert_problem(s, &v, 409, "illegal_transition");
+    assert!(
+        h.detail(&task).await["messages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|m| m["text"] == "laptop started the run"),
+    );
+
+    // Refusals: the reason is said, and nothing reaches the runner.
+    let reader = h.pair_device("alice", &["view"]).await;
+    let cases = [
+        (
+            start_run(&alice, &waymark_proto::ids::task(), run_args("/etc")),
+            "not_allowed_on_machine",
+            "does not allow runs in `/etc`",
+        ),
+        (
+            start_run(
+                &alice,
+                &waymark_proto::ids::task(),
+                run_args("/home/alice/src/../../etc"),
+            ),
+            "not_allowed_on_machine",
+            "does not allow",
+        ),
+        (
+            start_run(
+                &alice,
+                &waymark_proto::ids::task(),
+                run_args("/home/alice/srcx"),
+            ),
+            "not_allowed_on_machine",
+            "does not allow",
+        ),
+        (
+            start_run(
+                &alice,
+                &waymark_proto::ids::task(),
+                json!({"machine": "laptop", "runtime": "codex", "directory": "/home/alice/src", "prompt": "p"}),
+            ),
+            "not_allowed_on_machine",
+            "codex",
+        ),
+        (
+            start_run(
+                &alice,
+                &waymark_proto::ids::task(),
+                json!({"machine": "desk", "runtime": "claude-code", "directory": "/home/alice/src", "prompt": "p"}),
+            ),
+            "unknown_machine",
+            "no machine `desk`",
+        ),
+        (
+            start_run(
+                &alice,
+                &waymark_proto::ids::task(),
+                json!({"machine": "laptop", "runtime": "claude-code", "directory": "/home/alice/src", "prompt": ""}),
+            ),
+            "invalid_command",
+            "prompt",
+        ),
+        (
+            start_run(&alice, &task, run_args("/home/alice/src")),
+            "invalid_command",
+            "exists",
+        ),
+        (
+            start_run(&alice, "task_1", run_args("/home/alice/src")),
+            "invalid_command",
+            "32 lower-case hex",
+        ),
+        (
+            start_run(
+                &reader,
+                &waymark_proto::ids::task(),
+                run_args("/home/alice/src"),
+            ),
+            "missing_scope",
+            "steer",
+        ),
+    ];
+    for (env, reason, needle) in cases {
+        let (s, v) = h.submit(&env).await;
+        assert!(s.is_client_error(), "{s}: {v}");
+        assert_eq!(v["status"], "rejected", "{v}");
+        assert_eq!(v["reason"], reason, "{v}");
+        assert!(
+            v["detail"].as_str().unwrap().contains(needle),
+            "{needle}: {v}"
+        );
+    }
+    assert_eq!(
+        work(&h, &l).await["work"],
+        json!([]),
+        "nothing was addressed"
+    );
+    let bob = h.pair_device("bob", &["view", "steer"]).await;
+    let (_, v) = h
+        .submit(&start_run(
+            &bob,
+            &waymark_proto::ids::task(),
+            run_args("/home/alice/src"),
+        ))
+        .await;
+    assert_eq!(
+        v["reason"], "unknown_machine",
+        "bob cannot start runs on alice's laptop: {v}"
+    );
+}
+
+#[tokio::test]
+async fn a_runner_that_refuses_a_start_fails_the_task_with_its_reason() {
+    let h = Harness::start().await;
+    let alice = h.pair_device("alice", &["view", "steer"]).await;
+    let l = laptop(&h, &["/home/alice/src"]).await;
+    let task = waymark_proto::ids::task();
+    h.submit(&start_run(&alice, &task, run_args("/home/alice/src/gone")))
+        .await;
+    let w = work(&h, &l).await;
+    let id = w["work"][0]["id"].as_str().unwrap();
+    report(
+        &h,
+        &l,
+        id,
+        "refused",
+        "`/home/alice/src/gone` cannot be used here: No such file or directory",
+    )
+    .await;
+    let d = h.detail(&task).await;
+    assert_eq!(d["task"]["state"], "failed");
+    assert!(
+        d["task"]["outcome_summary"]
+            .as_str()
+            .unwrap()
+            .contains("laptop refused to start the run: `/home/alice/src/gone`"),
+        "{d}"
+    );
+    assert!(h.audit_codes(&task).await.contains(&"refused".to_owned()));
+}
+
+#[tokio::test]
+async fn a_run_cut_off_with_a_call_in_flight_waits_for_a_person_then_resumes_with_a_note() {
+    let h = Harness::start().await;
+    let alice = h.pair_device("alice", &["view", "steer", "approve"]).await;
+    let l = laptop(&h, &["/home/alice/src"]).await;
+    let (task, key) = started(&h, &l, &alice).await;
+    hook(
+        &h,
+        &l.token,
+        "",
+        event(&key, "SessionStart", json!({"source": "startup"})),
+    )
+    .await;
+    hook(
+        &h,
+        &l.token,
+        "",
+        bash(&key, "PreToolUse", "t1", "touch done.txt"),
+    )
+    .await;
+    hook(
+        &h,
+        &l.token,
+        "",
+        bash(&key, "PostToolUse", "t1", "touch done.txt"),
+    )
+    .await;
+    hook(&h, &l.token, "", bash(&key, "PreToolUse", "t2", "git push")).await;
+    let w = work(&h, &l).await;
+    assert_eq!(
+        w["running"],
+        json!([task]),
+        "an attempt holds the run's lease: {w}"
+    );
+
+    // kill -9: the runner reports what it saw.
+    let (s, v) = h
+        .post(
+            &l.token,
+            &format!("/v1/runner/tasks/{task}/exited"),
+            json!({"signal": 9}),
+        )
+        .await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    assert_eq!(v["action"], "needs_human", "{v}");
+    let d = h.detail(&task).await;
+    assert_eq!(d["task"]["state"], "needs_human");
+    assert_eq!(d["attempts"][0]["state"], "revoked");
+    let effects = d["effects"].as_array().unwrap();
+    let push = effects
+        .iter()
+        .find(|e| e["intent"]["input"]["command"] == "git push")
+        .unwrap();
+    let done = effects
+        .iter()
+        .find(|e| e["intent"]["input"]["command"] == "touch done.txt")
+        .unwrap();
+    assert_eq!(push["status"], "unknown", "never re-run blindly: {push}");
+    assert_eq!(done["status"], "confirmed", "{done}");
+    let card = d["decisions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|x| x["kind"] == "recovery" && x["status"] == "pending")
+        .unwrap_or_else(|| panic!("a recovery card: {d}"))
+        .clone();
+    assert!(
+        card["question"].as_str().unwrap().contains("signal 9"),
+        "the evidence: {card}"
+    );
+    assert_eq!(card["intent"]["input"]["command"], "git push");
+    assert_eq!(
+        work(&h, &l).await["work"],
+        json!([]),
+        "nothing resumes until the person answers"
+    );
+    assert_eq!(work(&h, &l).await["running"], json!([]));
+
+    let rev = h.revision(&task).await;
+    let cmd = alice.command(
+        &task,
+        Some(rev),
+        Operation::ChooseOption,
+        json!({"decision_id": card["id"], "option": "mark_not_started"}),
+    );
+    let (_, v) = h.submit(&alice.sign(&cmd)).await;
+    assert_eq!(v["status"], "applied", "{v}");
+    let w = work(&h, &l).await;
+    let item = &w["work"][0];
+    assert_eq!(item["kind"], "resume", "{w}");
+    assert_eq!(item["resume"]["reason"], "revive");
+    let note = item["resume"]["message"].as_str().unwrap();
+    assert!(
+        note.contains("do not run them again") && note.contains("Bash: touch done.txt"),
+        "{note}"
+    );
+    assert!(
+        note.contains("Not finished") && note.contains("Bash: git push"),
+        "{note}"
+    );
+    assert_eq!(
+        item["run"]["session_key"],
+        key.as_str(),
+        "the same session is resumed"
+    );
+
+    // The resumed run is a new attempt with a new fence.
+    report(&h, &l, item["id"].as_str().unwrap(), "done", "pid 43").await;
+    hook(
+        &h,
+        &l.token,
+        "",
+        event(&key, "SessionStart", json!({"source": "resume"})),
+    )
+    .await;
+    let d = h.detail(&task).await;
+    let fences: Vec<i64> = d["attempts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a["fence"].as_i64().unwrap())
+        .collect();
+    assert_eq!(fences, vec![1, 2], "{d}");
+}
+
+#[tokio::test]
+async fn a_run_cut_off_between_calls_is_resumed_at_once_and_a_clean_end_needs_nothing() {
+    let h = Harness::start().await;
+    let alice = h.pair_device("alice", &["view", "steer"]).await;
+    let l = laptop(&h, &["/home/alice/src"]).await;
+    let (task, key) = started(&h, &l, &alice).await;
+    hook(
+        &h,
+        &l.token,
+        "",
+        bash(&key, "PreToolUse", "t1", "touch done.txt"),
+    )
+    .await;
+    hook(
+        &h,
+        &l.token,
+        "",
+        bash(&key, "PostToolUse", "t1", "touch done.txt"),
+    )
+    .await;
+    let (_, v) = h
+        .post(
+            &l.token,
+            &format!("/v1/runner/tasks/{task}/exited"),
+            json!({"detail": "not running on this machine"}),
+        )
+        .await;
+    assert_eq!(v["action"], "resume", "{v}");
+    let w = work(&h, &l).await;
+    assert_eq!(w["work"][0]["kind"], "resume");
+    assert!(
+        w["work"][0]["resume"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("Bash: touch done.txt")
+    );
+    assert!(h.audit_codes(&task).await.contains(&"resume".to_owned()));
+    report(&h, &l, w["work"][0]["id"].as_str().unwrap(), "done", "").await;
+
+    // The resumed run ends cleanly: Stop and SessionEnd released its attempt.
+    hook(
+        &h,
+        &l.token,
+        "",
+        event(&key, "Stop", json!({"last_assistant_message": "done"})),
+    )
+    .await;
+    hook(
+        &h,
+        &l.token,
+        "",
+        event(&key, "SessionEnd", json!({"reason": "other"})),
+    )
+    .await;
+    let (_, v) = h
+        .post(
+            &l.token,
+            &format!("/v1/runner/tasks/{task}/exited"),
+            json!({"code": 0}),
+        )
+        .await;
+    assert_eq!(v["action"], "nothing", "{v}");
+    assert_eq!(work(&h, &l).await["work"], json!([]));
+}
+
+#[tokio::test]
+async fn a_follow_up_and_an_answer_to_a_deferred_approval_resume_the_runtime_on_its_machine() {
+    let h = Harness::start().await;
+    let alice = h.pair_device("alice", &["view", "steer", "approve"]).await;
+    let l = laptop(&h, &["/home/alice/src"]).await;
+    let (task, key) = started(&h, &l, &alice).await;
+    hook(
+        &h,
+        &l.token,
+        "",
+        event(
+            &key,
+            "Stop",
+            json!({"last_assistant_message": "first pass done"}),
+        ),
+    )
+    .await;
+    hook(
+        &h,
+        &l.token,
+        "",
+        event(&key, "SessionEnd", json!({"reason": "other"})),
+    )
+    .await;
+    h.post(
+        &l.token,
+        &format!("/v1/runner/tasks/{task}/exited"),
+        json!({"code": 0}),
+    )
+    .await;
+
+    let (s, v) = h
+        .post(
+            &h.alice,
+            &format!("/v1/tasks/{task}/followups"),
+            json!({"schedule": {"after": "PT5S"}, "message": "check CI again"}),
+        )
+        .await;
+    assert_eq!(s, StatusCode::CREATED, "{v}");
+    assert_eq!(work(&h, &l).await["work"], json!([]), "not before its time");
+    h.advance(Duration::from_secs(6)).await;
+    let w = work(&h, &l).await;
+    let item = &w["work"][0];
+    assert_eq!(item["kind"], "resume", "{w}");
+    assert_eq!(item["resume"]["reason"], "follow_up");
+    assert_eq!(item["resume"]["message"], "check CI again");
+    report(&h, &l, item["id"].as_str().unwrap(), "done", "").await;
+
+    // The resumed run defers a gated call and exits; the answer from the phone resumes it.
+    let out = hook(
+        &h,
+        &l.token,
+        "?gate=Bash&defer=true&timeout=60",
+        bash(&key, "PreToolUse", "t9", "git push"),
+    )
+    .await;
+    assert_eq!(
+        out["hookSpecificOutput"]["permissionDecision"], "defer",
+        "{out}"
+    );
+    hook(
+        &h,
+        &l.token,
+        "",
+        event(&key, "SessionEnd", json!({"reason": "other"})),
+    )
+    .await;
+    h.post(
+        &l.token,
+        &format!("/v1/runner/tasks/{task}/exited"),
+        json!({"code": 0}),
+    )
+    .await;
+    assert_eq!(work(&h, &l).await["work"], json!([]));
+    let d = h.detail(&task).await;
+    let dec = d["decisions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|x| x["status"] == "pending")
+        .unwrap()
+        .clone();
+    assert_eq!(dec["durability"], "durable");
+    let rev = h.revision(&task).await;
+    let cmd = alice.command(
+        &task,
+        Some(rev),
+        Operation::Approve,
+        json!({"decision_id": dec["id"], "intent_digest": dec["intent_digest"]}),
+    );
+    let (_, v) = h.submit(&alice.sign(&cmd)).await;
+    assert_eq!(v["status"], "applied", "{v}");
+    let w = work(&h, &l).await;
+    assert_eq!(w["work"][0]["kind"], "resume", "{w}");
+    assert_eq!(w["work"][0]["resume"]["reason"], "answered");
+    assert!(
+        w["work"][0]["resume"].get("message").is_none(),
+        "the runtime's own continue: {w}"
+    );
+
+    // Cancel: the runner is told to stop the run; the pending resume is void.
+    let cmd = alice.command(
+        &task,
+        Some(h.revision(&task).await),
+        Operation::Cancel,
+        json!({}),
+    );
+    let (_, v) = h.submit(&alice.sign(&cmd)).await;
+    assert_eq!(v["status"], "applied", "{v}");
+    let w = work(&h, &l).await;
+    let kinds: Vec<&str> = w["work"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x["kind"].as_str().unwrap())
+        .collect();
+    assert_eq!(kinds, ["stop"], "{w}");
+}
