@@ -823,3 +823,243 @@ async fn claude_code_defers_until_a_person_answers_and_allow_always_adds_its_rul
     );
     drop(w.server);
 }
+
+// ---- the runner ------------------------------------------------------------------------------
+
+/// `waymark runner` for alice's laptop, with the environment its owner gives the runtimes
+/// (the private HOME and the fake model); killed with `-9` when dropped.
+struct RunnerProcess(Child);
+
+impl Drop for RunnerProcess {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn start_runner(setup: &Setup, url: &str, token: &str) -> RunnerProcess {
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(setup.path("runner.log"))
+        .unwrap();
+    let mut c = waymark();
+    c.args([
+        "runner",
+        "--server",
+        url,
+        "--approval-timeout",
+        "120",
+        "--allow",
+    ])
+    .arg(setup.path("project"))
+    .arg("--claude")
+    .arg(&setup.claude)
+    .arg("--state-dir")
+    .arg(setup.path("runner-state"))
+    .env("WAYMARK_TOKEN", token)
+    .env("WAYMARK_LOG", "info")
+    .env("PATH", "/usr/local/bin:/usr/bin:/bin")
+    .env("HOME", setup.path("home"))
+    .env("CLAUDE_CONFIG_DIR", setup.path("home/.claude"))
+    .env("TMPDIR", setup.path("tmp"))
+    .env("ANTHROPIC_BASE_URL", &setup.model.base_url)
+    .env("ANTHROPIC_API_KEY", "dummy")
+    .env("DISABLE_TELEMETRY", "1")
+    .env("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1")
+    .env("DISABLE_AUTOUPDATER", "1")
+    .stdin(Stdio::null())
+    .stdout(log.try_clone().unwrap())
+    .stderr(log);
+    RunnerProcess(c.spawn().expect("waymark runner starts"))
+}
+
+/// Waits until `check` holds of the task's detail (read with `token`).
+async fn until(
+    server: &str,
+    token: &str,
+    task: &str,
+    what: &str,
+    check: impl Fn(&Value) -> bool,
+) -> Value {
+    let deadline = Instant::now() + RUN;
+    loop {
+        let d = task_detail(server, token, task).await;
+        if check(&d) {
+            return d;
+        }
+        assert!(Instant::now() < deadline, "{what}: {d}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+fn lines(path: &Path) -> usize {
+    std::fs::read_to_string(path).map_or(0, |t| t.lines().count())
+}
+
+/// A person with only a phone: the laptop's runner starts Claude Code for a signed
+/// `start_run` (the prompt on stdin, the hooks in the runner's own settings file, nothing
+/// written into the repository), the call's approval is answered from the phone and the run
+/// finishes; a directory the laptop does not have is refused by its runner with the reason,
+/// nothing spawned; one it does not allow is refused before it is addressed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_runner_starts_claude_code_from_a_phone_and_refuses_what_the_machine_does_not_allow() {
+    let turns = |project: &Path| {
+        vec![Turn {
+            prompt: "runner: make the approved file".into(),
+            command: format!(
+                "echo ran >> {} && touch {}",
+                project.join("count-a").display(),
+                project.join("approved").display()
+            ),
+            answer: "Runner run finished.".into(),
+        }]
+    };
+    let World {
+        setup,
+        server,
+        url,
+        phone,
+    } = world(turns).await;
+    let project = setup.path("project").canonicalize().unwrap();
+    let data = setup.path("data");
+    let token = admin(
+        &data,
+        &["runner-token", "--machine", "laptop", "--user", "alice"],
+    )["token"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let runner = start_runner(&setup, &url, &token);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let m = device(&phone, &["machines", "--json"]);
+        if m["machines"][0]["online"] == true {
+            assert_eq!(
+                m["machines"][0]["runtimes"][0]["version"], CLAUDE_CODE_VERSION,
+                "{m}"
+            );
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the laptop never came online: {m}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let admin_token = std::fs::read_to_string(data.join("admin.token"))
+        .unwrap()
+        .trim()
+        .to_owned();
+
+    // 1. Started from the phone; approved from the phone; the run finishes.
+    let dir = project.to_str().unwrap();
+    let started = device(
+        &phone,
+        &[
+            "run",
+            "--machine",
+            "laptop",
+            "--dir",
+            dir,
+            "--gate",
+            "Bash",
+            "--json",
+            "runner: make the approved file",
+        ],
+    );
+    let task = started["task_id"].as_str().unwrap().to_owned();
+    let item = pending_in_inbox(&phone, "count-a").await;
+    device(
+        &phone,
+        &[
+            "approve",
+            item["decision"]["id"].as_str().unwrap(),
+            "--json",
+        ],
+    );
+    let d = until(
+        &url,
+        &admin_token,
+        &task,
+        "the approved run finishes",
+        |d| {
+            d["attempts"][0]["state"] == "finished"
+                && texts(d)
+                    .iter()
+                    .any(|t| t.starts_with("assistant: Runner run finished."))
+        },
+    )
+    .await;
+    assert!(project.join("approved").exists());
+    assert_eq!(lines(&project.join("count-a")), 1);
+    assert!(d["task"]["machine_id"].as_str().is_some());
+    assert!(
+        texts(&d)
+            .iter()
+            .any(|t| t == "system: laptop started the run"),
+        "{:?}",
+        texts(&d)
+    );
+    assert!(
+        texts(&d)
+            .iter()
+            .any(|t| t == "user: runner: make the approved file"),
+        "the prompt reached Claude Code: {:?}",
+        texts(&d)
+    );
+    assert_eq!(d["effects"][0]["status"], "confirmed");
+    assert!(
+        !project.join(".claude/settings.local.json").exists()
+            && !project.join(".claude/settings.json").exists(),
+        "nothing is written into the person's repository"
+    );
+
+    // 2. A directory under the allowed one that the laptop does not have: its runner refuses.
+    let missing = project.join("not-here");
+    let refused = device(
+        &phone,
+        &[
+            "run",
+            "--machine",
+            "laptop",
+            "--dir",
+            missing.to_str().unwrap(),
+            "--json",
+            "runner: make the approved file",
+        ],
+    );
+    let refused_task = refused["task_id"].as_str().unwrap().to_owned();
+    let d = until(
+        &url,
+        &admin_token,
+        &refused_task,
+        "the runner refuses",
+        |d| d["task"]["state"] == "failed",
+    )
+    .await;
+    assert!(
+        d["task"]["outcome_summary"]
+            .as_str()
+            .unwrap()
+            .contains("laptop refused to start the run"),
+        "{d}"
+    );
+    assert!(
+        d["attempts"].as_array().unwrap().is_empty(),
+        "nothing was spawned: {d}"
+    );
+    let mut c = waymark();
+    c.env("WAYMARK_HOME", &phone)
+        .env("WAYMARK_KEYSTORE", "file-insecure")
+        .args(["run", "--machine", "laptop", "--dir", "/etc", "x"]);
+    let out = c.output().unwrap();
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("does not allow runs in `/etc`"),
+        "{out:?}"
+    );
+
+    drop(runner);
+    drop(server);
+}

@@ -597,6 +597,7 @@ impl Runner {
     /// Acts on the machine's open work. `false` when nothing could be done now.
     async fn handle(&mut self, list: WorkList) -> bool {
         let mut acted = list.work.is_empty();
+        tracing::debug!(work = list.work.len(), running = ?list.running, "polled");
         for task in &list.running {
             if self.live.contains_key(task) {
                 continue;

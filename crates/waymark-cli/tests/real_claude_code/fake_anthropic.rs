@@ -7,6 +7,9 @@
 //! test sees what Claude Code told the model: the output, or why the call was denied). Any
 //! other request (Claude Code's own side queries) gets a short text.
 //!
+//! A resumed session whose history already holds the tool's result is answered with text (a
+//! model told what is done does not run it again).
+//!
 //! Shapes as Claude Code 2.1.328 was seen to send them: `POST /v1/messages?beta=true` with
 //! `stream: true`; the prompt inside a `text` block of the first user message, after Claude
 //! Code's own `<system-reminder>` blocks; the tool's answer as a `tool_result` block of the last
@@ -164,6 +167,17 @@ fn text_of(content: &Value) -> String {
     }
 }
 
+/// Whether any message of the request carries a tool's result.
+fn carries_a_result(request: &Value) -> bool {
+    request["messages"].as_array().is_some_and(|ms| {
+        ms.iter().any(|m| {
+            m["content"]
+                .as_array()
+                .is_some_and(|c| c.iter().any(|b| b["type"] == "tool_result"))
+        })
+    })
+}
+
 fn reply_to(request: &Value, turns: &[Turn], n: usize) -> Reply {
     let messages = request["messages"].as_array().cloned().unwrap_or_default();
     let offers_bash = request["tools"]
@@ -197,6 +211,8 @@ fn reply_to(request: &Value, turns: &[Turn], n: usize) -> Reply {
                 text_of(&r["content"]).trim()
             ))
         }
+        // A resumed session that ran the call already: nothing to repeat.
+        None if carries_a_result(request) => Reply::Text(format!("{} [resumed]", turn.answer)),
         None => Reply::Bash {
             id: format!("toolu_fake_{n:04}"),
             command: turn.command.clone(),
