@@ -343,14 +343,19 @@ fn strip_ours(settings: &mut Map<String, Value>) -> usize {
 }
 
 fn query(a: &InstallArgs) -> String {
-    let mut q = vec![format!("timeout={}", a.timeout)];
-    if let Some(g) = &a.gate {
+    hook_query(a.timeout, a.gate.as_deref(), a.defer)
+}
+
+/// The hook URL's query: the hook's timeout, the gated tools, whether gated calls defer.
+pub(crate) fn hook_query(timeout: u64, gate: Option<&str>, defer: bool) -> String {
+    let mut q = vec![format!("timeout={timeout}")];
+    if let Some(g) = gate {
         q.push(format!(
             "gate={}",
             url::form_urlencoded::byte_serialize(g.as_bytes()).collect::<String>()
         ));
     }
-    if a.defer {
+    if defer {
         q.push("defer=true".into());
     }
     q.join("&")

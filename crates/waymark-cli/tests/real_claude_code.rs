@@ -146,6 +146,21 @@ impl Setup {
         self.dir.path().join(name)
     }
 
+    /// What Claude Code runs with here: a private home and config, the fake model, no
+    /// telemetry, no non-essential traffic, no auto-update.
+    fn claude_env(&self) -> Vec<(&'static str, std::ffi::OsString)> {
+        vec![
+            ("HOME", self.path("home").into()),
+            ("CLAUDE_CONFIG_DIR", self.path("home/.claude").into()),
+            ("TMPDIR", self.path("tmp").into()),
+            ("ANTHROPIC_BASE_URL", self.model.base_url.clone().into()),
+            ("ANTHROPIC_API_KEY", "dummy".into()),
+            ("DISABLE_TELEMETRY", "1".into()),
+            ("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1".into()),
+            ("DISABLE_AUTOUPDATER", "1".into()),
+        ]
+    }
+
     /// `waymark adapters claude-code install` into the project's local settings.
     fn install(&self, server: &str, timeout: u64) {
         self.install_with(server, timeout, &[]);
@@ -190,14 +205,7 @@ impl Setup {
             .current_dir(self.path("project"))
             .env_clear()
             .env("PATH", path)
-            .env("HOME", self.path("home"))
-            .env("CLAUDE_CONFIG_DIR", self.path("home/.claude"))
-            .env("TMPDIR", self.path("tmp"))
-            .env("ANTHROPIC_BASE_URL", &self.model.base_url)
-            .env("ANTHROPIC_API_KEY", "dummy")
-            .env("DISABLE_TELEMETRY", "1")
-            .env("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1")
-            .env("DISABLE_AUTOUPDATER", "1")
+            .envs(self.claude_env())
             .env("WAYMARK_TOKEN", &self.token)
             .env("WAYMARK_LOG", "error")
             .stdin(Stdio::null())
@@ -860,18 +868,30 @@ fn start_runner(setup: &Setup, url: &str, token: &str) -> RunnerProcess {
     .env("WAYMARK_TOKEN", token)
     .env("WAYMARK_LOG", "info")
     .env("PATH", "/usr/local/bin:/usr/bin:/bin")
-    .env("HOME", setup.path("home"))
-    .env("CLAUDE_CONFIG_DIR", setup.path("home/.claude"))
-    .env("TMPDIR", setup.path("tmp"))
-    .env("ANTHROPIC_BASE_URL", &setup.model.base_url)
-    .env("ANTHROPIC_API_KEY", "dummy")
-    .env("DISABLE_TELEMETRY", "1")
-    .env("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1")
-    .env("DISABLE_AUTOUPDATER", "1")
+    .envs(setup.claude_env())
     .stdin(Stdio::null())
     .stdout(log.try_clone().unwrap())
     .stderr(log);
     RunnerProcess(c.spawn().expect("waymark runner starts"))
+}
+
+/// Prints the runner's log and its runs' results when the test fails.
+struct ShowOnPanic(PathBuf);
+
+impl Drop for ShowOnPanic {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            for l in std::fs::read_to_string(&self.0).unwrap_or_default().lines() {
+                eprintln!("runner: {l}");
+            }
+            let logs = self.0.parent().unwrap().join("runner-state/logs");
+            for f in std::fs::read_dir(logs).into_iter().flatten().flatten() {
+                let t = std::fs::read_to_string(f.path()).unwrap_or_default();
+                let v: Value = serde_json::from_str(&t).unwrap_or_default();
+                eprintln!("{}: {}", f.path().display(), v["result"]);
+            }
+        }
+    }
 }
 
 /// Waits until `check` holds of the task's detail (read with `token`).
@@ -901,19 +921,38 @@ fn lines(path: &Path) -> usize {
 /// `start_run` (the prompt on stdin, the hooks in the runner's own settings file, nothing
 /// written into the repository), the call's approval is answered from the phone and the run
 /// finishes; a directory the laptop does not have is refused by its runner with the reason,
-/// nothing spawned; one it does not allow is refused before it is addressed.
+/// nothing spawned; one it does not allow is refused before it is addressed; and a run whose
+/// Claude Code and runner are both killed with `-9` after a confirmed call is revived by the
+/// restarted runner with Claude Code's own resume and Waymark's note — the call is not run
+/// again (counted in the file it appends to), and the fake model received the note; a
+/// follow-up reaches the session at its time; and a call deferred from the phone (Claude Code
+/// exits waiting) runs once it is approved there, resumed by the runner with nothing typed on
+/// the host.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_runner_starts_claude_code_from_a_phone_and_refuses_what_the_machine_does_not_allow() {
+async fn the_runner_starts_revives_and_resumes_claude_code_for_a_phone_and_refuses_what_is_not_allowed()
+ {
     let turns = |project: &Path| {
-        vec![Turn {
-            prompt: "runner: make the approved file".into(),
-            command: format!(
-                "echo ran >> {} && touch {}",
-                project.join("count-a").display(),
-                project.join("approved").display()
-            ),
-            answer: "Runner run finished.".into(),
-        }]
+        vec![
+            Turn {
+                prompt: "runner: make the approved file".into(),
+                command: format!(
+                    "echo ran >> {} && touch {}",
+                    project.join("count-a").display(),
+                    project.join("approved").display()
+                ),
+                answer: "Runner run finished.".into(),
+            },
+            Turn {
+                prompt: "runner: wait for me".into(),
+                command: format!("echo ran >> {}", project.join("count-d").display()),
+                answer: "Deferred run finished.".into(),
+            },
+            Turn {
+                prompt: "runner: count once, then be killed".into(),
+                command: format!("echo ran >> {}", project.join("count-k").display()),
+                answer: "Revived run finished.".into(),
+            },
+        ]
     };
     let World {
         setup,
@@ -930,7 +969,8 @@ async fn the_runner_starts_claude_code_from_a_phone_and_refuses_what_the_machine
         .as_str()
         .unwrap()
         .to_owned();
-    let runner = start_runner(&setup, &url, &token);
+    let mut runner = start_runner(&setup, &url, &token);
+    let _log = ShowOnPanic(setup.path("runner.log"));
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         let m = device(&phone, &["machines", "--json"]);
@@ -1060,6 +1100,178 @@ async fn the_runner_starts_claude_code_from_a_phone_and_refuses_what_the_machine
         "{out:?}"
     );
 
+    // 3. kill -9 after a confirmed call, the runner too; the restarted runner revives the run.
+    setup.model.hold_after_results(true);
+    let started = device(
+        &phone,
+        &[
+            "run",
+            "--machine",
+            "laptop",
+            "--dir",
+            dir,
+            "--gate",
+            "Bash",
+            "--json",
+            "runner: count once, then be killed",
+        ],
+    );
+    let task = started["task_id"].as_str().unwrap().to_owned();
+    let item = pending_in_inbox(&phone, "count-k").await;
+    device(
+        &phone,
+        &[
+            "approve",
+            item["decision"]["id"].as_str().unwrap(),
+            "--json",
+        ],
+    );
+    until(&url, &admin_token, &task, "the call is confirmed", |d| {
+        d["effects"][0]["status"] == "confirmed"
+    })
+    .await;
+    assert_eq!(lines(&project.join("count-k")), 1);
+    let state: Value = serde_json::from_str(
+        &std::fs::read_to_string(setup.path("runner-state/state.json")).unwrap(),
+    )
+    .unwrap();
+    let pid = state["runs"][&task]["pid"]
+        .as_u64()
+        .expect("the runner recorded the run's process");
+    let _ = runner.0.kill();
+    let _ = runner.0.wait();
+    let killed = Command::new("kill")
+        .args(["-KILL", "--", &format!("-{pid}")])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    setup.model.hold_after_results(false);
+    let before = setup.model.requests().len();
+    runner = start_runner(&setup, &url, &token);
+    let d = until(&url, &admin_token, &task, "the revived run finishes", |d| {
+        texts(d)
+            .iter()
+            .any(|t| t.starts_with("assistant: Revived run finished. [resumed]"))
+    })
+    .await;
+    assert_eq!(
+        lines(&project.join("count-k")),
+        1,
+        "the confirmed call did not run again"
+    );
+    let attempts: Vec<(&str, i64)> = d["attempts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| (a["state"].as_str().unwrap(), a["fence"].as_i64().unwrap()))
+        .collect();
+    assert_eq!(attempts[0], ("revoked", 1), "{attempts:?}");
+    assert_eq!(
+        attempts.last().unwrap().1,
+        2,
+        "a new attempt and fence: {attempts:?}"
+    );
+    assert!(
+        texts(&d)
+            .iter()
+            .any(|t| t == "system: laptop resumed the run"),
+        "{:?}",
+        texts(&d)
+    );
+    let noted = setup.model.requests()[before..].iter().any(|r| {
+        r["messages"]
+            .to_string()
+            .contains("Waymark: this session was interrupted")
+            && r["messages"].to_string().contains("count-k")
+    });
+    assert!(
+        noted,
+        "the resumed Claude Code sent the model Waymark's note"
+    );
+
+    // 4. A follow-up on the run: at its time the runner resumes the session with its message.
+    let before = setup.model.requests().len();
+    let res = reqwest::Client::new()
+        .post(format!("{url}/v1/tasks/{task}/followups"))
+        .bearer_auth(&admin_token)
+        .json(&json!({"schedule": {"after": "PT1S"}, "message": "runner: the follow-up says look again"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 201);
+    let deadline = Instant::now() + RUN;
+    while !setup.model.requests()[before..].iter().any(|r| {
+        r["messages"]
+            .to_string()
+            .contains("runner: the follow-up says look again")
+    }) {
+        assert!(
+            Instant::now() < deadline,
+            "the follow-up never reached Claude Code"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert_eq!(
+        lines(&project.join("count-k")),
+        1,
+        "the follow-up repeated nothing"
+    );
+
+    // 5. Deferred from the phone: Claude Code exits waiting; the answer resumes it by itself.
+    let started = device(
+        &phone,
+        &[
+            "run",
+            "--machine",
+            "laptop",
+            "--dir",
+            dir,
+            "--gate",
+            "Bash",
+            "--json",
+            "runner: wait for me",
+        ],
+    );
+    let task = started["task_id"].as_str().unwrap().to_owned();
+    let item = pending_in_inbox(&phone, "count-d").await;
+    let decision = item["decision"]["id"].as_str().unwrap().to_owned();
+    device(&phone, &["defer", &decision, "--json"]);
+    until(
+        &url,
+        &admin_token,
+        &task,
+        "Claude Code exits with the call deferred",
+        |d| d["attempts"][0]["state"] == "finished" && d["decisions"][0]["durability"] == "durable",
+    )
+    .await;
+    assert_eq!(
+        lines(&project.join("count-d")),
+        0,
+        "nothing ran while it waited"
+    );
+    device(&phone, &["approve", &decision, "--json"]);
+    let d = until(
+        &url,
+        &admin_token,
+        &task,
+        "the answered run resumes and runs the call",
+        |d| {
+            d["effects"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|e| e["status"] == "confirmed")
+        },
+    )
+    .await;
+    assert_eq!(lines(&project.join("count-d")), 1);
+    assert!(
+        texts(&d)
+            .iter()
+            .any(|t| t == "system: laptop resumed the run"),
+        "{:?}",
+        texts(&d)
+    );
     drop(runner);
     drop(server);
 }

@@ -54,7 +54,7 @@ pub(crate) async fn work(
 ) -> ApiResult<Out<WorkList>> {
     // Asking is the machine's heartbeat; then it waits, woken by every commit (and at least
     // every 2 s, for commits another replica made while this one's watch was quiet).
-    let first = machines::open_work(&st, &caller, true).await?;
+    let first = machines::open_work(&st, &caller).await?;
     let wait = Duration::from_secs(q.wait.unwrap_or(0).min(RUNNER_POLL_SECONDS));
     if !first.work.is_empty() || wait.is_zero() {
         return Ok(Out(first));
@@ -74,9 +74,8 @@ pub(crate) async fn work(
             _ = tokio::time::sleep(slice) => {}
             _ = stopping.changed() => return Ok(Out(first)),
         }
-        let now = machines::open_work(&st, &caller, false).await?;
-        if !now.work.is_empty() {
-            return Ok(Out(now));
+        if machines::has_work(&st, &caller).await? {
+            return Ok(Out(machines::open_work(&st, &caller).await?));
         }
     }
 }

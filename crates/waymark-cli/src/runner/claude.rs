@@ -9,7 +9,7 @@ use std::process::Stdio;
 use tokio::io::AsyncWriteExt;
 use waymark_proto::{Work, WorkKind};
 
-use crate::adapters::{claude_hooks, this_binary};
+use crate::adapters::{claude_hooks, hook_query, this_binary};
 
 /// The Claude Code found on this machine.
 #[derive(Debug, Clone)]
@@ -55,14 +55,7 @@ impl Spawn<'_> {
     /// The settings file of one run: Waymark's hooks only, pointing at this control plane.
     fn settings(&self, w: &Work) -> std::io::Result<PathBuf> {
         let bin = this_binary().map_err(|f| std::io::Error::other(f.message))?;
-        let mut query = vec![format!("timeout={}", self.approval_timeout)];
-        if let Some(g) = &w.run.gate {
-            query.push(format!(
-                "gate={}",
-                url::form_urlencoded::byte_serialize(g.as_bytes()).collect::<String>()
-            ));
-        }
-        let query = query.join("&");
+        let query = hook_query(self.approval_timeout, w.run.gate.as_deref(), false);
         let mut hooks = serde_json::Map::new();
         for (event, group) in claude_hooks(
             &bin,

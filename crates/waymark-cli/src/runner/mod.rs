@@ -8,7 +8,7 @@
 mod claude;
 mod service;
 
-use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -161,7 +161,15 @@ pub(crate) fn check_directory(dir: &str, allowed: &[PathBuf]) -> Result<PathBuf,
 #[derive(Debug, Default, Serialize, Deserialize)]
 struct State {
     runs: BTreeMap<String, RunRecord>,
-    done: VecDeque<String>,
+    done: VecDeque<Acted>,
+}
+
+/// A work item acted on, and what the runner reported of it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+struct Acted {
+    work: String,
+    state: WorkState,
+    detail: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -170,7 +178,6 @@ struct RunRecord {
     /// The process's start time in clock ticks since boot (`/proc/PID/stat`), so a reused pid
     /// is not taken for it.
     start_ticks: u64,
-    work_id: String,
 }
 
 /// The most work ids kept as done.
@@ -190,9 +197,9 @@ impl State {
         std::fs::rename(tmp, path)
     }
 
-    fn mark_done(&mut self, work: &str) {
-        if !self.done.iter().any(|w| w == work) {
-            self.done.push_back(work.to_owned());
+    fn acted(&mut self, a: Acted) {
+        if !self.done.iter().any(|d| d.work == a.work) {
+            self.done.push_back(a);
         }
         while self.done.len() > DONE_KEPT {
             self.done.pop_front();
@@ -318,6 +325,10 @@ struct Live {
     child: bool,
 }
 
+/// A request for the machine's work, in flight.
+type Poll =
+    std::pin::Pin<Box<dyn std::future::Future<Output = Result<WorkList, CallError>> + Send>>;
+
 /// A runtime process's end, from the task that waited on it: the task and how it ended.
 type Ended = (String, RunExited);
 
@@ -332,9 +343,6 @@ struct Runner {
     name: Option<String>,
     live: HashMap<String, Live>,
     exits: (mpsc::UnboundedSender<Ended>, mpsc::UnboundedReceiver<Ended>),
-    /// Tasks whose end was reported and acknowledged, so `running` is not reported twice
-    /// while the server catches up.
-    reported: HashSet<String>,
 }
 
 impl Runner {
@@ -391,7 +399,6 @@ impl Runner {
             name: opts.name,
             live: HashMap::new(),
             exits: mpsc::unbounded_channel(),
-            reported: HashSet::new(),
         })
     }
 
@@ -489,41 +496,47 @@ impl Runner {
         );
         let mut backoff = Duration::from_millis(500);
         let mut tick = tokio::time::interval(Duration::from_secs(1));
-        let mut idle_until: Option<tokio::time::Instant> = None;
+        // The request in flight outlives the other branches (a tick, a run's end): dropped, a
+        // long poll would start over and never answer. The first one does not wait, so a run
+        // cut off while the runner was away is reported at once.
+        let mut next = Some((tokio::time::Instant::now(), 0));
+        let mut inflight: Option<Poll> = None;
         loop {
-            let wait = if idle_until.is_some() {
-                0
-            } else {
-                RUNNER_POLL_SECONDS
-            };
-            let poll = self.conn.clone().poll(wait);
-            let pause = async {
-                if let Some(t) = idle_until {
-                    tokio::time::sleep_until(t).await;
-                }
-            };
+            let poll = inflight.get_or_insert_with(|| {
+                let (at, wait) = next
+                    .take()
+                    .unwrap_or((tokio::time::Instant::now(), RUNNER_POLL_SECONDS));
+                let conn = self.conn.clone();
+                Box::pin(async move {
+                    tokio::time::sleep_until(at).await;
+                    conn.poll(wait).await
+                })
+            });
             tokio::select! {
-                res = async { pause.await; poll.await } => {
-                    idle_until = None;
+                res = poll => {
+                    inflight = None;
+                    let now = tokio::time::Instant::now();
                     match res {
                         Ok(list) => {
                             backoff = Duration::from_millis(500);
-                            if !self.handle(list).await {
+                            if self.handle(list).await {
                                 // Only items that must wait (a resume while its run is live):
                                 // ask again in a while, or when a run ends.
-                                idle_until = Some(tokio::time::Instant::now() + Duration::from_secs(2));
+                                next = Some((now + Duration::from_secs(2), 0));
                             }
                         }
                         Err(e) => {
                             tracing::warn!(error = %e, "cannot reach the control plane; retrying");
-                            idle_until = Some(tokio::time::Instant::now() + backoff);
+                            next = Some((now + backoff, 0));
                             backoff = (backoff * 2).min(Duration::from_secs(30));
                         }
                     }
                 }
                 Some((task, how)) = self.exits.1.recv() => {
-                    idle_until = None;
                     self.ended(&task, how).await;
+                    // A resume that waited for this run may go now.
+                    inflight = None;
+                    next = Some((tokio::time::Instant::now(), 0));
                 }
                 _ = tick.tick() => self.look_at_adopted().await,
                 _ = tokio::signal::ctrl_c() => {
@@ -585,18 +598,15 @@ impl Runner {
         self.state.runs.remove(task);
         self.save();
         match self.conn.exited(task, &how).await {
-            Ok(h) => {
-                tracing::info!(task, action = %h.action, "{}", h.detail);
-                self.reported.insert(task.to_owned());
-            }
+            Ok(h) => tracing::info!(task, action = %h.action, "{}", h.detail),
             // Not reported now: the control plane lists the task as running until it is.
             Err(e) => tracing::warn!(task, error = %e, "cannot report a run's end yet"),
         }
     }
 
-    /// Acts on the machine's open work. `false` when nothing could be done now.
+    /// Acts on the machine's open work. `true` when an item must wait (a resume while its run
+    /// is live): the next request then waits a little instead of being answered at once.
     async fn handle(&mut self, list: WorkList) -> bool {
-        let mut acted = list.work.is_empty();
         tracing::debug!(work = list.work.len(), running = ?list.running, "polled");
         for task in &list.running {
             if self.live.contains_key(task) {
@@ -609,46 +619,38 @@ impl Runner {
                     "not running on this machine: the runner found no process for it (the machine restarted, or the runtime ended while the runner was away)".into(),
                 ),
             };
-            if self.reported.remove(task) {
-                // Reported already and the server still lists it: say it again, once.
-                tracing::info!(task, "reporting a run's end again");
-            }
             self.ended(task, how).await;
-            acted = true;
         }
+        let mut waits = false;
         for w in list.work {
-            if self.state.done.iter().any(|d| *d == w.id) {
-                let _ = self
-                    .conn
-                    .report(
-                        &w.id,
-                        WorkState::Done,
-                        Some("done before the runner restarted".into()),
-                    )
-                    .await;
-                acted = true;
+            // Acted on before (the report was lost, or the runner restarted): say it again,
+            // never do it again.
+            if let Some(a) = self.state.done.iter().find(|a| a.work == w.id).cloned() {
+                let _ = self.conn.report(&w.id, a.state, a.detail).await;
                 continue;
             }
-            let busy = self.live.contains_key(&w.task_id);
-            if busy && w.kind != WorkKind::Stop {
+            if self.live.contains_key(&w.task_id) && w.kind != WorkKind::Stop {
                 // A resume waits for the live run to end (Claude Code takes no second process
                 // on one session); the item stays pending until then.
+                waits = true;
                 continue;
             }
-            acted = true;
             if w.state == WorkState::Pending
                 && let Err(e) = self.conn.report(&w.id, WorkState::Taken, None).await
             {
                 tracing::warn!(work = %w.id, error = %e, "cannot take a work item");
                 continue;
             }
-            let outcome = self.act(&w).await;
-            let (state, detail) = match outcome {
+            let (state, detail) = match self.act(&w).await {
                 Ok(detail) => (WorkState::Done, Some(detail)),
                 Err(Refusal::NotAllowed(why)) => (WorkState::Refused, Some(why)),
                 Err(Refusal::Failed(why)) => (WorkState::Failed, Some(why)),
             };
-            self.state.mark_done(&w.id);
+            self.state.acted(Acted {
+                work: w.id.clone(),
+                state,
+                detail: detail.clone(),
+            });
             self.save();
             if let Err(e) = self.conn.report(&w.id, state, detail.clone()).await {
                 tracing::warn!(work = %w.id, error = %e, "cannot report a work item yet");
@@ -656,7 +658,7 @@ impl Runner {
                 tracing::info!(work = %w.id, kind = %w.kind, %state, detail = detail.as_deref().unwrap_or(""), "work item");
             }
         }
-        acted
+        waits
     }
 
     async fn act(&mut self, w: &Work) -> Result<String, Refusal> {
@@ -688,17 +690,11 @@ impl Runner {
                     .map_err(|e| Refusal::Failed(format!("Claude Code did not start: {e}")))?;
                 let pid = child.id().unwrap_or(0);
                 let start_ticks = process_start(pid).unwrap_or(0);
-                self.state.runs.insert(
-                    w.task_id.clone(),
-                    RunRecord {
-                        pid,
-                        start_ticks,
-                        work_id: w.id.clone(),
-                    },
-                );
+                self.state
+                    .runs
+                    .insert(w.task_id.clone(), RunRecord { pid, start_ticks });
                 self.live
                     .insert(w.task_id.clone(), Live { pid, child: true });
-                self.reported.remove(&w.task_id);
                 let tx = self.exits.0.clone();
                 let task = w.task_id.clone();
                 tokio::spawn(async move {
@@ -817,14 +813,23 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("state.json");
         let mut s = State::default();
+        let acted = |i: usize| Acted {
+            work: format!("wrk_{i}"),
+            state: WorkState::Refused,
+            detail: Some("outside".into()),
+        };
         for i in 0..(DONE_KEPT + 5) {
-            s.mark_done(&format!("wrk_{i}"));
+            s.acted(acted(i));
         }
-        s.mark_done("wrk_7");
+        s.acted(acted(7));
         s.save(&path).unwrap();
         let back = State::load(&path);
         assert_eq!(back.done.len(), DONE_KEPT);
-        assert_eq!(back.done.front().map(String::as_str), Some("wrk_5"));
+        assert_eq!(
+            back.done.front(),
+            Some(&acted(5)),
+            "what was reported is kept"
+        );
         assert!(
             State::load(&dir.path().join("missing.json"))
                 .runs

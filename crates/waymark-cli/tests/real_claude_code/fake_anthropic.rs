@@ -8,7 +8,9 @@
 //! other request (Claude Code's own side queries) gets a short text.
 //!
 //! A resumed session whose history already holds the tool's result is answered with text (a
-//! model told what is done does not run it again).
+//! model told what is done does not run it again); `hold_after_results` keeps every answer to
+//! a request that carries a tool's result waiting, so a test can kill Claude Code after a call
+//! ran and before its turn ends.
 //!
 //! Shapes as Claude Code 2.1.328 was seen to send them: `POST /v1/messages?beta=true` with
 //! `stream: true`; the prompt inside a `text` block of the first user message, after Claude
@@ -16,7 +18,7 @@
 //! user message (`is_error: true` when the call was denied). HTTP/1.1 by hand, one request per
 //! connection (`Connection: close`).
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use serde_json::{Value, json};
@@ -39,6 +41,7 @@ pub(crate) struct FakeAnthropic {
     /// `http://127.0.0.1:PORT`, for `ANTHROPIC_BASE_URL`.
     pub(crate) base_url: String,
     requests: Arc<Mutex<Vec<Value>>>,
+    hold: Arc<AtomicBool>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -56,14 +59,17 @@ impl FakeAnthropic {
         let turns = Arc::new(turns);
         let calls = Arc::new(AtomicUsize::new(0));
         let kept = requests.clone();
+        let hold = Arc::new(AtomicBool::new(false));
+        let held = hold.clone();
         let task = tokio::spawn(async move {
             loop {
                 let Ok((stream, _)) = listener.accept().await else {
                     continue;
                 };
-                let (turns, kept, calls) = (turns.clone(), kept.clone(), calls.clone());
+                let (turns, kept, calls, held) =
+                    (turns.clone(), kept.clone(), calls.clone(), held.clone());
                 tokio::spawn(async move {
-                    if let Err(e) = serve(stream, &turns, &kept, &calls).await {
+                    if let Err(e) = serve(stream, &turns, &kept, &calls, &held).await {
                         eprintln!("fake Anthropic API: {e}");
                     }
                 });
@@ -72,8 +78,14 @@ impl FakeAnthropic {
         FakeAnthropic {
             base_url: format!("http://127.0.0.1:{port}"),
             requests,
+            hold,
             task,
         }
+    }
+
+    /// While set, a request that carries a tool's result gets no answer (it waits).
+    pub(crate) fn hold_after_results(&self, on: bool) {
+        self.hold.store(on, Ordering::SeqCst);
     }
 
     /// Every `/v1/messages` request body received, in order.
@@ -87,6 +99,7 @@ async fn serve(
     turns: &[Turn],
     kept: &Mutex<Vec<Value>>,
     calls: &AtomicUsize,
+    hold: &AtomicBool,
 ) -> std::io::Result<()> {
     let mut reader = BufReader::new(stream);
     let mut request_line = String::new();
@@ -116,6 +129,9 @@ async fn serve(
         ("POST", "/v1/messages") => {
             let request: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
             kept.lock().unwrap().push(request.clone());
+            while hold.load(Ordering::SeqCst) && carries_a_result(&request) {
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            }
             let n = calls.fetch_add(1, Ordering::SeqCst);
             let reply = reply_to(&request, turns, n);
             if request["stream"].as_bool().unwrap_or(false) {

@@ -168,6 +168,51 @@ pub(crate) fn clip(text: &str, max: usize) -> String {
     }
 }
 
+/// An audit entry at `at`, each field clipped ([`clip`]).
+pub(crate) fn audit_row(
+    at: i64,
+    actor: &str,
+    action: &str,
+    task_id: Option<&str>,
+    code: &str,
+    detail: &str,
+) -> AuditRow {
+    AuditRow {
+        at,
+        actor: clip(actor, AUDIT_NAME_CHARS),
+        action: clip(action, AUDIT_NAME_CHARS),
+        task_id: task_id.map(|t| clip(t, AUDIT_NAME_CHARS)),
+        code: clip(code, AUDIT_NAME_CHARS),
+        detail: clip(detail, AUDIT_DETAIL_CHARS),
+    }
+}
+
+/// Appends a message to the task's session in the current transaction, with its event.
+pub(crate) async fn say(
+    tx: &mut Tx,
+    task: &TaskRow,
+    role: &str,
+    text: String,
+) -> ApiResult<MessageRow> {
+    let mut m = MessageRow {
+        session_id: task.session_id.clone(),
+        task_id: task.id.clone(),
+        seq: 0,
+        role: role.to_owned(),
+        text,
+        created_at: tx.now,
+    };
+    m.seq = tx.insert_message(&m).await?;
+    emit(
+        tx,
+        task,
+        EventKind::MessagesAppended,
+        serde_json::json!({"messages": [convert::message(&m)]}),
+    )
+    .await?;
+    Ok(m)
+}
+
 /// Writes an audit entry (and counts the refusal) in its own transaction. Each field is
 /// clipped ([`clip`]): the callers name what an unverified sender sent.
 pub(crate) async fn record_refusal(
@@ -179,14 +224,7 @@ pub(crate) async fn record_refusal(
     detail: &str,
 ) {
     st.metrics.refusal_code(code);
-    let row = AuditRow {
-        at: st.now_ms(),
-        actor: clip(actor, AUDIT_NAME_CHARS),
-        action: clip(action, AUDIT_NAME_CHARS),
-        task_id: task_id.map(|t| clip(t, AUDIT_NAME_CHARS)),
-        code: clip(code, AUDIT_NAME_CHARS),
-        detail: clip(detail, AUDIT_DETAIL_CHARS),
-    };
+    let row = audit_row(st.now_ms(), actor, action, task_id, code, detail);
     let res = async {
         let mut tx = Tx::write(st).await?;
         tx.insert_audit(&row).await?;

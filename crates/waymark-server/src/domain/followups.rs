@@ -175,22 +175,7 @@ pub(crate) async fn run_one(st: &AppState, id: &str, now: i64) -> ApiResult<bool
                     " ({missed_now} period(s) missed while the control plane was down were skipped)"
                 ));
             }
-            let mut m = MessageRow {
-                session_id: task.session_id.clone(),
-                task_id: task.id.clone(),
-                seq: 0,
-                role: "followup".into(),
-                text,
-                created_at: now,
-            };
-            m.seq = tx.insert_message(&m).await?;
-            emit(
-                &mut tx,
-                &task,
-                EventKind::MessagesAppended,
-                serde_json::json!({"messages": [convert::message(&m)]}),
-            )
-            .await?;
+            let m = say(&mut tx, &task, "followup", text).await?;
             // A runner's run receives it in its own session: the runtime acts on it.
             crate::domain::machines::queue_resume(
                 &mut tx,

@@ -38,12 +38,16 @@ fn info_of(m: &MachineRow) -> Option<RegisterMachine> {
     serde_json::from_value(m.info.clone()).ok()
 }
 
+/// Whether the machine was heard from within [`MACHINE_OFFLINE_AFTER_MS`] of `now`.
+fn online(m: &MachineRow, now: i64) -> bool {
+    m.last_seen_at
+        .is_some_and(|at| now - at < MACHINE_OFFLINE_AFTER_MS)
+}
+
 /// The wire form of a machine, its online state read against `now`.
-pub(crate) fn machine_wire(m: &MachineRow, owner: &str, active: Vec<String>, now: i64) -> Machine {
+fn machine_wire(m: &MachineRow, owner: &str, active: Vec<String>, now: i64) -> Machine {
     let info = info_of(m);
-    let online = m
-        .last_seen_at
-        .is_some_and(|at| now - at < MACHINE_OFFLINE_AFTER_MS);
+    let online = online(m, now);
     Machine {
         id: m.id.clone(),
         name: m.name.clone(),
@@ -173,7 +177,7 @@ pub(crate) async fn register(
     Ok(out)
 }
 
-/// An audit entry for something done (not refused), in the change's own transaction.
+/// An audit entry for something done (not refused), for the change's own transaction.
 fn note(
     tx: &Tx,
     caller: &Caller,
@@ -182,39 +186,27 @@ fn note(
     code: &str,
     detail: &str,
 ) -> AuditRow {
-    AuditRow {
-        at: tx.now,
-        actor: caller.actor(),
-        action: action.to_owned(),
-        task_id: task.map(str::to_owned),
-        code: code.to_owned(),
-        detail: clip(detail, 500),
-    }
+    audit_row(tx.now, &caller.actor(), action, task, code, detail)
 }
 
-/// The machine's open work, and the tasks the control plane believes are under way there
-/// (an attempt holds their lease): the runner reports those it is not running. Asking is the
-/// machine's heartbeat.
-pub(crate) async fn open_work(st: &AppState, caller: &Caller, touch: bool) -> ApiResult<WorkList> {
+/// The machine's open work, and the runs the control plane believes are under way there
+/// (runs its runner started whose attempt holds the lease): the runner reports those it is
+/// not running. Asking is the machine's heartbeat.
+pub(crate) async fn open_work(st: &AppState, caller: &Caller) -> ApiResult<WorkList> {
     let id = runner_machine(caller)?.to_owned();
-    let mut tx = if touch {
-        Tx::write(st).await?
-    } else {
-        Tx::read(st).await?
-    };
+    let mut tx = Tx::write(st).await?;
     let mut m = tx
         .machine(&id)
         .await?
         .ok_or_else(|| ApiError::not_found("machine", &id))?;
-    if touch {
-        m.last_seen_at = Some(tx.now);
-        tx.update_machine(&m).await?;
-    }
-    let rows = tx.open_work(&id).await?;
-    let mut work = Vec::with_capacity(rows.len());
-    for w in &rows {
-        work.push(work_wire(w)?);
-    }
+    m.last_seen_at = Some(tx.now);
+    tx.update_machine(&m).await?;
+    let work = tx
+        .open_work(&id)
+        .await?
+        .iter()
+        .map(work_wire)
+        .collect::<ApiResult<Vec<_>>>()?;
     let mut running = Vec::new();
     for t in tx.machine_tasks(&id).await? {
         if t.state.is_terminal() {
@@ -225,12 +217,18 @@ pub(crate) async fn open_work(st: &AppState, caller: &Caller, touch: bool) -> Ap
             .await?
             .iter()
             .any(|a| a.state == AttemptState::Active);
-        if live {
+        if live && run_of(&tx.task_work(&t.id).await?).is_some() {
             running.push(t.id);
         }
     }
     tx.commit().await?;
     Ok(WorkList { work, running })
+}
+
+/// Whether the machine has open work: the one read a waiting work request repeats.
+pub(crate) async fn has_work(st: &AppState, caller: &Caller) -> ApiResult<bool> {
+    let id = runner_machine(caller)?;
+    Ok(!Tx::read(st).await?.open_work(id).await?.is_empty())
 }
 
 fn work_wire(w: &WorkRow) -> ApiResult<Work> {
@@ -313,15 +311,15 @@ pub(crate) async fn report(
                 "could not"
             };
             let text = format!("{machine} {what} to {} the run: {detail}", w.kind);
-            say(&mut tx, &task, "system", &text).await?;
-            if w.kind == WorkKind::Start && !task.state.is_terminal() {
-                task.state = TaskState::Failed;
-                task.outcome_summary = Some(text.clone());
-                task.updated_at = tx.now;
-                tx.update_task(&task).await?;
-                emit_task(&mut tx, &task, EventKind::TaskUpdated).await?;
-            } else if w.kind == WorkKind::Resume && !task.state.is_terminal() {
-                task.state = TaskState::NeedsHuman;
+            say(&mut tx, &task, "system", text.clone()).await?;
+            // A run that never started has failed; one that could not resume needs a person.
+            let then = match w.kind {
+                WorkKind::Start => Some(TaskState::Failed),
+                WorkKind::Resume => Some(TaskState::NeedsHuman),
+                WorkKind::Stop => None,
+            };
+            if let Some(state) = then.filter(|_| !task.state.is_terminal()) {
+                task.state = state;
                 task.outcome_summary = Some(text.clone());
                 task.updated_at = tx.now;
                 tx.update_task(&task).await?;
@@ -338,12 +336,12 @@ pub(crate) async fn report(
             tx.insert_audit(&row).await?;
         }
         WorkState::Done => {
-            let text = match (w.kind, detail.is_empty()) {
-                (WorkKind::Start, _) => format!("{machine} started the run"),
-                (WorkKind::Resume, _) => format!("{machine} resumed the run"),
-                (WorkKind::Stop, _) => format!("{machine} stopped the run"),
+            let text = match w.kind {
+                WorkKind::Start => format!("{machine} started the run"),
+                WorkKind::Resume => format!("{machine} resumed the run"),
+                WorkKind::Stop => format!("{machine} stopped the run"),
             };
-            say(&mut tx, &task, "system", &text).await?;
+            say(&mut tx, &task, "system", text).await?;
             let row = note(&tx, caller, &action, Some(&task.id), "done", &detail);
             tx.insert_audit(&row).await?;
         }
@@ -354,38 +352,11 @@ pub(crate) async fn report(
     Ok(out)
 }
 
-/// A message of the task's session from Waymark itself.
-async fn say(tx: &mut Tx, task: &TaskRow, role: &str, text: &str) -> ApiResult<()> {
-    let mut m = MessageRow {
-        session_id: task.session_id.clone(),
-        task_id: task.id.clone(),
-        seq: 0,
-        role: role.to_owned(),
-        text: text.to_owned(),
-        created_at: tx.now,
-    };
-    m.seq = tx.insert_message(&m).await?;
-    emit(
-        tx,
-        task,
-        EventKind::MessagesAppended,
-        json!({"messages": [convert::message(&m)]}),
-    )
-    .await?;
-    Ok(())
-}
-
-/// The run a task was started with (its first `start` item), if a runner started it.
-async fn run_of(tx: &mut Tx, task_id: &str) -> ApiResult<Option<(WorkRow, RunSpec)>> {
-    let start = tx
-        .task_work(task_id)
-        .await?
-        .into_iter()
-        .find(|w| w.kind == WorkKind::Start);
-    Ok(start.and_then(|w| {
-        let run = serde_json::from_value(w.args.get("run").cloned()?).ok()?;
-        Some((w, run))
-    }))
+/// The run a task was started with (its first `start` item among `work`, the task's items),
+/// if a runner started it.
+fn run_of(work: &[WorkRow]) -> Option<RunSpec> {
+    let start = work.iter().find(|w| w.kind == WorkKind::Start)?;
+    serde_json::from_value(start.args.get("run").cloned()?).ok()
 }
 
 /// Addresses a resume of the task's runtime session to its machine, once: an open resume not
@@ -403,11 +374,12 @@ pub(crate) async fn queue_resume(
     if task.state.is_terminal() {
         return Ok(None);
     }
-    let Some((_, run)) = run_of(tx, &task.id).await? else {
+    let work = tx.task_work(&task.id).await?;
+    let Some(run) = run_of(&work) else {
         return Ok(None);
     };
     let mut message = message;
-    for mut w in tx.task_work(&task.id).await? {
+    for mut w in work {
         if w.kind == WorkKind::Resume && w.state == WorkState::Pending {
             let earlier: Option<ResumeSpec> = w
                 .args
@@ -449,7 +421,8 @@ pub(crate) async fn queue_resume(
 /// After an answer to a durable (deferred) approval: the runtime waits for it across its own
 /// exit, so the run is resumed on its machine — nobody touches the host.
 pub(crate) async fn after_durable_answer(tx: &mut Tx, task_id: &str) -> ApiResult<()> {
-    let Some(task) = tx.task(task_id).await? else {
+    // Most deferred answers are for runs no runner started: nothing more to read for those.
+    let Some(task) = tx.task(task_id).await?.filter(|t| t.machine_id.is_some()) else {
         return Ok(());
     };
     let live = tx
@@ -502,6 +475,11 @@ pub(crate) async fn exited(
     }
     let mut tx = Tx::write(st).await?;
     let mut task = task_for(&mut tx, caller, &task_id).await?;
+    if run_of(&tx.task_work(&task.id).await?).is_none() {
+        return Err(invalid(
+            "this runner did not start the task: only the runs it started are recovered through it",
+        ));
+    }
     let how = match (req.code, req.signal) {
         (_, Some(s)) => format!("signal {s}"),
         (Some(c), None) => format!("exit status {c}"),
@@ -539,13 +517,14 @@ pub(crate) async fn exited(
         });
     }
     let mut frozen = Vec::new();
+    let decisions = tx.list_decisions(&task.id).await?;
     for mut e in tx.list_effects(&task.id).await? {
         if !matches!(e.status, EffectStatus::Intended | EffectStatus::InProgress)
             || e.flag.is_some()
         {
             continue;
         }
-        let waited = tx.list_decisions(&task.id).await?.into_iter().any(|d| {
+        let waited = decisions.iter().any(|d| {
             d.effect_id.as_deref() == Some(e.id.as_str())
                 && d.kind == DecisionKind::Approval
                 && d.status == DecisionStatus::Pending
@@ -577,7 +556,7 @@ pub(crate) async fn exited(
         &mut tx,
         &task,
         "system",
-        &format!("the runtime process ended mid-run ({how})"),
+        format!("the runtime process ended mid-run ({how})"),
     )
     .await?;
     let actor_note = |tx: &Tx, code: &str, detail: &str| {
@@ -625,26 +604,19 @@ pub(crate) async fn exited(
         &format!("the runtime process ended ({how})"),
     )
     .await?;
-    let queued = queue_resume(&mut tx, &task, "revive", Some(note_text)).await?;
+    // A run its runner started, of a task that has not ended (both checked above): the
+    // resume is addressed.
+    queue_resume(&mut tx, &task, "revive", Some(note_text)).await?;
     task.state = TaskState::Queued;
     task.updated_at = now;
     tx.update_task(&task).await?;
     emit_task(&mut tx, &task, EventKind::TaskUpdated).await?;
-    let (action, detail) = match queued {
-        Some(_) => (
-            "resume",
-            format!("the run is resumed on its machine ({how})"),
-        ),
-        None => (
-            "nothing",
-            format!("the run ended ({how}); it was not started by a runner, so nothing resumes it"),
-        ),
-    };
-    let row = actor_note(&tx, action, &detail);
+    let detail = format!("the run is resumed on its machine ({how})");
+    let row = actor_note(&tx, "resume", &detail);
     tx.insert_audit(&row).await?;
     tx.commit().await?;
     Ok(ExitHandled {
-        action: action.into(),
+        action: "resume".into(),
         detail,
     })
 }
@@ -902,7 +874,7 @@ pub(crate) async fn start_run(tx: &mut Tx, v: &Verified) -> ApiResult<Result<Str
     Ok(Ok(format!(
         "addressed to {}: {runtime} in {directory}{}",
         m.name,
-        if machine_wire(&m, "", Vec::new(), now).online {
+        if online(&m, now) {
             ""
         } else {
             " (the machine is offline: it starts when its runner is back)"
@@ -915,10 +887,11 @@ pub(crate) async fn queue_stop(tx: &mut Tx, task: &TaskRow) -> ApiResult<()> {
     let Some(machine_id) = task.machine_id.clone() else {
         return Ok(());
     };
-    let Some((_, run)) = run_of(tx, &task.id).await? else {
+    let work = tx.task_work(&task.id).await?;
+    let Some(run) = run_of(&work) else {
         return Ok(());
     };
-    for mut w in tx.task_work(&task.id).await? {
+    for mut w in work {
         if w.state == WorkState::Pending {
             w.state = WorkState::Void;
             w.detail = Some("the task was cancelled".into());

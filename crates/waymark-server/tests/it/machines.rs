@@ -126,8 +126,11 @@ async fn a_machine_registers_goes_offline_by_the_clock_and_only_its_owner_sees_i
     assert_eq!(v["machines"][0]["online"], false, "never heard from: {v}");
     assert!(v["machines"][0].get("offline_since").is_none(), "{v}");
 
+    // A second token of the machine, as `runner-token` makes one for a new runner; the first
+    // one still speaks for it.
     let l = laptop(&h, &["/home/alice/src"]).await;
-    assert_eq!(l.token.len(), token.len());
+    let (s, v) = h.get(&token, "/v1/runner/work").await;
+    assert_eq!(s, StatusCode::OK, "{v}");
     let (_, v) = h.get(&session, "/v1/machines").await;
     let m = &v["machines"][0];
     assert_eq!(m["online"], true, "{v}");
@@ -164,6 +167,35 @@ async fn a_machine_registers_goes_offline_by_the_clock_and_only_its_owner_sees_i
     assert_problem(s, &v, 404, "not_found");
     let (s, v) = h.get(&h.alice, "/v1/runner/work").await;
     assert_problem(s, &v, 403, "forbidden");
+    // A session started by hand on the machine (its hooks with the runner's token) is the
+    // machine's task, but not a run its runner started: it is not recovered through it.
+    hook(
+        &h,
+        &l.token,
+        "",
+        event("by-hand", "SessionStart", json!({"source": "startup"})),
+    )
+    .await;
+    let w = work(&h, &l).await;
+    assert_eq!(w["running"], json!([]), "{w}");
+    let (s, v) = h
+        .post(
+            &l.token,
+            "/v1/tasks",
+            json!({"title": "x", "runtime": "claude-code", "external_key": "by-hand"}),
+        )
+        .await;
+    assert_eq!(s, StatusCode::OK, "the hook made it: {v}");
+    assert_eq!(v["machine_id"], l.id.as_str(), "{v}");
+    let by_hand = v["id"].as_str().unwrap().to_owned();
+    let (s, v) = h
+        .post(
+            &l.token,
+            &format!("/v1/runner/tasks/{by_hand}/exited"),
+            json!({"signal": 9}),
+        )
+        .await;
+    assert_problem(s, &v, 422, "validation_failed");
     let (s, v) = h
         .send(
             reqwest::Method::PUT,
@@ -241,52 +273,39 @@ async fn a_signed_start_run_reaches_the_runner_once_and_what_the_machine_does_no
 
     // Refusals: the reason is said, and nothing reaches the runner.
     let reader = h.pair_device("alice", &["view"]).await;
+    let fresh = |args: Value| start_run(&alice, &waymark_proto::ids::task(), args);
     let cases = [
         (
-            start_run(&alice, &waymark_proto::ids::task(), run_args("/etc")),
+            fresh(run_args("/etc")),
             "not_allowed_on_machine",
             "does not allow runs in `/etc`",
         ),
         (
-            start_run(
-                &alice,
-                &waymark_proto::ids::task(),
-                run_args("/home/alice/src/../../etc"),
-            ),
+            fresh(run_args("/home/alice/src/../../etc")),
             "not_allowed_on_machine",
             "does not allow",
         ),
         (
-            start_run(
-                &alice,
-                &waymark_proto::ids::task(),
-                run_args("/home/alice/srcx"),
-            ),
+            fresh(run_args("/home/alice/srcx")),
             "not_allowed_on_machine",
             "does not allow",
         ),
         (
-            start_run(
-                &alice,
-                &waymark_proto::ids::task(),
+            fresh(
                 json!({"machine": "laptop", "runtime": "codex", "directory": "/home/alice/src", "prompt": "p"}),
             ),
             "not_allowed_on_machine",
             "codex",
         ),
         (
-            start_run(
-                &alice,
-                &waymark_proto::ids::task(),
+            fresh(
                 json!({"machine": "desk", "runtime": "claude-code", "directory": "/home/alice/src", "prompt": "p"}),
             ),
             "unknown_machine",
             "no machine `desk`",
         ),
         (
-            start_run(
-                &alice,
-                &waymark_proto::ids::task(),
+            fresh(
                 json!({"machine": "laptop", "runtime": "claude-code", "directory": "/home/alice/src", "prompt": ""}),
             ),
             "invalid_command",
