@@ -52,7 +52,11 @@ pub type Result<T, E = StoreError> = std::result::Result<T, E>;
 #[async_trait]
 pub trait Store: Send + Sync + 'static {
     /// Begins a write transaction. Writes serialise per backend rules; the transaction sees
-    /// the newest committed state.
+    /// the newest committed state — and, on a backend that commits in groups (SQLite), what
+    /// the earlier transactions of its group wrote before their shared `COMMIT`. So an answer
+    /// built from a write transaction's reads is given only after its `commit` returned
+    /// (which waits for that `COMMIT`), even when it changed nothing; dropping it rolls back
+    /// its own changes and returns at once.
     async fn write(&self) -> Result<Box<dyn StoreTx>>;
 
     /// Begins a read transaction: a consistent snapshot, never blocked by writers.

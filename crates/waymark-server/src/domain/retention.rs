@@ -26,9 +26,11 @@ pub(crate) struct Pruned {
 pub(crate) async fn prune(st: &AppState) -> ApiResult<Pruned> {
     let mut tx = Tx::write(st).await?;
     if !tx.try_claim("prune-events").await? {
+        let pruned_through = tx.pruned_through().await?;
+        tx.commit().await?;
         return Ok(Pruned {
             deleted: 0,
-            pruned_through: tx.pruned_through().await?,
+            pruned_through,
             audit_deleted: 0,
         });
     }
@@ -43,11 +45,11 @@ pub(crate) async fn prune(st: &AppState) -> ApiResult<Pruned> {
     let retention = i64::try_from(st.config.audit_retention.as_millis()).unwrap_or(i64::MAX);
     let before = tx.now.saturating_sub(retention);
     let audit_deleted = tx.prune_audit(before, st.config.audit_max_entries).await?;
-    // Most ticks prune nothing: only a change is committed (a dropped transaction rolls
-    // back), so an idle server does not write a transaction every pass.
-    if deleted > 0 || audit_deleted > 0 {
-        tx.commit().await?;
-    }
+    // Committed even when nothing was pruned: on SQLite a write transaction reads what the
+    // earlier members of its commit group wrote, so an answer built from it may be given
+    // only after that group's `COMMIT` (a dropped transaction answers at once — a
+    // `pruned_through` nobody can read yet). A commit that changed nothing writes nothing.
+    tx.commit().await?;
     Ok(Pruned {
         deleted,
         pruned_through,
