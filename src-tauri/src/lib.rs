@@ -67,6 +67,8 @@ pub fn specta_builder() -> tauri_specta::Builder<tauri::Wry> {
             settings::mute_notifications,
             settings::start_demo,
             settings::take_pending_route,
+            machines::list_machines,
+            machines::start_run,
         ])
         .events(collect_events![MirrorChanged, StatusChanged, Navigate])
         .error_handling(ErrorHandlingMode::Throw)

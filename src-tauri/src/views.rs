@@ -89,6 +89,8 @@ pub struct TaskView {
     pub commit: Option<String>,
     /// How the last attempt summed up.
     pub outcome_summary: Option<String>,
+    /// The machine whose runner runs it (`mch_…`), for a run started through a runner.
+    pub machine_id: Option<String>,
     /// Created (unix ms).
     pub created_at: i64,
     /// Last change (unix ms).
@@ -123,6 +125,7 @@ impl From<Task> for TaskView {
             repo: t.materials.repo,
             commit: t.materials.commit,
             outcome_summary: t.outcome_summary,
+            machine_id: t.machine_id,
             created_at: ms(t.created_at),
             updated_at: ms(t.updated_at),
         }
@@ -1183,4 +1186,88 @@ impl From<waymark_companion::SyncReport> for SyncView {
             cursor: r.cursor,
         }
     }
+}
+
+/// A runtime a machine's runner can start.
+#[derive(Debug, Clone, Serialize, Type)]
+pub struct MachineRuntimeView {
+    /// `claude-code`, …
+    pub runtime: String,
+    /// As the runtime reports it.
+    pub version: Option<String>,
+}
+
+/// One of the user's machines, as its runner last reported it.
+#[derive(Debug, Clone, Serialize, Type)]
+pub struct MachineView {
+    /// `mch_…`.
+    pub id: String,
+    /// Its name (`laptop`).
+    pub name: String,
+    /// Heard from within the last minute (server clock).
+    pub online: bool,
+    /// Last heard from (unix ms; absent: never).
+    pub last_seen_at: Option<i64>,
+    /// Offline since (unix ms; absent: online, or never heard from).
+    pub offline_since: Option<i64>,
+    /// The runtimes it can start.
+    pub runtimes: Vec<MachineRuntimeView>,
+    /// The directories its owner allowed runs in (a run may use one below them).
+    pub directories: Vec<String>,
+    /// Whether its runner keeps the machine awake while a run is active.
+    pub inhibits_sleep: bool,
+    /// Its tasks that have not ended.
+    pub active_tasks: Vec<String>,
+    /// Its runner's version (absent: never registered).
+    pub runner_version: Option<String>,
+}
+
+impl From<Machine> for MachineView {
+    fn from(m: Machine) -> Self {
+        MachineView {
+            id: m.id,
+            name: m.name,
+            online: m.online,
+            last_seen_at: m.last_seen_at.map(ms),
+            offline_since: m.offline_since.map(ms),
+            runtimes: m
+                .runtimes
+                .into_iter()
+                .map(|r| MachineRuntimeView {
+                    runtime: r.runtime,
+                    version: r.version,
+                })
+                .collect(),
+            directories: m.directories,
+            inhibits_sleep: m.inhibits_sleep,
+            active_tasks: m.active_tasks,
+            runner_version: m.runner_version,
+        }
+    }
+}
+
+/// A run the person asks to start on a machine (signed as `start_run`).
+#[derive(Debug, Clone, Deserialize, Type)]
+pub struct StartRunView {
+    /// The machine's name or id.
+    pub machine: String,
+    /// One of the machine's runtimes.
+    pub runtime: String,
+    /// An absolute directory at or below one the machine allows.
+    pub directory: String,
+    /// The first prompt.
+    pub prompt: String,
+    /// The task's title (default: the prompt's first line).
+    pub title: Option<String>,
+    /// Tools whose calls need an approval (a regex of tool names; default: the runtime's).
+    pub gate: Option<String>,
+}
+
+/// A started (or queued) run: its new task and the signed command.
+#[derive(Debug, Clone, Serialize, Type)]
+pub struct StartedRunView {
+    /// The new task's id, chosen on this device.
+    pub task_id: String,
+    /// The command in the outbox.
+    pub command: OutboxView,
 }

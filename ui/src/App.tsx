@@ -10,6 +10,8 @@ import { InboxScreen } from "./screens/Inbox";
 import { ThreadsScreen } from "./screens/Threads";
 import { ThreadDetailScreen } from "./screens/ThreadDetail";
 import { OutboxScreen } from "./screens/Outbox";
+import { MachinesScreen } from "./screens/Machines";
+import { NewRunScreen } from "./screens/NewRun";
 import { PairingScreen } from "./screens/Pairing";
 import { SettingsScreen, type Theme } from "./screens/Settings";
 
@@ -84,6 +86,9 @@ export function App() {
   else if (top === "threads" && parts[1]) screen = <ThreadDetailScreen id={parts[1]} go={go} />;
   else if (top === "threads") screen = <ThreadsScreen go={go} status={status} />;
   else if (top === "outbox") screen = <OutboxScreen />;
+  // `/machines/new[/NAME]`: a new run (on that machine).
+  else if (top === "machines" && parts[1] === "new") screen = <NewRunScreen key={parts[2] ?? ""} machine={parts[2] ? decodeURIComponent(parts[2]) : undefined} go={go} />;
+  else if (top === "machines") screen = <MachinesScreen go={go} />;
   else if (top === "pairing") screen = <PairingScreen key={link ?? ""} status={status} initialLink={link} />;
   // The web companion's pairing link (`<server>/app/#/pair?code=…`, a QR code's target): pairs
   // on arrival.
@@ -93,6 +98,7 @@ export function App() {
   const nav: [string, string, number | null][] = [
     ["inbox", t("nav.inbox"), status?.pending_decisions ?? null],
     ["threads", t("nav.threads"), null],
+    ["machines", t("nav.machines"), null],
     ["outbox", t("nav.outbox"), status?.queued ?? null],
     ["pairing", t("nav.pairing"), null],
     ["settings", t("nav.settings"), null],

@@ -72,6 +72,13 @@ export const commands = {
 	startDemo: () => __TAURI_INVOKE<null>("start_demo"),
 	/**  Where to go first: a deep link or notification action that came before the UI listened. */
 	takePendingRoute: () => __TAURI_INVOKE<Navigate | null>("take_pending_route"),
+	/**  The user's machines (live from the server: a machine's state is only worth its freshness). */
+	listMachines: () => __TAURI_INVOKE<MachineView[]>("list_machines"),
+	/**
+	 *  Signs `start_run` for a new task on a machine and delivers it (or queues it: offline, the
+	 *  run starts on the next sync, exactly once).
+	 */
+	startRun: (run: StartRunView) => __TAURI_INVOKE<StartedRunView>("start_run", { run }),
 };
 
 /** Events */
@@ -510,6 +517,38 @@ export type InboxItemView = {
 	receipts: ReceiptView[],
 };
 
+/**  A runtime a machine's runner can start. */
+export type MachineRuntimeView = {
+	/**  `claude-code`, … */
+	runtime: string,
+	/**  As the runtime reports it. */
+	version: string | null,
+};
+
+/**  One of the user's machines, as its runner last reported it. */
+export type MachineView = {
+	/**  `mch_…`. */
+	id: string,
+	/**  Its name (`laptop`). */
+	name: string,
+	/**  Heard from within the last minute (server clock). */
+	online: boolean,
+	/**  Last heard from (unix ms; absent: never). */
+	last_seen_at: number | null,
+	/**  Offline since (unix ms; absent: online, or never heard from). */
+	offline_since: number | null,
+	/**  The runtimes it can start. */
+	runtimes: MachineRuntimeView[],
+	/**  The directories its owner allowed runs in (a run may use one below them). */
+	directories: string[],
+	/**  Whether its runner keeps the machine awake while a run is active. */
+	inhibits_sleep: boolean,
+	/**  Its tasks that have not ended. */
+	active_tasks: string[],
+	/**  Its runner's version (absent: never registered). */
+	runner_version: string | null,
+};
+
 /**  A session message. */
 export type MessageView = {
 	/**  Position. */
@@ -719,6 +758,30 @@ export type StageView = {
 	verified: boolean,
 };
 
+/**  A run the person asks to start on a machine (signed as `start_run`). */
+export type StartRunView = {
+	/**  The machine's name or id. */
+	machine: string,
+	/**  One of the machine's runtimes. */
+	runtime: string,
+	/**  An absolute directory at or below one the machine allows. */
+	directory: string,
+	/**  The first prompt. */
+	prompt: string,
+	/**  The task's title (default: the prompt's first line). */
+	title: string | null,
+	/**  Tools whose calls need an approval (a regex of tool names; default: the runtime's). */
+	gate: string | null,
+};
+
+/**  A started (or queued) run: its new task and the signed command. */
+export type StartedRunView = {
+	/**  The new task's id, chosen on this device. */
+	task_id: string,
+	/**  The command in the outbox. */
+	command: OutboxView,
+};
+
 /**  The link, outbox, mute or demo status changed: re-read the status. */
 export type StatusChanged = Record<string, never>;
 
@@ -814,6 +877,8 @@ export type TaskView = {
 	commit: string | null,
 	/**  How the last attempt summed up. */
 	outcome_summary: string | null,
+	/**  The machine whose runner runs it (`mch_…`), for a run started through a runner. */
+	machine_id: string | null,
 	/**  Created (unix ms). */
 	created_at: number,
 	/**  Last change (unix ms). */

@@ -806,6 +806,11 @@ pub(crate) async fn run(cmd: ClientCommand, json: bool) -> CliResult {
                 gate,
             };
             let (task, entry) = c.start_run(&run).await.map_err(failure)?;
+            if entry.status == waymark_companion::OutboxStatus::Queued {
+                return Err(failure(waymark_companion::Error::Unreachable(format!(
+                    "the run {task} is queued and will be started on the next sync"
+                ))));
+            }
             let result = entry.result.clone();
             let status = result.as_ref().map(|r| r.status);
             let value = serde_json::json!({"task_id": task, "outbox": entry});

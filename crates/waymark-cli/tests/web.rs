@@ -1020,6 +1020,172 @@ async fn a_phone_browser_pairs_by_link_approves_and_steers_offline() {
     c.close().await.expect("close the browser");
 }
 
+/// A person with only a phone starts a run on their laptop: the Machines screen shows the
+/// machine its runner registered (over the runner's own HTTP calls, with its machine-scoped
+/// token), New run signs `start_run` in the browser with what its summary shows, and the
+/// laptop's runner is handed exactly that as a `start` work item — the task already in the
+/// phone's threads, saying where it runs.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_phone_browser_starts_a_run_on_a_machine() {
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let data = tmp.path().join("server");
+    let out = out_dir();
+    let port = free_port();
+    let url = format!("http://127.0.0.1:{port}");
+    let _server = serve(&data, port, &out.join("serve-run.log"));
+    admin(&data, &["user", "add", "alice"]);
+    let runner = admin(
+        &data,
+        &["runner-token", "--machine", "laptop", "--user", "alice"],
+    )["token"]
+        .as_str()
+        .expect("a runner token")
+        .to_owned();
+    let src = tmp.path().join("src");
+    std::fs::create_dir_all(src.join("app")).expect("a source tree");
+    let src = src.to_str().expect("a UTF-8 path").to_owned();
+    // What `waymark runner` reports when it starts: its runtimes and the directories allowed.
+    let registered = curl_json(
+        "PUT",
+        &format!("{url}/v1/runner/machine"),
+        &runner,
+        Some(&json!({
+            "runtimes": [{"runtime": "claude-code", "version": "2.1.328 (Claude Code)"}],
+            "directories": [src],
+            "runner_version": "0.1.0",
+        })),
+    );
+    assert_eq!(registered["name"], "laptop", "registered: {registered}");
+    // Its first work request: the heartbeat that makes it online.
+    let idle = curl_json(
+        "GET",
+        &format!("{url}/v1/runner/work?wait=0"),
+        &runner,
+        None,
+    );
+    assert_eq!(idle["work"], json!([]), "no work yet: {idle}");
+
+    let pairing = admin(&data, &["pair", "--user", "alice", "--server", &url]);
+    let web_link = pairing["web_link"].as_str().expect("a web link").to_owned();
+    let driver_port = free_port();
+    let _driver = chromedriver(driver_port, &out.join("chromedriver-run.log"));
+    let c = phone_browser(driver_port, &tmp.path().join("chromium")).await;
+    c.goto(&web_link).await.expect("open the pairing link");
+    wait_css(&c, "[data-testid=pair-result]", 60).await;
+
+    click(&c, "[data-testid=nav-machines]").await;
+    let card = wait_css(&c, "[data-testid=machine][data-machine=laptop]", 60)
+        .await
+        .text()
+        .await
+        .unwrap_or_default();
+    assert!(
+        card.contains("Online") && card.contains("Claude Code") && card.contains(&src),
+        "the laptop as its runner reported it: {card}"
+    );
+    shot(&c, "machines").await;
+    click(&c, "[data-testid=new-run-here]").await;
+    wait_until(
+        &c,
+        "the form knows the laptop's directories",
+        30,
+        || async {
+            match c.find(Locator::Css("[data-testid=run-directory]")).await {
+                Ok(e) => e.prop("value").await.ok().flatten().as_deref() == Some(src.as_str()),
+                Err(_) => false,
+            }
+        },
+    )
+    .await;
+    let prompt = "make the flaky checkout test pass";
+    for (field, value) in [
+        ("run-below", "app"),
+        ("run-prompt", prompt),
+        ("run-gate", "Bash|Write"),
+    ] {
+        c.find(Locator::Css(&format!("[data-testid={field}]")))
+            .await
+            .expect("a field of the form")
+            .send_keys(value)
+            .await
+            .expect("type into the form");
+    }
+    let summary = text(&c, "[data-testid=run-summary]").await;
+    let dir = format!("{src}/app");
+    assert!(
+        summary.contains(&dir) && summary.contains("laptop") && summary.contains("Bash|Write"),
+        "the summary shows what is signed: {summary}"
+    );
+    shot(&c, "new-run").await;
+    click(&c, "[data-testid=run-start]").await;
+    let started = wait_css(&c, "[data-testid=run-started]", 30).await;
+    assert_eq!(
+        started.attr("data-status").await.ok().flatten().as_deref(),
+        Some("delivered"),
+        "the signed start_run was applied: {}",
+        started.text().await.unwrap_or_default()
+    );
+    shot(&c, "run-started").await;
+
+    // The laptop's runner is handed exactly what the phone signed.
+    let work = curl_json(
+        "GET",
+        &format!("{url}/v1/runner/work?wait=0"),
+        &runner,
+        None,
+    );
+    let items = work["work"].as_array().cloned().unwrap_or_default();
+    assert_eq!(items.len(), 1, "one start for the laptop: {work}");
+    let item = &items[0];
+    assert_eq!(item["kind"], "start", "{item}");
+    assert_eq!(item["run"]["runtime"], "claude-code", "{item}");
+    assert_eq!(item["run"]["directory"], dir, "{item}");
+    assert_eq!(item["run"]["prompt"], prompt, "{item}");
+    assert_eq!(item["run"]["gate"], "Bash|Write", "{item}");
+    let task = item["task_id"].as_str().expect("the task").to_owned();
+
+    // The run's thread, from the phone: where it runs.
+    click(&c, "[data-testid=open-run]").await;
+    wait_until(&c, "the new run's thread", 60, || async {
+        c.find(Locator::Css("[data-testid=thread-state]"))
+            .await
+            .is_ok()
+    })
+    .await;
+    let on = wait_css(&c, "[data-testid=machine-on]", 30)
+        .await
+        .text()
+        .await
+        .unwrap_or_default();
+    assert_eq!(on, "Runs on laptop", "the thread says where it runs");
+    assert_eq!(
+        paused_task(&c).await,
+        task,
+        "the thread is the task handed to the runner"
+    );
+    shot(&c, "run-thread").await;
+    c.close().await.expect("close the browser");
+}
+
+/// A JSON call with a bearer token, by curl (as the other out-of-browser calls here).
+fn curl_json(method: &str, url: &str, token: &str, body: Option<&Value>) -> Value {
+    let mut cmd = Command::new("curl");
+    cmd.args([
+        "-sS",
+        "-X",
+        method,
+        "-H",
+        &format!("authorization: Bearer {token}"),
+    ]);
+    if let Some(b) = body {
+        cmd.args(["-H", "content-type: application/json", "--data-binary"])
+            .arg(b.to_string());
+    }
+    let out = cmd.arg(url).output().expect("curl");
+    serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|_| panic!("{method} {url}: {}", String::from_utf8_lossy(&out.stdout)))
+}
+
 /// The text of decision `id`'s card in the inbox (then back to where the page was).
 async fn card_text_of(c: &Client, id: &str) -> String {
     let back = c.current_url().await.expect("the page's address");

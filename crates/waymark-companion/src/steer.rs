@@ -157,7 +157,8 @@ impl Companion {
 
     /// Starts a run on one of the user's machines: a signed `start_run` whose new task id is
     /// chosen here, so a resend (from the outbox, after a drop) is the same command, applied
-    /// once. Queued offline like any command. Returns the new task's id and the outbox entry.
+    /// once. Queued offline like any command. Returns the new task's id and the outbox entry —
+    /// still `queued` when the server could not be reached (it goes on the next sync).
     pub async fn start_run(&self, run: &StartRun) -> Result<(String, OutboxEntry), Error> {
         let (id, _) = self.require_identity().await?;
         let keystore = self.keystore()?;
@@ -200,10 +201,7 @@ impl Companion {
             .find(|e| e.command_id == cmd.command_id)
             .ok_or_else(|| Error::Mirror("the queued command vanished".into()))?;
         match delivered {
-            Ok(_) => Ok((task_id, entry)),
-            Err(Error::Unreachable(why)) => Err(Error::Unreachable(format!(
-                "{why}; the run is queued and will be started on the next sync"
-            ))),
+            Ok(_) | Err(Error::Unreachable(_)) => Ok((task_id, entry)),
             Err(e) => Err(e),
         }
     }

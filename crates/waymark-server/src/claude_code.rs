@@ -209,6 +209,24 @@ pub(crate) async fn hook(
             }
             json!({})
         }
+        "PreToolUse" if paused(&st, &s).await? => {
+            // `claude -p` has no pause of its own: it stops here, before the call, and keeps
+            // its session; resuming the task resumes the session (a runner's run by itself).
+            let tool = input.tool_name.as_deref().unwrap_or("tool");
+            let why = format!(
+                "the task is paused in Waymark: Claude Code stopped before `{tool}`, which did not run; resume the task to go on"
+            );
+            say(&st, &caller, &s, "system", why.clone()).await?;
+            json!({
+                "continue": false,
+                "stopReason": why,
+                "hookSpecificOutput": {
+                    "hookEventName": "PreToolUse",
+                    "permissionDecision": "deny",
+                    "permissionDecisionReason": why,
+                },
+            })
+        }
         "PreToolUse" => {
             let effect_id = declare_tool(&st, &caller, &s, &input).await?;
             let gated = gate
@@ -477,6 +495,15 @@ async fn declare_tool(
     )
     .await?;
     Ok(Some(declared.value.effect.id))
+}
+
+/// Whether the session's task is paused (read now: the pause may have come mid-turn).
+async fn paused(st: &AppState, s: &Session) -> ApiResult<bool> {
+    Ok(Tx::read(st)
+        .await?
+        .task(&s.task_id)
+        .await?
+        .is_some_and(|t| t.state == TaskState::Paused))
 }
 
 /// `PostToolUse` / `PostToolUseFailure` → the effect's receipt.

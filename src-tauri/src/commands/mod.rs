@@ -3,6 +3,7 @@
 //! none holds a rule of its own.
 
 pub mod inbox;
+pub mod machines;
 pub mod pairing;
 pub mod settings;
 pub mod steer;

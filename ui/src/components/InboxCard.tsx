@@ -4,11 +4,12 @@
 // choice that grants more than this one call ("always allow", "for this session"), saying what
 // it changes; budget options each say what they give up.
 import { useEffect, useState } from "react";
-import type { DecideOp, DeliveryStep, DeliveryView, EscalationStateView, InboxItemView, OutboxView, SeenView } from "../bindings";
+import type { DecideOp, DeliveryStep, DeliveryView, EscalationStateView, InboxItemView, MachineView, OutboxView, SeenView } from "../bindings";
 import { useI18n } from "../i18n";
 import { ago, clock, countdown, short } from "../format";
 import { ArtifactBody, type LoadText } from "./Artifact";
 import { EditIntent } from "./EditIntent";
+import { MachineNote } from "./Machine";
 import { Receipts } from "./Receipts";
 import type { RowProps } from "../windowed";
 
@@ -146,8 +147,11 @@ export function InboxCard({
   onSelect,
   approveEdited,
   onOpened,
+  machine,
 }: {
   item: InboxItemView;
+  /** The machine whose runner runs the task (a run started through a runner). */
+  machine?: MachineView | null;
   decide: Decide;
   /** Where given, an approval whose runtime takes an edit offers "Edit, then approve". */
   approveEdited?: ApproveEdited;
@@ -251,6 +255,7 @@ export function InboxCard({
         {d.question}
       </h3>
       {item.stale && <p className="warn">{t("inbox.stale", { asked: d.plan_revision, now: item.plan_revision })}</p>}
+      <MachineNote machine={machine} />
 
       {d.intent != null && (
         <section className="intent">
@@ -278,7 +283,7 @@ export function InboxCard({
       <Closing item={item} now={now} />
       {d.can_wait && !decidedByRuntime && d.status === "pending" && (
         <div className="small wait-offer" data-testid="wait-offer">
-          <p>{t("inbox.wait.explain", { runtime: d.closing.runtime ?? "" })}</p>
+          <p>{machine ? t("inbox.wait.explainRunner", { runtime: d.closing.runtime ?? "", name: machine.name }) : t("inbox.wait.explain", { runtime: d.closing.runtime ?? "" })}</p>
           <button type="button" className="secondary" disabled={locked} data-testid="wait" onClick={() => send("wait")}>
             {t("inbox.wait.button", { runtime: d.closing.runtime ?? "" })}
           </button>

@@ -11,6 +11,7 @@ import { del, get } from "idb-keyval";
 import { commands, errorText, loadText, useMirror } from "../data";
 import { useI18n } from "../i18n";
 import { InboxCard } from "../components/InboxCard";
+import { machinesByTask, useMachines } from "../components/Machine";
 import { answerMany } from "../components/batch";
 import { useWindowed } from "../windowed";
 
@@ -30,6 +31,8 @@ const ACTION_TTL_MS = 2 * 60 * 1000;
 export function InboxScreen({ focus, confirm, actionNonce, go }: { focus?: string; confirm?: string | null; actionNonce?: string | null; go: (r: string) => void }) {
   const { t } = useI18n();
   const { data, error } = useMirror(() => commands.listInbox(), []);
+  const { machines } = useMachines();
+  const machineOf = machinesByTask(machines);
   // An answered decision leaves the inbox as soon as the mirror hears of it; what was sent
   // stays visible here so the person sees their answer went out (or was queued).
   const [sent, setSent] = useState<{ question: string; op: DecideOp; entry: OutboxView }[]>([]);
@@ -189,6 +192,7 @@ export function InboxScreen({ focus, confirm, actionNonce, go }: { focus?: strin
                 onEngaged={onEngaged}
                 selected={selected.has(item.decision.id)}
                 onSelect={onSelect}
+                machine={machineOf.get(item.decision.task_id) ?? null}
               />
             );
           })}

@@ -26,7 +26,10 @@ export function PairingScreen({ status, initialLink, pairNow, done }: { status: 
       setMsg(t("pairing.paired", { device: s.device_id ?? "", user: s.user ?? "", server: s.server ?? "" }));
       setLink("");
       setCode("");
-      if (done) window.setTimeout(done, 1500);
+      // On to the inbox after a moment to read the result — unless the person went elsewhere
+      // meanwhile (a later jump would take them from what they opened).
+      const here = window.location.hash;
+      if (done) window.setTimeout(() => window.location.hash === here && done(), 1500);
     } catch (e) {
       setError(errorText(e));
     } finally {

@@ -12,6 +12,7 @@ import { CheckpointDiff } from "../components/CheckpointDiff";
 import { ArtifactBody } from "../components/Artifact";
 import { Receipts } from "../components/Receipts";
 import { OutboxList } from "../components/Outbox";
+import { MachineNote, useMachines } from "../components/Machine";
 
 function Timeline({ checkpoints }: { checkpoints: CheckpointView[] }) {
   const { t } = useI18n();
@@ -101,6 +102,12 @@ function Section({ title, children, id }: { title: string; children: React.React
   );
 }
 
+/** The machine a runner's run runs on (read live; nothing is said while it cannot be read). */
+function ThreadMachine({ id }: { id: string }) {
+  const { machines } = useMachines();
+  return <MachineNote machine={machines?.find((m) => m.id === id) ?? null} />;
+}
+
 function Detail({ d, go }: { d: ThreadDetailView; go: (r: string) => void }) {
   const { t } = useI18n();
   const [open, setOpen] = useState<string | null>(null);
@@ -118,6 +125,7 @@ function Detail({ d, go }: { d: ThreadDetailView; go: (r: string) => void }) {
             {t("threads.rev", { rev: task.plan_revision })} · {t("detail.fence", { fence: task.fence })} · {task.id}
           </span>
         </div>
+        {task.machine_id && !task.terminal && <ThreadMachine id={task.machine_id} />}
         {task.outcome_summary && <p>{task.outcome_summary}</p>}
       </header>
       <div className="detail-grid">

@@ -101,6 +101,7 @@ export const task: TaskView = {
   repo: "/tmp/checkout-service",
   commit: "3b18e51",
   outcome_summary: null,
+  machine_id: null,
   created_at: NOW - 900_000,
   updated_at: NOW - 60_000,
 };

@@ -19,6 +19,7 @@ const mirror = vi.hoisted(() => ({ data: null as unknown, opened: [] as string[]
 vi.mock("../data", () => ({
   useMirror: () => ({ data: mirror.data, error: null, reload: () => {} }),
   commands: {
+    listMachines: async () => [],
     // Cards on screen are reported opened (proof of delivery).
     markOpened: async (ids: string[]) => {
       mirror.opened.push(...ids);

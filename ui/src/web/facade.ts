@@ -8,6 +8,7 @@ import type {
   Navigate,
   SeenView,
   StatusChanged,
+  StartRunView,
   SteerOp,
 } from "../bindings";
 import type { Listener, WebCompanion } from "./transport";
@@ -28,6 +29,8 @@ export function webTransport(open: () => Promise<WebCompanion>) {
     approveEdited: call((w, decisionId: string, editedPart: string, seen: SeenView) => w.approveEdited(decisionId, editedPart, seen)),
     steer: call((w, taskId: string, op: SteerOp, instructions: string | null, suspend: string[], seenRevision: number) => w.steer(taskId, op, instructions, suspend, seenRevision)),
     listOutbox: call((w) => w.outbox()),
+    listMachines: call((w) => w.machines()),
+    startRun: call((w, run: StartRunView) => w.startRun(run)),
     syncNow: call((w) => w.syncOnce()),
     pairDevice: call((w, link: string, code: string | null, name: string | null) => w.pair(link, code, name)),
     listDevices: call((w) => w.devices()),

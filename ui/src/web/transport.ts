@@ -11,10 +11,13 @@ import type {
   DelegatesView,
   EscalationPolicyView,
   InboxItemView,
+  MachineView,
   MirrorChanged,
   Navigate,
   OutboxView,
   SeenView,
+  StartRunView,
+  StartedRunView,
   StatusChanged,
   StatusView,
   SteerOp,
@@ -26,10 +29,10 @@ import { Api, ApiError, type Snapshot } from "./api";
 import { type Db, openBrowserDb } from "./db";
 import { type DeviceKey, loadOrCreateKey, pendingKey } from "./keys";
 import { type Identity, MirrorError, WebMirror } from "./mirror";
-import { answerArgs, approveEditedArgs, newCommand, signCommand, type Seen } from "./sign";
-import { inboxItemView, outboxView, threadDetailView, threadRowView } from "./views";
+import { answerArgs, approveEditedArgs, commandId, newCommand, signCommand, type Seen } from "./sign";
+import { inboxItemView, machineView, outboxView, threadDetailView, threadRowView } from "./views";
 import type { Operation, OutboxStatus } from "../bindings";
-import type { CommandResult, Event, TaskDetail } from "./wire";
+import type { CommandResult, Event, MachineList, TaskDetail } from "./wire";
 
 /** Where the page keeps its read session: the service worker reads it to describe a push. */
 export const SESSION_KEY = "waymark-session";
@@ -369,6 +372,39 @@ export class WebCompanion {
     const entry = (await this.mirror.outbox(taskId)).find((e) => e.command_id === cmd.command_id);
     if (!entry) throw new Error("the command vanished from the outbox");
     return outboxView(entry);
+  }
+
+  /** The user's machines, live from the server (a machine's state is only worth its freshness). */
+  async machines(): Promise<MachineView[]> {
+    const list = await this.api.get<MachineList>(await this.token(), "/v1/machines");
+    return list.machines.map(machineView);
+  }
+
+  /** Signs `start_run` for a new task whose id this device chooses (a resend is the same
+   * command, applied once) and delivers it — or keeps it queued for the next sync. */
+  async startRun(run: StartRunView): Promise<StartedRunView> {
+    const id = await this.identity();
+    const blank = (s: string | null) => (s && s.trim() ? s : null);
+    if (!run.prompt.trim()) throw new Error("the prompt is empty: say what the run should do");
+    const args: Record<string, unknown> = { machine: run.machine, runtime: run.runtime, directory: run.directory, prompt: run.prompt };
+    const title = blank(run.title);
+    const gate = blank(run.gate);
+    if (title) args.title = title;
+    if (gate) args.gate = gate;
+    const taskId = `task_${commandId().replaceAll("-", "")}`;
+    const cmd = newCommand({ taskId, operation: "start_run", args, expectedPlanRevision: null, user: id.user, deviceId: id.device_id });
+    const env = await signCommand(await this.deviceKey(), cmd);
+    await this.mirror.enqueue(taskId, "start_run", null, cmd.command_id, env);
+    this.mirrorChanged.emit({});
+    try {
+      await this.deliverOutbox();
+    } catch (e) {
+      this.failed(e);
+    }
+    this.statusChanged.emit({});
+    const entry = (await this.mirror.outbox(taskId)).find((e) => e.command_id === cmd.command_id);
+    if (!entry) throw new Error("the command vanished from the outbox");
+    return { task_id: taskId, command: outboxView(entry) };
   }
 
   async steer(taskId: string, op: SteerOp, instructions: string | null, suspend: string[], seenRevision: number): Promise<OutboxView> {

@@ -9,6 +9,7 @@ import type {
   DecisionView,
   EffectView,
   InboxItemView,
+  MachineView,
   MessageView,
   OutboxView,
   ReceiptView,
@@ -26,6 +27,7 @@ import {
   type Checkpoint,
   type Decision,
   type Effect,
+  type Machine,
   type Message,
   type Task,
   type TestReceipt,
@@ -66,6 +68,7 @@ export function taskView(t: Task, now: number = Date.now()): TaskView {
     repo: t.materials.repo ?? null,
     commit: t.materials.commit ?? null,
     outcome_summary: t.outcome_summary ?? null,
+    machine_id: t.machine_id ?? null,
     created_at: ms(t.created_at),
     updated_at: ms(t.updated_at),
   };
@@ -239,6 +242,21 @@ export function attemptView(a: Attempt): AttemptView {
     started_at: ms(a.started_at),
     ended_at: a.ended_at ? ms(a.ended_at) : null,
     expires_at: ms(a.expires_at),
+  };
+}
+
+export function machineView(m: Machine): MachineView {
+  return {
+    id: m.id,
+    name: m.name,
+    online: m.online,
+    last_seen_at: m.last_seen_at ? ms(m.last_seen_at) : null,
+    offline_since: m.offline_since ? ms(m.offline_since) : null,
+    runtimes: m.runtimes.map((r) => ({ runtime: r.runtime, version: r.version ?? null })),
+    directories: m.directories,
+    inhibits_sleep: m.inhibits_sleep,
+    active_tasks: m.active_tasks,
+    runner_version: m.runner_version ?? null,
   };
 }
 

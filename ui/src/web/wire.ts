@@ -52,6 +52,7 @@ export type Task = {
   created_at: Time;
   updated_at: Time;
   parent_id?: string | null;
+  machine_id?: string | null;
 };
 
 export type Attempt = {
@@ -298,3 +299,20 @@ export function compareTime(a: Time, b: Time): number {
   const [bm, bn] = timeKey(b);
   return am - bm || an - bn;
 }
+
+/** `GET /v1/machines`: one of the user's machines, as its runner last reported it. */
+export type Machine = {
+  id: string;
+  name: string;
+  owner: string;
+  online: boolean;
+  last_seen_at?: Time | null;
+  offline_since?: Time | null;
+  runtimes: { runtime: string; version?: string | null }[];
+  directories: string[];
+  runner_version?: string | null;
+  inhibits_sleep: boolean;
+  active_tasks: string[];
+};
+
+export type MachineList = { machines: Machine[] };

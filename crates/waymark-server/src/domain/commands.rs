@@ -324,6 +324,10 @@ pub(crate) async fn decide(
             task.state = resumed_state(tx, &task).await?;
             control = Some(json!({}));
             res.detail = "resumed".into();
+            // A runner's run that stopped at the pause goes on in its session.
+            if machines::after_resume(tx, &task, &v.user.name).await? {
+                res.detail = "resumed: its machine's runner resumes the session".into();
+            }
         }
         Operation::Cancel => {
             task.state = TaskState::Cancelled;

@@ -193,7 +193,12 @@ pub(crate) async fn finish(
             attempt.released = Some(to_value(&req.released));
         }
         tx.update_attempt(&attempt).await?;
-        let next = req.outcome.task_state();
+        // A paused task stays paused when its runtime lets go (a person paused it; only a
+        // person resumes it).
+        let next = match (req.outcome, task.state) {
+            (FinishOutcome::Released, TaskState::Paused) => TaskState::Paused,
+            (o, _) => o.task_state(),
+        };
         task.state = next;
         if req.summary.is_some() {
             task.outcome_summary = req.summary.clone();

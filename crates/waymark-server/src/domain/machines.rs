@@ -436,6 +436,30 @@ pub(crate) async fn after_durable_answer(tx: &mut Tx, task_id: &str) -> ApiResul
     Ok(())
 }
 
+/// After a person resumed a paused task: a runner's run that stopped at the pause (its
+/// runtime let go of the attempt at the next hook) is resumed in its session, told why.
+/// Whether a resume was addressed.
+pub(crate) async fn after_resume(tx: &mut Tx, task: &TaskRow, by: &str) -> ApiResult<bool> {
+    if task.machine_id.is_none() {
+        return Ok(false);
+    }
+    let live = tx
+        .list_attempts(&task.id)
+        .await?
+        .iter()
+        .any(|a| a.state == AttemptState::Active && a.expires_at > tx.now);
+    if live {
+        // Still running: its next hook finds the task resumed.
+        return Ok(false);
+    }
+    let message = format!(
+        "{by} paused this run and has resumed it now. Go on from where you stopped; the tool call you were about to make when the pause came did not run."
+    );
+    Ok(queue_resume(tx, task, "resumed", Some(message))
+        .await?
+        .is_some())
+}
+
 /// After a recovery card was answered: once none is left pending and the task may go on, the
 /// run is revived on its machine with the note of what is done, pending and unknown.
 pub(crate) async fn after_recovery_answer(tx: &mut Tx, task_id: &str) -> ApiResult<()> {
@@ -577,6 +601,20 @@ pub(crate) async fn exited(
         tx.commit().await?;
         return Ok(ExitHandled {
             action: "needs_human".into(),
+            detail,
+        });
+    }
+    if task.state == TaskState::Paused {
+        // Stopped at the pause (or died while paused): nothing to revive until a person
+        // resumes it, and then the session goes on (`after_resume`).
+        let detail = format!(
+            "the runtime ended ({how}) while the task is paused; it is resumed when a person resumes the task"
+        );
+        let row = actor_note(&tx, "paused", &detail);
+        tx.insert_audit(&row).await?;
+        tx.commit().await?;
+        return Ok(ExitHandled {
+            action: "nothing".into(),
             detail,
         });
     }

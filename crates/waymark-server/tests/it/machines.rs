@@ -698,3 +698,121 @@ async fn a_follow_up_and_an_answer_to_a_deferred_approval_resume_the_runtime_on_
         .collect();
     assert_eq!(kinds, ["stop"], "{w}");
 }
+
+#[tokio::test]
+async fn a_paused_run_stops_at_its_next_call_and_resuming_the_task_resumes_its_session() {
+    let h = Harness::start().await;
+    let alice = h.pair_device("alice", &["view", "steer"]).await;
+    let l = laptop(&h, &["/home/alice/src"]).await;
+    let (task, key) = started(&h, &l, &alice).await;
+    hook(&h, &l.token, "", bash(&key, "PreToolUse", "t1", "ls")).await;
+    hook(&h, &l.token, "", bash(&key, "PostToolUse", "t1", "ls")).await;
+    let steer = |op| {
+        let cmd = alice.sign(&alice.command(&task, Some(1), op, json!({})));
+        let h = &h;
+        async move {
+            let (s, v) = h.submit(&cmd).await;
+            assert_eq!(s, StatusCode::OK, "{v}");
+            assert_eq!(v["status"], "applied", "{v}");
+            v
+        }
+    };
+
+    // Paused and resumed while the runtime still runs: nothing to resume on the machine.
+    steer(Operation::Pause).await;
+    let v = steer(Operation::Resume).await;
+    assert_eq!(v["detail"], "resumed", "{v}");
+    assert_eq!(work(&h, &l).await["work"], json!([]));
+
+    // Paused: the next call stops Claude Code before it runs, and nothing is declared.
+    steer(Operation::Pause).await;
+    let answer = hook(
+        &h,
+        &l.token,
+        "",
+        bash(&key, "PreToolUse", "t2", "rm -rf build"),
+    )
+    .await;
+    assert_eq!(answer["continue"], false, "{answer}");
+    assert_eq!(
+        answer["hookSpecificOutput"]["permissionDecision"], "deny",
+        "{answer}"
+    );
+    assert!(
+        answer["stopReason"].as_str().unwrap().contains("paused"),
+        "{answer}"
+    );
+    let d = h.detail(&task).await;
+    assert_eq!(d["effects"].as_array().unwrap().len(), 1, "{d}");
+    // Claude Code lets go of the run; the task stays paused, and its process's end needs
+    // nothing.
+    hook(
+        &h,
+        &l.token,
+        "",
+        event(&key, "SessionEnd", json!({"reason": "other"})),
+    )
+    .await;
+    assert_eq!(h.detail(&task).await["task"]["state"], "paused");
+    let (_, v) = h
+        .post(
+            &l.token,
+            &format!("/v1/runner/tasks/{task}/exited"),
+            json!({"code": 0}),
+        )
+        .await;
+    assert_eq!(v["action"], "nothing", "{v}");
+    assert_eq!(work(&h, &l).await["work"], json!([]));
+    assert_eq!(h.detail(&task).await["task"]["state"], "paused");
+
+    // Resumed from the phone: the runner resumes the session, told why.
+    let v = steer(Operation::Resume).await;
+    assert!(
+        v["detail"].as_str().unwrap().contains("runner resumes"),
+        "{v}"
+    );
+    let w = work(&h, &l).await;
+    assert_eq!(w["work"][0]["kind"], "resume", "{w}");
+    assert_eq!(w["work"][0]["resume"]["reason"], "resumed", "{w}");
+    assert!(
+        w["work"][0]["resume"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("did not run"),
+        "{w}"
+    );
+    assert_eq!(h.detail(&task).await["task"]["state"], "queued");
+}
+
+#[tokio::test]
+async fn a_runtime_that_dies_while_its_task_is_paused_waits_for_the_resume() {
+    let h = Harness::start().await;
+    let alice = h.pair_device("alice", &["view", "steer"]).await;
+    let l = laptop(&h, &["/home/alice/src"]).await;
+    let (task, key) = started(&h, &l, &alice).await;
+    hook(&h, &l.token, "", bash(&key, "PreToolUse", "t1", "ls")).await;
+    hook(&h, &l.token, "", bash(&key, "PostToolUse", "t1", "ls")).await;
+    let (s, v) = h
+        .submit(&alice.sign(&alice.command(&task, Some(1), Operation::Pause, json!({}))))
+        .await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    // kill -9 while paused: the attempt is revoked, nothing is revived behind the pause.
+    let (_, v) = h
+        .post(
+            &l.token,
+            &format!("/v1/runner/tasks/{task}/exited"),
+            json!({"signal": 9}),
+        )
+        .await;
+    assert_eq!(v["action"], "nothing", "{v}");
+    assert!(v["detail"].as_str().unwrap().contains("paused"), "{v}");
+    let d = h.detail(&task).await;
+    assert_eq!(d["task"]["state"], "paused");
+    assert_eq!(d["attempts"][0]["state"], "revoked");
+    assert_eq!(work(&h, &l).await["work"], json!([]));
+    let (_, v) = h
+        .submit(&alice.sign(&alice.command(&task, Some(1), Operation::Resume, json!({}))))
+        .await;
+    assert_eq!(v["status"], "applied", "{v}");
+    assert_eq!(work(&h, &l).await["work"][0]["resume"]["reason"], "resumed");
+}
