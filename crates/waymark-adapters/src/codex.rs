@@ -17,7 +17,10 @@ use tokio::process::Child;
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::{JoinHandle, JoinSet};
 use tokio_util::sync::CancellationToken;
-use waymark_proto::{CheckpointBody, CompletedStep, EffectRef, FinishOutcome, NewMessage};
+use waymark_proto::{
+    ApprovalDurability, CheckpointBody, CompletedStep, DecisionKind, DecisionStatus, EffectRef,
+    FinishOutcome, NewMessage,
+};
 use waymark_worker::{Client, ControlState, Run};
 
 use crate::bridge::{self, SessionSpec};
@@ -30,6 +33,10 @@ pub const RUNTIME: &str = "codex";
 /// Why a pending approval expires when the app-server goes away.
 pub const CONNECTION_CLOSED: &str =
     "the Codex app-server connection closed; the turn will ask again";
+
+/// Why an approval an earlier attempt left pending expires when the thread is attached again.
+const EARLIER_CONNECTION: &str = "the Codex app-server that asked is gone (its adapter ended \
+     without answering); Codex asks again if it still wants to";
 
 /// Why pending approvals expire when the adapter stops.
 const ADAPTER_STOPPED: &str = "the Waymark Codex adapter stopped; Codex will ask again";
@@ -477,7 +484,25 @@ impl Adapter {
             None => bridge::attach(&self.client, &spec, &self.args.worker, wait).await?,
         };
         let run = Arc::new(run);
-        let reported_tokens = self.client.task(run.task_id()).await?.task.usage.tokens;
+        let detail = self.client.task(run.task_id()).await?;
+        let reported_tokens = detail.task.usage.tokens;
+        // Codex holds an approval only while the connection that asked lives, and this attempt
+        // started because the one before it ended: what that one left pending (its adapter was
+        // killed) nobody can answer any more. Expired, never approved; Codex asks again.
+        for d in detail.decisions.iter().filter(|d| {
+            d.kind == DecisionKind::Approval
+                && d.status == DecisionStatus::Pending
+                && d.durability == Some(ApprovalDurability::ConnectionBound)
+        }) {
+            match run.expire_decision(&d.id, EARLIER_CONNECTION).await {
+                Ok(_) => {
+                    tracing::info!(thread = id, decision = %d.id, "expired an approval an earlier connection held")
+                }
+                Err(e) => {
+                    tracing::warn!(thread = id, decision = %d.id, error = %e, "cannot expire an approval an earlier connection held")
+                }
+            }
+        }
         tracing::info!(thread = id, task = run.task_id(), attempt = %run.attempt().id, "following the thread");
         let watcher = tokio::spawn(watch_run(run.clone(), id.to_owned(), self.events.clone()));
         self.threads.insert(

@@ -388,7 +388,10 @@ impl Drop for Cleanup {
 /// with Codex's own `thread/resume` of the same thread and a turn carrying Waymark's note: the
 /// model sees the earlier conversation and the note, the call is not made again (counted by
 /// the model and in the file it appends to), and the run finishes. A follow-up then reaches the
-/// same thread at its time; and a run cancelled from the phone ends, Codex with it.
+/// same thread at its time. Killed while Codex waits for an approval, a run waits for the
+/// person's answer to a recovery card, then resumes the same thread with the approval the dead
+/// connection held expired and the call never run. A run cancelled from the phone ends, Codex
+/// with it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_runner_starts_revives_and_resumes_codex_for_a_phone() {
     let started = Instant::now();
@@ -405,6 +408,11 @@ async fn the_runner_starts_revives_and_resumes_codex_for_a_phone() {
             prompt: "runner: count once, then be killed".into(),
             command: format!("echo ran >> {}", counts.join("count-k").display()),
             answer: "Revived run finished.".into(),
+        },
+        Turn {
+            prompt: "runner: killed while asking".into(),
+            command: format!("echo ran >> {}", counts.join("count-p").display()),
+            answer: "Finished after the recovery.".into(),
         },
         Turn {
             prompt: "runner: wait to be cancelled".into(),
@@ -679,7 +687,90 @@ async fn the_runner_starts_revives_and_resumes_codex_for_a_phone() {
     );
     assert_eq!(model.calls(), calls);
 
-    // 4. Cancelled from the phone under a pending approval: the adapter and the app-server it
+    // 4. Codex and the runner killed while Codex waits for an approval: the record cannot tell
+    // whether the call ran (the approval is not tied to it), so a recovery card asks and
+    // nothing resumes until the person answers; "it did not happen" resumes the same thread
+    // with the note, the approval the dead connection held is expired (never approved), and
+    // the call never runs.
+    let task = start_run(&phone, dir, "runner: killed while asking");
+    let asked = pending_in_inbox(&phone, "count-p").await;
+    let runs: Value = serde_json::from_str(
+        &std::fs::read_to_string(laptop.path("runner-state/state.json")).unwrap(),
+    )
+    .unwrap();
+    let pid = runs["runs"][&task]["pid"].as_u64().unwrap();
+    let _ = runner.0.kill();
+    let _ = runner.0.wait();
+    let killed = Command::new("kill")
+        .args(["-KILL", "--", &format!("-{pid}")])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    let calls = model.calls();
+    runner = laptop.runner(&url, &token);
+    let d = until(&url, &admin_token, &task, "a recovery card", |d| {
+        d["task"]["state"] == "needs_human"
+    })
+    .await;
+    assert_eq!(
+        d["attempts"].as_array().unwrap().len(),
+        1,
+        "nothing resumes before the person answers: {d}"
+    );
+    let card = pending_in_inbox(&phone, "Did the codex.commandExecution").await;
+    assert_eq!(card["decision"]["kind"], "recovery", "{card}");
+    let before = model.requests().len();
+    device(
+        &phone,
+        &[
+            "choose",
+            card["decision"]["id"].as_str().unwrap(),
+            "mark_not_started",
+            "--json",
+        ],
+    );
+    let d = until(
+        &url,
+        &admin_token,
+        &task,
+        "the answered run finishes",
+        |d| {
+            let attempts = d["attempts"].as_array().unwrap();
+            attempts.len() == 2
+                && attempts[1]["state"] == "finished"
+                && texts(d)
+                    .iter()
+                    .any(|t| t == "assistant: Finished after the recovery.")
+        },
+    )
+    .await;
+    eprintln!("recovered run finished at {:?}", started.elapsed());
+    let held = d["decisions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|x| x["id"] == asked["decision"]["id"])
+        .unwrap();
+    assert_eq!(held["status"], "expired", "{held}");
+    assert_eq!(
+        held["outcome"]["option"],
+        Value::Null,
+        "never approved: {held}"
+    );
+    assert_eq!(lines(&counts.join("count-p")), 0, "the call never ran");
+    assert_eq!(model.calls(), calls, "the model did not ask for it again");
+    model_received(&model, before, "the note in the same thread", |r| {
+        let users = user_texts(r);
+        users
+            .iter()
+            .any(|t| t.contains("runner: killed while asking"))
+            && users
+                .iter()
+                .any(|t| t.contains("a person answered the recovery questions"))
+    })
+    .await;
+
+    // 5. Cancelled from the phone under a pending approval: the adapter and the app-server it
     // started end (their process group is gone), the call never ran.
     let task = start_run(&phone, dir, "runner: wait to be cancelled");
     pending_in_inbox(&phone, "count-c").await;
