@@ -233,8 +233,7 @@ pub async fn run(
 
 /// `--message` and `--task` each concern exactly one thread.
 fn check_options(args: &CodexArgs) -> Result<(), CodexError> {
-    let mut threads: Vec<&String> = args.threads.iter().collect();
-    threads.dedup();
+    let threads: HashSet<&String> = args.threads.iter().collect();
     let followed = threads.len() + usize::from(args.prompt.is_some());
     if args.message.is_some() && (args.prompt.is_some() || threads.len() != 1) {
         return Err(CodexError::Options(
@@ -1370,6 +1369,7 @@ mod tests {
             args(Some("fix it"), &[], false, true),
             args(None, &["thr_1"], true, true),
             args(None, &["thr_1", "thr_1"], true, true),
+            args(None, &["thr_1", "thr_2", "thr_1"], false, false),
             args(None, &["thr_1", "thr_2"], false, false),
             args(Some("fix it"), &["thr_1"], false, false),
         ] {
@@ -1380,6 +1380,7 @@ mod tests {
             args(Some("fix it"), &["thr_1"], true, false),
             args(Some("fix it"), &["thr_1"], false, true),
             args(None, &["thr_1", "thr_2"], false, true),
+            args(None, &["thr_1", "thr_2", "thr_1"], true, false),
         ] {
             assert!(
                 matches!(check_options(&bad), Err(CodexError::Options(_))),
