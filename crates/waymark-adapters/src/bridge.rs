@@ -59,9 +59,20 @@ pub async fn attach(
             external_key: Some(spec.key.clone()),
         })
         .await?;
+    start(client, &task.id, worker, wait_for_lease).await
+}
+
+/// Starts (or takes over) an attempt on a task that exists already — one a runner's
+/// `start_run` made, bound to a session by the runner rather than found by the runtime's id.
+pub async fn start(
+    client: &Client,
+    task_id: &str,
+    worker: &str,
+    wait_for_lease: Duration,
+) -> waymark_worker::Result<Run> {
     client
         .start_attempt(
-            &task.id,
+            task_id,
             AttemptOptions::new(worker)
                 .lease(Duration::from_secs(30))
                 .wait_for_lease(wait_for_lease),

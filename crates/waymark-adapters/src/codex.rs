@@ -17,7 +17,10 @@ use tokio::process::Child;
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::{JoinHandle, JoinSet};
 use tokio_util::sync::CancellationToken;
-use waymark_proto::{CheckpointBody, CompletedStep, EffectRef, FinishOutcome, NewMessage};
+use waymark_proto::{
+    ApprovalDurability, CheckpointBody, CompletedStep, DecisionKind, DecisionStatus, EffectRef,
+    FinishOutcome, NewMessage,
+};
 use waymark_worker::{Client, ControlState, Run};
 
 use crate::bridge::{self, SessionSpec};
@@ -30,6 +33,10 @@ pub const RUNTIME: &str = "codex";
 /// Why a pending approval expires when the app-server goes away.
 pub const CONNECTION_CLOSED: &str =
     "the Codex app-server connection closed; the turn will ask again";
+
+/// Why an approval an earlier attempt left pending expires when the thread is attached again.
+const EARLIER_CONNECTION: &str = "the Codex app-server that asked is gone (its adapter ended \
+     without answering); Codex asks again if it still wants to";
 
 /// Why pending approvals expire when the adapter stops.
 const ADAPTER_STOPPED: &str = "the Waymark Codex adapter stopped; Codex will ask again";
@@ -60,12 +67,26 @@ pub struct CodexArgs {
     #[arg(long, value_name = "DIR")]
     pub cwd: Option<PathBuf>,
     /// Start a new thread with this prompt as its first turn; the adapter ends when the turn
-    /// ends.
+    /// ends. `-` (in `waymark adapters codex`): read it from stdin.
     #[arg(long, value_name = "TEXT")]
     pub prompt: Option<String>,
     /// Attach to an existing thread (`thread/resume`); repeat for several.
     #[arg(long = "thread", value_name = "ID")]
     pub threads: Vec<String>,
+    /// With one `--thread` (and no `--prompt`): after resuming it, start a turn with this text;
+    /// the adapter ends when that turn ends, as with `--prompt`. `-`: read it from stdin.
+    #[arg(long, value_name = "TEXT")]
+    pub message: Option<String>,
+    /// Mirror the one thread (`--prompt`'s or `--thread`'s) into this existing task instead of
+    /// finding or creating one by the thread's id — the task a runner's `start_run` made. A
+    /// turn that completes then releases the attempt (the task stays open, so a follow-up or a
+    /// revive resumes the same thread) instead of completing the task.
+    #[arg(long, value_name = "TASK")]
+    pub task: Option<String>,
+    /// Write the new thread's id to this file as soon as Codex names it, before its first
+    /// turn, so a later `--thread` resume finds it (the runner keeps it in its state dir).
+    #[arg(long, value_name = "PATH")]
+    pub thread_file: Option<PathBuf>,
     /// How often the app-server may be restarted after it exits before the adapter gives up.
     #[arg(long, value_name = "N", default_value_t = 5)]
     pub max_restarts: u32,
@@ -82,6 +103,9 @@ impl CodexArgs {
             cwd: None,
             prompt: None,
             threads: Vec::new(),
+            message: None,
+            task: None,
+            thread_file: None,
             max_restarts: 5,
             worker: "codex-adapter".into(),
         }
@@ -102,6 +126,9 @@ pub enum CodexError {
         "nothing to follow: give `--prompt TEXT` to start a thread, or `--thread ID` to attach to one"
     )]
     NothingToDo,
+    /// Options that do not go together.
+    #[error("{0}")]
+    Options(&'static str),
     /// The app-server command line does not parse.
     #[error("`--app-server-cmd {cmd}`: {reason}")]
     Command {
@@ -163,6 +190,7 @@ pub async fn run(
     if args.prompt.is_none() && args.threads.is_empty() {
         return Err(CodexError::NothingToDo);
     }
+    check_options(&args)?;
     // A missing directory makes the spawn fail with the same "not found" as a missing `codex`:
     // say which it is.
     if let Some(dir) = &args.cwd {
@@ -201,6 +229,23 @@ pub async fn run(
         return Err(e);
     }
     adapter.follow(conn).await
+}
+
+/// `--message` and `--task` each concern exactly one thread.
+fn check_options(args: &CodexArgs) -> Result<(), CodexError> {
+    let threads: HashSet<&String> = args.threads.iter().collect();
+    let followed = threads.len() + usize::from(args.prompt.is_some());
+    if args.message.is_some() && (args.prompt.is_some() || threads.len() != 1) {
+        return Err(CodexError::Options(
+            "`--message` starts a turn in the one `--thread` it resumes: give exactly one `--thread` and no `--prompt`",
+        ));
+    }
+    if args.task.is_some() && followed != 1 {
+        return Err(CodexError::Options(
+            "`--task` binds one thread to the task: give `--prompt` or one `--thread`, not both",
+        ));
+    }
+    Ok(())
 }
 
 /// What the adapter's loop hears besides the app-server.
@@ -375,6 +420,10 @@ impl Adapter {
                 format!("Codex: {}", preview.lines().next().unwrap_or(preview))
             };
             self.attach(&id, &title, preview).await?;
+            if let Some(message) = self.args.message.clone() {
+                self.prompted = Some(id.clone());
+                self.start_turn(conn, &id, &message).await?;
+            }
         }
         if let Some(prompt) = self.args.prompt.clone() {
             let mut params = json!({});
@@ -388,22 +437,31 @@ impl Adapter {
                     missing: "`thread.id`".into(),
                 })?
                 .to_owned();
+            if let Some(path) = &self.args.thread_file
+                && let Err(e) = write_thread_file(path, &id)
+            {
+                tracing::warn!(thread = %id, path = %path.display(), error = %e, "cannot record the thread's id; a later resume will not find it");
+            }
             let first = prompt.lines().next().unwrap_or(&prompt);
             self.attach(&id, &format!("Codex: {first}"), &prompt)
                 .await?;
             self.prompted = Some(id.clone());
-            let res = conn
-                .peer
-                .request(
-                    "turn/start",
-                    json!({"threadId": id, "input": text_input(&prompt)}),
-                )
-                .await?;
-            if let (Some(turn), Some(t)) =
-                (str_of(&res, &["turn", "id"]), self.threads.get_mut(&id))
-            {
-                t.active_turn = Some(turn.to_owned());
-            }
+            self.start_turn(conn, &id, &prompt).await?;
+        }
+        Ok(())
+    }
+
+    /// `turn/start` with `text` in a followed thread; the turn becomes its active one.
+    async fn start_turn(&mut self, conn: &Conn, id: &str, text: &str) -> Result<(), CodexError> {
+        let res = conn
+            .peer
+            .request(
+                "turn/start",
+                json!({"threadId": id, "input": text_input(text)}),
+            )
+            .await?;
+        if let (Some(turn), Some(t)) = (str_of(&res, &["turn", "id"]), self.threads.get_mut(id)) {
+            t.active_turn = Some(turn.to_owned());
         }
         Ok(())
     }
@@ -419,15 +477,31 @@ impl Adapter {
             title: clip(title, 160),
             goal: clip(goal, 10_000),
         };
-        let run = bridge::attach(
-            &self.client,
-            &spec,
-            &self.args.worker,
-            Duration::from_secs(60),
-        )
-        .await?;
+        let wait = Duration::from_secs(60);
+        let run = match &self.args.task {
+            Some(task) => bridge::start(&self.client, task, &self.args.worker, wait).await?,
+            None => bridge::attach(&self.client, &spec, &self.args.worker, wait).await?,
+        };
         let run = Arc::new(run);
-        let reported_tokens = self.client.task(run.task_id()).await?.task.usage.tokens;
+        let detail = self.client.task(run.task_id()).await?;
+        let reported_tokens = detail.task.usage.tokens;
+        // Codex holds an approval only while the connection that asked lives, and this attempt
+        // started because the one before it ended: what that one left pending (its adapter was
+        // killed) nobody can answer any more. Expired, never approved; Codex asks again.
+        for d in detail.decisions.iter().filter(|d| {
+            d.kind == DecisionKind::Approval
+                && d.status == DecisionStatus::Pending
+                && d.durability == Some(ApprovalDurability::ConnectionBound)
+        }) {
+            match run.expire_decision(&d.id, EARLIER_CONNECTION).await {
+                Ok(_) => {
+                    tracing::info!(thread = id, decision = %d.id, "expired an approval an earlier connection held")
+                }
+                Err(e) => {
+                    tracing::warn!(thread = id, decision = %d.id, error = %e, "cannot expire an approval an earlier connection held")
+                }
+            }
+        }
         tracing::info!(thread = id, task = run.task_id(), attempt = %run.attempt().id, "following the thread");
         let watcher = tokio::spawn(watch_run(run.clone(), id.to_owned(), self.events.clone()));
         self.threads.insert(
@@ -1119,6 +1193,11 @@ impl Adapter {
         }
         if self.prompted.as_deref() == Some(thread) && !held {
             let finish = match status.as_str() {
+                // A runner's run stays open for what comes next (a follow-up, a revive).
+                "completed" if self.args.task.is_some() => (
+                    FinishOutcome::Released,
+                    last_message.unwrap_or_else(|| summary.clone()),
+                ),
                 "completed" => (
                     FinishOutcome::Completed,
                     last_message.unwrap_or_else(|| summary.clone()),
@@ -1207,6 +1286,17 @@ impl Adapter {
     }
 }
 
+/// Records a thread's id for a later resume: written whole or not at all (a temporary file
+/// renamed over it), so a kill mid-write never leaves half an id.
+fn write_thread_file(path: &std::path::Path, id: &str) -> std::io::Result<()> {
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir)?;
+    }
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, format!("{id}\n"))?;
+    std::fs::rename(tmp, path)
+}
+
 /// Waits (bounded) for approval and steer tasks to settle after their connection ended.
 async fn settle(tasks: &mut JoinSet<()>) {
     let all = async { while tasks.join_next().await.is_some() {} };
@@ -1265,6 +1355,49 @@ async fn forward_control(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_message_and_a_task_each_concern_exactly_one_thread() {
+        let args = |prompt: Option<&str>, threads: &[&str], message: bool, task: bool| CodexArgs {
+            prompt: prompt.map(str::to_owned),
+            threads: threads.iter().map(|t| (*t).to_owned()).collect(),
+            message: message.then(|| "look again".to_owned()),
+            task: task.then(|| "task_1".to_owned()),
+            ..CodexArgs::new()
+        };
+        for ok in [
+            args(Some("fix it"), &[], false, true),
+            args(None, &["thr_1"], true, true),
+            args(None, &["thr_1", "thr_1"], true, true),
+            args(None, &["thr_1", "thr_2", "thr_1"], false, false),
+            args(None, &["thr_1", "thr_2"], false, false),
+            args(Some("fix it"), &["thr_1"], false, false),
+        ] {
+            assert!(check_options(&ok).is_ok(), "{ok:?}");
+        }
+        for bad in [
+            args(None, &["thr_1", "thr_2"], true, false),
+            args(Some("fix it"), &["thr_1"], true, false),
+            args(Some("fix it"), &["thr_1"], false, true),
+            args(None, &["thr_1", "thr_2"], false, true),
+            args(None, &["thr_1", "thr_2", "thr_1"], true, false),
+        ] {
+            assert!(
+                matches!(check_options(&bad), Err(CodexError::Options(_))),
+                "{bad:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_thread_file_holds_the_whole_id_and_replaces_an_older_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("codex/task_1.thread");
+        write_thread_file(&path, "thr_old").unwrap();
+        write_thread_file(&path, "019a-thread").unwrap();
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), "019a-thread\n");
+        assert!(!path.with_extension("tmp").exists());
+    }
 
     fn revision(ev: &Event) -> Option<i64> {
         match ev {

@@ -213,7 +213,9 @@ pub(crate) async fn run(args: AdaptersArgs, json: bool) -> CliResult {
         Runtime::ClaudeCode(ClaudeCode::Install(a)) => install(a, json),
         Runtime::ClaudeCode(ClaudeCode::Uninstall(a)) => uninstall(a, json),
         Runtime::ClaudeCode(ClaudeCode::Hook(a)) => hook(a).await,
-        Runtime::Codex { conn, args } => {
+        Runtime::Codex { conn, mut args } => {
+            from_stdin(&mut args.prompt, "--prompt")?;
+            from_stdin(&mut args.message, "--message")?;
             long_lived(conn, async |c, s| {
                 waymark_adapters::codex::run(args, c, s).await
             })
@@ -238,6 +240,25 @@ pub(crate) async fn run(args: AdaptersArgs, json: bool) -> CliResult {
             .await
         }
     }
+}
+
+/// A text flag given as `-` is read from stdin: how the runner passes a prompt, which never
+/// goes on a command line other users of the host can read.
+fn from_stdin(text: &mut Option<String>, flag: &str) -> Result<(), Failure> {
+    if text.as_deref() != Some("-") {
+        return Ok(());
+    }
+    let read = std::io::read_to_string(std::io::stdin())
+        .map_err(|e| Failure::new(Exit::Usage, "bad_stdin", format!("{flag} -: {e}")))?;
+    if read.trim().is_empty() {
+        return Err(Failure::new(
+            Exit::Usage,
+            "bad_stdin",
+            format!("{flag} -: stdin was empty"),
+        ));
+    }
+    *text = Some(read);
+    Ok(())
 }
 
 fn settings_path(scope: Scope, explicit: Option<PathBuf>) -> Result<PathBuf, Failure> {

@@ -4,14 +4,20 @@
 //! Codex's `exec_command` tool with `"sandbox_permissions": "require_escalated"` and a
 //! `justification` (which makes Codex ask for approval), and once a `function_call_output`
 //! follows that prompt (the command ran, was declined, or its turn was interrupted) it answers
-//! with the turn's final text. Every request body is kept for the test to read.
+//! with the turn's final text. Every request body is kept for the test to read, and the
+//! `exec_command` calls it made are counted ([`FakeResponses::calls`]: a call the model was told
+//! is done and not asked again shows there). [`FakeResponses::hold_after_results`] keeps every
+//! answer to a request that carries a call's output waiting, so a test can kill Codex after a
+//! call ran and before its turn ends.
 //!
 //! Shapes as Codex 0.169.0 was seen to send and accept them (`fixtures/codex/real/`): the
 //! request has `model`, `stream: true`, `input` (messages, `function_call`,
 //! `function_call_output` items), `tools`; the stream needs `response.created`, the output
 //! items (`response.output_item.done`) and `response.completed` with `usage`.
 
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use serde_json::{Value, json};
 use tokio::net::{TcpListener, TcpStream};
@@ -23,7 +29,17 @@ pub struct FakeResponses {
     /// `http://127.0.0.1:PORT/v1`, the provider's `base_url`.
     pub base_url: String,
     requests: Arc<Mutex<Vec<Value>>>,
+    calls: Arc<AtomicUsize>,
+    hold: Arc<AtomicBool>,
     task: tokio::task::JoinHandle<()>,
+}
+
+/// What the server's connections share.
+struct Shared {
+    turns: Vec<Turn>,
+    kept: Arc<Mutex<Vec<Value>>>,
+    calls: Arc<AtomicUsize>,
+    hold: Arc<AtomicBool>,
 }
 
 impl Drop for FakeResponses {
@@ -36,17 +52,25 @@ impl FakeResponses {
     pub async fn start(turns: Vec<Turn>) -> FakeResponses {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let port = listener.local_addr().unwrap().port();
-        let requests = Arc::new(Mutex::new(Vec::new()));
-        let turns = Arc::new(turns);
-        let kept = requests.clone();
+        let shared = Arc::new(Shared {
+            turns,
+            kept: Arc::new(Mutex::new(Vec::new())),
+            calls: Arc::new(AtomicUsize::new(0)),
+            hold: Arc::new(AtomicBool::new(false)),
+        });
+        let (requests, calls, hold) = (
+            shared.kept.clone(),
+            shared.calls.clone(),
+            shared.hold.clone(),
+        );
         let task = tokio::spawn(async move {
             loop {
                 let Ok((stream, _)) = listener.accept().await else {
                     continue;
                 };
-                let (turns, kept) = (turns.clone(), kept.clone());
+                let shared = shared.clone();
                 tokio::spawn(async move {
-                    if let Err(e) = serve(stream, &turns, &kept).await {
+                    if let Err(e) = serve(stream, &shared).await {
                         eprintln!("fake responses: {e}");
                     }
                 });
@@ -55,8 +79,21 @@ impl FakeResponses {
         FakeResponses {
             base_url: format!("http://127.0.0.1:{port}/v1"),
             requests,
+            calls,
+            hold,
             task,
         }
+    }
+
+    /// How many `exec_command` calls the model made so far.
+    pub fn calls(&self) -> usize {
+        self.calls.load(Ordering::SeqCst)
+    }
+
+    /// While on, a request that carries a call's output is kept (it counts among
+    /// [`FakeResponses::requests`]) and not answered until this is turned off.
+    pub fn hold_after_results(&self, on: bool) {
+        self.hold.store(on, Ordering::SeqCst);
     }
 
     /// Every Responses request body received, in order.
@@ -65,7 +102,7 @@ impl FakeResponses {
     }
 }
 
-async fn serve(stream: TcpStream, turns: &[Turn], kept: &Mutex<Vec<Value>>) -> std::io::Result<()> {
+async fn serve(stream: TcpStream, shared: &Shared) -> std::io::Result<()> {
     let (method, path, body, mut stream) = read_request(stream).await?;
     if method != "POST" || !path.ends_with("/responses") {
         let problem =
@@ -91,9 +128,19 @@ async fn serve(stream: TcpStream, turns: &[Turn], kept: &Mutex<Vec<Value>>) -> s
             .await;
         }
     };
-    kept.lock().unwrap().push(request.clone());
-    let n = kept.lock().unwrap().len();
-    let item = reply_to(&request, turns, n);
+    let n = {
+        let mut kept = shared.kept.lock().unwrap();
+        kept.push(request.clone());
+        kept.len()
+    };
+    let item = reply_to(&request, &shared.turns, n);
+    if item["type"] == "function_call" {
+        shared.calls.fetch_add(1, Ordering::SeqCst);
+    } else if has_output(&request) {
+        while shared.hold.load(Ordering::SeqCst) {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
     respond(&mut stream, "200 OK", "text/event-stream", &sse(item, n)).await
 }
 
@@ -108,6 +155,13 @@ pub fn text_of(item: &Value) -> String {
             .join("\n"),
         _ => String::new(),
     }
+}
+
+/// Whether the request carries a call's output.
+fn has_output(request: &Value) -> bool {
+    request["input"]
+        .as_array()
+        .is_some_and(|i| i.iter().any(|i| i["type"] == "function_call_output"))
 }
 
 /// The output item to send: the `exec_command` call, or the answer once the call has an output.

@@ -23,21 +23,10 @@ impl Claude {
     pub(crate) async fn find(explicit: Option<&Path>) -> Option<Claude> {
         let bin = match explicit {
             Some(p) => p.to_path_buf(),
-            None => std::env::var_os("PATH").and_then(|path| {
-                std::env::split_paths(&path)
-                    .map(|d| d.join("claude"))
-                    .find(|p| p.is_file())
-            })?,
+            None => super::on_path("claude")?,
         };
-        let out = tokio::process::Command::new(&bin)
-            .arg("--version")
-            .stdin(Stdio::null())
-            .output()
-            .await
-            .ok()?;
-        let text = String::from_utf8_lossy(&out.stdout);
         // `2.1.328 (Claude Code)`.
-        let version = text.split_whitespace().next().map(str::to_owned);
+        let version = super::version_of(&bin).await?;
         Some(Claude { bin, version })
     }
 }
@@ -86,14 +75,7 @@ impl Spawn<'_> {
         dir: &Path,
     ) -> std::io::Result<tokio::process::Child> {
         let settings = self.settings(w)?;
-        let log_path = self
-            .state_dir
-            .join("logs")
-            .join(format!("{}.log", w.task_id));
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&log_path)?;
+        let log = super::run_log(self.state_dir, &w.task_id)?;
         let mut cmd = tokio::process::Command::new(&claude.bin);
         cmd.arg("-p");
         let input = match w.kind {

@@ -6,6 +6,7 @@
 //! `install` writes a systemd user unit that runs it.
 
 mod claude;
+mod codex;
 mod service;
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
@@ -35,7 +36,7 @@ enum Action {
     /// Write a systemd user unit that runs this runner, and start it (`--no-start`: write only).
     Install {
         #[command(flatten)]
-        opts: RunnerOpts,
+        opts: Box<RunnerOpts>,
         /// Write the unit and its environment file; do not enable or start it.
         #[arg(long)]
         no_start: bool,
@@ -71,6 +72,10 @@ pub(crate) struct RunnerOpts {
     /// The Claude Code binary (default: `claude` on the PATH).
     #[arg(long, env = "WAYMARK_CLAUDE")]
     claude: Option<PathBuf>,
+    /// The Codex binary (default: `codex` on the PATH); runs go through this binary's Codex
+    /// adapter, which starts `codex app-server`.
+    #[arg(long, env = "WAYMARK_CODEX")]
+    codex: Option<PathBuf>,
     /// How long a held approval waits for an answer before Claude Code decides alone (seconds;
     /// a `claude -p` run denies then). The card offers to make it wait durably instead.
     #[arg(long, default_value_t = 600)]
@@ -338,6 +343,7 @@ struct Runner {
     state_dir: PathBuf,
     state: State,
     claude: Option<claude::Claude>,
+    codex: Option<codex::Codex>,
     approval_timeout: u64,
     server_fp: Option<String>,
     name: Option<String>,
@@ -366,6 +372,7 @@ impl Runner {
         let state_dir = opts.state_dir.clone().unwrap_or_else(default_state_dir);
         std::fs::create_dir_all(state_dir.join("logs"))
             .and_then(|()| std::fs::create_dir_all(state_dir.join("claude")))
+            .and_then(|()| std::fs::create_dir_all(state_dir.join("codex")))
             .map_err(|e| {
                 Failure::new(
                     Exit::Usage,
@@ -384,6 +391,7 @@ impl Runner {
             .build()
             .map_err(|e| Failure::new(Exit::Usage, "client", e.to_string()))?;
         let claude = claude::Claude::find(opts.claude.as_deref()).await;
+        let codex = codex::Codex::find(opts.codex.as_deref()).await;
         Ok(Runner {
             conn: Conn {
                 http,
@@ -394,6 +402,7 @@ impl Runner {
             state: State::load(&state_dir.join("state.json")),
             state_dir,
             claude,
+            codex,
             approval_timeout: opts.approval_timeout.clamp(5, 86_400),
             server_fp: opts.server_fp,
             name: opts.name,
@@ -409,15 +418,16 @@ impl Runner {
     }
 
     fn registration(&self) -> RegisterMachine {
+        let claude = self.claude.iter().map(|c| MachineRuntime {
+            runtime: "claude-code".into(),
+            version: c.version.clone(),
+        });
+        let codex = self.codex.iter().map(|c| MachineRuntime {
+            runtime: waymark_adapters::codex::RUNTIME.into(),
+            version: c.version.clone(),
+        });
         RegisterMachine {
-            runtimes: self
-                .claude
-                .iter()
-                .map(|c| MachineRuntime {
-                    runtime: "claude-code".into(),
-                    version: c.version.clone(),
-                })
-                .collect(),
+            runtimes: claude.chain(codex).collect(),
             directories: self
                 .allowed
                 .iter()
@@ -426,6 +436,22 @@ impl Runner {
             runner_version: env!("CARGO_PKG_VERSION").into(),
             inhibits_sleep: false,
         }
+    }
+
+    /// The runtimes found, for people.
+    fn found(&self) -> String {
+        let version = |v: &Option<String>| v.clone().unwrap_or_else(|| "(version unknown)".into());
+        let mut found = Vec::new();
+        if let Some(c) = &self.claude {
+            found.push(format!("Claude Code {}", version(&c.version)));
+        }
+        if let Some(c) = &self.codex {
+            found.push(format!("Codex {}", version(&c.version)));
+        }
+        if found.is_empty() {
+            return "no runtime found (Claude Code: `claude` not on the PATH, --claude PATH; Codex: `codex` not on the PATH, --codex PATH)".into();
+        }
+        found.join(", ")
     }
 
     /// Registers, waiting for the control plane while it cannot be reached.
@@ -482,13 +508,7 @@ impl Runner {
                     "runner of {} ({}): {}\n  allows: {}\n  state:  {}",
                     machine.name,
                     machine.owner,
-                    match &self.claude {
-                        Some(c) => format!(
-                            "Claude Code {}",
-                            c.version.as_deref().unwrap_or("(version unknown)")
-                        ),
-                        None => "no runtime found (Claude Code: `claude` not on the PATH; --claude PATH)".into(),
-                    },
+                    self.found(),
                     machine.directories.join(", "),
                     self.state_dir.display()
                 )
@@ -665,29 +685,7 @@ impl Runner {
         match w.kind {
             WorkKind::Stop => Ok(self.stop(&w.task_id).await),
             WorkKind::Start | WorkKind::Resume => {
-                if w.run.runtime != "claude-code" {
-                    return Err(Refusal::NotAllowed(format!(
-                        "this runner starts claude-code only, not `{}`",
-                        w.run.runtime
-                    )));
-                }
-                let Some(claude) = &self.claude else {
-                    return Err(Refusal::NotAllowed(
-                        "Claude Code is not installed on this machine (no `claude` on the runner's PATH; `--claude PATH`)".into(),
-                    ));
-                };
-                let dir = check_directory(&w.run.directory, &self.allowed)
-                    .map_err(Refusal::NotAllowed)?;
-                let spawn = claude::Spawn {
-                    server: &self.conn.server,
-                    token: &self.conn.token,
-                    server_fp: self.server_fp.as_deref(),
-                    state_dir: &self.state_dir,
-                    approval_timeout: self.approval_timeout,
-                };
-                let mut child = spawn
-                    .start(claude, w, &dir)
-                    .map_err(|e| Refusal::Failed(format!("Claude Code did not start: {e}")))?;
+                let (name, dir, mut child) = self.spawn(w)?;
                 let pid = child.id().unwrap_or(0);
                 let start_ticks = process_start(pid).unwrap_or(0);
                 self.state
@@ -720,11 +718,57 @@ impl Runner {
                     (_, Some(r)) => format!("resumed ({})", r.reason),
                     _ => "resumed".to_owned(),
                 };
-                Ok(format!(
-                    "Claude Code {what} in {} (pid {pid})",
-                    dir.display()
-                ))
+                Ok(format!("{name} {what} in {} (pid {pid})", dir.display()))
             }
+        }
+    }
+
+    /// Starts or resumes the runtime a work item names, in a directory its owner allowed here:
+    /// the runtime's name for people, the directory (resolved), and its process.
+    fn spawn(&self, w: &Work) -> Result<(&'static str, PathBuf, tokio::process::Child), Refusal> {
+        let dir = || check_directory(&w.run.directory, &self.allowed).map_err(Refusal::NotAllowed);
+        match w.run.runtime.as_str() {
+            "claude-code" => {
+                let Some(claude) = &self.claude else {
+                    return Err(Refusal::NotAllowed(
+                        "Claude Code is not installed on this machine (no `claude` on the runner's PATH; `--claude PATH`)".into(),
+                    ));
+                };
+                let dir = dir()?;
+                let spawn = claude::Spawn {
+                    server: &self.conn.server,
+                    token: &self.conn.token,
+                    server_fp: self.server_fp.as_deref(),
+                    state_dir: &self.state_dir,
+                    approval_timeout: self.approval_timeout,
+                };
+                let child = spawn
+                    .start(claude, w, &dir)
+                    .map_err(|e| Refusal::Failed(format!("Claude Code did not start: {e}")))?;
+                Ok(("Claude Code", dir, child))
+            }
+            waymark_adapters::codex::RUNTIME => {
+                let Some(codex) = &self.codex else {
+                    return Err(Refusal::NotAllowed(
+                        "Codex is not installed on this machine (no `codex` on the runner's PATH; `--codex PATH`)".into(),
+                    ));
+                };
+                let dir = dir()?;
+                let spawn = codex::Spawn {
+                    server: &self.conn.server,
+                    token: &self.conn.token,
+                    server_fp: self.server_fp.as_deref(),
+                    state_dir: &self.state_dir,
+                };
+                let child = spawn
+                    .start(codex, w, &dir)
+                    .map_err(|e| Refusal::Failed(format!("Codex did not start: {e}")))?;
+                Ok(("Codex", dir, child))
+            }
+            other => Err(Refusal::NotAllowed(format!(
+                "this runner starts {}, not `{other}`",
+                RUNNER_RUNTIMES.join(", ")
+            ))),
         }
     }
 
@@ -757,6 +801,40 @@ enum Refusal {
     NotAllowed(String),
     /// Allowed, and it did not work.
     Failed(String),
+}
+
+/// `name` in a directory of the PATH, if one has it.
+fn on_path(name: &str) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .map(|d| d.join(name))
+        .find(|p| p.is_file())
+}
+
+/// A runtime's version from its `--version` (`None`: it does not run).
+async fn version_of(bin: &Path) -> Option<Option<String>> {
+    let out = tokio::process::Command::new(bin)
+        .arg("--version")
+        .stdin(std::process::Stdio::null())
+        .output()
+        .await
+        .ok()?;
+    Some(version_in(&String::from_utf8_lossy(&out.stdout)))
+}
+
+/// The first word that starts with a digit: `2.1.328 (Claude Code)`, `codex-cli 0.169.0`.
+fn version_in(text: &str) -> Option<String> {
+    text.split_whitespace()
+        .find(|w| w.starts_with(|c: char| c.is_ascii_digit()))
+        .map(str::to_owned)
+}
+
+/// A run's log, `<state dir>/logs/<task>.log`, appended to by every start and resume.
+fn run_log(state_dir: &Path, task: &str) -> std::io::Result<std::fs::File> {
+    std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(state_dir.join("logs").join(format!("{task}.log")))
 }
 
 /// The runner's files hold its runs' settings and logs: its owner's only.
@@ -794,6 +872,19 @@ mod tests {
             allowed_dirs(&[]).err().map(|f| f.code),
             Some("nothing_allowed")
         );
+    }
+
+    #[test]
+    fn a_runtime_version_is_the_first_word_with_a_digit() {
+        assert_eq!(
+            version_in("2.1.328 (Claude Code)\n").as_deref(),
+            Some("2.1.328")
+        );
+        assert_eq!(
+            version_in("codex-cli 0.169.0\n").as_deref(),
+            Some("0.169.0")
+        );
+        assert_eq!(version_in("no version here"), None);
     }
 
     #[test]

@@ -69,6 +69,9 @@ pub(crate) fn files(opts: &RunnerOpts, bin: &std::path::Path) -> Result<(String,
     if let Some(c) = &opts.claude {
         exec.extend(["--claude".into(), unit_word(&c.to_string_lossy())]);
     }
+    if let Some(c) = &opts.codex {
+        exec.extend(["--codex".into(), unit_word(&c.to_string_lossy())]);
+    }
     exec.extend([
         "--approval-timeout".into(),
         opts.approval_timeout.to_string(),
@@ -233,6 +236,7 @@ mod tests {
             name: Some("laptop".into()),
             state_dir: None,
             claude: None,
+            codex: Some("/opt/codex/bin/codex".into()),
             approval_timeout: 600,
         };
         let (unit, env) = files(&opts, std::path::Path::new("/opt/way mark/waymark")).unwrap();
@@ -242,6 +246,10 @@ mod tests {
         );
         assert!(unit.contains(&format!("\"{}\"", src.canonicalize().unwrap().display())));
         assert!(unit.contains("KillMode=process") && unit.contains("Restart=always"));
+        assert!(
+            unit.contains(" --codex \"/opt/codex/bin/codex\" "),
+            "{unit}"
+        );
         assert!(
             !unit.contains("wmk_w_secret"),
             "the token stays out of the unit"

@@ -1,0 +1,254 @@
+//! Starting and resuming Codex for a runner: this binary's own Codex adapter (`waymark adapters
+//! codex`, which drives `codex app-server`) bound to the task `start_run` made, with the
+//! machine's token; the prompt or the resume message on stdin (never on a command line another
+//! user can read), and the thread's id kept in the runner's state dir so a resume finds it.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+
+use tokio::io::AsyncWriteExt;
+use waymark_proto::{Work, WorkKind};
+
+use crate::adapters::this_binary;
+
+/// The Codex found on this machine.
+#[derive(Debug, Clone)]
+pub(crate) struct Codex {
+    pub(crate) bin: PathBuf,
+    pub(crate) version: Option<String>,
+}
+
+impl Codex {
+    /// `explicit`, else `codex` on the PATH; its version from `codex --version`
+    /// (`codex-cli 0.169.0`).
+    pub(crate) async fn find(explicit: Option<&Path>) -> Option<Codex> {
+        let bin = match explicit {
+            Some(p) => p.to_path_buf(),
+            None => super::on_path("codex")?,
+        };
+        let version = super::version_of(&bin).await?;
+        Some(Codex { bin, version })
+    }
+}
+
+/// Where the runner keeps the Codex thread id of a task's run: beside the thread's own record.
+/// A thread resumes only where its rollout is (this machine's `CODEX_HOME`), so its id is kept
+/// on this machine too, and outlives the process (a follow-up may come days later).
+pub(crate) fn thread_file(state_dir: &Path, task: &str) -> PathBuf {
+    state_dir.join("codex").join(format!("{task}.thread"))
+}
+
+/// The recorded thread of a task's run, if the adapter got as far as `thread/start`.
+pub(crate) fn recorded_thread(state_dir: &Path, task: &str) -> Option<String> {
+    let text = std::fs::read_to_string(thread_file(state_dir, task)).ok()?;
+    let id = text.trim();
+    (!id.is_empty() && !id.contains(char::is_whitespace)).then(|| id.to_owned())
+}
+
+/// The adapter's arguments for a work item: a new thread with the prompt (`start`), or the
+/// recorded thread resumed with a new turn (`resume`); the text of the turn goes on stdin.
+/// `Err`: a resume with no thread recorded.
+pub(crate) fn adapter_args(
+    codex: &Codex,
+    w: &Work,
+    dir: &Path,
+    state_dir: &Path,
+) -> Result<(Vec<std::ffi::OsString>, String), String> {
+    let mut args: Vec<std::ffi::OsString> = vec![
+        "adapters".into(),
+        "codex".into(),
+        "--app-server-cmd".into(),
+        format!("{} app-server", shell_word(&codex.bin.to_string_lossy())).into(),
+        "--cwd".into(),
+        dir.into(),
+        "--task".into(),
+        w.task_id.clone().into(),
+        "--worker".into(),
+        "waymark-runner".into(),
+    ];
+    let text = match w.kind {
+        WorkKind::Start => {
+            args.extend([
+                "--thread-file".into(),
+                thread_file(state_dir, &w.task_id).into(),
+                "--prompt".into(),
+                "-".into(),
+            ]);
+            w.run.prompt.clone()
+        }
+        _ => {
+            let thread = recorded_thread(state_dir, &w.task_id).ok_or_else(|| {
+                format!(
+                    "no Codex thread was recorded for this run (expected in {}): the run never got as far as `thread/start` here",
+                    thread_file(state_dir, &w.task_id).display()
+                )
+            })?;
+            args.extend([
+                "--thread".into(),
+                thread.into(),
+                "--message".into(),
+                "-".into(),
+            ]);
+            // No message (an answer to a deferred approval): the adapter's own "continue".
+            w.resume
+                .as_ref()
+                .and_then(|r| r.message.clone())
+                .filter(|m| !m.trim().is_empty())
+                .unwrap_or_else(|| waymark_adapters::codex::RESUME_PROMPT.to_owned())
+        }
+    };
+    Ok((args, text))
+}
+
+/// `s` as one word of the adapter's `--app-server-cmd` (split like a shell would): quoted
+/// when it needs to be.
+fn shell_word(s: &str) -> String {
+    if !s.is_empty()
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || "/._-+:@%=,".contains(c))
+    {
+        return s.to_owned();
+    }
+    format!("'{}'", s.replace('\'', r"'\''"))
+}
+
+/// What every start and resume shares.
+pub(crate) struct Spawn<'a> {
+    pub(crate) server: &'a str,
+    pub(crate) token: &'a str,
+    pub(crate) server_fp: Option<&'a str>,
+    pub(crate) state_dir: &'a Path,
+}
+
+impl Spawn<'_> {
+    /// Starts (`start`) or resumes (`resume`) the run's Codex thread in `dir`, the adapter in a
+    /// process group of its own (the app-server it starts is in it too).
+    pub(crate) fn start(
+        &self,
+        codex: &Codex,
+        w: &Work,
+        dir: &Path,
+    ) -> Result<tokio::process::Child, String> {
+        let (args, text) = adapter_args(codex, w, dir, self.state_dir)?;
+        let bin = this_binary().map_err(|f| f.message)?;
+        let log = super::run_log(self.state_dir, &w.task_id).map_err(|e| e.to_string())?;
+        let mut cmd = tokio::process::Command::new(bin);
+        cmd.args(args)
+            .current_dir(dir)
+            .env("WAYMARK_TOKEN", self.token)
+            .env("WAYMARK_SERVER", self.server)
+            .stdin(Stdio::piped())
+            .stdout(log.try_clone().map_err(|e| e.to_string())?)
+            .stderr(log)
+            // Its own process group: a stop ends the adapter and Codex, and the runner's own
+            // end does not end the run.
+            .process_group(0);
+        if let Some(fp) = self.server_fp {
+            cmd.env(waymark_worker::SERVER_FP_ENV, fp);
+        }
+        let mut child = cmd.spawn().map_err(|e| e.to_string())?;
+        if let Some(mut stdin) = child.stdin.take() {
+            tokio::spawn(async move {
+                let _ = stdin.write_all(text.as_bytes()).await;
+                let _ = stdin.shutdown().await;
+            });
+        }
+        Ok(child)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use waymark_proto::{ResumeSpec, RunSpec, WorkState};
+
+    fn work(kind: WorkKind, message: Option<&str>) -> Work {
+        Work {
+            id: "wrk_1".into(),
+            task_id: "task_1".into(),
+            kind,
+            state: WorkState::Pending,
+            run: RunSpec {
+                runtime: "codex".into(),
+                directory: "/src/app".into(),
+                prompt: "make the test pass".into(),
+                session_key: "0190-key".into(),
+                gate: None,
+            },
+            resume: (kind == WorkKind::Resume).then(|| ResumeSpec {
+                reason: "revive".into(),
+                message: message.map(str::to_owned),
+            }),
+            created_at: chrono::Utc::now(),
+            detail: None,
+        }
+    }
+
+    fn words(args: &[std::ffi::OsString]) -> Vec<String> {
+        args.iter()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect()
+    }
+
+    #[test]
+    fn a_start_records_its_thread_and_a_resume_continues_the_recorded_one_with_its_message() {
+        let state = tempfile::tempdir().unwrap();
+        let codex = Codex {
+            bin: "/opt/my tools/codex".into(),
+            version: Some("0.169.0".into()),
+        };
+        let dir = Path::new("/src/app");
+        let (args, text) =
+            adapter_args(&codex, &work(WorkKind::Start, None), dir, state.path()).unwrap();
+        let args = words(&args);
+        assert_eq!(text, "make the test pass", "the prompt goes on stdin");
+        assert!(
+            !args.iter().any(|a| a.contains("make the test")),
+            "{args:?}"
+        );
+        let at = |flag: &str| {
+            args.iter()
+                .position(|a| a == flag)
+                .map(|i| args[i + 1].clone())
+        };
+        assert_eq!(
+            at("--app-server-cmd").as_deref(),
+            Some("'/opt/my tools/codex' app-server")
+        );
+        assert_eq!(at("--task").as_deref(), Some("task_1"));
+        assert_eq!(at("--prompt").as_deref(), Some("-"));
+        let file = PathBuf::from(at("--thread-file").unwrap());
+        assert_eq!(file, thread_file(state.path(), "task_1"));
+
+        let resume = work(
+            WorkKind::Resume,
+            Some("Waymark: this session was interrupted"),
+        );
+        let err = adapter_args(&codex, &resume, dir, state.path()).unwrap_err();
+        assert!(err.contains("no Codex thread was recorded"), "{err}");
+        std::fs::create_dir_all(file.parent().unwrap()).unwrap();
+        std::fs::write(&file, "019a-thread\n").unwrap();
+        let (args, text) = adapter_args(&codex, &resume, dir, state.path()).unwrap();
+        let args = words(&args);
+        let at = |flag: &str| {
+            args.iter()
+                .position(|a| a == flag)
+                .map(|i| args[i + 1].clone())
+        };
+        assert_eq!(at("--thread").as_deref(), Some("019a-thread"));
+        assert_eq!(at("--message").as_deref(), Some("-"));
+        assert_eq!(at("--task").as_deref(), Some("task_1"));
+        assert!(at("--prompt").is_none() && at("--thread-file").is_none());
+        assert_eq!(text, "Waymark: this session was interrupted");
+        let (_, text) =
+            adapter_args(&codex, &work(WorkKind::Resume, None), dir, state.path()).unwrap();
+        assert_eq!(text, waymark_adapters::codex::RESUME_PROMPT);
+    }
+
+    #[test]
+    fn a_binary_path_is_one_word_of_the_app_server_command() {
+        assert_eq!(shell_word("/usr/bin/codex"), "/usr/bin/codex");
+        assert_eq!(shell_word("/opt/a b/codex"), "'/opt/a b/codex'");
+        assert_eq!(shell_word("/opt/it's/codex"), r"'/opt/it'\''s/codex'");
+    }
+}

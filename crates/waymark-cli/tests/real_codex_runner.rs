@@ -1,0 +1,816 @@
+//! `waymark runner` with the REAL Codex (`@openai/codex@0.169.0` from npm, its native binary
+//! installed by `scripts/setup-debian` under `$WAYMARK_RUNTIMES_DIR/codex`, default
+//! `~/.cache/waymark-runtimes/codex`), as a person with only a phone uses it: a real `waymark
+//! serve`, a device paired with `waymark pair` that starts runs with `waymark run --runtime
+//! codex` and answers from its inbox, and the laptop's `waymark runner`, which starts this
+//! binary's Codex adapter (and through it `codex app-server`) bound to the task the signed
+//! `start_run` made. Codex's only model is a fake Responses API
+//! (`waymark-adapters/tests/support/fake_responses.rs`, shared by path) whose `exec_command`
+//! calls append to a file, so a repeated call shows twice — there and in the fake's count.
+//!
+//! Codex never reaches the internet: a private `CODEX_HOME` and `HOME` whose `config.toml`
+//! names the fake as its only provider. The test fails — never skips — when the runtime is not
+//! installed; every process it starts is killed when it ends, passing or not.
+
+#[allow(dead_code, unreachable_pub)]
+#[path = "../../waymark-adapters/tests/support/fake_model.rs"]
+mod fake_model;
+#[allow(dead_code, unreachable_pub)]
+#[path = "../../waymark-adapters/tests/support/fake_responses.rs"]
+mod fake_responses;
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use fake_model::Turn;
+use fake_responses::{FakeResponses, text_of};
+use serde_json::{Value, json};
+
+/// The version `scripts/setup-debian` installs and this test was written against.
+const CODEX_VERSION: &str = "0.169.0";
+/// How long one run may take, the wait for a person included.
+const RUN: Duration = Duration::from_secs(120);
+
+/// The native `codex` binary of the installed `@openai/codex-linux-x64`, or a failure that says
+/// how to install it.
+fn codex_binary() -> PathBuf {
+    let base = std::env::var_os("WAYMARK_RUNTIMES_DIR")
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
+        .or_else(|| {
+            std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/waymark-runtimes"))
+        })
+        .expect("neither WAYMARK_RUNTIMES_DIR nor HOME is set: cannot find the real Codex");
+    let dir = base.join("codex");
+    let stamp = std::fs::read_to_string(dir.join("installed")).unwrap_or_default();
+    let vendor = dir.join("node_modules/@openai/codex-linux-x64/vendor");
+    let binary = std::fs::read_dir(&vendor)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.path().join("bin/codex"))
+        .find(|p| p.exists());
+    match binary {
+        Some(b) if stamp.trim() == format!("@openai/codex@{CODEX_VERSION}") => b,
+        _ => panic!(
+            "the real Codex {CODEX_VERSION} is not installed in `{}` (installed: `{}`) — run \
+             `scripts/setup-debian`, which installs it there (set WAYMARK_RUNTIMES_DIR to use \
+             another place)",
+            dir.display(),
+            stamp.trim(),
+        ),
+    }
+}
+
+// ---- waymark ---------------------------------------------------------------------------------
+
+fn waymark() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_waymark"));
+    c.env_remove("WAYMARK_DATA_DIR")
+        .env_remove("WAYMARK_SERVER")
+        .env_remove("WAYMARK_TOKEN")
+        .env_remove("WAYMARK_KEYSTORE")
+        .env("WAYMARK_LOG", "error");
+    c
+}
+
+fn run_ok(mut c: Command) -> Value {
+    let out = c.output().unwrap();
+    assert!(
+        out.status.success(),
+        "{c:?}: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap_or(Value::Null)
+}
+
+/// `waymark serve`, killed when dropped.
+struct Serving(Child, String);
+
+impl Drop for Serving {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn serve(data: &Path) -> Serving {
+    let mut child = waymark()
+        .args(["serve", "--json", "--listen", "127.0.0.1:0", "--data-dir"])
+        .arg(data)
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let v: Value = serde_json::from_str(&line).unwrap();
+    Serving(child, v["listening"].as_str().unwrap().to_owned())
+}
+
+fn admin(data: &Path, args: &[&str]) -> Value {
+    let mut c = waymark();
+    c.arg("admin")
+        .args(args)
+        .args(["--json", "--data-dir"])
+        .arg(data);
+    run_ok(c)
+}
+
+/// The terminal client of alice's paired phone.
+fn device(home: &Path, args: &[&str]) -> Value {
+    let mut c = waymark();
+    c.env("WAYMARK_HOME", home)
+        .env("WAYMARK_KEYSTORE", "file-insecure")
+        .args(args);
+    run_ok(c)
+}
+
+/// `waymark run --runtime codex` from the phone: the new task's id.
+fn start_run(phone: &Path, dir: &str, prompt: &str) -> String {
+    let started = device(
+        phone,
+        &[
+            "run",
+            "--machine",
+            "laptop",
+            "--runtime",
+            "codex",
+            "--dir",
+            dir,
+            "--json",
+            prompt,
+        ],
+    );
+    started["task_id"].as_str().unwrap().to_owned()
+}
+
+/// The phone's inbox after a sync: waits for the pending decision whose question names `what`.
+async fn pending_in_inbox(phone: &Path, what: &str) -> Value {
+    let deadline = Instant::now() + RUN;
+    loop {
+        device(phone, &["sync", "--json"]);
+        let inbox = device(phone, &["inbox", "--json"]);
+        if let Some(item) = inbox.as_array().and_then(|a| {
+            a.iter().find(|i| {
+                i["decision"]["question"]
+                    .as_str()
+                    .is_some_and(|q| q.contains(what))
+            })
+        }) {
+            return item.clone();
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no decision about `{what}` reached the inbox: {inbox}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+fn approve(phone: &Path, item: &Value) {
+    device(
+        phone,
+        &[
+            "approve",
+            item["decision"]["id"].as_str().unwrap(),
+            "--json",
+        ],
+    );
+}
+
+async fn task_detail(server: &str, token: &str, task: &str) -> Value {
+    reqwest::Client::new()
+        .get(format!("{server}/v1/tasks/{task}"))
+        .bearer_auth(token)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap()
+}
+
+fn texts(detail: &Value) -> Vec<String> {
+    detail["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| {
+            format!(
+                "{}: {}",
+                m["role"].as_str().unwrap_or(""),
+                m["text"].as_str().unwrap_or("")
+            )
+        })
+        .collect()
+}
+
+/// Waits until `check` holds of the task's detail (read with `token`).
+async fn until(
+    server: &str,
+    token: &str,
+    task: &str,
+    what: &str,
+    check: impl Fn(&Value) -> bool,
+) -> Value {
+    let deadline = Instant::now() + RUN;
+    loop {
+        let d = task_detail(server, token, task).await;
+        if check(&d) {
+            return d;
+        }
+        assert!(Instant::now() < deadline, "{what}: {d}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// Waits until the fake model has received a request that `check` holds of.
+async fn model_received(
+    model: &FakeResponses,
+    from: usize,
+    what: &str,
+    check: impl Fn(&Value) -> bool,
+) {
+    let deadline = Instant::now() + RUN;
+    while !model.requests()[from..].iter().any(&check) {
+        assert!(Instant::now() < deadline, "the model never received {what}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// The user messages of a Responses request, in order.
+fn user_texts(request: &Value) -> Vec<String> {
+    request["input"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|i| i["type"] == "message" && i["role"] == "user")
+        .map(text_of)
+        .collect()
+}
+
+fn lines(path: &Path) -> usize {
+    std::fs::read_to_string(path).map_or(0, |t| t.lines().count())
+}
+
+// ---- the laptop ------------------------------------------------------------------------------
+
+/// The laptop: a private Codex home pointed at the fake model, the project it allows, and the
+/// runner's state.
+struct Laptop {
+    dir: tempfile::TempDir,
+    codex: PathBuf,
+}
+
+impl Laptop {
+    fn new(model: &FakeResponses) -> Laptop {
+        let dir = tempfile::tempdir().unwrap();
+        for d in ["codex-home", "project", "data", "phone"] {
+            std::fs::create_dir_all(dir.path().join(d)).unwrap();
+        }
+        // What each setting is for: docs/adapters/codex.md.
+        let config = format!(
+            r#"model = "{model}"
+model_provider = "fake"
+approval_policy = "on-request"
+sandbox_mode = "workspace-write"
+
+[model_providers.fake]
+name = "fake"
+base_url = "{url}"
+wire_api = "responses"
+env_key = "WAYMARK_FAKE_MODEL_KEY"
+request_max_retries = 0
+stream_max_retries = 0
+"#,
+            model = fake_model::MODEL,
+            url = model.base_url,
+        );
+        std::fs::write(dir.path().join("codex-home/config.toml"), config).unwrap();
+        Laptop {
+            dir,
+            codex: codex_binary(),
+        }
+    }
+
+    fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    /// `waymark runner` for alice's laptop, with the environment its owner gives the runtimes
+    /// (the private Codex home, the fake model's key); killed with `-9` when dropped.
+    fn runner(&self, url: &str, token: &str) -> RunnerProcess {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.path("runner.log"))
+            .unwrap();
+        let mut c = waymark();
+        c.args(["runner", "--server", url, "--allow"])
+            .arg(self.path("project"))
+            .arg("--codex")
+            .arg(&self.codex)
+            .arg("--state-dir")
+            .arg(self.path("runner-state"))
+            .env("WAYMARK_TOKEN", token)
+            .env("WAYMARK_LOG", "info")
+            .env("PATH", "/usr/local/bin:/usr/bin:/bin")
+            .env("HOME", self.path("codex-home"))
+            .env("CODEX_HOME", self.path("codex-home"))
+            .env("WAYMARK_FAKE_MODEL_KEY", "dummy")
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log);
+        RunnerProcess(c.spawn().expect("waymark runner starts"))
+    }
+}
+
+/// `waymark runner`, killed with `-9` when dropped.
+struct RunnerProcess(Child);
+
+impl Drop for RunnerProcess {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Kills the process groups of the runs still recorded when the test ends, and prints the
+/// runner's log and its runs' logs when it fails.
+struct Cleanup(PathBuf);
+
+impl Drop for Cleanup {
+    fn drop(&mut self) {
+        let state = self.0.join("runner-state");
+        if std::thread::panicking() {
+            for l in std::fs::read_to_string(self.0.join("runner.log"))
+                .unwrap_or_default()
+                .lines()
+            {
+                eprintln!("runner: {l}");
+            }
+            for f in std::fs::read_dir(state.join("logs"))
+                .into_iter()
+                .flatten()
+                .flatten()
+            {
+                let t = std::fs::read_to_string(f.path()).unwrap_or_default();
+                eprintln!("---- {}\n{t}", f.path().display());
+            }
+        }
+        let runs: Value = std::fs::read_to_string(state.join("state.json"))
+            .ok()
+            .and_then(|t| serde_json::from_str(&t).ok())
+            .unwrap_or_default();
+        for r in runs["runs"].as_object().into_iter().flatten() {
+            if let Some(pid) = r.1["pid"].as_u64() {
+                let _ = Command::new("kill")
+                    .args(["-KILL", "--", &format!("-{pid}")])
+                    .stderr(Stdio::null())
+                    .status();
+            }
+        }
+    }
+}
+
+// ---- the story -------------------------------------------------------------------------------
+
+/// A person with only a phone starts Codex on the laptop through its runner: the runner binds
+/// the Codex adapter to the task the signed `start_run` made (its own machine token, the prompt
+/// on stdin, the thread's id kept in its state dir); Codex's approval reaches the phone's inbox,
+/// is approved there, and the run finishes. A run whose Codex (app-server and adapter) and
+/// runner are all killed with `-9` after a confirmed call is revived by the restarted runner
+/// with Codex's own `thread/resume` of the same thread and a turn carrying Waymark's note: the
+/// model sees the earlier conversation and the note, the call is not made again (counted by
+/// the model and in the file it appends to), and the run finishes. A follow-up then reaches the
+/// same thread at its time. Killed while Codex waits for an approval, a run waits for the
+/// person's answer to a recovery card, then resumes the same thread with the approval the dead
+/// connection held expired and the call never run. A run cancelled from the phone ends, Codex
+/// with it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_runner_starts_revives_and_resumes_codex_for_a_phone() {
+    let started = Instant::now();
+    // Where the calls count themselves (they run outside Codex's sandbox, once approved).
+    let scratch = tempfile::tempdir().unwrap();
+    let counts = scratch.path().to_path_buf();
+    let model = FakeResponses::start(vec![
+        Turn {
+            prompt: "runner: make the approved file".into(),
+            command: format!("echo ran >> {}", counts.join("count-a").display()),
+            answer: "Runner run finished.".into(),
+        },
+        Turn {
+            prompt: "runner: count once, then be killed".into(),
+            command: format!("echo ran >> {}", counts.join("count-k").display()),
+            answer: "Revived run finished.".into(),
+        },
+        Turn {
+            prompt: "runner: killed while asking".into(),
+            command: format!("echo ran >> {}", counts.join("count-p").display()),
+            answer: "Finished after the recovery.".into(),
+        },
+        Turn {
+            prompt: "runner: wait to be cancelled".into(),
+            command: format!("echo ran >> {}", counts.join("count-c").display()),
+            answer: "This answer never comes.".into(),
+        },
+    ])
+    .await;
+    let laptop = Laptop::new(&model);
+    let _cleanup = Cleanup(laptop.dir.path().to_path_buf());
+    let project = laptop.path("project").canonicalize().unwrap();
+    let dir = project.to_str().unwrap();
+    let data = laptop.path("data");
+    let phone = laptop.path("phone");
+    admin(&data, &["user", "add", "alice"]);
+    let server = serve(&data);
+    let url = server.1.clone();
+    let link = admin(&data, &["pair", "--user", "alice"])["link"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    device(
+        &phone,
+        &["pair", &link, "--name", "alice's phone", "--json"],
+    );
+    let token = admin(
+        &data,
+        &["runner-token", "--machine", "laptop", "--user", "alice"],
+    )["token"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let admin_token = std::fs::read_to_string(data.join("admin.token"))
+        .unwrap()
+        .trim()
+        .to_owned();
+    let mut runner = laptop.runner(&url, &token);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let m = device(&phone, &["machines", "--json"]);
+        if m["machines"][0]["online"] == true {
+            let codex = m["machines"][0]["runtimes"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|r| r["runtime"] == "codex")
+                .cloned();
+            assert_eq!(
+                codex,
+                Some(json!({"runtime": "codex", "version": CODEX_VERSION})),
+                "the runner registered the Codex it found: {m}"
+            );
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the laptop never came online: {m}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    eprintln!("laptop online at {:?}", started.elapsed());
+
+    // 1. Started from the phone; approved from the phone; the run finishes.
+    let task = start_run(&phone, dir, "runner: make the approved file");
+    let item = pending_in_inbox(&phone, "count-a").await;
+    assert_eq!(
+        lines(&counts.join("count-a")),
+        0,
+        "nothing runs before the answer"
+    );
+    approve(&phone, &item);
+    let d = until(
+        &url,
+        &admin_token,
+        &task,
+        "the approved run finishes",
+        |d| {
+            d["attempts"][0]["state"] == "finished"
+                && texts(d)
+                    .iter()
+                    .any(|t| t == "assistant: Runner run finished.")
+        },
+    )
+    .await;
+    eprintln!("run one finished at {:?}", started.elapsed());
+    assert_eq!(lines(&counts.join("count-a")), 1);
+    assert_eq!(d["task"]["runtime"], "codex");
+    assert!(d["task"]["machine_id"].as_str().is_some());
+    assert_eq!(
+        d["task"]["state"], "queued",
+        "the thread stays open for a follow-up or a revive: {d}"
+    );
+    assert_eq!(d["attempts"].as_array().unwrap().len(), 1, "{d}");
+    assert_eq!(d["effects"][0]["kind"], "codex.commandExecution");
+    assert_eq!(d["effects"][0]["status"], "confirmed");
+    let said = texts(&d);
+    assert!(
+        said.iter().any(|t| t == "system: laptop started the run"),
+        "{said:?}"
+    );
+    assert!(
+        said.iter()
+            .any(|t| t == "user: runner: make the approved file"),
+        "the prompt reached Codex: {said:?}"
+    );
+    let thread_a = std::fs::read_to_string(
+        laptop
+            .path("runner-state/codex")
+            .join(format!("{task}.thread")),
+    )
+    .expect("the runner kept the run's Codex thread");
+    assert!(!thread_a.trim().is_empty());
+    let runs: Value = serde_json::from_str(
+        &std::fs::read_to_string(laptop.path("runner-state/state.json")).unwrap(),
+    )
+    .unwrap();
+    assert!(
+        runs["runs"].get(&task).is_none(),
+        "the ended run is forgotten: {runs}"
+    );
+
+    // 2. kill -9 after a confirmed call: Codex, its adapter and the runner; the restarted
+    // runner revives the run in the same thread.
+    model.hold_after_results(true);
+    let task = start_run(&phone, dir, "runner: count once, then be killed");
+    let item = pending_in_inbox(&phone, "count-k").await;
+    approve(&phone, &item);
+    until(&url, &admin_token, &task, "the call is confirmed", |d| {
+        d["effects"][0]["status"] == "confirmed"
+    })
+    .await;
+    model_received(&model, 0, "the call's output (held)", |r| {
+        user_texts(r)
+            .iter()
+            .any(|t| t.contains("runner: count once, then be killed"))
+            && r["input"].to_string().contains("function_call_output")
+    })
+    .await;
+    assert_eq!(lines(&counts.join("count-k")), 1);
+    let calls = model.calls();
+    let runs: Value = serde_json::from_str(
+        &std::fs::read_to_string(laptop.path("runner-state/state.json")).unwrap(),
+    )
+    .unwrap();
+    let pid = runs["runs"][&task]["pid"]
+        .as_u64()
+        .expect("the runner recorded the run's process");
+    let _ = runner.0.kill();
+    let _ = runner.0.wait();
+    let killed = Command::new("kill")
+        .args(["-KILL", "--", &format!("-{pid}")])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    model.hold_after_results(false);
+    let before = model.requests().len();
+    eprintln!("killed at {:?}", started.elapsed());
+    runner = laptop.runner(&url, &token);
+    let d = until(&url, &admin_token, &task, "the revived run finishes", |d| {
+        d["attempts"].as_array().unwrap().len() >= 2
+            && d["attempts"].as_array().unwrap().last().unwrap()["state"] == "finished"
+            && texts(d)
+                .iter()
+                .any(|t| t == "assistant: Revived run finished.")
+    })
+    .await;
+    eprintln!("revived run finished at {:?}", started.elapsed());
+    assert_eq!(
+        lines(&counts.join("count-k")),
+        1,
+        "the confirmed call did not run again"
+    );
+    assert_eq!(
+        model.calls(),
+        calls,
+        "the model did not ask for the call again"
+    );
+    let attempts: Vec<(&str, i64)> = d["attempts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| (a["state"].as_str().unwrap(), a["fence"].as_i64().unwrap()))
+        .collect();
+    assert_eq!(attempts[0], ("revoked", 1), "{attempts:?}");
+    assert_eq!(
+        attempts.last().unwrap().1,
+        2,
+        "a new attempt and fence: {attempts:?}"
+    );
+    let said = texts(&d);
+    assert!(
+        said.iter().any(|t| t == "system: laptop resumed the run"),
+        "{said:?}"
+    );
+    assert!(
+        said.iter()
+            .any(|t| t.starts_with("user: Waymark: this session was interrupted")),
+        "the note went into the thread as a turn: {said:?}"
+    );
+    // The same Codex thread: the resumed turn's request carries the earlier conversation (the
+    // first prompt and the call's output) and then the note.
+    let resumed = model.requests()[before..]
+        .iter()
+        .find(|r| {
+            user_texts(r)
+                .iter()
+                .any(|t| t.contains("Waymark: this session was interrupted"))
+        })
+        .cloned()
+        .expect("the resumed Codex sent the model Waymark's note");
+    let users = user_texts(&resumed);
+    let prompt_at = users
+        .iter()
+        .position(|t| t.contains("runner: count once, then be killed"))
+        .expect("the earlier prompt is in the resumed thread");
+    let note_at = users
+        .iter()
+        .position(|t| t.contains("Waymark: this session was interrupted"))
+        .unwrap();
+    assert!(prompt_at < note_at, "{users:#?}");
+    assert!(
+        users[note_at].contains("count-k"),
+        "the note names the confirmed call: {}",
+        users[note_at]
+    );
+    assert!(
+        resumed["input"]
+            .to_string()
+            .contains("function_call_output"),
+        "the call's output is in the resumed thread"
+    );
+
+    // 3. A follow-up on the run: at its time the runner resumes the same thread with it.
+    let before = model.requests().len();
+    let res = reqwest::Client::new()
+        .post(format!("{url}/v1/tasks/{task}/followups"))
+        .bearer_auth(&admin_token)
+        .json(&json!({"schedule": {"after": "PT1S"}, "message": "runner: the follow-up says look again"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 201);
+    model_received(&model, before, "the follow-up in the same thread", |r| {
+        let users = user_texts(r);
+        users
+            .iter()
+            .any(|t| t.contains("runner: the follow-up says look again"))
+            && users
+                .iter()
+                .any(|t| t.contains("runner: count once, then be killed"))
+            && users
+                .iter()
+                .any(|t| t.contains("Waymark: this session was interrupted"))
+    })
+    .await;
+    until(
+        &url,
+        &admin_token,
+        &task,
+        "the follow-up's turn ends",
+        |d| {
+            let attempts = d["attempts"].as_array().unwrap();
+            attempts.len() >= 3 && attempts.last().unwrap()["state"] == "finished"
+        },
+    )
+    .await;
+    eprintln!("follow-up delivered at {:?}", started.elapsed());
+    assert_eq!(
+        lines(&counts.join("count-k")),
+        1,
+        "the follow-up repeated nothing"
+    );
+    assert_eq!(model.calls(), calls);
+
+    // 4. Codex and the runner killed while Codex waits for an approval: the record cannot tell
+    // whether the call ran (the approval is not tied to it), so a recovery card asks and
+    // nothing resumes until the person answers; "it did not happen" resumes the same thread
+    // with the note, the approval the dead connection held is expired (never approved), and
+    // the call never runs.
+    let task = start_run(&phone, dir, "runner: killed while asking");
+    let asked = pending_in_inbox(&phone, "count-p").await;
+    let runs: Value = serde_json::from_str(
+        &std::fs::read_to_string(laptop.path("runner-state/state.json")).unwrap(),
+    )
+    .unwrap();
+    let pid = runs["runs"][&task]["pid"].as_u64().unwrap();
+    let _ = runner.0.kill();
+    let _ = runner.0.wait();
+    let killed = Command::new("kill")
+        .args(["-KILL", "--", &format!("-{pid}")])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    let calls = model.calls();
+    runner = laptop.runner(&url, &token);
+    let d = until(&url, &admin_token, &task, "a recovery card", |d| {
+        d["task"]["state"] == "needs_human"
+    })
+    .await;
+    assert_eq!(
+        d["attempts"].as_array().unwrap().len(),
+        1,
+        "nothing resumes before the person answers: {d}"
+    );
+    let card = pending_in_inbox(&phone, "Did the codex.commandExecution").await;
+    assert_eq!(card["decision"]["kind"], "recovery", "{card}");
+    let before = model.requests().len();
+    device(
+        &phone,
+        &[
+            "choose",
+            card["decision"]["id"].as_str().unwrap(),
+            "mark_not_started",
+            "--json",
+        ],
+    );
+    let d = until(
+        &url,
+        &admin_token,
+        &task,
+        "the answered run finishes",
+        |d| {
+            let attempts = d["attempts"].as_array().unwrap();
+            attempts.len() == 2
+                && attempts[1]["state"] == "finished"
+                && texts(d)
+                    .iter()
+                    .any(|t| t == "assistant: Finished after the recovery.")
+        },
+    )
+    .await;
+    eprintln!("recovered run finished at {:?}", started.elapsed());
+    let held = d["decisions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|x| x["id"] == asked["decision"]["id"])
+        .unwrap();
+    assert_eq!(held["status"], "expired", "{held}");
+    assert_eq!(
+        held["outcome"]["option"],
+        Value::Null,
+        "never approved: {held}"
+    );
+    assert_eq!(lines(&counts.join("count-p")), 0, "the call never ran");
+    assert_eq!(model.calls(), calls, "the model did not ask for it again");
+    model_received(&model, before, "the note in the same thread", |r| {
+        let users = user_texts(r);
+        users
+            .iter()
+            .any(|t| t.contains("runner: killed while asking"))
+            && users
+                .iter()
+                .any(|t| t.contains("a person answered the recovery questions"))
+    })
+    .await;
+
+    // 5. Cancelled from the phone under a pending approval: the adapter and the app-server it
+    // started end (their process group is gone), the call never ran.
+    let task = start_run(&phone, dir, "runner: wait to be cancelled");
+    pending_in_inbox(&phone, "count-c").await;
+    let runs: Value = serde_json::from_str(
+        &std::fs::read_to_string(laptop.path("runner-state/state.json")).unwrap(),
+    )
+    .unwrap();
+    let pid = runs["runs"][&task]["pid"].as_u64().unwrap();
+    let group_alive = || {
+        Command::new("kill")
+            .args(["-0", "--", &format!("-{pid}")])
+            .stderr(Stdio::null())
+            .status()
+            .unwrap()
+            .success()
+    };
+    assert!(group_alive());
+    device(&phone, &["steer", &task, "cancel", "--yes", "--json"]);
+    let d = until(&url, &admin_token, &task, "the run is cancelled", |d| {
+        d["task"]["state"] == "cancelled"
+    })
+    .await;
+    let deadline = Instant::now() + RUN;
+    while group_alive() {
+        assert!(
+            Instant::now() < deadline,
+            "the cancelled run's processes never ended"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    eprintln!("cancelled run ended at {:?}", started.elapsed());
+    assert_eq!(lines(&counts.join("count-c")), 0, "the call never ran");
+    assert!(
+        d["decisions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|x| x["status"] != "pending"),
+        "no card is left waiting: {d}"
+    );
+    drop(runner);
+    drop(server);
+}
