@@ -191,7 +191,11 @@ fn blank(png: &[u8]) -> bool {
 async fn shot(c: &Client, name: &str) -> PathBuf {
     let dir = env_path("WAYMARK_E2E_OUT").join("screenshots");
     std::fs::create_dir_all(&dir).expect("screenshot dir");
-    let png = c.screenshot().await.expect("screenshot");
+    // A WebDriver call has no deadline of its own: a page that never answers fails here.
+    let png = tokio::time::timeout(Duration::from_secs(30), c.screenshot())
+        .await
+        .unwrap_or_else(|_| panic!("the screenshot `{name}` was not taken within 30 s"))
+        .expect("screenshot");
     assert!(png.starts_with(b"\x89PNG"), "the screenshot is a PNG");
     let path = dir.join(format!("{name}.png"));
     std::fs::write(&path, &png).expect("write screenshot");
@@ -206,14 +210,21 @@ async fn shot(c: &Client, name: &str) -> PathBuf {
 
 /// Desktop, then phone width (390 px), then back.
 async fn shots(c: &Client, name: &str) {
-    c.set_window_size(1280, 820).await.expect("desktop size");
+    resize(c, 1280, 820, name).await;
     tokio::time::sleep(Duration::from_millis(400)).await;
     shot(c, &format!("{name}-desktop")).await;
-    c.set_window_size(390, 844).await.expect("phone size");
+    resize(c, 390, 844, name).await;
     tokio::time::sleep(Duration::from_millis(400)).await;
     shot(c, &format!("{name}-phone")).await;
-    c.set_window_size(1280, 820).await.expect("desktop size");
+    resize(c, 1280, 820, name).await;
     tokio::time::sleep(Duration::from_millis(300)).await;
+}
+
+async fn resize(c: &Client, w: u32, h: u32, name: &str) {
+    tokio::time::timeout(Duration::from_secs(30), c.set_window_size(w, h))
+        .await
+        .unwrap_or_else(|_| panic!("resizing to {w}x{h} for `{name}` did not answer within 30 s"))
+        .expect("resize the window");
 }
 
 #[tokio::test]
@@ -486,6 +497,30 @@ async fn a_person_pairs_approves_and_steers_offline() {
     assert_eq!(
         ledger["task"]["plan_revision"], 2,
         "only the second device's replan applied: {ledger}"
+    );
+
+    // Machines: none has a runner yet, and the screen says how to add one. (No screenshot
+    // here: WebKitWebDriver's screenshot of this screen never returns under Xvfb — the app,
+    // its web process and the driver all idle, the DOM answering — so the phone browser suite
+    // takes the Machines and New run screenshots, in Chromium.)
+    tokio::time::timeout(
+        Duration::from_secs(40),
+        click(&c, "[data-testid=nav-machines]"),
+    )
+    .await
+    .expect("clicking Machines answered");
+    let empty = tokio::time::timeout(Duration::from_secs(40), async {
+        wait_css(&c, "[data-testid=machines-empty]", 30)
+            .await
+            .text()
+            .await
+            .unwrap_or_default()
+    })
+    .await
+    .expect("the Machines screen answered");
+    assert!(
+        empty.contains("waymark runner install"),
+        "how to add a machine: {empty}"
     );
 
     // Dark theme and Chinese, as a person might switch them.

@@ -16,9 +16,11 @@ export function MachinesScreen({ go }: { go: (r: string) => void }) {
     <section aria-labelledby="machines-title">
       <div className="row space">
         <h2 id="machines-title">{t("machines.title")}</h2>
-        <button type="button" className="primary" data-testid="new-run" disabled={!machines?.length} onClick={() => go("/machines/new")}>
-          {t("machines.newRun")}
-        </button>
+        {!!machines?.length && (
+          <button type="button" className="primary" data-testid="new-run" onClick={() => go("/machines/new")}>
+            {t("machines.newRun")}
+          </button>
+        )}
       </div>
       <p className="muted small">{t("machines.explain")}</p>
       {error && (
