@@ -71,13 +71,15 @@ describe("a runtime's label", () => {
 
 describe("machines", () => {
   it("shows each machine's state, runtimes and directories, and says how to add one", async () => {
-    shell.machines = [machine(), machine({ id: "mch_2", name: "desk", online: false, offline_since: OFFLINE_SINCE, runtimes: [], directories: [] })];
+    shell.machines = [machine({ inhibits_sleep: true }), machine({ id: "mch_2", name: "desk", online: false, offline_since: OFFLINE_SINCE, runtimes: [], directories: [] })];
     ui(<MachinesScreen go={() => {}} />);
     const cards = await screen.findAllByTestId("machine");
     expect(cards).toHaveLength(2);
     expect(cards[0].textContent).toContain("Online");
     expect(cards[0].textContent).toContain("Claude Code 2.1.328");
     expect(cards[0].textContent).toContain("/home/alice/src");
+    expect(cards[0].textContent).toContain("Keeps awake while running");
+    expect(cards[1].textContent).not.toContain("Keeps awake");
     expect(cards[1].textContent).toContain("Offline since");
     // Nothing to start on a machine that reported no runtime.
     expect((cards[1].querySelector("[data-testid=new-run-here]") as HTMLButtonElement).disabled).toBe(true);

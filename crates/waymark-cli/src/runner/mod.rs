@@ -7,6 +7,7 @@
 
 mod claude;
 mod codex;
+mod inhibit;
 mod service;
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
@@ -80,6 +81,10 @@ pub(crate) struct RunnerOpts {
     /// a `claude -p` run denies then). The card offers to make it wait durably instead.
     #[arg(long, default_value_t = 600)]
     approval_timeout: u64,
+    /// Keep the machine awake while a run is active (logind's sleep lock, through
+    /// `systemd-inhibit`); off by default, and shown on the Machines screen.
+    #[arg(long, env = "WAYMARK_INHIBIT_SLEEP")]
+    inhibit_sleep: bool,
 }
 
 pub(crate) async fn run(args: RunnerArgs, json: bool) -> CliResult {
@@ -349,6 +354,7 @@ struct Runner {
     name: Option<String>,
     live: HashMap<String, Live>,
     exits: (mpsc::UnboundedSender<Ended>, mpsc::UnboundedReceiver<Ended>),
+    inhibitor: inhibit::Inhibitor,
 }
 
 impl Runner {
@@ -408,6 +414,7 @@ impl Runner {
             name: opts.name,
             live: HashMap::new(),
             exits: mpsc::unbounded_channel(),
+            inhibitor: inhibit::Inhibitor::new(opts.inhibit_sleep),
         })
     }
 
@@ -434,7 +441,7 @@ impl Runner {
                 .map(|d| d.to_string_lossy().into_owned())
                 .collect(),
             runner_version: env!("CARGO_PKG_VERSION").into(),
-            inhibits_sleep: false,
+            inhibits_sleep: self.inhibitor.enabled(),
         }
     }
 
@@ -564,6 +571,8 @@ impl Runner {
                     return Ok(());
                 }
             }
+            // Awake while a run is under way (when its owner asked for it).
+            self.inhibitor.hold(!self.live.is_empty()).await;
         }
     }
 

@@ -76,6 +76,9 @@ pub(crate) fn files(opts: &RunnerOpts, bin: &std::path::Path) -> Result<(String,
         "--approval-timeout".into(),
         opts.approval_timeout.to_string(),
     ]);
+    if opts.inhibit_sleep {
+        exec.push("--inhibit-sleep".into());
+    }
     let unit = format!(
         "# Written by `waymark runner install`; `waymark runner uninstall` removes it.\n\
          [Unit]\n\
@@ -238,6 +241,7 @@ mod tests {
             claude: None,
             codex: Some("/opt/codex/bin/codex".into()),
             approval_timeout: 600,
+            inhibit_sleep: true,
         };
         let (unit, env) = files(&opts, std::path::Path::new("/opt/way mark/waymark")).unwrap();
         assert!(
@@ -250,6 +254,7 @@ mod tests {
             unit.contains(" --codex \"/opt/codex/bin/codex\" "),
             "{unit}"
         );
+        assert!(unit.contains(" --inhibit-sleep"), "{unit}");
         assert!(
             !unit.contains("wmk_w_secret"),
             "the token stays out of the unit"
