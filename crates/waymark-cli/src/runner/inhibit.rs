@@ -44,7 +44,8 @@ impl Inhibitor {
     }
 
     /// Whether the lock is held now.
-    pub(crate) fn holding(&mut self) -> bool {
+    #[cfg(test)]
+    fn holding(&mut self) -> bool {
         match &mut self.held {
             Some(c) => matches!(c.try_wait(), Ok(None)),
             None => false,
