@@ -28,8 +28,8 @@ use tokio::sync::{mpsc, watch};
 use tokio::task::{JoinHandle, JoinSet};
 use tokio_util::sync::CancellationToken;
 use waymark_proto::{
-    ApprovalDurability, AskedRuntimeDeadline, CheckpointBody, Decision, DecisionStatus, EffectRef,
-    EffectStatus, FinishOutcome, NewMessage, RuntimeFallback,
+    ApprovalDurability, AskedRuntimeDeadline, CheckpointBody, Decision, DecisionKind,
+    DecisionStatus, EffectRef, EffectStatus, FinishOutcome, NewMessage, RuntimeFallback,
 };
 use waymark_worker::{
     Client, ControlState, EffectCtx, EffectDone, ProviderError, ProviderStatus, Reconciler, Run,
@@ -51,6 +51,10 @@ const CANCEL_GRACE: Duration = Duration::from_secs(10);
 const VOID_GRACE: Duration = Duration::from_secs(2);
 /// How long the effects of a turn may take to be recorded after it ends.
 const EFFECT_SETTLE: Duration = Duration::from_secs(30);
+/// How quiet the connection must be after `session/load` answered before the replayed
+/// history counts as over, and the longest the replay may go on after the answer.
+const REPLAY_QUIET: Duration = Duration::from_millis(300);
+const REPLAY_MAX: Duration = Duration::from_secs(5);
 /// Longest message text recorded (the control plane takes up to 1 MiB).
 const MAX_TEXT: usize = 256 * 1024;
 /// How long Hermes waits for an answer to a permission request before it denies on its own
@@ -66,7 +70,8 @@ pub struct AcpArgs {
     /// The session's working directory (default: the current one).
     #[arg(long)]
     pub cwd: Option<PathBuf>,
-    /// What to ask the agent.
+    /// What to ask the agent (with `--session`: the message of the new turn in the loaded
+    /// session). `-` (in `waymark adapters acp`): read it from stdin.
     #[arg(long)]
     pub prompt: String,
     /// The runtime recorded on the task (`hermes` also maps Hermes' own permission options).
@@ -83,6 +88,35 @@ pub struct AcpArgs {
     /// its runtime deadline, which comes first unless this is shorter.
     #[arg(long)]
     pub approval_expires_in: Option<u64>,
+    /// A run a runner started: its task, and the session to go on with.
+    #[command(flatten)]
+    pub bind: AcpBinding,
+}
+
+/// How a runner binds the adapter to the run it started: the task `start_run` made, a new
+/// session whose id is kept on the machine (where the agent keeps the session), or that session
+/// loaded again for a revive or a follow-up.
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct AcpBinding {
+    /// Mirror the session into this existing task (the one a runner's `start_run` made) instead
+    /// of finding or creating one by the session's id. A turn that ends well then releases the
+    /// attempt (the task stays open, so a follow-up or a revive goes on in the same session),
+    /// and an agent that dies mid-turn leaves the attempt to the runner's report (recovery).
+    #[arg(long, value_name = "TASK")]
+    pub task: Option<String>,
+    /// Load this session (`session/load`, where the agent offers `loadSession`) and prompt in
+    /// it, instead of opening a new one.
+    #[arg(long, value_name = "ID")]
+    pub session: Option<String>,
+    /// Write a new session's id to this file as soon as the agent names it, before the first
+    /// prompt (whole or not at all), so a later `--session` finds it.
+    #[arg(long, value_name = "PATH")]
+    pub session_file: Option<PathBuf>,
+    /// Start the agent no earlier than this moment (RFC 3339; at most two minutes ahead). A
+    /// runner sets it where the agent would otherwise damage the session it is to load (Gemini
+    /// CLI, see `docs/runner.md`).
+    #[arg(long, value_name = "TIME")]
+    pub not_before: Option<chrono::DateTime<chrono::Utc>>,
 }
 
 /// Why the adapter could not run the session, or the session did not end well.
@@ -138,6 +172,19 @@ pub enum AcpError {
     /// The adapter was stopped before the session started.
     #[error("stopped before the session started")]
     Stopped,
+    /// `--session` names a session the agent cannot load.
+    #[error(
+        "the agent does not offer `session/load` (no `loadSession` capability): session `{0}` cannot be taken up again"
+    )]
+    CannotLoad(String),
+    /// `--session-file` could not be written.
+    #[error("cannot record the session's id in `{path}`: {reason}")]
+    SessionFile {
+        /// The file.
+        path: String,
+        /// Why.
+        reason: String,
+    },
 }
 
 /// Runs one session: starts the agent, opens an ACP session (its id is the task's external
@@ -162,6 +209,22 @@ pub async fn run(
         path: cwd.display().to_string(),
         reason: e.to_string(),
     })?;
+    if let Some(at) = args.bind.not_before {
+        let wait = (at - chrono::Utc::now())
+            .to_std()
+            .unwrap_or_default()
+            .min(Duration::from_secs(120));
+        if !wait.is_zero() {
+            tracing::info!(
+                seconds = wait.as_secs_f64(),
+                "waiting before the agent starts (--not-before)"
+            );
+            tokio::select! {
+                () = tokio::time::sleep(wait) => {}
+                () = shutdown.cancelled() => return Err(AcpError::Stopped),
+            }
+        }
+    }
     let (agent, peer, incoming) =
         Agent::spawn(&args.agent_cmd, &cwd).map_err(|e| AcpError::Spawn {
             command: args.agent_cmd.clone(),
@@ -219,22 +282,42 @@ async fn session(
             "the agent speaks another ACP version"
         );
     }
-    let new = handshake(
-        &peer,
-        "session/new",
-        json!({"cwd": cwd.display().to_string(), "mcpServers": []}),
-        &shutdown,
-    )
-    .await?;
-    let session_id = new
-        .get("sessionId")
-        .and_then(Value::as_str)
-        .filter(|s| !s.is_empty())
-        .ok_or(AcpError::Protocol {
-            step: "session/new",
-            what: "a `sessionId`",
-        })?
-        .to_owned();
+    let mut incoming = incoming;
+    let session_id = match &args.bind.session {
+        Some(id) => {
+            if init["agentCapabilities"]["loadSession"].as_bool() != Some(true) {
+                return Err(AcpError::CannotLoad(id.clone()));
+            }
+            let replayed = load(&peer, &mut incoming, id, cwd, &shutdown).await?;
+            tracing::info!(session = %id, replayed, "ACP session loaded");
+            id.clone()
+        }
+        None => {
+            let new = handshake(
+                &peer,
+                "session/new",
+                json!({"cwd": cwd.display().to_string(), "mcpServers": []}),
+                &shutdown,
+            )
+            .await?;
+            let id = new
+                .get("sessionId")
+                .and_then(Value::as_str)
+                .filter(|s| !s.is_empty() && !s.contains(char::is_whitespace))
+                .ok_or(AcpError::Protocol {
+                    step: "session/new",
+                    what: "a `sessionId`",
+                })?
+                .to_owned();
+            if let Some(path) = &args.bind.session_file {
+                write_session_file(path, &id).map_err(|e| AcpError::SessionFile {
+                    path: path.display().to_string(),
+                    reason: e.to_string(),
+                })?;
+            }
+            id
+        }
+    };
     let title = args
         .title
         .clone()
@@ -245,7 +328,15 @@ async fn session(
         title: clip(&title, 200),
         goal: clip(&args.prompt, 20_000),
     };
-    let run = bridge::attach(&client, &spec, &args.worker, Duration::from_secs(5)).await?;
+    let run = match &args.bind.task {
+        // A runner's run: the attempt a killed adapter held was revoked by the runner's report
+        // of its end; a follow-up finds it released.
+        Some(task) => bridge::start(&client, task, &args.worker, Duration::from_secs(60)).await?,
+        None => bridge::attach(&client, &spec, &args.worker, Duration::from_secs(5)).await?,
+    };
+    if args.bind.task.is_some() {
+        expire_earlier_approvals(&client, &run).await;
+    }
     tracing::info!(session = %session_id, task = %run.task_id(), attempt = %run.attempt().id, "ACP session attached");
     let (decided_tx, decided_rx) = mpsc::channel(64);
     let mut s = Session {
@@ -253,6 +344,7 @@ async fn session(
         run: Arc::new(run),
         session_id,
         runtime: args.runtime.clone(),
+        bound: args.bind.task.is_some(),
         expires_in: args.approval_expires_in.map(Duration::from_secs),
         started: tokio::time::Instant::now(),
         buffer: None,
@@ -265,6 +357,110 @@ async fn session(
         decided_rx,
     };
     s.drive(incoming, args.prompt.clone(), shutdown).await
+}
+
+/// Why an approval an earlier adapter left pending expires when its session is taken up again.
+const EARLIER_CONNECTION: &str = "the agent connection that asked is gone (its adapter ended \
+     without answering); the agent asks again if it still wants to";
+
+/// `session/load`: the agent replays the session's history as `session/update` notifications
+/// before it answers. That history is already in the record (or was lost with a killed
+/// adapter, and the resume note says what counts): it is read and dropped, never mirrored again,
+/// and read while the load runs so a long history cannot fill the connection's queue. Returns
+/// how many notifications were replayed.
+async fn load(
+    peer: &Peer,
+    incoming: &mut mpsc::Receiver<Incoming>,
+    session_id: &str,
+    cwd: &std::path::Path,
+    shutdown: &CancellationToken,
+) -> Result<u64, AcpError> {
+    let params =
+        json!({"sessionId": session_id, "cwd": cwd.display().to_string(), "mcpServers": []});
+    let request = handshake(peer, "session/load", params, shutdown);
+    tokio::pin!(request);
+    let mut replayed = 0u64;
+    loop {
+        tokio::select! {
+            r = &mut request => {
+                r?;
+                // ACP asks for the history before the answer, but Gemini CLI 0.61 streams it
+                // without waiting (`session.streamHistory(...)` is not awaited before it
+                // answers), so its replay goes on around and after the answer: what comes
+                // until the connection has been quiet a moment belongs to it too.
+                let until = tokio::time::Instant::now() + REPLAY_MAX;
+                while let Ok(Some(m)) =
+                    tokio::time::timeout_at(until.min(tokio::time::Instant::now() + REPLAY_QUIET), incoming.recv()).await
+                {
+                    replayed += drop_replayed(peer, m).await;
+                }
+                return Ok(replayed);
+            }
+            Some(m) = incoming.recv() => replayed += drop_replayed(peer, m).await,
+        }
+    }
+}
+
+/// One message that came during `session/load`: a notification is history (counted); a request
+/// is refused (a permission asked during a replay belongs to no turn of ours).
+async fn drop_replayed(peer: &Peer, m: Incoming) -> u64 {
+    match m {
+        Incoming::Notification { .. } => 1,
+        Incoming::Request { id, method, .. } => {
+            let answer = if method == "session/request_permission" {
+                peer.respond(&id, cancelled()).await
+            } else {
+                peer.respond_error(
+                    &id,
+                    -32601,
+                    &format!("`{method}` is not offered while a session loads"),
+                )
+                .await
+            };
+            if let Err(e) = answer {
+                tracing::debug!(error = %e, "answering a request during the load");
+            }
+            0
+        }
+    }
+}
+
+/// An ACP agent holds a permission request only while its connection lives: what an earlier
+/// adapter of this task left pending (it was killed) nobody can answer any more. Expired, never
+/// approved; the agent asks again if it still wants the call.
+async fn expire_earlier_approvals(client: &Client, run: &Run) {
+    let detail = match client.task(run.task_id()).await {
+        Ok(d) => d,
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot read the task's earlier approvals");
+            return;
+        }
+    };
+    for d in detail.decisions.iter().filter(|d| {
+        d.kind == DecisionKind::Approval
+            && d.status == DecisionStatus::Pending
+            && d.durability == Some(ApprovalDurability::ConnectionBound)
+    }) {
+        match run.expire_decision(&d.id, EARLIER_CONNECTION).await {
+            Ok(_) => {
+                tracing::info!(decision = %d.id, "expired an approval an earlier connection held")
+            }
+            Err(e) => {
+                tracing::warn!(decision = %d.id, error = %e, "cannot expire an approval an earlier connection held")
+            }
+        }
+    }
+}
+
+/// Records a new session's id for a later `--session`: written whole or not at all (a
+/// temporary file renamed over it), so a kill mid-write never leaves half an id.
+fn write_session_file(path: &std::path::Path, id: &str) -> std::io::Result<()> {
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir)?;
+    }
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, format!("{id}\n"))?;
+    std::fs::rename(tmp, path)
 }
 
 impl Session {
@@ -371,6 +567,9 @@ struct Session {
     run: Arc<Run>,
     session_id: String,
     runtime: String,
+    /// A runner's run (`--task`): a turn that ends well releases the attempt, and an agent
+    /// that dies leaves the attempt for the runner's report to recover.
+    bound: bool,
     expires_in: Option<Duration>,
     /// When the session started (the turn's wall time is reported with its usage).
     started: tokio::time::Instant,
@@ -497,7 +696,39 @@ impl Session {
         };
         if let Some(why) = &gone {
             self.connection_lost(why).await;
-        } else {
+        }
+        // A runner's run cut off (its agent died, or the adapter is being stopped with the
+        // machine): the calls still open stay in progress and the attempt stays as it is, for
+        // the runner's report of the end — the control plane revokes the attempt, gives each
+        // open call a recovery card and resumes the session. Recorded here as `unknown`, a
+        // call would escape its card.
+        let cut_off = gone.clone().or_else(|| {
+            matches!(interrupt, Some(Interrupt::Shutdown))
+                .then(|| "the adapter was stopped mid-turn".to_owned())
+        });
+        if self.bound
+            && let Some(why) = cut_off
+        {
+            self.flush().await;
+            // What is known is recorded (calls closed as not run, calls that ended); the calls
+            // in doubt — open, their end never said — stay as they are, for their cards.
+            let in_doubt = self
+                .tools
+                .values()
+                .filter(|t| t.end.as_ref().is_some_and(|tx| tx.borrow().is_none()))
+                .count();
+            let deadline = tokio::time::Instant::now() + EFFECT_SETTLE;
+            while self.effects.len() > in_doubt {
+                match tokio::time::timeout_at(deadline, self.effects.join_next()).await {
+                    Ok(Some(_)) => {}
+                    _ => break,
+                }
+            }
+            self.effects.abort_all();
+            tracing::warn!(%why, in_doubt, "the run is left to its runner's report");
+            return Err(AcpError::AgentExited(why));
+        }
+        if gone.is_none() {
             self.acknowledge_all("the prompt turn ended after the answer")
                 .await;
             // A request still open when the turn ended is moot for the agent.
@@ -599,6 +830,12 @@ impl Session {
                     // A Hermes session outlives the ACP connection (state.db keeps it open,
                     // `hermes --resume` goes on with it): the attempt is released, so the
                     // mirror of state.db can add to this same task what it sees later.
+                    // A runner's run: the session stays with the agent, for a follow-up or
+                    // a revive.
+                    (FinishOutcome::Completed, summary) if self.bound => (
+                        FinishOutcome::Released,
+                        format!("{summary}; the session stays open for what comes next"),
+                    ),
                     (FinishOutcome::Completed, summary) if self.runtime == "hermes" => (
                         FinishOutcome::Released,
                         format!("{summary}; Hermes keeps the session, which its mirror follows"),

@@ -131,6 +131,7 @@ pub async fn run(
                 title: a.title,
                 worker: a.worker,
                 approval_expires_in: a.approval_expires_in,
+                bind: Default::default(),
             };
             Ok(acp::run(args, client, shutdown).await?)
         }

@@ -50,6 +50,7 @@ impl World {
             title: None,
             worker: "acp-test".into(),
             approval_expires_in: None,
+            bind: Default::default(),
         }
     }
 

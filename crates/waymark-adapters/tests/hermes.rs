@@ -321,6 +321,7 @@ async fn hermes_acp_session_then_the_mirror_is_one_task_and_nothing_twice() {
         title: None,
         worker: "waymark-hermes".into(),
         approval_expires_in: None,
+        bind: Default::default(),
     };
     let client = w.cp.client.clone();
     let live = tokio::spawn(async move {

@@ -97,6 +97,7 @@ impl<'a> Home<'a> {
             title: None,
             worker: "alice-copilot".into(),
             approval_expires_in: None,
+            bind: Default::default(),
         }
     }
 }

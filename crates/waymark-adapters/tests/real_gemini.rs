@@ -166,6 +166,7 @@ fn start_turn(
         title: None,
         worker: "waymark-acp".into(),
         approval_expires_in: None,
+        bind: Default::default(),
     };
     tokio::spawn(acp::run(args, cp.client.clone(), CancellationToken::new()))
 }
@@ -358,6 +359,7 @@ async fn real_gemini_cli_killed_under_a_pending_permission_expires_it_and_the_ca
         title: None,
         worker: "waymark-acp".into(),
         approval_expires_in: None,
+        bind: Default::default(),
     };
     let env = format!("HOME={}", home.dir.path().display());
     let kill = || {

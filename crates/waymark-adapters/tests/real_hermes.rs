@@ -524,6 +524,7 @@ async fn real_hermes_killed_under_a_pending_approval_expires_it_and_the_call_did
         title: None,
         worker: "waymark-hermes".into(),
         approval_expires_in: None,
+        bind: Default::default(),
     };
     let env = format!("HERMES_HOME={}", home.hermes_home().display());
     let kill = || {

@@ -115,6 +115,7 @@ impl<'a> Home<'a> {
             title: None,
             worker: "alice-opencode".into(),
             approval_expires_in: None,
+            bind: Default::default(),
         }
     }
 }

@@ -227,7 +227,10 @@ pub(crate) async fn run(args: AdaptersArgs, json: bool) -> CliResult {
             })
             .await
         }
-        Runtime::Acp { conn, args } => {
+        Runtime::Acp { conn, mut args } => {
+            let mut prompt = Some(std::mem::take(&mut args.prompt));
+            from_stdin(&mut prompt, "--prompt")?;
+            args.prompt = prompt.unwrap_or_default();
             long_lived(conn, async |c, s| {
                 waymark_adapters::acp::run(args, c, s).await
             })

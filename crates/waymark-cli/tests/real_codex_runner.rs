@@ -18,20 +18,19 @@ mod fake_model;
 #[allow(dead_code, unreachable_pub)]
 #[path = "../../waymark-adapters/tests/support/fake_responses.rs"]
 mod fake_responses;
+mod runner_world;
 
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use fake_model::Turn;
 use fake_responses::{FakeResponses, text_of};
+use runner_world::*;
 use serde_json::{Value, json};
 
 /// The version `scripts/setup-debian` installs and this test was written against.
 const CODEX_VERSION: &str = "0.169.0";
-/// How long one run may take, the wait for a person included.
-const RUN: Duration = Duration::from_secs(120);
 
 /// The native `codex` binary of the installed `@openai/codex-linux-x64`, or a failure that says
 /// how to install it.
@@ -64,169 +63,9 @@ fn codex_binary() -> PathBuf {
     }
 }
 
-// ---- waymark ---------------------------------------------------------------------------------
-
-fn waymark() -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_waymark"));
-    c.env_remove("WAYMARK_DATA_DIR")
-        .env_remove("WAYMARK_SERVER")
-        .env_remove("WAYMARK_TOKEN")
-        .env_remove("WAYMARK_KEYSTORE")
-        .env("WAYMARK_LOG", "error");
-    c
-}
-
-fn run_ok(mut c: Command) -> Value {
-    let out = c.output().unwrap();
-    assert!(
-        out.status.success(),
-        "{c:?}: {}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).unwrap_or(Value::Null)
-}
-
-/// `waymark serve`, killed when dropped.
-struct Serving(Child, String);
-
-impl Drop for Serving {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn serve(data: &Path) -> Serving {
-    let mut child = waymark()
-        .args(["serve", "--json", "--listen", "127.0.0.1:0", "--data-dir"])
-        .arg(data)
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let v: Value = serde_json::from_str(&line).unwrap();
-    Serving(child, v["listening"].as_str().unwrap().to_owned())
-}
-
-fn admin(data: &Path, args: &[&str]) -> Value {
-    let mut c = waymark();
-    c.arg("admin")
-        .args(args)
-        .args(["--json", "--data-dir"])
-        .arg(data);
-    run_ok(c)
-}
-
-/// The terminal client of alice's paired phone.
-fn device(home: &Path, args: &[&str]) -> Value {
-    let mut c = waymark();
-    c.env("WAYMARK_HOME", home)
-        .env("WAYMARK_KEYSTORE", "file-insecure")
-        .args(args);
-    run_ok(c)
-}
-
 /// `waymark run --runtime codex` from the phone: the new task's id.
 fn start_run(phone: &Path, dir: &str, prompt: &str) -> String {
-    let started = device(
-        phone,
-        &[
-            "run",
-            "--machine",
-            "laptop",
-            "--runtime",
-            "codex",
-            "--dir",
-            dir,
-            "--json",
-            prompt,
-        ],
-    );
-    started["task_id"].as_str().unwrap().to_owned()
-}
-
-/// The phone's inbox after a sync: waits for the pending decision whose question names `what`.
-async fn pending_in_inbox(phone: &Path, what: &str) -> Value {
-    let deadline = Instant::now() + RUN;
-    loop {
-        device(phone, &["sync", "--json"]);
-        let inbox = device(phone, &["inbox", "--json"]);
-        if let Some(item) = inbox.as_array().and_then(|a| {
-            a.iter().find(|i| {
-                i["decision"]["question"]
-                    .as_str()
-                    .is_some_and(|q| q.contains(what))
-            })
-        }) {
-            return item.clone();
-        }
-        assert!(
-            Instant::now() < deadline,
-            "no decision about `{what}` reached the inbox: {inbox}"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-}
-
-fn approve(phone: &Path, item: &Value) {
-    device(
-        phone,
-        &[
-            "approve",
-            item["decision"]["id"].as_str().unwrap(),
-            "--json",
-        ],
-    );
-}
-
-async fn task_detail(server: &str, token: &str, task: &str) -> Value {
-    reqwest::Client::new()
-        .get(format!("{server}/v1/tasks/{task}"))
-        .bearer_auth(token)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap()
-}
-
-fn texts(detail: &Value) -> Vec<String> {
-    detail["messages"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|m| {
-            format!(
-                "{}: {}",
-                m["role"].as_str().unwrap_or(""),
-                m["text"].as_str().unwrap_or("")
-            )
-        })
-        .collect()
-}
-
-/// Waits until `check` holds of the task's detail (read with `token`).
-async fn until(
-    server: &str,
-    token: &str,
-    task: &str,
-    what: &str,
-    check: impl Fn(&Value) -> bool,
-) -> Value {
-    let deadline = Instant::now() + RUN;
-    loop {
-        let d = task_detail(server, token, task).await;
-        if check(&d) {
-            return d;
-        }
-        assert!(Instant::now() < deadline, "{what}: {d}");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    runner_world::start_run(phone, "codex", dir, prompt)
 }
 
 /// Waits until the fake model has received a request that `check` holds of.
@@ -252,10 +91,6 @@ fn user_texts(request: &Value) -> Vec<String> {
         .filter(|i| i["type"] == "message" && i["role"] == "user")
         .map(text_of)
         .collect()
-}
-
-fn lines(path: &Path) -> usize {
-    std::fs::read_to_string(path).map_or(0, |t| t.lines().count())
 }
 
 // ---- the laptop ------------------------------------------------------------------------------
@@ -327,54 +162,6 @@ stream_max_retries = 0
             .stdout(log.try_clone().unwrap())
             .stderr(log);
         RunnerProcess(c.spawn().expect("waymark runner starts"))
-    }
-}
-
-/// `waymark runner`, killed with `-9` when dropped.
-struct RunnerProcess(Child);
-
-impl Drop for RunnerProcess {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-/// Kills the process groups of the runs still recorded when the test ends, and prints the
-/// runner's log and its runs' logs when it fails.
-struct Cleanup(PathBuf);
-
-impl Drop for Cleanup {
-    fn drop(&mut self) {
-        let state = self.0.join("runner-state");
-        if std::thread::panicking() {
-            for l in std::fs::read_to_string(self.0.join("runner.log"))
-                .unwrap_or_default()
-                .lines()
-            {
-                eprintln!("runner: {l}");
-            }
-            for f in std::fs::read_dir(state.join("logs"))
-                .into_iter()
-                .flatten()
-                .flatten()
-            {
-                let t = std::fs::read_to_string(f.path()).unwrap_or_default();
-                eprintln!("---- {}\n{t}", f.path().display());
-            }
-        }
-        let runs: Value = std::fs::read_to_string(state.join("state.json"))
-            .ok()
-            .and_then(|t| serde_json::from_str(&t).ok())
-            .unwrap_or_default();
-        for r in runs["runs"].as_object().into_iter().flatten() {
-            if let Some(pid) = r.1["pid"].as_u64() {
-                let _ = Command::new("kill")
-                    .args(["-KILL", "--", &format!("-{pid}")])
-                    .stderr(Stdio::null())
-                    .status();
-            }
-        }
     }
 }
 

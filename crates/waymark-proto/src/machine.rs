@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
 /// Runtimes a runner can start (the `runtime` of `start_run`).
-pub const RUNNER_RUNTIMES: &[&str] = &["claude-code", "codex"];
+pub const RUNNER_RUNTIMES: &[&str] = &["claude-code", "codex", "gemini"];
 
 /// How long a machine counts as online after it was last heard from (ms): a runner asks for
 /// work every [`RUNNER_POLL_SECONDS`] at most, so three missed polls make it offline.

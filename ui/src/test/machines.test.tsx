@@ -64,6 +64,7 @@ describe("a runtime's label", () => {
   it("says the version once, without the name it repeats", () => {
     expect(runtimeLabel("claude-code", "2.1.328 (Claude Code)")).toBe("Claude Code 2.1.328");
     expect(runtimeLabel("codex", "codex-cli 0.169.0")).toBe("Codex 0.169.0");
+    expect(runtimeLabel("gemini", "0.61.0")).toBe("Gemini CLI 0.61.0");
     expect(runtimeLabel("claude-code", null)).toBe("Claude Code");
     expect(runtimeLabel("something-new", "1.0")).toBe("something-new 1.0");
   });

@@ -16,7 +16,9 @@
 //! request that offers no tools; with [`Shape::answer_toolless`] that request gets a title, not a
 //! tool call.
 
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
@@ -90,7 +92,17 @@ pub struct FakeModel {
     /// `http://127.0.0.1:PORT/v1`, the provider's `baseUrl`.
     pub base_url: String,
     requests: Arc<Mutex<Vec<Value>>>,
+    gemini: Arc<Gemini>,
     task: tokio::task::JoinHandle<()>,
+}
+
+/// What a test steers and counts of the Gemini API side: how many `run_shell_command` calls
+/// the model asked for, and whether answers after a tool's result are held back (so a run can
+/// be cut off after a confirmed call, before its turn ends).
+#[derive(Debug, Default)]
+struct Gemini {
+    calls: AtomicUsize,
+    hold: AtomicBool,
 }
 
 impl Drop for FakeModel {
@@ -111,14 +123,16 @@ impl FakeModel {
         let requests = Arc::new(Mutex::new(Vec::new()));
         let turns = Arc::new(turns);
         let kept = requests.clone();
+        let gemini = Arc::new(Gemini::default());
+        let ctl = gemini.clone();
         let task = tokio::spawn(async move {
             loop {
                 let Ok((stream, _)) = listener.accept().await else {
                     continue;
                 };
-                let (turns, kept) = (turns.clone(), kept.clone());
+                let (turns, kept, ctl) = (turns.clone(), kept.clone(), ctl.clone());
                 tokio::spawn(async move {
-                    if let Err(e) = serve(stream, &turns, &kept, shape).await {
+                    if let Err(e) = serve(stream, &turns, &kept, shape, &ctl).await {
                         eprintln!("fake model: {e}");
                     }
                 });
@@ -127,6 +141,7 @@ impl FakeModel {
         FakeModel {
             base_url: format!("http://127.0.0.1:{port}/v1"),
             requests,
+            gemini,
             task,
         }
     }
@@ -134,6 +149,18 @@ impl FakeModel {
     /// Every chat-completions request body received, in order.
     pub fn requests(&self) -> Vec<Value> {
         self.requests.lock().unwrap().clone()
+    }
+
+    /// How many `run_shell_command` calls the Gemini API side asked for so far (a call the
+    /// model was told is done, and not asked again, shows here).
+    pub fn gemini_calls(&self) -> usize {
+        self.gemini.calls.load(Ordering::SeqCst)
+    }
+
+    /// While on, a Gemini API request that carries a tool's result gets no answer (the run is
+    /// held after a confirmed call, before its turn ends).
+    pub fn hold_after_results(&self, on: bool) {
+        self.gemini.hold.store(on, Ordering::SeqCst);
     }
 }
 
@@ -170,6 +197,7 @@ async fn serve(
     turns: &[Turn],
     kept: &Mutex<Vec<Value>>,
     shape: Shape,
+    gemini: &Gemini,
 ) -> std::io::Result<()> {
     let (method, path, body, mut stream) = read_request(stream).await?;
     let (method, path) = (method.as_str(), path.as_str());
@@ -215,6 +243,14 @@ async fn serve(
             let request: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
             kept.lock().unwrap().push(request.clone());
             let reply = gemini_reply(&request, turns);
+            let part = &reply["candidates"][0]["content"]["parts"][0];
+            if part.get("functionCall").is_some() {
+                gemini.calls.fetch_add(1, Ordering::SeqCst);
+            } else if carries_function_response(&request) {
+                while gemini.hold.load(Ordering::SeqCst) {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            }
             if p.contains(":stream") {
                 let body = format!("data: {reply}\r\n\r\n");
                 respond(&mut stream, "200 OK", "text/event-stream", &body).await
@@ -406,6 +442,16 @@ fn gemini_reply(request: &Value, turns: &[Turn]) -> Value {
         "candidates": [{"content": {"role": "model", "parts": [part]}, "finishReason": "STOP", "index": 0}],
         "usageMetadata": {"promptTokenCount": 10, "candidatesTokenCount": 5, "totalTokenCount": 15},
         "modelVersion": MODEL,
+    })
+}
+
+fn carries_function_response(request: &Value) -> bool {
+    request["contents"].as_array().is_some_and(|cs| {
+        cs.iter().any(|c| {
+            c["parts"]
+                .as_array()
+                .is_some_and(|ps| ps.iter().any(|p| p.get("functionResponse").is_some()))
+        })
     })
 }
 

@@ -4,12 +4,8 @@
 //! user can read), and the thread's id kept in the runner's state dir so a resume finds it.
 
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
 
-use tokio::io::AsyncWriteExt;
 use waymark_proto::{Work, WorkKind};
-
-use crate::adapters::this_binary;
 
 /// The Codex found on this machine.
 #[derive(Debug, Clone)]
@@ -58,7 +54,11 @@ pub(crate) fn adapter_args(
         "adapters".into(),
         "codex".into(),
         "--app-server-cmd".into(),
-        format!("{} app-server", shell_word(&codex.bin.to_string_lossy())).into(),
+        format!(
+            "{} app-server",
+            super::shell_word(&codex.bin.to_string_lossy())
+        )
+        .into(),
         "--cwd".into(),
         dir.into(),
         "--task".into(),
@@ -98,63 +98,6 @@ pub(crate) fn adapter_args(
         }
     };
     Ok((args, text))
-}
-
-/// `s` as one word of the adapter's `--app-server-cmd` (split like a shell would): quoted
-/// when it needs to be.
-fn shell_word(s: &str) -> String {
-    if !s.is_empty()
-        && s.chars()
-            .all(|c| c.is_ascii_alphanumeric() || "/._-+:@%=,".contains(c))
-    {
-        return s.to_owned();
-    }
-    format!("'{}'", s.replace('\'', r"'\''"))
-}
-
-/// What every start and resume shares.
-pub(crate) struct Spawn<'a> {
-    pub(crate) server: &'a str,
-    pub(crate) token: &'a str,
-    pub(crate) server_fp: Option<&'a str>,
-    pub(crate) state_dir: &'a Path,
-}
-
-impl Spawn<'_> {
-    /// Starts (`start`) or resumes (`resume`) the run's Codex thread in `dir`, the adapter in a
-    /// process group of its own (the app-server it starts is in it too).
-    pub(crate) fn start(
-        &self,
-        codex: &Codex,
-        w: &Work,
-        dir: &Path,
-    ) -> Result<tokio::process::Child, String> {
-        let (args, text) = adapter_args(codex, w, dir, self.state_dir)?;
-        let bin = this_binary().map_err(|f| f.message)?;
-        let log = super::run_log(self.state_dir, &w.task_id).map_err(|e| e.to_string())?;
-        let mut cmd = tokio::process::Command::new(bin);
-        cmd.args(args)
-            .current_dir(dir)
-            .env("WAYMARK_TOKEN", self.token)
-            .env("WAYMARK_SERVER", self.server)
-            .stdin(Stdio::piped())
-            .stdout(log.try_clone().map_err(|e| e.to_string())?)
-            .stderr(log)
-            // Its own process group: a stop ends the adapter and Codex, and the runner's own
-            // end does not end the run.
-            .process_group(0);
-        if let Some(fp) = self.server_fp {
-            cmd.env(waymark_worker::SERVER_FP_ENV, fp);
-        }
-        let mut child = cmd.spawn().map_err(|e| e.to_string())?;
-        if let Some(mut stdin) = child.stdin.take() {
-            tokio::spawn(async move {
-                let _ = stdin.write_all(text.as_bytes()).await;
-                let _ = stdin.shutdown().await;
-            });
-        }
-        Ok(child)
-    }
 }
 
 #[cfg(test)]
@@ -243,12 +186,5 @@ mod tests {
         let (_, text) =
             adapter_args(&codex, &work(WorkKind::Resume, None), dir, state.path()).unwrap();
         assert_eq!(text, waymark_adapters::codex::RESUME_PROMPT);
-    }
-
-    #[test]
-    fn a_binary_path_is_one_word_of_the_app_server_command() {
-        assert_eq!(shell_word("/usr/bin/codex"), "/usr/bin/codex");
-        assert_eq!(shell_word("/opt/a b/codex"), "'/opt/a b/codex'");
-        assert_eq!(shell_word("/opt/it's/codex"), r"'/opt/it'\''s/codex'");
     }
 }

@@ -5,6 +5,7 @@
 //! owner's: no run starts outside the directories allowed here, whatever a signed command says.
 //! `install` writes a systemd user unit that runs it.
 
+mod acp;
 mod claude;
 mod codex;
 mod inhibit;
@@ -77,6 +78,10 @@ pub(crate) struct RunnerOpts {
     /// adapter, which starts `codex app-server`.
     #[arg(long, env = "WAYMARK_CODEX")]
     codex: Option<PathBuf>,
+    /// The Gemini CLI binary (default: `gemini` on the PATH); runs go through this binary's
+    /// ACP adapter, which starts `gemini --acp`.
+    #[arg(long, env = "WAYMARK_GEMINI")]
+    gemini: Option<PathBuf>,
     /// How long a held approval waits for an answer before Claude Code decides alone (seconds;
     /// a `claude -p` run denies then). The card offers to make it wait durably instead.
     #[arg(long, default_value_t = 600)]
@@ -349,6 +354,8 @@ struct Runner {
     state: State,
     claude: Option<claude::Claude>,
     codex: Option<codex::Codex>,
+    /// The ACP agents found (Gemini CLI).
+    acp: Vec<acp::AcpAgent>,
     approval_timeout: u64,
     server_fp: Option<String>,
     name: Option<String>,
@@ -379,6 +386,7 @@ impl Runner {
         std::fs::create_dir_all(state_dir.join("logs"))
             .and_then(|()| std::fs::create_dir_all(state_dir.join("claude")))
             .and_then(|()| std::fs::create_dir_all(state_dir.join("codex")))
+            .and_then(|()| std::fs::create_dir_all(state_dir.join("acp")))
             .map_err(|e| {
                 Failure::new(
                     Exit::Usage,
@@ -398,6 +406,10 @@ impl Runner {
             .map_err(|e| Failure::new(Exit::Usage, "client", e.to_string()))?;
         let claude = claude::Claude::find(opts.claude.as_deref()).await;
         let codex = codex::Codex::find(opts.codex.as_deref()).await;
+        let acp = acp::AcpAgent::gemini(opts.gemini.as_deref())
+            .await
+            .into_iter()
+            .collect();
         Ok(Runner {
             conn: Conn {
                 http,
@@ -409,6 +421,7 @@ impl Runner {
             state_dir,
             claude,
             codex,
+            acp,
             approval_timeout: opts.approval_timeout.clamp(5, 86_400),
             server_fp: opts.server_fp,
             name: opts.name,
@@ -433,8 +446,12 @@ impl Runner {
             runtime: waymark_adapters::codex::RUNTIME.into(),
             version: c.version.clone(),
         });
+        let acp = self.acp.iter().map(|a| MachineRuntime {
+            runtime: a.runtime.into(),
+            version: a.version.clone(),
+        });
         RegisterMachine {
-            runtimes: claude.chain(codex).collect(),
+            runtimes: claude.chain(codex).chain(acp).collect(),
             directories: self
                 .allowed
                 .iter()
@@ -455,8 +472,11 @@ impl Runner {
         if let Some(c) = &self.codex {
             found.push(format!("Codex {}", version(&c.version)));
         }
+        for a in &self.acp {
+            found.push(format!("{} {}", a.name, version(&a.version)));
+        }
         if found.is_empty() {
-            return "no runtime found (Claude Code: `claude` not on the PATH, --claude PATH; Codex: `codex` not on the PATH, --codex PATH)".into();
+            return "no runtime found (Claude Code: `claude` not on the PATH, --claude PATH; Codex: `codex` not on the PATH, --codex PATH; Gemini CLI: `gemini` not on the PATH, --gemini PATH)".into();
         }
         found.join(", ")
     }
@@ -763,22 +783,72 @@ impl Runner {
                     ));
                 };
                 let dir = dir()?;
-                let spawn = codex::Spawn {
-                    server: &self.conn.server,
-                    token: &self.conn.token,
-                    server_fp: self.server_fp.as_deref(),
-                    state_dir: &self.state_dir,
-                };
-                let child = spawn
-                    .start(codex, w, &dir)
+                let (args, text) = codex::adapter_args(codex, w, &dir, &self.state_dir)
+                    .map_err(|e| Refusal::Failed(format!("Codex did not start: {e}")))?;
+                let child = self
+                    .adapter(w, args, text, &dir, Vec::new())
                     .map_err(|e| Refusal::Failed(format!("Codex did not start: {e}")))?;
                 Ok(("Codex", dir, child))
+            }
+            acp::GEMINI => {
+                let Some(agent) = self.acp.iter().find(|a| a.runtime == acp::GEMINI) else {
+                    return Err(Refusal::NotAllowed(
+                        "Gemini CLI is not installed on this machine (no `gemini` on the runner's PATH; `--gemini PATH`)".into(),
+                    ));
+                };
+                let dir = dir()?;
+                let failed =
+                    |e: String| Refusal::Failed(format!("{} did not start: {e}", agent.name));
+                let (args, text) =
+                    acp::adapter_args(agent, w, &dir, &self.state_dir).map_err(failed)?;
+                let env =
+                    acp::extra_env(agent, &self.state_dir).map_err(|e| failed(e.to_string()))?;
+                let child = self.adapter(w, args, text, &dir, env).map_err(failed)?;
+                Ok((agent.name, dir, child))
             }
             other => Err(Refusal::NotAllowed(format!(
                 "this runner starts {}, not `{other}`",
                 RUNNER_RUNTIMES.join(", ")
             ))),
         }
+    }
+
+    /// Starts this binary's adapter for a runtime it drives (Codex, ACP agents) in `dir`, with
+    /// the machine's token, the turn's text on stdin (never on a command line another user can
+    /// read), its output in the run's log, in a process group of its own: a stop ends the
+    /// adapter and the runtime it started, and the runner's own end does not end the run.
+    fn adapter(
+        &self,
+        w: &Work,
+        args: Vec<std::ffi::OsString>,
+        text: String,
+        dir: &Path,
+        env: Vec<(&'static str, std::ffi::OsString)>,
+    ) -> Result<tokio::process::Child, String> {
+        use tokio::io::AsyncWriteExt;
+        let bin = crate::adapters::this_binary().map_err(|f| f.message)?;
+        let log = run_log(&self.state_dir, &w.task_id).map_err(|e| e.to_string())?;
+        let mut cmd = tokio::process::Command::new(bin);
+        cmd.args(args)
+            .current_dir(dir)
+            .env("WAYMARK_TOKEN", &self.conn.token)
+            .env("WAYMARK_SERVER", &self.conn.server)
+            .envs(env)
+            .stdin(std::process::Stdio::piped())
+            .stdout(log.try_clone().map_err(|e| e.to_string())?)
+            .stderr(log)
+            .process_group(0);
+        if let Some(fp) = &self.server_fp {
+            cmd.env(waymark_worker::SERVER_FP_ENV, fp);
+        }
+        let mut child = cmd.spawn().map_err(|e| e.to_string())?;
+        if let Some(mut stdin) = child.stdin.take() {
+            tokio::spawn(async move {
+                let _ = stdin.write_all(text.as_bytes()).await;
+                let _ = stdin.shutdown().await;
+            });
+        }
+        Ok(child)
     }
 
     /// Ends a run's process tree: `SIGTERM` to its group, `SIGKILL` after a grace.
@@ -818,6 +888,18 @@ fn on_path(name: &str) -> Option<PathBuf> {
     std::env::split_paths(&path)
         .map(|d| d.join(name))
         .find(|p| p.is_file())
+}
+
+/// `s` as one word of a command line split like a shell would (the adapters' `--agent-cmd`
+/// and `--app-server-cmd`): quoted when it needs to be.
+fn shell_word(s: &str) -> String {
+    if !s.is_empty()
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || "/._-+:@%=,".contains(c))
+    {
+        return s.to_owned();
+    }
+    format!("'{}'", s.replace('\'', r"'\''"))
 }
 
 /// A runtime's version from its `--version` (`None`: it does not run).
@@ -881,6 +963,13 @@ mod tests {
             allowed_dirs(&[]).err().map(|f| f.code),
             Some("nothing_allowed")
         );
+    }
+
+    #[test]
+    fn a_binary_path_is_one_word_of_a_command_line() {
+        assert_eq!(shell_word("/usr/bin/codex"), "/usr/bin/codex");
+        assert_eq!(shell_word("/opt/a b/codex"), "'/opt/a b/codex'");
+        assert_eq!(shell_word("/opt/it's/codex"), r"'/opt/it'\''s/codex'");
     }
 
     #[test]

@@ -72,6 +72,9 @@ pub(crate) fn files(opts: &RunnerOpts, bin: &std::path::Path) -> Result<(String,
     if let Some(c) = &opts.codex {
         exec.extend(["--codex".into(), unit_word(&c.to_string_lossy())]);
     }
+    if let Some(g) = &opts.gemini {
+        exec.extend(["--gemini".into(), unit_word(&g.to_string_lossy())]);
+    }
     exec.extend([
         "--approval-timeout".into(),
         opts.approval_timeout.to_string(),
@@ -240,6 +243,7 @@ mod tests {
             state_dir: None,
             claude: None,
             codex: Some("/opt/codex/bin/codex".into()),
+            gemini: Some("/opt/gemini/bin/gemini".into()),
             approval_timeout: 600,
             inhibit_sleep: true,
         };
@@ -252,6 +256,10 @@ mod tests {
         assert!(unit.contains("KillMode=process") && unit.contains("Restart=always"));
         assert!(
             unit.contains(" --codex \"/opt/codex/bin/codex\" "),
+            "{unit}"
+        );
+        assert!(
+            unit.contains(" --gemini \"/opt/gemini/bin/gemini\" "),
             "{unit}"
         );
         assert!(unit.contains(" --inhibit-sleep"), "{unit}");

@@ -718,10 +718,23 @@ pub(crate) async fn resume_note(tx: &mut Tx, task: &TaskRow, why: &str) -> ApiRe
     Ok(out)
 }
 
-/// A tool call in a line: its tool and its command or input, cut short.
+/// A tool call in a line: its tool and its command or input, cut short. Claude Code's hooks
+/// record `{tool, input}`; the ACP adapter `{title, kind, rawInput}` (the title is the agent's
+/// own line for the call, e.g. Gemini CLI's command).
 fn describe(intent: &Value) -> String {
-    let tool = intent.get("tool").and_then(Value::as_str).unwrap_or("call");
-    let input = intent.get("input");
+    let tool = intent
+        .get("tool")
+        .or_else(|| intent.get("kind"))
+        .and_then(Value::as_str)
+        .unwrap_or("call");
+    let input = intent
+        .get("input")
+        .or_else(|| intent.get("rawInput").filter(|v| !v.is_null()));
+    if input.is_none()
+        && let Some(title) = intent.get("title").and_then(Value::as_str)
+    {
+        return clip(&format!("{tool}: {title}"), 300);
+    }
     let detail = input
         .and_then(|i| i.get("command").and_then(Value::as_str).map(str::to_owned))
         .or_else(|| input.map(|i| i.to_string()))
@@ -956,6 +969,22 @@ pub(crate) async fn queue_stop(tx: &mut Tx, task: &TaskRow) -> ApiResult<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_call_is_described_from_claude_codes_and_acps_intents() {
+        let claude = serde_json::json!({"tool": "Bash", "input": {"command": "npm test"}});
+        assert_eq!(describe(&claude), "Bash: npm test");
+        let gemini = serde_json::json!({
+            "toolCallId": "run_shell_command-1", "title": "touch done.txt", "kind": "execute",
+            "rawInput": null, "locations": [], "approval": "dec_1",
+        });
+        assert_eq!(describe(&gemini), "execute: touch done.txt");
+        let hermes = serde_json::json!({
+            "title": "terminal: ls", "kind": "execute",
+            "rawInput": {"command": "ls", "description": "list"},
+        });
+        assert_eq!(describe(&hermes), "execute: ls");
+    }
 
     #[test]
     fn a_directory_is_allowed_only_under_an_allowed_one_in_plain_form() {
