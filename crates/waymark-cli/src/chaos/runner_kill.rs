@@ -111,6 +111,8 @@ struct Harness<'a> {
     answered: (u64, u64),
     /// Calls a card was answered "it happened" for, by the card's effect key.
     vouched: BTreeSet<String>,
+    /// Effects a card was answered for, by id.
+    asked: BTreeSet<String>,
     report: RunReport,
 }
 
@@ -143,6 +145,13 @@ impl Harness<'_> {
                 unanswerable = true;
                 continue;
             };
+            if !self.asked.insert(e.id.clone()) {
+                // Safe (the truth is given again), but a person is asked twice.
+                self.report.note(format!(
+                    "{}: asked again about {} (answered before; the run crashed again since)",
+                    self.task, e.idempotency_key
+                ));
+            }
             let happened = applied.contains(&e.idempotency_key);
             let option = if happened {
                 "mark_confirmed"
@@ -325,6 +334,7 @@ pub(crate) async fn run(
         task: task.clone(),
         answered: (0, 0),
         vouched: BTreeSet::new(),
+        asked: BTreeSet::new(),
         report: RunReport::default(),
     };
     let mut kills = 0u64;
