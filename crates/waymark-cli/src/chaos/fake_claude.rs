@@ -108,7 +108,9 @@ impl World {
     fn note(&self, entry: Value) {
         let mut e = entry;
         e["pid"] = json!(std::process::id());
-        append_line(&self.journal(), &e).unwrap_or_else(|err| eprintln!("journal: {err}"));
+        if let Err(err) = append_line(&self.journal(), &e) {
+            tracing::warn!(error = %err, "cannot write the journal");
+        }
     }
 }
 

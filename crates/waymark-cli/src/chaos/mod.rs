@@ -124,6 +124,8 @@ pub(crate) struct Figures {
     pub(crate) deploys: u64,
     /// Runs that neither finished nor wait on a person, in bounded time.
     pub(crate) runs_lost: u64,
+    /// Runs left waiting on a person (runner-kill answers every card it can: none should be).
+    pub(crate) runs_waiting: u64,
     /// `kill -9`s of a runner or a runtime's process group.
     pub(crate) kills: u64,
     /// Runtimes resumed after a kill (`claude -p --resume`).
@@ -145,6 +147,7 @@ impl Figures {
         self.invalid_states += o.invalid_states;
         self.deploys += o.deploys;
         self.runs_lost += o.runs_lost;
+        self.runs_waiting += o.runs_waiting;
         self.kills += o.kills;
         self.revives += o.revives;
         self.recovery_cards += o.recovery_cards;

@@ -71,6 +71,7 @@ impl RunnerChild {
             .env_remove("WAYMARK_CLAUDE")
             .env_remove("WAYMARK_CODEX")
             .env_remove("WAYMARK_SERVER")
+            .env_remove("WAYMARK_INHIBIT_SLEEP")
             .stdin(Stdio::null())
             .stdout(log.try_clone()?)
             .stderr(log)
@@ -403,11 +404,14 @@ pub(crate) async fn run(
         .count() as u64;
     match stands {
         Stands::Finished => {}
-        Stands::WaitsOnPerson => report.note(format!(
-            "{task}: waits on a person ({}, {})",
-            d.task.state,
-            d.task.outcome_summary.as_deref().unwrap_or("")
-        )),
+        Stands::WaitsOnPerson => {
+            report.figures.runs_waiting += 1;
+            report.note(format!(
+                "{task}: waits on a person ({}, {})",
+                d.task.state,
+                d.task.outcome_summary.as_deref().unwrap_or("")
+            ));
+        }
         Stands::Going => {
             report.figures.runs_lost += 1;
             report.violations.push(format!(
