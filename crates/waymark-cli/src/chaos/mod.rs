@@ -126,7 +126,8 @@ pub(crate) struct Figures {
     pub(crate) runs_lost: u64,
     /// Runs left waiting on a person (runner-kill answers every card it can: none should be).
     pub(crate) runs_waiting: u64,
-    /// `kill -9`s of a runner or a runtime's process group.
+    /// `kill -9`s mid-run: of the server (server-kill), of a runner or a runtime's process
+    /// group (runner-kill).
     pub(crate) kills: u64,
     /// Runtimes resumed after a kill (`claude -p --resume`).
     pub(crate) revives: u64,
@@ -427,7 +428,7 @@ pub(crate) async fn run(args: ChaosArgs, json: bool) -> CliResult {
             );
             if total.kills > 0 {
                 println!(
-                    "✔ {} kill(s) of runners and runtimes, {} revive(s), {} recovery card(s) answered; no run lost",
+                    "✔ {} kill -9(s) mid-run, {} revive(s), {} recovery card(s) answered; no run lost",
                     total.kills, total.revives, total.recovery_cards
                 );
             }
