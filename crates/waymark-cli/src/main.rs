@@ -47,6 +47,9 @@ enum Command {
     Runner(runner::RunnerArgs),
     /// Break things on purpose (kill -9, crashes, stale workers, duplicates, partitions) and count what survived.
     Chaos(chaos::ChaosArgs),
+    /// The fake Claude Code `waymark chaos --scenario runner-kill` gives its runners.
+    #[command(name = "chaos-fake-claude", hide = true)]
+    ChaosFakeClaude(chaos::fake_claude::FakeArgs),
 }
 
 /// Where `waymark serve` listens unless told otherwise.
@@ -92,6 +95,7 @@ fn main() -> ExitCode {
             Command::Client(cmd) => client::run(cmd, json).await,
             Command::Demo(args) => demo::run(args, json).await,
             Command::Chaos(args) => chaos::run(args, json).await,
+            Command::ChaosFakeClaude(args) => chaos::fake_claude::run(args).await,
             Command::Adapters(args) => adapters::run(args, json).await,
             Command::Runner(args) => runner::run(args, json).await,
         }

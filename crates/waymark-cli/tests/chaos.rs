@@ -1,6 +1,7 @@
 //! `waymark chaos` as a user runs it: the real binary breaks a real `waymark serve` child
-//! with SIGKILL, crashes and stalls workers, repeats and partitions, and its figures must
-//! show nothing acknowledged lost, nothing applied twice and no stale write accepted.
+//! with SIGKILL, crashes and stalls workers, repeats and partitions, kills real `waymark
+//! runner` children and their runtimes, and its figures must show nothing acknowledged lost,
+//! nothing applied twice, no stale write accepted and no run lost.
 
 use std::process::{Command, Output};
 
@@ -39,6 +40,8 @@ fn assert_clean(name: &str, f: &Value, runs: u64) {
         "duplicate_effects",
         "stale_writes_accepted",
         "invalid_states",
+        "runs_lost",
+        "runs_waiting",
         "errors",
     ] {
         assert_eq!(f[zero], 0, "{name}: {zero} — {f}");
@@ -52,7 +55,7 @@ fn every_scenario_loses_nothing_duplicates_nothing_and_accepts_no_stale_write() 
     assert!(out.status.success(), "{r:#}");
     assert_eq!(r["ok"], true, "{r:#}");
     assert_eq!(r["broken"], serde_json::json!([]), "{r:#}");
-    assert_clean("totals", &r["totals"], 15);
+    assert_clean("totals", &r["totals"], 18);
     let scenarios = r["scenarios"].as_array().unwrap();
     let names: Vec<&str> = scenarios
         .iter()
@@ -65,7 +68,8 @@ fn every_scenario_loses_nothing_duplicates_nothing_and_accepts_no_stale_write() 
             "crash-after-commit",
             "stale-worker",
             "duplicate-commands",
-            "partition"
+            "partition",
+            "runner-kill"
         ]
     );
     for s in scenarios {
@@ -79,6 +83,9 @@ fn every_scenario_loses_nothing_duplicates_nothing_and_accepts_no_stale_write() 
             }
             _ => assert_eq!(s["deploys"], 0, "{name}: {s}"),
         }
+        if name == "runner-kill" {
+            assert_killed_and_revived(s, 3);
+        }
         if name == "stale-worker" || name == "partition" {
             // Stale writes were really tried: a checkpoint, a receipt, a declaration, a
             // message, a heartbeat and a deploy per run, at least.
@@ -88,11 +95,55 @@ fn every_scenario_loses_nothing_duplicates_nothing_and_accepts_no_stale_write() 
             );
         }
     }
+    // The server was killed once or twice in each run.
+    assert!(
+        scenarios[0]["kills"].as_u64().unwrap() >= 3,
+        "{}",
+        scenarios[0]
+    );
     // Writers were busy when the server died: many writes, all found again.
     assert!(
         scenarios[0]["writes_acknowledged"].as_u64().unwrap() >= 100,
         "{}",
         scenarios[0]
+    );
+}
+
+/// The runner-kill figures that show it broke something: every run was killed at least once
+/// (its first point is always reached) and some runtime was resumed after its kill; with every
+/// card answered, no run is left waiting on a person (`assert_clean`).
+fn assert_killed_and_revived(s: &serde_json::Value, runs: u64) {
+    assert!(
+        s["kills"].as_u64().unwrap() >= runs,
+        "killed in every run: {s}"
+    );
+    assert!(
+        s["revives"].as_u64().unwrap() >= 1,
+        "a killed runtime was resumed: {s}"
+    );
+}
+
+#[test]
+fn runners_and_runtimes_killed_mid_run_lose_no_run_and_repeat_no_call() {
+    let out = chaos(&[
+        "--scenario",
+        "runner-kill",
+        "--runs",
+        "6",
+        "--json",
+        "--seed",
+        "11",
+    ]);
+    let r = report(&out);
+    assert!(out.status.success(), "{r:#}");
+    let s = &r["scenarios"][0];
+    assert_eq!(s["scenario"], "runner-kill");
+    assert_clean("runner-kill", s, 6);
+    assert_eq!(s["violations"], serde_json::json!([]), "{s}");
+    assert_killed_and_revived(s, 6);
+    assert!(
+        s["recovery_cards"].as_u64().unwrap() >= 1,
+        "a call was in doubt and a card answered it: {s}"
     );
 }
 

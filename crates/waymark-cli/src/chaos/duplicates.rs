@@ -30,12 +30,12 @@ enum Delivery {
 }
 
 /// A device of [`super::env::USER`] with its key, paired for this run.
-struct Device {
-    id: String,
-    key: ed25519_dalek::SigningKey,
+pub(crate) struct Device {
+    pub(crate) id: String,
+    pub(crate) key: ed25519_dalek::SigningKey,
 }
 
-async fn pair(env: &Env) -> anyhow::Result<Device> {
+pub(crate) async fn pair(env: &Env) -> anyhow::Result<Device> {
     let scopes = ["view", "steer", "approve"].map(String::from);
     let (code, _) = waymark_server::steer::create_pairing(
         &*env.server.state.store,

@@ -4,17 +4,21 @@
 //! stopped past its lease and woken after a take-over, commands and receipts delivered
 //! several times out of order, a partition longer than the lease — and counts what must
 //! never happen: an acknowledged write lost, an effect applied twice, a stale write accepted,
-//! a task left in a state the rules forbid.
+//! a task left in a state the rules forbid — and, for a machine's runner and its runtime
+//! killed mid-run, a run lost (neither finished nor waiting on a person).
 //!
 //! Everything runs on loopback and is bounded in time. The server-kill scenario drives a real
 //! `waymark serve` child (this same binary), because only a separate process can be killed
-//! with SIGKILL; the others run the control plane and the deploy service in this process,
-//! so hundreds of runs take seconds. Exit 0 only when every count of harm is zero and every
-//! run could be checked.
+//! with SIGKILL; runner-kill drives real `waymark runner` children and a fake Claude Code
+//! (this binary again) against an in-process control plane; the others run the control plane
+//! and the deploy service in this process, so hundreds of runs take seconds. Exit 0 only when
+//! every count of harm is zero and every run could be checked.
 
 mod duplicates;
 mod effects;
 mod env;
+pub(crate) mod fake_claude;
+mod runner_kill;
 mod server_kill;
 
 use std::sync::Arc;
@@ -43,9 +47,14 @@ pub(crate) struct ChaosArgs {
     /// Seed of the random schedule, to replay one (default: from the clock).
     #[arg(long)]
     seed: Option<u64>,
-    /// Runs of an in-process scenario at once (server-kill runs one at a time).
+    /// Runs of an in-process scenario at once (server-kill runs one at a time, runner-kill at
+    /// most two).
     #[arg(long, default_value_t = 16)]
     concurrency: usize,
+    /// runner-kill: also kill runtimes before their first hook, when the session has not
+    /// begun — a known gap: such a run is not recovered (it is counted lost).
+    #[arg(long)]
+    kill_before_session: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, ValueEnum, Serialize)]
@@ -61,15 +70,18 @@ enum Scenario {
     DuplicateCommands,
     /// A proxy black-holes the worker's traffic past its lease; its buffered writes are refused.
     Partition,
+    /// kill -9 a `waymark runner` child and/or its runtime mid-run; each run ends, no call twice.
+    RunnerKill,
 }
 
 impl Scenario {
-    const ALL: [Scenario; 5] = [
+    const ALL: [Scenario; 6] = [
         Scenario::ServerKill,
         Scenario::CrashAfterCommit,
         Scenario::StaleWorker,
         Scenario::DuplicateCommands,
         Scenario::Partition,
+        Scenario::RunnerKill,
     ];
 
     fn name(self) -> &'static str {
@@ -79,11 +91,23 @@ impl Scenario {
             Scenario::StaleWorker => "stale-worker",
             Scenario::DuplicateCommands => "duplicate-commands",
             Scenario::Partition => "partition",
+            Scenario::RunnerKill => "runner-kill",
         }
     }
 
+    /// Whether its runs share an in-process control plane.
     fn in_process(self) -> bool {
         self != Scenario::ServerKill
+    }
+
+    /// How many of its runs go at once: each runner-kill run is a runner and its runtimes,
+    /// processes of their own.
+    fn concurrency(self, asked: usize) -> usize {
+        match self {
+            Scenario::ServerKill => 1,
+            Scenario::RunnerKill => asked.clamp(1, 2),
+            _ => asked.max(1),
+        }
     }
 }
 
@@ -98,6 +122,17 @@ pub(crate) struct Figures {
     pub(crate) stale_writes_accepted: u64,
     pub(crate) invalid_states: u64,
     pub(crate) deploys: u64,
+    /// Runs that neither finished nor wait on a person, in bounded time.
+    pub(crate) runs_lost: u64,
+    /// Runs left waiting on a person (runner-kill answers every card it can: none should be).
+    pub(crate) runs_waiting: u64,
+    /// `kill -9`s mid-run: of the server (server-kill), of a runner or a runtime's process
+    /// group (runner-kill).
+    pub(crate) kills: u64,
+    /// Runtimes resumed after a kill (`claude -p --resume`).
+    pub(crate) revives: u64,
+    /// Recovery cards answered (truthfully, from what really happened).
+    pub(crate) recovery_cards: u64,
     /// Runs that could not be carried out or checked.
     pub(crate) errors: u64,
 }
@@ -112,6 +147,11 @@ impl Figures {
         self.stale_writes_accepted += o.stale_writes_accepted;
         self.invalid_states += o.invalid_states;
         self.deploys += o.deploys;
+        self.runs_lost += o.runs_lost;
+        self.runs_waiting += o.runs_waiting;
+        self.kills += o.kills;
+        self.revives += o.revives;
+        self.recovery_cards += o.recovery_cards;
         self.errors += o.errors;
     }
 
@@ -127,6 +167,10 @@ impl Figures {
         say(self.duplicate_effects, "duplicate effect(s)");
         say(self.stale_writes_accepted, "stale write(s) accepted");
         say(self.invalid_states, "task(s) in an invalid state");
+        say(
+            self.runs_lost,
+            "run(s) lost (neither finished nor waiting on a person)",
+        );
         say(self.errors, "run(s) could not be completed or checked");
         out
     }
@@ -186,7 +230,13 @@ struct ScenarioResult {
 }
 
 /// Runs `runs` runs of one scenario and gathers their reports.
-async fn scenario(s: Scenario, runs: u32, seed: u64, concurrency: usize) -> ScenarioResult {
+async fn scenario(
+    s: Scenario,
+    runs: u32,
+    seed: u64,
+    concurrency: usize,
+    before_session: bool,
+) -> ScenarioResult {
     let started = Instant::now();
     let env = if s.in_process() {
         match env::Env::start().await {
@@ -207,11 +257,7 @@ async fn scenario(s: Scenario, runs: u32, seed: u64, concurrency: usize) -> Scen
     } else {
         None
     };
-    let limit = Arc::new(Semaphore::new(if s.in_process() {
-        concurrency.max(1)
-    } else {
-        1
-    }));
+    let limit = Arc::new(Semaphore::new(s.concurrency(concurrency)));
     let mut handles = Vec::new();
     for i in 0..runs {
         let env = env.clone();
@@ -235,6 +281,9 @@ async fn scenario(s: Scenario, runs: u32, seed: u64, concurrency: usize) -> Scen
                     Box::pin(duplicates::run(env, &mut rng))
                 }
                 (Scenario::Partition, Some(env)) => Box::pin(effects::partition(env, &mut rng)),
+                (Scenario::RunnerKill, Some(env)) => {
+                    Box::pin(runner_kill::run(env, &mut rng, before_session))
+                }
                 (_, None) => Box::pin(async { anyhow::bail!("no environment") }),
             };
             let r = tokio::time::timeout(std::time::Duration::from_secs(120), work).await;
@@ -326,7 +375,14 @@ pub(crate) async fn run(args: ChaosArgs, json: bool) -> CliResult {
     }
     let mut results = Vec::new();
     for s in chosen {
-        let r = scenario(s, args.runs, seed, args.concurrency).await;
+        let r = scenario(
+            s,
+            args.runs,
+            seed,
+            args.concurrency,
+            args.kill_before_session,
+        )
+        .await;
         if !json {
             println!(
                 "{}",
@@ -370,6 +426,12 @@ pub(crate) async fn run(args: ChaosArgs, json: bool) -> CliResult {
                 "\n✔ {} acknowledged write(s), none lost; no duplicate effect; {} stale write(s) tried, none accepted; every task valid",
                 total.writes_acknowledged, total.stale_writes_tried
             );
+            if total.kills > 0 {
+                println!(
+                    "✔ {} kill -9(s) mid-run, {} revive(s), {} recovery card(s) answered; no run lost",
+                    total.kills, total.revives, total.recovery_cards
+                );
+            }
         }
     }
     if broken.is_empty() {
@@ -383,12 +445,12 @@ pub(crate) async fn run(args: ChaosArgs, json: bool) -> CliResult {
     }
 }
 
-const HEADER: &str = "scenario               runs  acked writes  lost  duplicates  stale tried  stale accepted  invalid  deploys  errors    time";
+const HEADER: &str = "scenario               runs  acked writes  lost  duplicates  stale tried  stale accepted  invalid  deploys  runs lost  kills  revives  errors    time";
 
 /// One table row (with the header before the first).
 fn row(name: &str, f: &Figures, seconds: Option<f64>, header: bool) -> String {
     let line = format!(
-        "{name:<20} {:>6} {:>13} {:>5} {:>11} {:>12} {:>15} {:>8} {:>8} {:>7} {:>7}",
+        "{name:<20} {:>6} {:>13} {:>5} {:>11} {:>12} {:>15} {:>8} {:>8} {:>10} {:>6} {:>8} {:>7} {:>7}",
         f.runs,
         f.writes_acknowledged,
         f.acknowledged_writes_lost,
@@ -397,6 +459,9 @@ fn row(name: &str, f: &Figures, seconds: Option<f64>, header: bool) -> String {
         f.stale_writes_accepted,
         f.invalid_states,
         f.deploys,
+        f.runs_lost,
+        f.kills,
+        f.revives,
         f.errors,
         seconds.map(|s| format!("{s:.1}s")).unwrap_or_default()
     );

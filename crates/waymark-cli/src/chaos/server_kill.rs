@@ -356,7 +356,7 @@ pub(crate) async fn run(rng: &mut StdRng) -> anyhow::Result<RunReport> {
         writers.push(tokio::spawn(w.run()));
     }
 
-    let kills = rng.gen_range(1..=2);
+    let kills: u64 = rng.gen_range(1..=2);
     for _ in 0..kills {
         tokio::time::sleep(Duration::from_millis(rng.gen_range(150..700))).await;
         server.kill9().await?;
@@ -367,6 +367,7 @@ pub(crate) async fn run(rng: &mut StdRng) -> anyhow::Result<RunReport> {
     stop.store(true, Ordering::SeqCst);
 
     let mut report = RunReport::default();
+    report.figures.kills = kills;
     for w in writers {
         match tokio::time::timeout(Duration::from_secs(60), w).await {
             Ok(Ok(Ok(()))) => {}
