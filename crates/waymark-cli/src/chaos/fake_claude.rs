@@ -52,8 +52,15 @@ impl World {
         &self.dir
     }
 
+    /// Where Claude Code keeps a session's transcript: `$CLAUDE_CONFIG_DIR/projects/<the
+    /// project>/<session>.jsonl` (what a runner looks for before it begins a session again).
     fn session(&self, key: &str) -> PathBuf {
-        self.dir.join("sessions").join(format!("{key}.json"))
+        let base = std::env::var_os("CLAUDE_CONFIG_DIR")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| self.dir.join("claude-config"));
+        base.join("projects")
+            .join("chaos")
+            .join(format!("{key}.jsonl"))
     }
 
     fn ledger(&self) -> PathBuf {
@@ -249,6 +256,9 @@ async fn fake(args: Vec<String>) -> anyhow::Result<()> {
     } else {
         if session_file.exists() {
             bail!("Session ID {} is already in use", inv.session);
+        }
+        if let Some(dir) = session_file.parent() {
+            std::fs::create_dir_all(dir)?;
         }
         write_whole(
             &session_file,

@@ -51,10 +51,6 @@ pub(crate) struct ChaosArgs {
     /// most two).
     #[arg(long, default_value_t = 16)]
     concurrency: usize,
-    /// runner-kill: also kill runtimes before their first hook, when the session has not
-    /// begun — a known gap: such a run is not recovered (it is counted lost).
-    #[arg(long)]
-    kill_before_session: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, ValueEnum, Serialize)]
@@ -375,14 +371,7 @@ pub(crate) async fn run(args: ChaosArgs, json: bool) -> CliResult {
     }
     let mut results = Vec::new();
     for s in chosen {
-        let r = scenario(
-            s,
-            args.runs,
-            seed,
-            args.concurrency,
-            args.kill_before_session,
-        )
-        .await;
+        let r = scenario(s, args.runs, seed, args.concurrency, true).await;
         if !json {
             println!(
                 "{}",

@@ -68,6 +68,7 @@ impl RunnerChild {
             .env("WAYMARK_TOKEN", token)
             .env("WAYMARK_LOG", "info")
             .env(fake_claude::WORLD_ENV, world.dir())
+            .env("CLAUDE_CONFIG_DIR", world.dir().join("claude-config"))
             .env_remove("WAYMARK_CLAUDE")
             .env_remove("WAYMARK_CODEX")
             .env_remove("WAYMARK_SERVER")
@@ -251,10 +252,8 @@ fn points(calls: &[String], before_session: bool) -> Vec<String> {
 }
 
 /// One run. `before_session`: the schedule may also kill the runtime before its first hook,
-/// when its session has not begun. Such a run is lost today — the runner reports the end, the
-/// control plane finds no attempt to revoke and answers "nothing to recover", and the task
-/// stays queued with no work addressed — so it is asked for (`--kill-before-session`) rather
-/// than part of the default schedule until recovery covers it.
+/// when its session has not begun: nothing ran under the record, and the control plane starts
+/// it again (`domain::machines::ended_before_reaching_us`).
 pub(crate) async fn run(
     env: Arc<Env>,
     rng: &mut StdRng,

@@ -79,6 +79,13 @@ impl Spawn<'_> {
         let mut cmd = tokio::process::Command::new(&claude.bin);
         cmd.arg("-p");
         let input = match w.kind {
+            // Begun before and cut off before it reached the control plane (the control plane
+            // starts such a run again): Claude Code refuses `--session-id` for a session it
+            // already keeps ("already in use"), so that session is resumed with the prompt.
+            WorkKind::Start if session_kept(&w.run.session_key) => {
+                cmd.args(["--resume", &w.run.session_key]);
+                Some(w.run.prompt.clone())
+            }
             WorkKind::Start => {
                 cmd.args(["--session-id", &w.run.session_key]);
                 Some(w.run.prompt.clone())
@@ -104,7 +111,8 @@ impl Spawn<'_> {
             .stderr(log)
             // Its own process group: a stop ends the whole tree, and the runner's own end
             // (a restart, a Ctrl-C in its terminal) does not end the run.
-            .process_group(0);
+            .process_group(0)
+            .env(super::RUN_MARK, &w.task_id);
         if let Some(fp) = self.server_fp {
             cmd.env(waymark_worker::SERVER_FP_ENV, fp);
         }
@@ -117,4 +125,22 @@ impl Spawn<'_> {
         }
         Ok(child)
     }
+}
+
+/// Whether Claude Code on this machine keeps a session `key` already: its transcript,
+/// `<config dir>/projects/<project>/<key>.jsonl` (the config dir: `$CLAUDE_CONFIG_DIR`, else
+/// `~/.claude`; measured with 2.1.328, which writes it as soon as the session begins).
+fn session_kept(key: &str) -> bool {
+    let Some(config) = std::env::var_os("CLAUDE_CONFIG_DIR")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".claude")))
+    else {
+        return false;
+    };
+    let file = format!("{key}.jsonl");
+    std::fs::read_dir(config.join("projects"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .any(|project| project.path().join(&file).is_file())
 }

@@ -222,6 +222,47 @@ impl State {
     }
 }
 
+/// The variable every runtime process a runner starts carries: its task. A runner killed after
+/// it started a run and before it saved it finds the run again by it ([`marked_runs`]).
+const RUN_MARK: &str = "WAYMARK_RUNNER_TASK";
+
+/// The live process group leaders of this user that carry [`RUN_MARK`]: (task, the process).
+fn marked_runs() -> Vec<(String, RunRecord)> {
+    let mut found = Vec::new();
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return found;
+    };
+    let prefix = format!("{RUN_MARK}=");
+    for entry in dir.flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            continue;
+        };
+        // The process group is the third field after the command's closing parenthesis.
+        let Some(rest) = stat.rfind(')').and_then(|i| stat.get(i + 2..)) else {
+            continue;
+        };
+        if rest.split(' ').nth(2).and_then(|g| g.parse::<u32>().ok()) != Some(pid) {
+            continue;
+        }
+        // Another user's processes cannot be read: only this runner's own are found.
+        let Ok(environ) = std::fs::read(format!("/proc/{pid}/environ")) else {
+            continue;
+        };
+        let task = environ
+            .split(|b| *b == 0)
+            .filter_map(|v| std::str::from_utf8(v).ok())
+            .find_map(|v| v.strip_prefix(&prefix))
+            .map(str::to_owned);
+        if let (Some(task), Some(start_ticks)) = (task, process_start(pid)) {
+            found.push((task, RunRecord { pid, start_ticks }));
+        }
+    }
+    found
+}
+
 /// The start time of process `pid` (ticks since boot), if it is alive and not a zombie.
 fn process_start(pid: u32) -> Option<u64> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
@@ -599,6 +640,11 @@ impl Runner {
     /// Runs the runner started before it restarted: alive ones are watched again, gone ones
     /// are reported when the control plane next lists them as running.
     fn adopt(&mut self) {
+        // A run the runner started just before it was killed, before it could save it: found
+        // by the mark its process group leader carries.
+        for (task, r) in marked_runs() {
+            self.state.runs.entry(task).or_insert(r);
+        }
         let runs: Vec<(String, RunRecord)> = self.state.runs.clone().into_iter().collect();
         for (task, r) in runs {
             if process_start(r.pid) == Some(r.start_ticks) {
@@ -834,6 +880,7 @@ impl Runner {
             .env("WAYMARK_TOKEN", &self.conn.token)
             .env("WAYMARK_SERVER", &self.conn.server)
             .envs(env)
+            .env(RUN_MARK, &w.task_id)
             .stdin(std::process::Stdio::piped())
             .stdout(log.try_clone().map_err(|e| e.to_string())?)
             .stderr(log)
@@ -995,6 +1042,30 @@ mod tests {
             "the same process, the same start"
         );
         assert!(process_start(u32::MAX - 1).is_none());
+    }
+
+    #[test]
+    fn a_marked_process_group_leader_is_found_by_its_task() {
+        use std::os::unix::process::CommandExt;
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .env(RUN_MARK, "task_marked")
+            .process_group(0)
+            .spawn()
+            .unwrap();
+        let found = marked_runs();
+        let _ = child.kill();
+        let _ = child.wait();
+        let (task, r) = found
+            .into_iter()
+            .find(|(_, r)| r.pid == child.id())
+            .expect("the marked process is found");
+        assert_eq!(task, "task_marked");
+        assert!(r.start_ticks > 0);
+        assert!(
+            marked_runs().iter().all(|(_, r)| r.pid != child.id()),
+            "a process that ended is not found"
+        );
     }
 
     #[test]

@@ -212,12 +212,16 @@ pub(crate) async fn open_work(st: &AppState, caller: &Caller) -> ApiResult<WorkL
         if t.state.is_terminal() {
             continue;
         }
-        let live = tx
-            .list_attempts(&t.id)
-            .await?
-            .iter()
-            .any(|a| a.state == AttemptState::Active);
-        if live && run_of(&tx.task_work(&t.id).await?).is_some() {
+        let attempts = tx.list_attempts(&t.id).await?;
+        let work = tx.task_work(&t.id).await?;
+        if run_of(&work).is_none() {
+            continue;
+        }
+        // Running: it holds an attempt, or its runner started it and it has not reached us yet
+        // (a runner that lost it — killed before it saved it — reports it gone).
+        let live = attempts.iter().any(|a| a.state == AttemptState::Active);
+        let waits = matches!(t.state, TaskState::Paused | TaskState::NeedsHuman);
+        if live || (!waits && unreached(&work, &attempts).is_some()) {
             running.push(t.id);
         }
     }
@@ -527,6 +531,10 @@ pub(crate) async fn exited(
         }
     }
     if !cut && task.state != TaskState::RecoveryCandidate {
+        if let Some(handled) = ended_before_reaching_us(&mut tx, caller, &task, &how).await? {
+            tx.commit().await?;
+            return Ok(handled);
+        }
         tx.commit().await?;
         return Ok(ExitHandled {
             action: "nothing".into(),
@@ -657,6 +665,129 @@ pub(crate) async fn exited(
         action: "resume".into(),
         detail,
     })
+}
+
+/// How often a run may end before it reaches the control plane (its first hook, its adapter's
+/// attempt) before a person is asked instead of starting it once more.
+const TRIES_BEFORE_REACHING_US: usize = 3;
+
+/// The newest start or resume a runner carried out whose runtime has not reached the control
+/// plane since (no attempt started after it), when no other start or resume is open.
+fn unreached<'a>(work: &'a [WorkRow], attempts: &[AttemptRow]) -> Option<&'a WorkRow> {
+    let runs = |w: &&WorkRow| matches!(w.kind, WorkKind::Start | WorkKind::Resume);
+    if work
+        .iter()
+        .filter(runs)
+        .any(|w| matches!(w.state, WorkState::Pending | WorkState::Taken))
+    {
+        return None;
+    }
+    let newest = work
+        .iter()
+        .filter(runs)
+        .filter(|w| w.state == WorkState::Done)
+        .max_by_key(|w| w.created_at)?;
+    let reached = attempts.iter().map(|a| a.started_at).max();
+    reached
+        .is_none_or(|at| at < newest.created_at)
+        .then_some(newest)
+}
+
+/// A runtime that ended after its runner started (or resumed) it and before it reached the
+/// control plane — killed before its first hook, or failing at once — left no attempt to revoke
+/// and nothing under way: nothing ran under the record, so the run is started again the same
+/// way (a `start` when it never reached us at all, else a `resume` with the note), up to
+/// [`TRIES_BEFORE_REACHING_US`] times in a row; then a person decides. `None` when the run did
+/// reach us after its newest start or resume (a clean end), or when nothing waits on it.
+async fn ended_before_reaching_us(
+    tx: &mut Tx,
+    caller: &Caller,
+    task: &TaskRow,
+    how: &str,
+) -> ApiResult<Option<ExitHandled>> {
+    if task.state.is_terminal() || matches!(task.state, TaskState::Paused | TaskState::NeedsHuman) {
+        return Ok(None);
+    }
+    let work = tx.task_work(&task.id).await?;
+    let attempts = tx.list_attempts(&task.id).await?;
+    if unreached(&work, &attempts).is_none() {
+        return Ok(None);
+    }
+    let runs = |w: &&WorkRow| matches!(w.kind, WorkKind::Start | WorkKind::Resume);
+    let reached = attempts.iter().map(|a| a.started_at).max();
+    let Some(run) = run_of(&work) else {
+        return Ok(None);
+    };
+    let tries = work
+        .iter()
+        .filter(runs)
+        .filter(|w| w.state == WorkState::Done && reached.is_none_or(|at| w.created_at > at))
+        .count();
+    let mut task = task.clone();
+    let now = tx.now;
+    if tries >= TRIES_BEFORE_REACHING_US {
+        let detail = format!(
+            "the runtime ended before its session reached Waymark {tries} times in a row (last: {how}); nothing ran under the record — see the runner's log on its machine, then resume the task to try again"
+        );
+        say(tx, &task, "system", detail.clone()).await?;
+        task.state = TaskState::NeedsHuman;
+        task.outcome_summary = Some(detail.clone());
+        task.updated_at = now;
+        tx.update_task(&task).await?;
+        emit_task(tx, &task, EventKind::TaskUpdated).await?;
+        let row = note(
+            tx,
+            caller,
+            "runner.exited",
+            Some(&task.id),
+            "needs_human",
+            &detail,
+        );
+        tx.insert_audit(&row).await?;
+        return Ok(Some(ExitHandled {
+            action: "needs_human".into(),
+            detail,
+        }));
+    }
+    let detail = format!(
+        "the runtime ended ({how}) before its session reached Waymark; nothing ran under the record, so it is started again (try {} of {TRIES_BEFORE_REACHING_US})",
+        tries + 1
+    );
+    say(tx, &task, "system", detail.clone()).await?;
+    if reached.is_none() {
+        // It never reached us: the same start again, with the same session key the hooks find
+        // the task by (a runner whose runtime already keeps that session resumes it instead).
+        let machine_id = task.machine_id.clone().unwrap_or_default();
+        tx.insert_work(&WorkRow {
+            id: ids::work(),
+            machine_id,
+            task_id: task.id.clone(),
+            kind: WorkKind::Start,
+            args: json!({ "run": run }),
+            state: WorkState::Pending,
+            detail: None,
+            created_at: now,
+            updated_at: now,
+        })
+        .await?;
+    } else {
+        let note_text =
+            resume_note(tx, &task, &format!("the runtime process ended ({how})")).await?;
+        queue_resume(tx, &task, "revive", Some(note_text)).await?;
+    }
+    let row = note(
+        tx,
+        caller,
+        "runner.exited",
+        Some(&task.id),
+        "restart",
+        &detail,
+    );
+    tx.insert_audit(&row).await?;
+    Ok(Some(ExitHandled {
+        action: "restart".into(),
+        detail,
+    }))
 }
 
 /// What a resumed runtime is told, from the record — never the old chat summary alone: what

@@ -554,7 +554,15 @@ async fn a_run_cut_off_between_calls_is_resumed_at_once_and_a_clean_end_needs_no
     assert!(h.audit_codes(&task).await.contains(&"resume".to_owned()));
     report(&h, &l, w["work"][0]["id"].as_str().unwrap(), "done", "").await;
 
-    // The resumed run ends cleanly: Stop and SessionEnd released its attempt.
+    // The resumed run ends cleanly: it started (its SessionStart took a new attempt), and Stop
+    // and SessionEnd released its attempt.
+    hook(
+        &h,
+        &l.token,
+        "",
+        event(&key, "SessionStart", json!({"source": "resume"})),
+    )
+    .await;
     hook(
         &h,
         &l.token,
@@ -580,12 +588,96 @@ async fn a_run_cut_off_between_calls_is_resumed_at_once_and_a_clean_end_needs_no
     assert_eq!(work(&h, &l).await["work"], json!([]));
 }
 
+/// A runtime killed after its runner started it and before its first hook (or one that fails
+/// at once) left nothing under the record: it is started again the same way — a `start` while it
+/// never reached the control plane, a `resume` once it had — three times in a row at most, then a
+/// person decides.
+#[tokio::test]
+async fn a_run_that_ends_before_reaching_the_control_plane_is_started_again_then_asks_a_person() {
+    let h = Harness::start().await;
+    let alice = h.pair_device("alice", &["view", "steer"]).await;
+    let l = laptop(&h, &["/home/alice/src"]).await;
+    let (task, key) = started(&h, &l, &alice).await;
+    assert_eq!(
+        work(&h, &l).await["running"],
+        json!([task]),
+        "started, not yet heard from: running (a runner that lost it reports it gone)"
+    );
+    let exited = || async {
+        let (s, v) = h
+            .post(
+                &l.token,
+                &format!("/v1/runner/tasks/{task}/exited"),
+                json!({"signal": 9}),
+            )
+            .await;
+        assert_eq!(s, StatusCode::OK, "{v}");
+        v
+    };
+    // Killed before its SessionStart: the same start again, with the same session key.
+    let v = exited().await;
+    assert_eq!(v["action"], "restart", "{v}");
+    let w = work(&h, &l).await;
+    assert_eq!(w["work"].as_array().unwrap().len(), 1, "{w}");
+    assert_eq!(w["work"][0]["kind"], "start", "{w}");
+    assert_eq!(w["work"][0]["run"]["prompt"], "make the tests pass");
+    assert_eq!(w["work"][0]["run"]["session_key"], key.as_str());
+    // Reported again before the new start was taken: nothing more is queued.
+    assert_eq!(exited().await["action"], "nothing");
+    report(
+        &h,
+        &l,
+        w["work"][0]["id"].as_str().unwrap(),
+        "done",
+        "pid 43",
+    )
+    .await;
+
+    // This time it reaches the control plane, and is killed between calls: revived.
+    hook(
+        &h,
+        &l.token,
+        "",
+        event(&key, "SessionStart", json!({"source": "startup"})),
+    )
+    .await;
+    assert_eq!(exited().await["action"], "resume");
+    // The resumed runtime dies before its first hook, three times: resumed twice more, then a
+    // person is asked (the task needs one, nothing is queued).
+    for round in 1..=3 {
+        let w = work(&h, &l).await;
+        assert_eq!(w["work"].as_array().unwrap().len(), 1, "round {round}: {w}");
+        assert_eq!(w["work"][0]["kind"], "resume", "round {round}: {w}");
+        report(&h, &l, w["work"][0]["id"].as_str().unwrap(), "done", "").await;
+        let v = exited().await;
+        let expected = if round < 3 { "restart" } else { "needs_human" };
+        assert_eq!(v["action"], expected, "round {round}: {v}");
+    }
+    assert_eq!(work(&h, &l).await["work"], json!([]));
+    let (_, d) = h.get(&h.alice, &format!("/v1/tasks/{task}")).await;
+    assert_eq!(d["task"]["state"], "needs_human", "{d}");
+    assert!(
+        d["task"]["outcome_summary"]
+            .as_str()
+            .is_some_and(|s| s.contains("before its session reached Waymark 3 times")),
+        "{d}"
+    );
+    assert!(h.audit_codes(&task).await.contains(&"restart".to_owned()));
+}
+
 #[tokio::test]
 async fn a_follow_up_and_an_answer_to_a_deferred_approval_resume_the_runtime_on_its_machine() {
     let h = Harness::start().await;
     let alice = h.pair_device("alice", &["view", "steer", "approve"]).await;
     let l = laptop(&h, &["/home/alice/src"]).await;
     let (task, key) = started(&h, &l, &alice).await;
+    hook(
+        &h,
+        &l.token,
+        "",
+        event(&key, "SessionStart", json!({"source": "startup"})),
+    )
+    .await;
     hook(
         &h,
         &l.token,
