@@ -16,6 +16,7 @@ use waymark_server::{Config, DataDir, Running};
 mod child;
 mod phone;
 mod postgres;
+mod runner;
 mod suite;
 mod sys;
 
@@ -32,7 +33,8 @@ struct Args {
     #[arg(long)]
     json: bool,
     /// Run only these benchmarks (checkpoints, postgres, steer, catch-up, fan-out, phone,
-    /// suite — the logged `scripts/test` runs).
+    /// suite — the logged `scripts/test` runs; runner — the real Claude Code under `waymark
+    /// runner`, only when named).
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
     /// Events the catch-up bench streams into the mirror (default 1,000,000; 5,000 with
@@ -876,6 +878,12 @@ async fn bench(args: Args) -> Result<()> {
     }
     if want("phone") {
         phone::phone(args.quick, &mut out).await.context("phone")?;
+    }
+    // Only when asked: it drives the real Claude Code for a minute or more.
+    if args.only.iter().any(|o| o == "runner") {
+        runner::runner(args.quick, &mut out)
+            .await
+            .context("runner")?;
     }
     if want("suite") {
         suite::suite(&mut out).context("suite")?;
