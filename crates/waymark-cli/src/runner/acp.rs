@@ -94,9 +94,7 @@ pub(crate) fn session_file(state_dir: &Path, task: &str) -> PathBuf {
 
 /// The recorded session of a task's run, if the adapter got as far as `session/new`.
 pub(crate) fn recorded_session(state_dir: &Path, task: &str) -> Option<String> {
-    let text = std::fs::read_to_string(session_file(state_dir, task)).ok()?;
-    let id = text.trim();
-    (!id.is_empty() && !id.contains(char::is_whitespace)).then(|| id.to_owned())
+    super::recorded_id(&session_file(state_dir, task))
 }
 
 /// When a resume may load the session. Gemini CLI 0.61 keeps a session in a file named by the

@@ -36,9 +36,7 @@ pub(crate) fn thread_file(state_dir: &Path, task: &str) -> PathBuf {
 
 /// The recorded thread of a task's run, if the adapter got as far as `thread/start`.
 pub(crate) fn recorded_thread(state_dir: &Path, task: &str) -> Option<String> {
-    let text = std::fs::read_to_string(thread_file(state_dir, task)).ok()?;
-    let id = text.trim();
-    (!id.is_empty() && !id.contains(char::is_whitespace)).then(|| id.to_owned())
+    super::recorded_id(&thread_file(state_dir, task))
 }
 
 /// The adapter's arguments for a work item: a new thread with the prompt (`start`), or the

@@ -949,6 +949,14 @@ fn shell_word(s: &str) -> String {
     format!("'{}'", s.replace('\'', r"'\''"))
 }
 
+/// The runtime's own id (a Codex thread, an ACP session) an adapter recorded in `path` for a
+/// later resume: one word, or nothing.
+fn recorded_id(path: &Path) -> Option<String> {
+    let text = std::fs::read_to_string(path).ok()?;
+    let id = text.trim();
+    (!id.is_empty() && !id.contains(char::is_whitespace)).then(|| id.to_owned())
+}
+
 /// A runtime's version from its `--version` (`None`: it does not run).
 async fn version_of(bin: &Path) -> Option<Option<String>> {
     let out = tokio::process::Command::new(bin)
