@@ -159,6 +159,10 @@ pub struct RunSpec {
     /// Tools whose calls need an approval (a regex of tool names, Claude Code `--gate`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gate: Option<String>,
+    /// The runtime's version on the machine when the run started, as its runner reported it: a
+    /// revive on another version needs a person (admission).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub runtime_version: Option<String>,
 }
 
 /// Why a run is resumed, and what the runtime is told.

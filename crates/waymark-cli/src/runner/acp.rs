@@ -195,6 +195,7 @@ mod tests {
                 prompt: "make the test pass".into(),
                 session_key: "0190-key".into(),
                 gate: None,
+                runtime_version: None,
             },
             resume: (kind == WorkKind::Resume).then(|| ResumeSpec {
                 reason: "revive".into(),

@@ -16,7 +16,7 @@ use crate::auth::Caller;
 use crate::convert;
 use crate::domain::core::*;
 use crate::domain::devices::{Rejection, Verified, has_scope, reject};
-use crate::domain::recovery::{admission, freeze, refuse_admission};
+use crate::domain::recovery::{admission, freeze, refuse_admission, resumed_anyway};
 use crate::error::{ApiError, ApiResult};
 use crate::state::AppState;
 
@@ -632,7 +632,10 @@ pub(crate) async fn exited(
         manifest_digest: None,
         materials: None,
     };
-    let reasons = admission(&mut tx, &task, &req_attempt).await?;
+    let mut reasons = admission(&mut tx, &task, &req_attempt).await?;
+    if let Some(changed) = runtime_changed(&mut tx, &task).await? {
+        reasons.push(changed);
+    }
     if !reasons.is_empty() {
         let _ = refuse_admission(&mut tx, task, &reasons).await?;
         let detail = format!("admission failed: {}", reasons.join("; "));
@@ -787,6 +790,44 @@ async fn ended_before_reaching_us(
     Ok(Some(ExitHandled {
         action: "restart".into(),
         detail,
+    }))
+}
+
+/// Whether the runtime on the run's machine is another version than the one the run started
+/// with (the runner registers what it finds each time it starts: an upgrade shows there). A
+/// session resumed by another version may not take up its own state the same way, so a person
+/// decides. `None` when either version is unknown.
+async fn runtime_changed(tx: &mut Tx, task: &TaskRow) -> ApiResult<Option<String>> {
+    let Some(run) = run_of(&tx.task_work(&task.id).await?) else {
+        return Ok(None);
+    };
+    let Some(was) = run.runtime_version else {
+        return Ok(None);
+    };
+    let (decisions, attempts) = (
+        tx.list_decisions(&task.id).await?,
+        tx.list_attempts(&task.id).await?,
+    );
+    if resumed_anyway(&decisions, &attempts) {
+        return Ok(None);
+    }
+    let Some(machine) = task.machine_id.as_deref() else {
+        return Ok(None);
+    };
+    let Some(m) = tx.machine(machine).await? else {
+        return Ok(None);
+    };
+    let now = info_of(&m).and_then(|i| {
+        i.runtimes
+            .into_iter()
+            .find(|r| r.runtime == run.runtime)
+            .and_then(|r| r.version)
+    });
+    Ok(now.filter(|v| *v != was).map(|now| {
+        format!(
+            "{} was {was} when the run started and is {now} on {} now",
+            run.runtime, m.name
+        )
     }))
 }
 
@@ -1034,12 +1075,18 @@ pub(crate) async fn start_run(tx: &mut Tx, v: &Verified) -> ApiResult<Result<Str
     .await?;
     let wire = task_wire(tx, &row).await?;
     emit(tx, &row, EventKind::TaskCreated, &wire).await?;
+    let runtime_version = info
+        .runtimes
+        .iter()
+        .find(|r| r.runtime == runtime)
+        .and_then(|r| r.version.clone());
     let run = RunSpec {
         runtime: runtime.to_owned(),
         directory: directory.to_owned(),
         prompt: prompt.to_owned(),
         session_key,
         gate,
+        runtime_version,
     };
     tx.insert_work(&WorkRow {
         id: ids::work(),

@@ -73,6 +73,21 @@ pub(crate) fn outcome_option(d: &DecisionRow) -> Option<String> {
 }
 
 /// The admission checks of a resumed task. Empty when admitted.
+/// Whether a person said "resume anyway" to the newest admission card since the last attempt
+/// started: admitted once, whatever the checks say.
+pub(crate) fn resumed_anyway(decisions: &[DecisionRow], attempts: &[AttemptRow]) -> bool {
+    let last_start = attempts.iter().map(|a| a.started_at).max().unwrap_or(0);
+    decisions
+        .iter()
+        .rev()
+        .find(|d| d.kind == DecisionKind::Recovery && d.effect_id.is_none())
+        .is_some_and(|d| {
+            d.status == DecisionStatus::Resolved
+                && outcome_option(d).as_deref() == Some("resume_anyway")
+                && d.created_at >= last_start
+        })
+}
+
 pub(crate) async fn admission(
     tx: &mut Tx,
     task: &TaskRow,
@@ -84,18 +99,7 @@ pub(crate) async fn admission(
         return Ok(Vec::new());
     }
     let decisions = tx.list_decisions(&task.id).await?;
-    // A person said "resume anyway" since the last attempt started: admitted once.
-    let last_start = attempts.iter().map(|a| a.started_at).max().unwrap_or(0);
-    let overridden = decisions
-        .iter()
-        .rev()
-        .find(|d| d.kind == DecisionKind::Recovery && d.effect_id.is_none())
-        .is_some_and(|d| {
-            d.status == DecisionStatus::Resolved
-                && outcome_option(d).as_deref() == Some("resume_anyway")
-                && d.created_at >= last_start
-        });
-    if overridden {
+    if resumed_anyway(&decisions, &attempts) {
         return Ok(Vec::new());
     }
     let mut reasons = Vec::new();

@@ -665,6 +665,78 @@ async fn a_run_that_ends_before_reaching_the_control_plane_is_started_again_then
     assert!(h.audit_codes(&task).await.contains(&"restart".to_owned()));
 }
 
+/// The run records the runtime's version its runner reported when it started; a revive on
+/// another version (the runner restarted after an upgrade registers the new one) fails
+/// admission with both versions named, and a person's "resume anyway" resumes it.
+#[tokio::test]
+async fn a_revive_on_another_runtime_version_asks_a_person_first() {
+    let h = Harness::start().await;
+    let alice = h.pair_device("alice", &["view", "steer"]).await;
+    let l = laptop(&h, &["/home/alice/src"]).await;
+    let (task, key) = started(&h, &l, &alice).await;
+    hook(
+        &h,
+        &l.token,
+        "",
+        event(&key, "SessionStart", json!({"source": "startup"})),
+    )
+    .await;
+    // The laptop's Claude Code is upgraded and its runner restarts: it registers the new one.
+    let (s, v) = h
+        .send(
+            reqwest::Method::PUT,
+            &l.token,
+            "/v1/runner/machine",
+            Some(json!({
+                "runtimes": [{"runtime": "claude-code", "version": "2.1.330"}],
+                "directories": ["/home/alice/src"],
+                "runner_version": "0.1.0",
+            })),
+        )
+        .await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    let (_, v) = h
+        .post(
+            &l.token,
+            &format!("/v1/runner/tasks/{task}/exited"),
+            json!({"detail": "not running on this machine"}),
+        )
+        .await;
+    assert_eq!(v["action"], "needs_human", "{v}");
+    assert!(
+        v["detail"]
+            .as_str()
+            .unwrap()
+            .contains("claude-code was 2.1.328 when the run started and is 2.1.330 on laptop now"),
+        "{v}"
+    );
+    assert_eq!(work(&h, &l).await["work"], json!([]), "nothing resumes yet");
+    let (_, d) = h.get(&h.alice, &format!("/v1/tasks/{task}")).await;
+    let card = d["decisions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|x| x["kind"] == "recovery" && x["status"] == "pending")
+        .unwrap_or_else(|| panic!("an admission card: {d}"))
+        .clone();
+    assert!(
+        card["question"].as_str().unwrap().contains("2.1.330"),
+        "{card}"
+    );
+    let rev = h.revision(&task).await;
+    let cmd = alice.command(
+        &task,
+        Some(rev),
+        Operation::ChooseOption,
+        json!({"decision_id": card["id"], "option": "resume_anyway"}),
+    );
+    let (_, v) = h.submit(&alice.sign(&cmd)).await;
+    assert_eq!(v["status"], "applied", "{v}");
+    let w = work(&h, &l).await;
+    assert_eq!(w["work"][0]["kind"], "resume", "{w}");
+    assert_eq!(w["work"][0]["run"]["runtime_version"], "2.1.328");
+}
+
 #[tokio::test]
 async fn a_follow_up_and_an_answer_to_a_deferred_approval_resume_the_runtime_on_its_machine() {
     let h = Harness::start().await;
