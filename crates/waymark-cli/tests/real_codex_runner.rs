@@ -202,6 +202,11 @@ async fn the_runner_starts_revives_and_resumes_codex_for_a_phone() {
             answer: "Finished after the recovery.".into(),
         },
         Turn {
+            prompt: "runner: pause me while asking".into(),
+            command: format!("echo ran >> {}", counts.join("count-z").display()),
+            answer: "Finished after the pause.".into(),
+        },
+        Turn {
             prompt: "runner: wait to be cancelled".into(),
             command: format!("echo ran >> {}", counts.join("count-c").display()),
             answer: "This answer never comes.".into(),
@@ -557,7 +562,79 @@ async fn the_runner_starts_revives_and_resumes_codex_for_a_phone() {
     })
     .await;
 
-    // 5. Cancelled from the phone under a pending approval: the adapter and the app-server it
+    // 5. Paused from the phone under a pending approval: the adapter interrupts Codex's turn
+    // and holds (the approval expires, the call does not run, the process lives on with its
+    // attempt); resumed from the phone, the same adapter continues the thread with a new turn —
+    // nothing is addressed to the runner — and the run finishes, the call run at most once,
+    // only once approved.
+    let task = start_run(&phone, dir, "runner: pause me while asking");
+    let asked = pending_in_inbox(&phone, "count-z").await;
+    device(&phone, &["steer", &task, "pause", "--json"]);
+    let d = until(
+        &url,
+        &admin_token,
+        &task,
+        "the paused turn is interrupted",
+        |d| {
+            d["decisions"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|x| x["id"] == asked["decision"]["id"] && x["status"] == "expired")
+        },
+    )
+    .await;
+    assert_eq!(d["task"]["state"], "paused", "{d}");
+    assert_eq!(lines(&counts.join("count-z")), 0, "the call did not run");
+    assert_eq!(
+        runner_runs(&laptop.path("runner-state"))["runs"][&task]["pid"]
+            .as_u64()
+            .is_some(),
+        true,
+        "the adapter holds while paused"
+    );
+    device(&phone, &["steer", &task, "resume", "--json"]);
+    let deadline = Instant::now() + RUN;
+    let mut approved_again = false;
+    let d = loop {
+        let d = task_detail(&url, &admin_token, &task).await;
+        if texts(&d)
+            .iter()
+            .any(|t| t == "assistant: Finished after the pause.")
+        {
+            break d;
+        }
+        // The new turn may ask for the call again: approved from the phone.
+        device(&phone, &["sync", "--json"]);
+        let inbox = device(&phone, &["inbox", "--json"]);
+        if let Some(item) = inbox.as_array().and_then(|a| {
+            a.iter().find(|i| {
+                i["decision"]["question"]
+                    .as_str()
+                    .is_some_and(|q| q.contains("count-z"))
+            })
+        }) {
+            approve(&phone, item);
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the resumed run never finished: {d}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    eprintln!("paused run finished at {:?}", started.elapsed());
+    assert_eq!(
+        lines(&counts.join("count-z")),
+        usize::from(approved_again),
+        "the call ran only if it was asked for again and approved, and then once"
+    );
+    assert_eq!(
+        d["attempts"].as_array().unwrap().len(),
+        1,
+        "the same attempt, held through the pause: {d}"
+    );
+
+    // 6. Cancelled from the phone under a pending approval: the adapter and the app-server it
     // started end (their process group is gone), the call never ran.
     let task = start_run(&phone, dir, "runner: wait to be cancelled");
     pending_in_inbox(&phone, "count-c").await;
