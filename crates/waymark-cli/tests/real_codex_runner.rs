@@ -615,6 +615,7 @@ async fn the_runner_starts_revives_and_resumes_codex_for_a_phone() {
             })
         }) {
             approve(&phone, item);
+            approved_again = true;
         }
         assert!(
             Instant::now() < deadline,
