@@ -110,13 +110,33 @@ fn outputs_line(artifacts: &[Artifact], stats: &[(String, DiffStat)]) -> String 
     }
 }
 
-fn intent_line(d: &Decision) -> Option<String> {
-    let intent = d.intent.as_ref()?;
-    let obj = intent.as_object()?;
+/// How many fields of an intent a notification shows, and how long each may be.
+const SHOWN_FIELDS: usize = 4;
+const SHOWN_VALUE: usize = 200;
+
+/// The intent in a line, and whether that line is all of it. An agent chooses its intent's
+/// shape: a dangerous part below harmless keys, in a nested object or cut off at the end
+/// would not be seen on a notification, so only an intent shown whole can be approved from one.
+fn intent_line(d: &Decision) -> (Option<String>, bool) {
+    let Some(intent) = d.intent.as_ref().filter(|i| !i.is_null()) else {
+        return (None, true);
+    };
+    let Some(obj) = intent.as_object() else {
+        return (
+            Some("intent: not a list of fields — open to see it".into()),
+            false,
+        );
+    };
+    let plain = |v: &serde_json::Value| {
+        v.as_str()
+            .map(|s| s.chars().count() <= SHOWN_VALUE)
+            .unwrap_or_else(|| v.is_number() || v.is_boolean())
+    };
+    let whole = obj.len() <= SHOWN_FIELDS && obj.values().all(plain);
     let parts: Vec<String> = obj
         .iter()
-        .filter(|(_, v)| v.is_string() || v.is_number())
-        .take(4)
+        .filter(|(_, v)| plain(v))
+        .take(SHOWN_FIELDS)
         .map(|(k, v)| {
             format!(
                 "{k}={}",
@@ -132,7 +152,21 @@ fn intent_line(d: &Decision) -> Option<String> {
         .map(|s| s.trim_start_matches("sha256:"))
         .map(|s| &s[..s.len().min(12)])
         .unwrap_or("");
-    Some(format!("intent: {} (digest {digest}…)", parts.join(" ")))
+    let more = if whole {
+        String::new()
+    } else {
+        format!(
+            " — and more than a notification shows ({} field(s) in all): open to see it whole",
+            obj.len()
+        )
+    };
+    (
+        Some(format!(
+            "intent: {} (digest {digest}…){more}",
+            parts.join(" ")
+        )),
+        whole,
+    )
 }
 
 /// Whether a decision notifies `device_id` now: always without an escalation policy; with one,
@@ -162,7 +196,8 @@ fn decision_with(
     stats: &[(String, DiffStat)],
 ) -> Notification {
     let mut lines = Vec::new();
-    if let Some(i) = intent_line(d) {
+    let (intent, shown_whole) = intent_line(d);
+    if let Some(i) = intent {
         lines.push(i);
     }
     lines.push(outputs_line(&thread.artifacts, stats));
@@ -174,11 +209,15 @@ fn decision_with(
     }];
     let (kind, title) = match d.kind {
         DecisionKind::Approval => {
-            actions.push(Action {
-                id: "approve".into(),
-                label: "Approve".into(),
-                confirm: d.risky,
-            });
+            // Approved from a notification only when it shows what is approved, all of it;
+            // denying hides nothing.
+            if shown_whole {
+                actions.push(Action {
+                    id: "approve".into(),
+                    label: "Approve".into(),
+                    confirm: d.risky,
+                });
+            }
             actions.push(Action {
                 id: "deny".into(),
                 label: "Deny".into(),
@@ -325,6 +364,44 @@ pub fn for_thread_with(thread: &ThreadDetail, stats: &[(String, DiffStat)]) -> V
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn approval(intent: serde_json::Value) -> Decision {
+        serde_json::from_value(serde_json::json!({
+            "id": "dec_1", "task_id": "task_1", "kind": "approval", "status": "pending",
+            "step": null, "question": "run it?", "options": [], "default_option": "deny",
+            "intent": intent, "intent_digest": "sha256:0123456789abcdef", "effect_id": null,
+            "plan_revision": 1, "risky": false, "expires_at": "2026-12-02T12:10:00Z",
+            "created_at": "2026-12-02T12:00:00Z", "outcome": null,
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn only_an_intent_a_notification_shows_whole_can_be_approved_from_it() {
+        let (line, whole) = intent_line(&approval(
+            serde_json::json!({"tool": "Bash", "command": "npm test", "timeout": 60}),
+        ));
+        assert!(whole);
+        assert!(
+            line.unwrap().contains("command=npm test"),
+            "what is approved is shown"
+        );
+        // The dangerous part below harmless keys, nested, or past what is shown.
+        for crafted in [
+            serde_json::json!({"a": "1", "b": "2", "c": "3", "d": "4", "command": "rm -rf ~"}),
+            serde_json::json!({"tool": "Bash", "input": {"command": "rm -rf ~"}}),
+            serde_json::json!({"command": format!("echo hi{}; rm -rf ~", " ".repeat(300))}),
+            serde_json::json!(["rm -rf ~"]),
+        ] {
+            let (line, whole) = intent_line(&approval(crafted.clone()));
+            assert!(!whole, "{crafted}");
+            assert!(line.unwrap().contains("open to see"), "{crafted}");
+        }
+        assert_eq!(
+            intent_line(&approval(serde_json::Value::Null)),
+            (None, true)
+        );
+    }
 
     #[test]
     fn a_diff_is_counted_by_files_and_lines() {
