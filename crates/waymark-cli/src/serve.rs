@@ -46,6 +46,13 @@ pub(crate) struct ServeArgs {
     /// Every other address that is not public is refused, also when a name resolves to it.
     #[arg(long, value_name = "CIDR", value_parser = push_net)]
     push_allow: Vec<ipnet::IpNet>,
+    /// Make an approval risky when a string of its intent matches this regular expression
+    /// (case-insensitive; repeatable), besides the built-in patterns (`rm -rf`, `git push
+    /// --force`, `DROP TABLE`, `curl … | sh`, `sudo`, `terraform apply`, `cargo publish`, …).
+    /// A risky approval needs a second confirmation, escalates through quiet hours and never
+    /// defaults to approve, whatever its agent says.
+    #[arg(long, value_name = "REGEX")]
+    risky: Vec<String>,
     /// How long audit entries are kept, e.g. `90d`.
     #[arg(long, default_value = "90d", value_parser = humantime::parse_duration)]
     audit_retention: std::time::Duration,
@@ -151,6 +158,8 @@ pub(crate) async fn run(args: ServeArgs, json: bool) -> CliResult {
         address_rate_burst: args.address_rate_limit.max(1).saturating_mul(5),
         audit_retention: args.audit_retention,
         push_allow: args.push_allow,
+        risk: waymark_server::risk::RiskPolicy::with(args.risky)
+            .map_err(|e| Failure::new(Exit::Usage, "bad_risky", format!("--risky: {e}")))?,
         audit_max_entries: args.audit_max_entries.max(1),
         tls: match (args.tls_cert, args.tls_key) {
             (Some(cert), Some(key)) => Some(TlsFiles { cert, key }),

@@ -24,6 +24,7 @@ mod push;
 mod reads;
 mod recovery;
 pub mod redact;
+pub mod risk;
 mod runner;
 mod schedule;
 mod state;

@@ -51,6 +51,8 @@ pub struct Config {
     pub push_concurrency: usize,
     /// Secret patterns redacted from messages and checkpoints before they are stored.
     pub redaction: Redaction,
+    /// What makes an approval risky whatever its worker says.
+    pub risk: crate::risk::RiskPolicy,
     /// Requests per second each worker token, device session or signing device may make…
     pub rate_per_second: u32,
     /// …with bursts up to this many.
@@ -105,6 +107,7 @@ impl Default for Config {
             max_push_channels_per_device: 10,
             push_concurrency: 16,
             redaction: Redaction::default(),
+            risk: crate::risk::RiskPolicy::default(),
             rate_per_second: 1000,
             rate_burst: 2000,
             address_rate_per_second: 50,

@@ -299,11 +299,19 @@ pub(crate) async fn request_approval(
         ))
         .with("expected", &digest));
     }
-    let default = req.default_option.clone().unwrap_or_else(|| "deny".into());
+    let mut default = req.default_option.clone().unwrap_or_else(|| "deny".into());
     if default != "approve" && default != "deny" {
         return Err(invalid(
             "`default_option` of an approval is `approve` or `deny`",
         ));
+    }
+    // The server's policy decides too: a worker can make an approval risky, never less.
+    let by_policy = st.config.risk.matches(&req.intent).map(str::to_owned);
+    let risky = req.risky || by_policy.is_some();
+    if let Some(pattern) = &by_policy {
+        tracing::info!(task = %task_id, %pattern, "an approval is risky by the server's policy");
+        // Nobody answering must never run it, whatever the worker asked for.
+        default = "deny".into();
     }
     if req.risky && default == "approve" {
         return Err(invalid(
@@ -368,7 +376,7 @@ pub(crate) async fn request_approval(
             intent_digest: Some(digest),
             effect_id: req.effect_id.clone(),
             plan_revision: task.plan_revision,
-            risky: req.risky,
+            risky,
             expires_at,
             created_at: now,
             outcome: None,

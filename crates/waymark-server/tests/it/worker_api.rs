@@ -752,3 +752,49 @@ async fn a_revoked_token_is_refused_on_every_replica_within_the_cache_time_and_r
         fresh
     );
 }
+
+/// The server's policy decides what is risky, not only the asking worker: an intent that
+/// matches it (here nested below harmless keys) is risky and defaults to `deny` whatever the
+/// worker said; the operator's own pattern (`serve --risky`) counts too; a worker can still
+/// make any approval risky, and an everyday one stays as asked.
+#[tokio::test]
+async fn the_servers_policy_makes_an_approval_risky_whatever_its_worker_says() {
+    let mut config = test_config();
+    config.risk =
+        waymark_server::risk::RiskPolicy::with(["\\bdeploy\\s+prod\\b".to_owned()]).unwrap();
+    let h = Harness::start_with(config).await;
+    let task = h.create_task(&h.alice).await;
+    let (att, fence) = h.attempt(&h.alice, &task, 600).await;
+    let ask = |intent: serde_json::Value, risky: bool, default: &str| {
+        let (h, task, att) = (&h, task.clone(), att.clone());
+        let default = default.to_owned();
+        async move {
+            let (s, v) = h
+                .post(
+                    &h.alice,
+                    &format!("/v1/tasks/{task}/approvals"),
+                    json!({"attempt_id": att, "fence": fence, "intent": intent,
+                           "summary": "run it?", "risky": risky, "default_option": default}),
+                )
+                .await;
+            assert_eq!(s, StatusCode::CREATED, "{v}");
+            v
+        }
+    };
+    let hidden = ask(
+        json!({"a": "1", "b": "2", "c": "3", "d": "4",
+               "input": {"command": "git push --force origin main"}}),
+        false,
+        "approve",
+    )
+    .await;
+    assert_eq!(hidden["risky"], true, "{hidden}");
+    assert_eq!(hidden["default_option"], "deny", "{hidden}");
+    let own = ask(json!({"command": "make deploy prod"}), false, "deny").await;
+    assert_eq!(own["risky"], true, "{own}");
+    let everyday = ask(json!({"command": "npm test"}), false, "approve").await;
+    assert_eq!(everyday["risky"], false, "{everyday}");
+    assert_eq!(everyday["default_option"], "approve", "{everyday}");
+    let raised = ask(json!({"command": "npm test"}), true, "deny").await;
+    assert_eq!(raised["risky"], true, "{raised}");
+}
