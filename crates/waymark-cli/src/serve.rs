@@ -144,6 +144,8 @@ pub(crate) async fn run(args: ServeArgs, json: bool) -> CliResult {
         Redaction::new(&args.no_redact_kind, &args.redact)
             .map_err(|e| Failure::new(Exit::Usage, "invalid_redaction", e.to_string()))?
     };
+    let risk = waymark_server::risk::RiskPolicy::with(args.risky)
+        .map_err(|e| Failure::new(Exit::Usage, "bad_risky", format!("--risky: {e}")))?;
     let dir = DataDir::new(args.data_dir.unwrap_or_else(crate::default_data_dir));
     let store = dir
         .open_store(args.database_url.as_deref())
@@ -158,8 +160,7 @@ pub(crate) async fn run(args: ServeArgs, json: bool) -> CliResult {
         address_rate_burst: args.address_rate_limit.max(1).saturating_mul(5),
         audit_retention: args.audit_retention,
         push_allow: args.push_allow,
-        risk: waymark_server::risk::RiskPolicy::with(args.risky)
-            .map_err(|e| Failure::new(Exit::Usage, "bad_risky", format!("--risky: {e}")))?,
+        risk,
         audit_max_entries: args.audit_max_entries.max(1),
         tls: match (args.tls_cert, args.tls_key) {
             (Some(cert), Some(key)) => Some(TlsFiles { cert, key }),

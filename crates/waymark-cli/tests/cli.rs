@@ -349,6 +349,10 @@ fn serve_refuses_redaction_settings_it_cannot_use_and_creates_nothing() {
             vec!["--no-redact", "--redact", "t=T-1"],
             "cannot be used with",
         ),
+        (
+            vec!["--risky", "deploy (prod"],
+            "--risky: regex parse error",
+        ),
     ] {
         let out = waymark()
             .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
