@@ -314,6 +314,21 @@ impl World {
             .await?)
     }
 
+    /// The task's pending decision, once there is one (up to two minutes).
+    async fn pending_approval(&self, task: &str, what: &str) -> Result<DecisionRow> {
+        let find = || async {
+            Ok::<_, anyhow::Error>(
+                self.decisions(task)
+                    .await?
+                    .into_iter()
+                    .find(|d| d.status == waymark_proto::DecisionStatus::Pending),
+            )
+        };
+        self.until(what, || async { Ok(find().await?.is_some()) })
+            .await?;
+        find().await?.with_context(|| what.to_owned())
+    }
+
     /// Waits up to two minutes for `check`, looking every [`LOOK`].
     async fn until<F, Fut>(&self, what: &str, mut check: F) -> Result<()>
     where
@@ -352,20 +367,7 @@ impl World {
         let task = self
             .start_run(&format!("bench revive {i}"), Some("Bash"))
             .await?;
-        self.until("the call's approval", || async {
-            Ok(self
-                .decisions(&task)
-                .await?
-                .iter()
-                .any(|d| d.status == waymark_proto::DecisionStatus::Pending))
-        })
-        .await?;
-        let d = self
-            .decisions(&task)
-            .await?
-            .into_iter()
-            .find(|d| d.status == waymark_proto::DecisionStatus::Pending)
-            .context("the approval")?;
+        let d = self.pending_approval(&task, "the call's approval").await?;
         self.answer(&d, Operation::Approve).await?;
         self.until("the call is confirmed", || async {
             Ok(marker.exists()
@@ -441,37 +443,22 @@ impl World {
     /// runs, in ms.
     async fn answers(&mut self, i: usize) -> Result<(f64, f64)> {
         let runner = self.start_runner().await?;
-        let pending = |task: String| {
-            let me = &*self;
-            async move {
-                Ok::<_, anyhow::Error>(
-                    me.decisions(&task)
-                        .await?
-                        .into_iter()
-                        .find(|d| d.status == waymark_proto::DecisionStatus::Pending),
-                )
-            }
-        };
-
         // Deferred: the person lets Claude Code wait; it exits; later they approve.
         let marker = self.path(&format!("project/deferred-{i}"));
         let task = self
             .start_run(&format!("bench deferred {i}"), Some("Bash"))
             .await?;
-        self.until("the deferred run's approval", || {
-            let t = task.clone();
-            async move { Ok(pending(t).await?.is_some()) }
-        })
-        .await?;
-        let d = pending(task.clone()).await?.context("the approval")?;
+        let d = self
+            .pending_approval(&task, "the deferred run's approval")
+            .await?;
         self.answer(&d, Operation::Defer).await?;
         self.until("Claude Code exits with the call deferred", || async {
             Ok(self.runtime_pid(&task).is_none())
         })
         .await?;
-        let d = pending(task.clone())
-            .await?
-            .context("the deferred approval")?;
+        let d = self
+            .pending_approval(&task, "the deferred approval")
+            .await?;
         let t0 = Instant::now();
         self.answer(&d, Operation::Approve).await?;
         self.until("the deferred call runs", || async { Ok(marker.exists()) })
@@ -487,12 +474,9 @@ impl World {
         let task = self
             .start_run(&format!("bench live {i}"), Some("Bash"))
             .await?;
-        self.until("the live run's approval", || {
-            let t = task.clone();
-            async move { Ok(pending(t).await?.is_some()) }
-        })
-        .await?;
-        let d = pending(task.clone()).await?.context("the approval")?;
+        let d = self
+            .pending_approval(&task, "the live run's approval")
+            .await?;
         let t0 = Instant::now();
         self.answer(&d, Operation::Approve).await?;
         self.until("the live call runs", || async { Ok(marker.exists()) })
