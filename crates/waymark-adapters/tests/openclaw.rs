@@ -622,6 +622,35 @@ async fn a_replan_steers_the_session_and_a_cancel_aborts_it() {
     adapter.stop().await;
 }
 
+/// A cancel while OpenClaw waits on an exec approval: the session is aborted and the exec
+/// request itself denied in OpenClaw, so the command cannot run even where the abort does not
+/// reach the run that asked; the voided decision is not asked again.
+#[tokio::test]
+async fn a_cancel_under_a_pending_approval_aborts_and_denies_the_exec_request() {
+    let w = World::start().await;
+    let gw = Gateway::start(&w, "approval", &[paired_key(&w)]).await;
+    let adapter = Adapter::start(&w, &gw);
+    let phone = w.phone().await;
+    let task = w.session_task("agent:main:main").await;
+    let d = pending_decision(&w, &task, "ap_1").await;
+    let revision = w.detail(&task).await.task.plan_revision;
+    phone
+        .command(&task, revision, Operation::Cancel, json!({}))
+        .await;
+    gw.wait_for("sessions.abort", 1).await;
+    let resolves = gw.wait_for("exec.approval.resolve", 1).await;
+    assert_eq!(
+        resolves[0]["params"],
+        json!({"id": "ap_1", "decision": "deny"})
+    );
+    let asked = w.approvals_for(&task, "ap_1").await;
+    assert_eq!(asked.len(), 1, "not asked again: {asked:?}");
+    assert_eq!(asked[0].id, d.id);
+    assert_eq!(asked[0].status, waymark_proto::DecisionStatus::Void);
+    adapter.stop().await;
+    assert_eq!(gw.requests("exec.approval.resolve").len(), 1, "denied once");
+}
+
 #[tokio::test]
 async fn approvals_closed_in_openclaw_expire_ours_never_approve_them() {
     let w = World::start().await;

@@ -910,9 +910,12 @@ async fn real_openclaw_replan_steers_the_running_session_and_cancel_aborts_it() 
     phone
         .command(&task, revision, Operation::Cancel, json!({}))
         .await;
-    // What the gateway logs when `sessions.abort` (an RPC) aborts the session's run.
+    // What the gateway logs when `sessions.abort` (an RPC) aborts the session's run: a turn
+    // still queued fails with "queued turn aborted: rpc", a run already under way ends with
+    // `stopReason=rpc`.
     within(TURN, "the gateway aborting the run", context, || async {
-        gw.log_text().contains("aborted: rpc").then_some(())
+        let log = gw.log_text();
+        (log.contains("aborted: rpc") || log.contains("stopReason=rpc")).then_some(())
     })
     .await;
     eprintln!("cancel → the run aborted in {:?}", cancelled_at.elapsed());

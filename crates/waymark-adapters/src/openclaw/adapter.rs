@@ -119,6 +119,26 @@ enum ApprovalState {
     },
 }
 
+/// What became of an exec request the adapter was asked to bring to the inbox.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Asked {
+    /// A decision is open for it.
+    Opened,
+    /// Not brought to the inbox (not ours to ask, or the control plane could not be asked);
+    /// OpenClaw keeps it.
+    Left,
+    /// The run that asked is over (cancelled, revoked, finished): it must not run.
+    RunOver,
+}
+
+/// Whether opening a decision failed because the run itself is over.
+fn run_is_over(e: &waymark_worker::Error) -> bool {
+    matches!(
+        e,
+        waymark_worker::Error::Cancelled | waymark_worker::Error::Fenced { .. }
+    ) || e.code() == Some(waymark_proto::ErrorCode::TaskTerminal)
+}
+
 /// What background tasks report to the loop.
 #[derive(Debug)]
 enum Internal {
@@ -506,7 +526,9 @@ impl Adapter {
             conn.last_seq = Some(seq);
         }
         match event.as_str() {
-            "exec.approval.requested" => self.on_requested(&payload).await,
+            "exec.approval.requested" => {
+                self.on_requested(&payload).await;
+            }
             "exec.approval.resolved" => self.on_resolved(&payload).await,
             "session.tool" => self.on_tool(&payload).await,
             "session.message" => self.on_message(&payload).await,
@@ -745,6 +767,12 @@ impl Adapter {
             return Ok(());
         }
         let task_id = s.run.task_id().to_owned();
+        let asking: Vec<(String, i64)> = self
+            .approvals
+            .iter()
+            .filter(|(_, a)| a.run.task_id() == task_id && a.state == ApprovalState::Open)
+            .map(|(id, a)| (id.clone(), a.expires_at_ms))
+            .collect();
         // Its approvals and tool calls die with the attempt; a new attempt adopts them again.
         self.approvals.retain(|_, a| a.run.task_id() != task_id);
         let state = self.client.task(&task_id).await.map(|d| d.task.state);
@@ -767,6 +795,38 @@ impl Adapter {
         self.sessions.insert(key.to_owned(), slot);
         if abort && let Some(conn) = conn {
             self.send_abort(conn, key).await?;
+            for (id, expires_at_ms) in asking {
+                self.deny_cancelled(conn, &id, expires_at_ms).await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Denies in OpenClaw an exec request of a cancelled run: nothing of a cancelled run may
+    /// run, whether or not the session's abort reached the run that asked (a turn the gateway
+    /// was still starting is not among the runs `sessions.abort` finds). Its decision was
+    /// voided by the cancel; no delivery is reported on it.
+    async fn deny_cancelled(
+        &mut self,
+        conn: &mut Conn,
+        id: &str,
+        expires_at_ms: i64,
+    ) -> Result<(), Lost> {
+        self.approvals.remove(id);
+        self.closed
+            .insert(id.to_owned(), closed_until(expires_at_ms));
+        let params = json!({"id": id, "decision": "deny"});
+        match conn
+            .call("exec.approval.resolve", params, CALL_TIMEOUT)
+            .await?
+        {
+            Ok(_) => {
+                tracing::info!(approval = %id, "the run was cancelled; denied its exec request in OpenClaw")
+            }
+            // The abort closed it first, or it timed out: either way it does not run.
+            Err(e) => {
+                tracing::debug!(approval = %id, error = %e, "the cancelled run's exec request was already closed")
+            }
         }
         Ok(())
     }
@@ -805,7 +865,7 @@ impl Adapter {
             .call("sessions.abort", json!({"key": key}), CALL_TIMEOUT)
             .await?;
         match res {
-            Ok(_) => tracing::info!(%key, "aborted the OpenClaw session"),
+            Ok(v) => tracing::info!(%key, status = %v, "aborted the OpenClaw session"),
             Err(e) => tracing::warn!(%key, error = %e, "the gateway refused `sessions.abort`"),
         }
         self.sessions
@@ -815,20 +875,21 @@ impl Adapter {
 
     // ---- approvals ------------------------------------------------------------------------
 
-    /// `exec.approval.requested`, or one row of `exec.approval.list`.
-    async fn on_requested(&mut self, payload: &Value) {
+    /// `exec.approval.requested`, or one row of `exec.approval.list`. Says whether the
+    /// approval was opened, and when it was not because the run is over.
+    async fn on_requested(&mut self, payload: &Value) -> Asked {
         let Some(id) = str_of(payload, &["id"]) else {
             tracing::warn!(%payload, "an exec approval without an id; ignored");
-            return;
+            return Asked::Left;
         };
         if self.approvals.contains_key(&id) || self.closed.contains_key(&id) {
-            return;
+            return Asked::Left;
         }
         if let Some(kind) = str_of(payload, &["approvalKind"])
             && kind != "exec"
         {
             tracing::debug!(approval = %id, %kind, "not an exec approval; left to OpenClaw");
-            return;
+            return Asked::Left;
         }
         let request = payload.get("request").cloned().unwrap_or(Value::Null);
         let expires_at_ms = payload
@@ -838,13 +899,13 @@ impl Adapter {
         let remaining = expires_at_ms - now_ms();
         if remaining <= 0 {
             tracing::info!(approval = %id, "already timed out in OpenClaw; not opened");
-            return;
+            return Asked::Left;
         }
         let key = str_of(&request, &["sessionKey"])
             .unwrap_or_else(|| format!("gateway:{}", self.settings.gateway));
         let Some(run) = self.session(&key, None).await else {
             tracing::info!(approval = %id, session = %key, "the session is not mirrored; the approval is left to OpenClaw");
-            return;
+            return Asked::Left;
         };
         let intent = json!({
             "runtime": RUNTIME,
@@ -900,9 +961,15 @@ impl Adapter {
                     },
                 );
                 self.spawn_timers(&id, true);
+                Asked::Opened
+            }
+            Err(e) if run_is_over(&e) => {
+                tracing::info!(approval = %id, error = %e, "the run is over; the approval is not opened");
+                Asked::RunOver
             }
             Err(e) => {
-                tracing::warn!(approval = %id, error = %e, "cannot open the approval; it is left to OpenClaw")
+                tracing::warn!(approval = %id, error = %e, "cannot open the approval; it is left to OpenClaw");
+                Asked::Left
             }
         }
     }
@@ -990,7 +1057,12 @@ impl Adapter {
                         "createdAtMs": intent.get("createdAtMs").cloned().unwrap_or(Value::Null),
                         "expiresAtMs": a.expires_at_ms,
                     });
-                    self.on_requested(&payload).await;
+                    if self.on_requested(&payload).await == Asked::RunOver
+                        && let Some(conn) = conn
+                    {
+                        // Voided by a cancel, not a replan.
+                        self.deny_cancelled(conn, id, a.expires_at_ms).await?;
+                    }
                 }
             }
             // Expired by the server's default (the adapter was away past the grace): the
