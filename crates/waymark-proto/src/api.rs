@@ -537,6 +537,67 @@ pub struct DecisionOption {
     pub cost: Option<String>,
 }
 
+/// A question in several parts, each answered by choosing among labelled choices (one, or
+/// several when `multi_select`) or in the person's own words (`free_text`): what Claude Code's
+/// `AskUserQuestion` asks, and any worker may ask the same. Answered with `answer_question`
+/// and `args.answers`, bound to the form's digest (`intent_digest`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct QuestionForm {
+    /// The questions, in order.
+    #[schema(min_items = 1, max_items = 8)]
+    pub questions: Vec<FormQuestion>,
+}
+
+/// One question of a [`QuestionForm`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct FormQuestion {
+    /// Stable id within the form (`q1`, …): the key of its answer.
+    #[schema(min_length = 1, max_length = 64)]
+    pub id: String,
+    /// The question, in full.
+    #[schema(min_length = 1, max_length = 2000)]
+    pub question: String,
+    /// A short tag for it (Claude Code's `header`, at most a few words).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub header: Option<String>,
+    /// The choices; empty for a question answered only in words.
+    #[serde(default)]
+    #[schema(max_items = 16)]
+    pub choices: Vec<FormChoice>,
+    /// Several choices may be chosen.
+    #[serde(default)]
+    pub multi_select: bool,
+    /// The person may answer in their own words instead (Claude Code's "Other").
+    #[serde(default)]
+    pub free_text: bool,
+}
+
+/// One choice of a [`FormQuestion`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct FormChoice {
+    /// What is chosen, as the agent will be told it; unique within its question.
+    #[schema(min_length = 1, max_length = 500)]
+    pub label: String,
+    /// What choosing it means.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+}
+
+/// The answer to one [`FormQuestion`]: the labels chosen, and/or the person's own words.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct FormAnswer {
+    /// Labels of the chosen choices (one at most unless the question is `multi_select`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub chosen: Vec<String>,
+    /// The person's own words (only where the question takes `free_text`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub text: Option<String>,
+}
+
 /// `POST /v1/tasks/{task}/approvals`.
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
@@ -761,6 +822,9 @@ pub struct RequestDecision {
     #[serde(default)]
     #[schema(minimum = 1, maximum = 2592000)]
     pub expires_in_seconds: Option<u64>,
+    /// For a `question` in parts: the form; `options` then stays empty.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub form: Option<QuestionForm>,
 }
 
 /// How a decision was closed.
@@ -784,6 +848,9 @@ pub struct DecisionOutcome {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(pattern = r"^sha256:[0-9a-f]{64}$")]
     pub edited_intent_digest: Option<String>,
+    /// For a question in parts: each question's answer, by question id.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub answers: Option<std::collections::BTreeMap<String, FormAnswer>>,
 }
 
 /// An approval, question, budget choice or recovery decision.
@@ -847,6 +914,9 @@ pub struct Decision {
     /// notified, who is next and when, or why it stopped.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub escalation: Option<Escalation>,
+    /// For a question in parts: the form (its digest is `intent_digest`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub form: Option<QuestionForm>,
 }
 
 /// `PUT /v1/escalation`: a user's escalation policy — who is notified of a new decision, in
@@ -1562,5 +1632,296 @@ mod tests {
         assert_eq!(countdown(42), "0:42");
         assert_eq!(countdown(595), "9:55");
         assert_eq!(countdown(3723), "1:02:03");
+    }
+}
+
+/// Most questions in one form, and choices in one question.
+pub const FORM_MAX_QUESTIONS: usize = 8;
+/// See [`FORM_MAX_QUESTIONS`].
+pub const FORM_MAX_CHOICES: usize = 16;
+
+impl QuestionForm {
+    /// Whether the form can be asked: 1 to 8 questions with unique ids, each with text, at
+    /// most 16 choices with unique non-empty labels, and some way to answer it.
+    pub fn check(&self) -> Result<(), String> {
+        let n = self.questions.len();
+        if n == 0 || n > FORM_MAX_QUESTIONS {
+            return Err(format!(
+                "a form has 1 to {FORM_MAX_QUESTIONS} questions, not {n}"
+            ));
+        }
+        let mut ids = std::collections::HashSet::new();
+        for q in &self.questions {
+            if q.id.trim().is_empty() || q.id.len() > 64 {
+                return Err("every question needs an id of 1 to 64 characters".into());
+            }
+            if !ids.insert(q.id.as_str()) {
+                return Err(format!("question id `{}` appears twice", q.id));
+            }
+            if q.question.trim().is_empty() || q.question.len() > 2000 {
+                return Err(format!(
+                    "question `{}` needs a text of 1 to 2000 characters",
+                    q.id
+                ));
+            }
+            if q.choices.len() > FORM_MAX_CHOICES {
+                return Err(format!(
+                    "question `{}` has {} choices; at most {FORM_MAX_CHOICES}",
+                    q.id,
+                    q.choices.len()
+                ));
+            }
+            if q.choices.is_empty() && !q.free_text {
+                return Err(format!(
+                    "question `{}` has no choices and takes no text: it cannot be answered",
+                    q.id
+                ));
+            }
+            let mut labels = std::collections::HashSet::new();
+            for c in &q.choices {
+                if c.label.trim().is_empty() || c.label.len() > 500 {
+                    return Err(format!(
+                        "question `{}`: every choice needs a label of 1 to 500 characters",
+                        q.id
+                    ));
+                }
+                if !labels.insert(c.label.as_str()) {
+                    return Err(format!(
+                        "question `{}`: choice `{}` appears twice",
+                        q.id, c.label
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether `answers` answer this form: every question answered, none unknown; chosen
+    /// labels are the question's own, one at most unless it is multi-select, never twice;
+    /// words only where the question takes them, and never empty. Says what is wrong.
+    pub fn check_answers(
+        &self,
+        answers: &std::collections::BTreeMap<String, FormAnswer>,
+    ) -> Result<(), String> {
+        if let Some(id) = answers
+            .keys()
+            .find(|k| !self.questions.iter().any(|q| &q.id == *k))
+        {
+            return Err(format!("`{id}` is not a question of this form"));
+        }
+        for q in &self.questions {
+            let Some(a) = answers.get(&q.id) else {
+                return Err(format!("question `{}` is not answered", q.id));
+            };
+            let mut seen = std::collections::HashSet::new();
+            for c in &a.chosen {
+                if !q.choices.iter().any(|x| &x.label == c) {
+                    return Err(format!("`{c}` is not a choice of question `{}`", q.id));
+                }
+                if !seen.insert(c.as_str()) {
+                    return Err(format!("`{c}` is chosen twice in question `{}`", q.id));
+                }
+            }
+            if a.chosen.len() > 1 && !q.multi_select {
+                return Err(format!(
+                    "question `{}` takes one choice, not {}",
+                    q.id,
+                    a.chosen.len()
+                ));
+            }
+            match a.text.as_deref() {
+                Some(_) if !q.free_text => {
+                    return Err(format!(
+                        "question `{}` takes only its choices, not words of your own",
+                        q.id
+                    ));
+                }
+                Some(t) if t.trim().is_empty() => {
+                    return Err(format!("the words for question `{}` are empty", q.id));
+                }
+                Some(t) if t.len() > 4000 => {
+                    return Err(format!(
+                        "the words for question `{}` are over 4000 characters",
+                        q.id
+                    ));
+                }
+                _ => {}
+            }
+            if a.chosen.is_empty() && a.text.is_none() {
+                return Err(format!(
+                    "question `{}` is not answered: choose {} or write an answer",
+                    q.id,
+                    if q.multi_select {
+                        "at least one"
+                    } else {
+                        "one"
+                    }
+                ));
+            }
+            if !q.multi_select && !a.chosen.is_empty() && a.text.is_some() {
+                return Err(format!(
+                    "question `{}` takes one answer: a choice or your own words, not both",
+                    q.id
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// One question's answer as the agent is told it: the chosen labels and the person's
+    /// words, joined with `, `.
+    pub fn answer_text(answer: &FormAnswer) -> String {
+        let mut parts: Vec<&str> = answer.chosen.iter().map(String::as_str).collect();
+        if let Some(t) = answer.text.as_deref() {
+            parts.push(t.trim());
+        }
+        parts.join(", ")
+    }
+
+    /// The answers in words, question by question (`Database: SQLite; Tests: unit, e2e`).
+    pub fn summary(&self, answers: &std::collections::BTreeMap<String, FormAnswer>) -> String {
+        self.questions
+            .iter()
+            .filter_map(|q| {
+                let a = answers.get(&q.id)?;
+                let tag = q.header.as_deref().unwrap_or(&q.question);
+                Some(format!("{tag}: {}", Self::answer_text(a)))
+            })
+            .collect::<Vec<_>>()
+            .join("; ")
+    }
+}
+
+#[cfg(test)]
+mod form_tests {
+    use super::*;
+    use std::collections::BTreeMap;
+
+    fn form() -> QuestionForm {
+        let choice = |l: &str| FormChoice {
+            label: l.into(),
+            description: None,
+        };
+        QuestionForm {
+            questions: vec![
+                FormQuestion {
+                    id: "q1".into(),
+                    question: "Which database?".into(),
+                    header: Some("Database".into()),
+                    choices: vec![choice("Postgres"), choice("SQLite")],
+                    multi_select: false,
+                    free_text: true,
+                },
+                FormQuestion {
+                    id: "q2".into(),
+                    question: "Which tests?".into(),
+                    header: None,
+                    choices: vec![choice("unit"), choice("e2e")],
+                    multi_select: true,
+                    free_text: false,
+                },
+            ],
+        }
+    }
+
+    /// A question's id, the labels chosen, and the words given.
+    type Given<'a> = (&'a str, &'a [&'a str], Option<&'a str>);
+
+    fn answers(pairs: &[Given]) -> BTreeMap<String, FormAnswer> {
+        pairs
+            .iter()
+            .map(|(id, chosen, text)| {
+                (
+                    id.to_string(),
+                    FormAnswer {
+                        chosen: chosen.iter().map(|c| c.to_string()).collect(),
+                        text: text.map(str::to_owned),
+                    },
+                )
+            })
+            .collect()
+    }
+
+    #[test]
+    fn good_answers_pass_and_read_back_in_words() {
+        let f = form();
+        f.check().unwrap();
+        let a = answers(&[("q1", &["SQLite"], None), ("q2", &["unit", "e2e"], None)]);
+        f.check_answers(&a).unwrap();
+        assert_eq!(f.summary(&a), "Database: SQLite; Which tests?: unit, e2e");
+        let own = answers(&[("q1", &[], Some("DuckDB")), ("q2", &["e2e"], None)]);
+        f.check_answers(&own).unwrap();
+        assert_eq!(QuestionForm::answer_text(&own["q1"]), "DuckDB");
+    }
+
+    #[test]
+    fn each_bad_answer_is_refused_with_its_reason() {
+        let f = form();
+        let cases: &[(&[Given], &str)] = &[
+            (
+                &[("q1", &["SQLite"], None)],
+                "question `q2` is not answered",
+            ),
+            (
+                &[("q1", &["MySQL"], None), ("q2", &["unit"], None)],
+                "`MySQL` is not a choice of question `q1`",
+            ),
+            (
+                &[
+                    ("q1", &["SQLite", "Postgres"], None),
+                    ("q2", &["unit"], None),
+                ],
+                "question `q1` takes one choice, not 2",
+            ),
+            (
+                &[
+                    ("q1", &["SQLite"], None),
+                    ("q2", &["unit"], Some("and more")),
+                ],
+                "takes only its choices",
+            ),
+            (
+                &[("q1", &[], Some("  ")), ("q2", &["unit"], None)],
+                "are empty",
+            ),
+            (
+                &[("q1", &[], None), ("q2", &["unit"], None)],
+                "choose one or write an answer",
+            ),
+            (
+                &[("q1", &["SQLite"], None), ("q2", &["unit", "unit"], None)],
+                "chosen twice",
+            ),
+            (
+                &[
+                    ("q1", &["SQLite"], None),
+                    ("q2", &["unit"], None),
+                    ("q9", &[], None),
+                ],
+                "`q9` is not a question of this form",
+            ),
+            (
+                &[
+                    ("q1", &["SQLite"], Some("or DuckDB")),
+                    ("q2", &["unit"], None),
+                ],
+                "not both",
+            ),
+        ];
+        for (given, why) in cases {
+            let err = f.check_answers(&answers(given)).unwrap_err();
+            assert!(err.contains(why), "{given:?}: {err}");
+        }
+    }
+
+    #[test]
+    fn a_form_that_cannot_be_answered_is_refused() {
+        let mut f = form();
+        f.questions[1].choices.clear();
+        assert!(f.check().unwrap_err().contains("cannot be answered"));
+        let mut f = form();
+        f.questions[1].id = "q1".into();
+        assert!(f.check().unwrap_err().contains("appears twice"));
+        assert!(QuestionForm { questions: vec![] }.check().is_err());
     }
 }

@@ -27,6 +27,8 @@ use crate::error::{ApiError, ApiResult};
 use crate::extract::{Json, Query};
 use crate::state::AppState;
 
+mod asks;
+
 /// The runtime name of tasks made from Claude Code sessions.
 pub const RUNTIME: &str = "claude-code";
 
@@ -229,6 +231,26 @@ pub(crate) async fn hook(
         }
         "PreToolUse" => {
             let effect_id = declare_tool(&st, &caller, &s, &input).await?;
+            // Questions and plans are the person's to answer, gated or not.
+            let asks = match input.tool_name.as_deref() {
+                Some(asks::ASK_TOOL) => Some(true),
+                Some(asks::PLAN_TOOL) => Some(false),
+                _ => None,
+            };
+            if let Some(question) = asks {
+                drop(guard);
+                let how = Gate {
+                    defer: q.defer == Some(true),
+                    hold,
+                    run,
+                };
+                return if question {
+                    asks::ask_questions(&st, &caller, &s, &input, effect_id, how).await
+                } else {
+                    asks::ask_plan(&st, &caller, &s, &input, effect_id, how).await
+                }
+                .map(Out);
+            }
             let gated = gate
                 .as_ref()
                 .is_some_and(|g| input.tool_name.as_deref().is_some_and(|t| g.is_match(t)));
@@ -732,12 +754,6 @@ async fn open_approval(
     effect_id: Option<String>,
     how: Holding,
 ) -> ApiResult<Decision> {
-    let Holding {
-        durability,
-        expires_in,
-        run,
-        can_wait,
-    } = how;
     let tool = input.tool_name.as_deref().unwrap_or("a tool");
     let detail = input
         .tool_input
@@ -752,6 +768,41 @@ async fn open_approval(
         .and_then(Value::as_array)
         .map(Vec::as_slice)
         .unwrap_or_default();
+    open_approval_with(
+        st,
+        caller,
+        s,
+        tool_intent(input),
+        format!("Claude Code wants to use {tool}{detail}"),
+        choices(suggestions),
+        // Claude Code runs an allowed call with `updatedInput` in place of its own.
+        Some("/input".into()),
+        effect_id,
+        how,
+    )
+    .await
+}
+
+/// Opens an approval a held or deferred hook call waits on, with its intent, words and
+/// choices.
+#[allow(clippy::too_many_arguments)]
+async fn open_approval_with(
+    st: &AppState,
+    caller: &Caller,
+    s: &Session,
+    intent: Value,
+    summary: String,
+    options: Vec<DecisionOption>,
+    editable: Option<String>,
+    effect_id: Option<String>,
+    how: Holding,
+) -> ApiResult<Decision> {
+    let Holding {
+        durability,
+        expires_in,
+        run,
+        can_wait,
+    } = how;
     let d = decisions::request_approval(
         st,
         caller,
@@ -761,16 +812,15 @@ async fn open_approval(
             fence: Some(s.fence),
             step: None,
             effect_id,
-            intent: tool_intent(input),
+            intent,
             intent_digest: None,
-            summary: format!("Claude Code wants to use {tool}{detail}"),
+            summary,
             expires_in_seconds: Some(expires_in.as_secs().max(1)),
             default_option: Some("deny".into()),
             risky: false,
             durability: Some(durability),
-            options: choices(suggestions),
-            // Claude Code runs an allowed call with `updatedInput` in place of its own.
-            editable: Some("/input".into()),
+            options,
+            editable,
             // A held hook gives up at its timeout: a headless run denies the call, an
             // interactive session asks in its own prompt.
             runtime_deadline: (durability == ApprovalDurability::FailOpenHook).then(|| {
@@ -1228,7 +1278,9 @@ async fn settle_deliveries(
         None => None,
     };
     for d in waiting {
-        let grants = chosen(&d).as_deref().and_then(approval_grants) == Some(true);
+        // An answered question lets its tool run with the answers.
+        let grants = d.kind == DecisionKind::Question
+            || chosen(&d).as_deref().and_then(approval_grants) == Some(true);
         let same_call = match (&d.effect_id, &this_effect) {
             (Some(a), Some(b)) => a == b,
             // Approved as asked, or as the person edited it (the call then carries the edit).

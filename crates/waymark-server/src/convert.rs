@@ -146,7 +146,20 @@ pub(crate) fn decision(d: &s::DecisionRow) -> R<p::Decision> {
             .as_ref()
             .map(|x| json(x, "decision escalation"))
             .transpose()?,
+        form: form_of(d)?,
     })
+}
+
+/// A form question's form, kept in its intent beside what the runtime asked.
+pub(crate) fn form_of(d: &s::DecisionRow) -> R<Option<p::QuestionForm>> {
+    if d.kind != p::DecisionKind::Question {
+        return Ok(None);
+    }
+    d.intent
+        .as_ref()
+        .and_then(|i| i.get("form"))
+        .map(|f| json(f, "decision form"))
+        .transpose()
 }
 
 pub(crate) fn artifact(a: &s::ArtifactRow) -> p::Artifact {

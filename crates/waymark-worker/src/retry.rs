@@ -81,6 +81,7 @@ impl<E> Exhausted<E> {
             ],
             default_option: Some(DELIVER_PARTIAL.into()),
             expires_in_seconds: None,
+            form: None,
         }
     }
 }

@@ -504,6 +504,7 @@ pub(crate) async fn void_decisions(
             at: tx.now_utc(),
             edited_intent: None,
             edited_intent_digest: None,
+            answers: None,
         };
         close_decision(tx, &mut d, DecisionStatus::Void, outcome).await?;
         n += 1;
@@ -532,7 +533,26 @@ pub(crate) async fn answer(
     }
     let is_approval = d.kind == DecisionKind::Approval;
     let mut edit = None;
+    let mut answers = None;
+    let form = convert::form_of(&d)?;
     let (option, text) = match cmd.operation {
+        Operation::AnswerQuestion if form.is_some() => {
+            let form = form.as_ref().expect("checked");
+            match form_answers(&d, form, &cmd.args) {
+                Ok(a) => {
+                    let text = form.summary(&a);
+                    answers = Some(a);
+                    (None, Some(text))
+                }
+                Err((reason, why)) => return Ok(Err(reject(reason, why))),
+            }
+        }
+        Operation::ChooseOption if form.is_some() => {
+            return Ok(Err(reject(
+                RejectReason::WrongOperation,
+                "this question is a form: answer it with `answer_question` and `args.answers`",
+            )));
+        }
         Operation::Approve | Operation::Deny => {
             if !is_approval {
                 return Ok(Err(reject(
@@ -654,6 +674,7 @@ pub(crate) async fn answer(
         at: tx.now_utc(),
         edited_intent: edit.as_ref().map(|(e, _)| e.clone()),
         edited_intent_digest: edit.as_ref().map(|(_, x)| x.clone()),
+        answers,
     };
     if let Some((edited, digest)) = &edit {
         amend_effect(tx, task, &d, edited, digest).await?;
@@ -670,6 +691,39 @@ pub(crate) async fn answer(
         machines::after_recovery_answer(tx, &task.id).await?;
     }
     Ok(Ok(()))
+}
+
+/// A form question's answers from a signed command: bound to the form's digest (the questions
+/// and choices the person was shown), and checked against the form.
+pub(crate) fn form_answers(
+    d: &DecisionRow,
+    form: &QuestionForm,
+    args: &Value,
+) -> Result<std::collections::BTreeMap<String, FormAnswer>, (RejectReason, String)> {
+    let given = args.get("intent_digest").and_then(Value::as_str);
+    if given.is_none() || given != d.intent_digest.as_deref() {
+        return Err((
+            RejectReason::DigestMismatch,
+            "`args.intent_digest` must be the digest of the questions you were shown (the decision's `intent_digest`)".into(),
+        ));
+    }
+    let Some(raw) = args.get("answers") else {
+        return Err((
+            RejectReason::InvalidCommand,
+            "`args.answers` is required: each question's id with `chosen` labels and/or `text`"
+                .into(),
+        ));
+    };
+    let answers: std::collections::BTreeMap<String, FormAnswer> =
+        serde_json::from_value(raw.clone()).map_err(|e| {
+            (
+                RejectReason::InvalidCommand,
+                format!("`args.answers` is not a map of answers: {e}"),
+            )
+        })?;
+    form.check_answers(&answers)
+        .map_err(|e| (RejectReason::InvalidCommand, e))?;
+    Ok(answers)
 }
 
 /// A ledger entry as the admin sees it: the signed envelope is the evidence.

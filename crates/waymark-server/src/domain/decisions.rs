@@ -401,12 +401,82 @@ pub(crate) async fn request_decision(
     task_id: String,
     req: RequestDecision,
 ) -> ApiResult<Made<Decision>> {
+    request_decision_with(st, caller, task_id, req, Asked::default()).await
+}
+
+/// What a runtime's adapter adds to a question it brings to the inbox: what the runtime asked
+/// in its own words (kept in the intent beside the form, so the answer is bound to both), the
+/// tool call that asked, and how long the runtime waits.
+#[derive(Debug, Default)]
+pub(crate) struct Asked {
+    /// The runtime's own request (`{runtime, tool, input}`).
+    pub(crate) context: Option<Value>,
+    /// The effect of the tool call that asks.
+    pub(crate) effect_id: Option<String>,
+    /// How the runtime holds it.
+    pub(crate) durability: Option<ApprovalDurability>,
+    /// When the runtime stops waiting, and what it does then.
+    pub(crate) runtime_deadline: Option<AskedRuntimeDeadline>,
+}
+
+/// A form question's intent: the runtime's request with the form beside it; its digest binds
+/// the answer to exactly the questions and choices shown.
+fn form_intent(form: &QuestionForm, context: Option<&Value>) -> Value {
+    let mut intent = match context {
+        Some(Value::Object(m)) => Value::Object(m.clone()),
+        _ => json!({}),
+    };
+    intent["form"] = to_value(form);
+    intent
+}
+
+/// [`request_decision`], with what a runtime's adapter adds.
+pub(crate) async fn request_decision_with(
+    st: &AppState,
+    caller: &Caller,
+    task_id: String,
+    req: RequestDecision,
+    asked: Asked,
+) -> ApiResult<Made<Decision>> {
     check_text("question", &req.question, 4000, true)?;
     if req.kind == DecisionKind::Approval {
         return Err(invalid(
             "ask for approvals with `POST /v1/tasks/{task}/approvals`, which binds the intent digest",
         ));
     }
+    let (intent, intent_digest) = match &req.form {
+        Some(form) => {
+            if req.kind != DecisionKind::Question {
+                return Err(invalid("only a `question` takes a `form`"));
+            }
+            if !req.options.is_empty() || req.default_option.is_some() {
+                return Err(invalid(
+                    "a question with a `form` has no `options` or `default_option`: its choices are in the form, and nobody answering answers nothing",
+                ));
+            }
+            form.check().map_err(invalid)?;
+            let intent = form_intent(form, asked.context.as_ref());
+            check_intent(&intent)?;
+            let digest = field_digest("intent", &intent)?;
+            (Some(intent), Some(digest))
+        }
+        None => (None, None),
+    };
+    let now = st.now_ms();
+    let mut expires_at_given = None;
+    let runtime_deadline = match &asked.runtime_deadline {
+        Some(r) => {
+            let at = now + r.in_seconds as i64 * 1000;
+            expires_at_given = Some(at + RUNTIME_REPORT_GRACE.as_millis() as i64);
+            Some(to_value(&RuntimeDeadline {
+                runtime: r.runtime.clone(),
+                at: chrono::DateTime::from_timestamp_millis(at).unwrap_or_default(),
+                then: r.then,
+                can_wait: false,
+            }))
+        }
+        None => None,
+    };
     let mut ids_seen = std::collections::HashSet::new();
     for o in &req.options {
         check_text("options[].id", &o.id, 64, true)?;
@@ -428,7 +498,10 @@ pub(crate) async fn request_decision(
             "`default_option` `{d}` is not one of the options"
         )));
     }
-    let expires_at = expiry_ms(st, req.expires_in_seconds)?;
+    let mut expires_at = expiry_ms(st, req.expires_in_seconds)?;
+    if let Some(at) = expires_at_given {
+        expires_at = expires_at.min(at);
+    }
     audited(st, caller, "decision.request", async {
         let mut tx = Tx::write(st).await?;
         let task = task_for(&mut tx, caller, &task_id).await?;
@@ -443,18 +516,18 @@ pub(crate) async fn request_decision(
             question: req.question.clone(),
             options: to_value(&req.options),
             default_option: req.default_option.clone(),
-            intent: None,
-            intent_digest: None,
-            effect_id: None,
+            intent: intent.clone(),
+            intent_digest: intent_digest.clone(),
+            effect_id: asked.effect_id.clone(),
             plan_revision: task.plan_revision,
             risky: false,
             expires_at,
-            created_at: st.now_ms(),
+            created_at: now,
             outcome: None,
-            durability: None,
+            durability: asked.durability,
             delivery: None,
             editable: None,
-            runtime_deadline: None,
+            runtime_deadline: runtime_deadline.clone(),
             escalation: None,
             escalate_at: None,
         };
@@ -532,6 +605,7 @@ pub(crate) async fn admin_resolve(
             at: st.now(),
             edited_intent: None,
             edited_intent_digest: None,
+            answers: None,
         };
         let cursor = close_decision(&mut tx, &mut d, DecisionStatus::Resolved, outcome).await?;
         tx.commit().await?;
@@ -642,6 +716,7 @@ pub(crate) async fn expire_held(
             at: st.now(),
             edited_intent: None,
             edited_intent_digest: None,
+            answers: None,
         };
         let cursor = close_decision(&mut tx, &mut d, DecisionStatus::Expired, outcome).await?;
         tx.commit().await?;
@@ -779,6 +854,7 @@ pub(crate) async fn expire_overdue(st: &AppState, id: &str) -> ApiResult<bool> {
             at: st.now(),
             edited_intent: None,
             edited_intent_digest: None,
+            answers: None,
         },
         None => DecisionOutcome {
             option: d.default_option.clone(),
@@ -787,6 +863,7 @@ pub(crate) async fn expire_overdue(st: &AppState, id: &str) -> ApiResult<bool> {
             at: st.now(),
             edited_intent: None,
             edited_intent_digest: None,
+            answers: None,
         },
     };
     close_decision(&mut tx, &mut d, DecisionStatus::Expired, outcome).await?;

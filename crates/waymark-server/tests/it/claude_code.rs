@@ -999,3 +999,204 @@ async fn a_real_add_rules_suggestion_approved_always_is_sent_back_as_claude_code
     assert_eq!(dec["delivery"]["state"], "acknowledged", "{dec}");
     assert_eq!(d["effects"][0]["status"], "confirmed");
 }
+
+/// `AskUserQuestion` as the real Claude Code 2.1.328 sends it (a stream-json session, where
+/// it is offered): a form question in the inbox, answered from a phone with a signed
+/// `answer_question`; the held hook answers `allow` with the answers keyed by question text,
+/// which is how Claude Code hands them to the model. Bad answers are refused with why.
+#[tokio::test]
+async fn a_real_ask_user_question_is_a_form_answered_from_a_phone() {
+    let h = Harness::start().await;
+    let dev = h.pair_device("alice", &["view", "steer", "approve"]).await;
+    let mut start = fixture("session_start");
+    start["session_id"] = json!("ask-1");
+    hook(&h, "", start).await;
+    let held = hold_call(&h, "?timeout=60", None, fixture("ask_user_question"));
+    let task = session_task(&h, "ask-1").await;
+    let dec = pending_decision(&h, &task).await;
+    assert_eq!(dec["kind"], "question");
+    assert_eq!(
+        dec["question"],
+        "Claude Code asks: Which database should I use?"
+    );
+    assert_eq!(dec["durability"], "fail_open_hook");
+    assert_eq!(dec["runtime_deadline"]["then"], "asks_itself");
+    let form = &dec["form"]["questions"][0];
+    assert_eq!(form["id"], "q1");
+    assert_eq!(form["header"], "Database");
+    assert_eq!(
+        form["choices"][1],
+        json!({"label": "SQLite", "description": "a file"})
+    );
+    assert_eq!(
+        (form["multi_select"].clone(), form["free_text"].clone()),
+        (json!(false), json!(true))
+    );
+    assert!(!held.is_finished(), "the hook waits for the person");
+
+    let submit = |args: Value| {
+        let cmd = dev.command(
+            &task,
+            Some(dec["plan_revision"].as_i64().unwrap()),
+            Operation::AnswerQuestion,
+            {
+                let mut a = json!({"decision_id": dec["id"]});
+                for (k, v) in args.as_object().unwrap() {
+                    a[k] = v.clone();
+                }
+                a
+            },
+        );
+        let signed = dev.sign(&cmd);
+        let h = &h;
+        async move { h.submit(&signed).await }
+    };
+    let digest = dec["intent_digest"].clone();
+    for (args, why) in [
+        (
+            json!({"answers": {"q1": {"chosen": ["SQLite"]}}}),
+            "intent_digest",
+        ),
+        (
+            json!({"intent_digest": "sha256:0000000000000000000000000000000000000000000000000000000000000000", "answers": {"q1": {"chosen": ["SQLite"]}}}),
+            "intent_digest",
+        ),
+        (
+            json!({"intent_digest": digest, "answers": {"q1": {"chosen": ["MySQL"]}}}),
+            "`MySQL` is not a choice",
+        ),
+        (
+            json!({"intent_digest": digest, "answers": {"q1": {"chosen": ["SQLite", "Postgres"]}}}),
+            "takes one choice",
+        ),
+        (
+            json!({"intent_digest": digest, "answers": {"q1": {"text": " "}}}),
+            "empty",
+        ),
+        (
+            json!({"intent_digest": digest, "answers": {}}),
+            "not answered",
+        ),
+        (
+            json!({"intent_digest": digest, "text": "SQLite"}),
+            "`args.answers` is required",
+        ),
+    ] {
+        let (_, r) = submit(args.clone()).await;
+        assert_eq!(r["status"], "rejected", "{args}: {r}");
+        assert!(r["detail"].as_str().unwrap().contains(why), "{args}: {r}");
+    }
+    assert!(!held.is_finished(), "a refused answer answers nothing");
+    let (s, r) =
+        submit(json!({"intent_digest": digest, "answers": {"q1": {"chosen": ["SQLite"]}}})).await;
+    assert_eq!(
+        (s, r["status"].as_str()),
+        (StatusCode::OK, Some("applied")),
+        "{r}"
+    );
+
+    let out = tokio::time::timeout(Duration::from_secs(10), held)
+        .await
+        .unwrap()
+        .unwrap();
+    let o = &out["hookSpecificOutput"];
+    assert_eq!(o["permissionDecision"], "allow", "{out}");
+    assert_eq!(
+        o["updatedInput"]["answers"],
+        json!({"Which database should I use?": "SQLite"})
+    );
+    assert_eq!(
+        o["updatedInput"]["questions"],
+        fixture("ask_user_question")["tool_input"]["questions"]
+    );
+    let id = dec["id"].as_str().unwrap();
+    let closed = decision(&h, &task, id).await;
+    assert_eq!(closed["status"], "resolved");
+    assert_eq!(
+        closed["outcome"]["answers"],
+        json!({"q1": {"chosen": ["SQLite"]}})
+    );
+    assert_eq!(closed["outcome"]["text"], "Database: SQLite");
+    assert_eq!(closed["delivery"]["state"], "pending");
+    // Claude Code ran the tool with the answers: delivered.
+    hook(&h, "", fixture("ask_user_question_done")).await;
+    assert_eq!(
+        decision(&h, &task, id).await["delivery"]["state"],
+        "acknowledged"
+    );
+}
+
+/// `ExitPlanMode` as the real Claude Code 2.1.328 sends it once the plan file is written: a
+/// plan approval showing the plan. "Keep planning" with feedback denies the tool with the
+/// feedback as the reason the model reads; the next `ExitPlanMode`, approved, is allowed with
+/// its input, so Claude Code opens no dialog of its own.
+#[tokio::test]
+async fn a_real_plan_is_approved_or_sent_back_with_feedback() {
+    let h = Harness::start().await;
+    let dev = h.pair_device("alice", &["view", "steer", "approve"]).await;
+    hook(&h, "", fixture("plan_write")).await;
+    hook(&h, "", fixture("plan_write_done")).await;
+    let held = hold_call(&h, "?timeout=60", None, fixture("exit_plan_mode"));
+    let task = session_task(&h, "plan-1").await;
+    let dec = pending_decision(&h, &task).await;
+    assert_eq!(dec["kind"], "approval");
+    assert_eq!(
+        dec["intent"]["plan"],
+        "# Plan\n\n1. Split the lexer\n2. Keep the API"
+    );
+    let labels: Vec<&str> = dec["options"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|o| o["label"].as_str())
+        .collect();
+    assert_eq!(labels, ["Approve plan", "Keep planning"]);
+    answer(
+        &h,
+        &dev,
+        &task,
+        &dec,
+        Operation::Deny,
+        json!({"text": "keep the old parser behind a flag"}),
+    )
+    .await;
+    let out = tokio::time::timeout(Duration::from_secs(10), held)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        out,
+        json!({"hookSpecificOutput": {"hookEventName": "PreToolUse", "permissionDecision": "deny",
+            "permissionDecisionReason": "The user wants you to keep planning. Their feedback: keep the old parser behind a flag"}})
+    );
+
+    // The model plans again and asks again (a new call): approved this time.
+    let mut again = fixture("exit_plan_mode");
+    again["tool_use_id"] = json!("toolu_ExitPlanMode_2");
+    let held = hold_call(&h, "?timeout=60", None, again.clone());
+    let dec2 = {
+        let mut found = None;
+        for _ in 0..200 {
+            let d = h.detail(&task).await;
+            found = d["decisions"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|x| x["status"] == "pending" && x["id"] != dec["id"])
+                .cloned();
+            if found.is_some() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+        found.expect("a second plan approval")
+    };
+    answer(&h, &dev, &task, &dec2, Operation::Approve, json!({})).await;
+    let out = tokio::time::timeout(Duration::from_secs(10), held)
+        .await
+        .unwrap()
+        .unwrap();
+    let o = &out["hookSpecificOutput"];
+    assert_eq!(o["permissionDecision"], "allow", "{out}");
+    assert_eq!(o["updatedInput"], again["tool_input"]);
+}

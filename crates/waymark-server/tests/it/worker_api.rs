@@ -383,16 +383,18 @@ async fn an_unanswered_decision_takes_its_stated_default_on_expiry() {
                      {"id": "relevant_tests", "label": "Run only relevant tests", "gives_up": "full-suite coverage"},
                      {"id": "full_suite", "label": "Continue the full suite", "gives_up": "budget: +$2", "cost": "$2"},
                      {"id": "deliver_patch", "label": "Stop and deliver the patch", "gives_up": "unverified tests"}],
-                   "default_option": "deliver_patch", "expires_in_seconds": 1}),
+                   "default_option": "deliver_patch", "expires_in_seconds": 3600}),
         )
         .await;
     assert_eq!(s, StatusCode::CREATED, "{d}");
     assert_eq!(h.detail(&task).await["task"]["state"], "waiting_human");
     let id = d["id"].as_str().unwrap();
     let path = format!("/v1/tasks/{task}/decisions/{id}");
-    h.advance(Duration::from_millis(900)).await;
+    // The driven clock also runs with real time between advances: a minute of slack either
+    // side, so a loaded machine cannot move the expiry across the assertion.
+    h.advance(Duration::from_secs(3540)).await;
     assert_eq!(h.get(&h.alice, &path).await.1["status"], "pending");
-    h.advance(Duration::from_millis(200)).await;
+    h.advance(Duration::from_secs(120)).await;
     let (s, v) = h.get(&h.alice, &path).await;
     assert_eq!(s, StatusCode::OK);
     assert_eq!(v["status"], "expired", "{v}");
