@@ -154,6 +154,9 @@ pub(crate) enum ClientCommand {
     Deny {
         /// Decision id.
         decision: String,
+        /// Why, in words the agent is told (for a plan: what to plan differently).
+        #[arg(long, value_name = "WORDS")]
+        note: Option<String>,
         /// The plan revision you were shown (`waymark show`, `waymark inbox`); without it, the
         /// mirror's current one is used and printed. A plan that moved on is a conflict.
         #[arg(long, value_name = "N")]
@@ -177,12 +180,20 @@ pub(crate) enum ClientCommand {
         #[arg(long, value_name = "SHA256")]
         intent_digest: Option<String>,
     },
-    /// Answer a question.
+    /// Answer a question: in words, or — for a question in parts (Claude Code's
+    /// `AskUserQuestion`) — by choosing each part's labels and/or giving your own words.
     Answer {
         /// Decision id.
         decision: String,
-        /// The answer.
-        text: String,
+        /// The answer in words (for a question in one part: your own words for it).
+        text: Option<String>,
+        /// For a question in parts: `QID=LABEL` chooses a label of question QID (repeat it for
+        /// each label of a multi-select question); with one question, `LABEL` alone.
+        #[arg(long, value_name = "QID=LABEL")]
+        choose: Vec<String>,
+        /// For a question in parts: `QID=WORDS` answers question QID in your own words.
+        #[arg(long, value_name = "QID=WORDS")]
+        say: Vec<String>,
         /// The plan revision you were shown (`waymark show`, `waymark inbox`); without it, the
         /// mirror's current one is used and printed. A plan that moved on is a conflict.
         #[arg(long, value_name = "N")]
@@ -670,7 +681,25 @@ pub(crate) async fn run(cmd: ClientCommand, json: bool) -> CliResult {
                             "{} [{}] {}\n  task: {} (rev {}{whose})\n",
                             d.id, d.kind, d.question, i.task_title, i.plan_revision
                         ));
-                        if let Some(digest) = &d.intent_digest {
+                        if let Some(form) = &d.form {
+                            for q in &form.questions {
+                                let how = match (q.multi_select, q.free_text) {
+                                    (true, true) => "choose any, or say",
+                                    (true, false) => "choose any",
+                                    (false, true) => "choose one, or say",
+                                    (false, false) => "choose one",
+                                };
+                                out.push_str(&format!("  {}: {} ({how})\n", q.id, q.question));
+                                for c in &q.choices {
+                                    let about = c
+                                        .description
+                                        .as_deref()
+                                        .map(|x| format!(" — {x}"))
+                                        .unwrap_or_default();
+                                    out.push_str(&format!("    · {}{about}\n", c.label));
+                                }
+                            }
+                        } else if let Some(digest) = &d.intent_digest {
                             out.push_str(&format!(
                                 "  intent: {} digest {}…\n",
                                 d.intent.as_ref().map(|v| v.to_string()).unwrap_or_default(),
@@ -741,6 +770,13 @@ pub(crate) async fn run(cmd: ClientCommand, json: bool) -> CliResult {
                                 String::new()
                             };
                             format!("waymark approve {0} | waymark deny {0}{edit}{wait}", d.id)
+                        } else if d.form.is_some() {
+                            format!(
+                                "waymark answer {} --choose QID=LABEL [--say QID=WORDS]",
+                                d.id
+                            )
+                        } else if d.options.is_empty() {
+                            format!("waymark answer {} \"WORDS\"", d.id)
                         } else {
                             format!("waymark choose {} OPTION", d.id)
                         };
@@ -874,11 +910,13 @@ pub(crate) async fn run(cmd: ClientCommand, json: bool) -> CliResult {
         }
         ClientCommand::Deny {
             decision,
+            note,
             expected_revision,
             intent_digest,
         } => {
             let shown = (expected_revision, intent_digest);
-            decide(&c, json, &decision, Operation::Deny, None, None, shown).await
+            let note = note.as_deref().filter(|n| !n.trim().is_empty());
+            decide(&c, json, &decision, Operation::Deny, None, note, shown).await
         }
         ClientCommand::Defer {
             decision,
@@ -891,9 +929,42 @@ pub(crate) async fn run(cmd: ClientCommand, json: bool) -> CliResult {
         ClientCommand::Answer {
             decision,
             text,
+            choose,
+            say,
             expected_revision,
         } => {
             let shown = (expected_revision, None);
+            let form = c
+                .mirror()
+                .decision(&decision)
+                .await
+                .map_err(failure)?
+                .and_then(|d| d.form);
+            if let Some(form) = form {
+                let answers = form_answers(&form, &choose, &say, text.as_deref())?;
+                let seen = seen_decision(&c, &decision, shown.0, None).await?;
+                return report_seen(
+                    json,
+                    &seen,
+                    c.answer_form(&decision, answers, &seen.seen).await,
+                );
+            }
+            if !choose.is_empty() || !say.is_empty() {
+                return Err(Failure::new(
+                    Exit::Usage,
+                    "usage",
+                    format!(
+                        "`{decision}` is not a question in parts: answer it in words, without `--choose`/`--say`"
+                    ),
+                ));
+            }
+            let Some(text) = text else {
+                return Err(Failure::new(
+                    Exit::Usage,
+                    "usage",
+                    "say the answer: `waymark answer DECISION \"words\"`",
+                ));
+            };
             let op = Operation::AnswerQuestion;
             decide(&c, json, &decision, op, None, Some(&text), shown).await
         }
@@ -1004,6 +1075,57 @@ async fn seen_task(c: &Companion, task: &str, flag: Option<i64>) -> Result<SeenH
 
 /// Answers a decision with what the person named (`--expected-revision`, `--intent-digest`),
 /// else what the mirror holds now, and says which.
+/// A form's answers from `--choose QID=LABEL`, `--say QID=WORDS` and, for a form of one
+/// question, a bare label or positional words. Checked before anything is signed.
+fn form_answers(
+    form: &waymark_proto::QuestionForm,
+    choose: &[String],
+    say: &[String],
+    text: Option<&str>,
+) -> Result<std::collections::BTreeMap<String, waymark_proto::FormAnswer>, Failure> {
+    let only = match form.questions.as_slice() {
+        [one] => Some(one.id.clone()),
+        _ => None,
+    };
+    let usage = |why: String| Failure::new(Exit::Usage, "usage", why);
+    let split = |given: &str| -> Result<(String, String), Failure> {
+        match (given.split_once('='), &only) {
+            (Some((q, v)), _) if form.questions.iter().any(|x| x.id == q) => {
+                Ok((q.to_owned(), v.to_owned()))
+            }
+            (_, Some(q)) => Ok((q.clone(), given.to_owned())),
+            (_, None) => Err(usage(format!(
+                "`{given}`: say which question, as QID=…; the questions are {}",
+                form.questions
+                    .iter()
+                    .map(|q| format!("{} ({})", q.id, q.question))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ))),
+        }
+    };
+    let mut answers: std::collections::BTreeMap<String, waymark_proto::FormAnswer> =
+        std::collections::BTreeMap::new();
+    for c in choose {
+        let (q, label) = split(c)?;
+        answers.entry(q).or_default().chosen.push(label);
+    }
+    for w in say {
+        let (q, words) = split(w)?;
+        answers.entry(q).or_default().text = Some(words);
+    }
+    if let Some(t) = text {
+        let Some(q) = &only else {
+            return Err(usage(
+                "this question has several parts: answer each with `--choose QID=LABEL` or `--say QID=WORDS`".into(),
+            ));
+        };
+        answers.entry(q.clone()).or_default().text = Some(t.to_owned());
+    }
+    form.check_answers(&answers).map_err(usage)?;
+    Ok(answers)
+}
+
 async fn decide(
     c: &Companion,
     json: bool,

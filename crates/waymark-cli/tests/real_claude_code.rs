@@ -1275,3 +1275,215 @@ async fn the_runner_starts_revives_and_resumes_claude_code_for_a_phone_and_refus
     drop(runner);
     drop(server);
 }
+
+// ---- questions and plans ---------------------------------------------------------------------
+
+/// A Claude Code session in the mode its Agent SDK runs it, the one that offers the model
+/// `AskUserQuestion` and `ExitPlanMode` (`claude -p` alone does not): stream-json in and out,
+/// with a permission prompt tool on stdio. The prompt goes in as one user message; nothing is
+/// ever answered on stdio, so any question or plan reaching Claude Code's own prompt instead of
+/// the hook fails the test.
+struct StreamRun {
+    child: tokio::process::Child,
+    lines: tokio::io::Lines<tokio::io::BufReader<tokio::process::ChildStdout>>,
+    _stdin: tokio::process::ChildStdin,
+}
+
+impl Setup {
+    async fn start_stream(&self, prompt: &str, more: &[&str]) -> StreamRun {
+        use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
+        let bin_dir = Path::new(env!("CARGO_BIN_EXE_waymark")).parent().unwrap();
+        let path = std::env::join_paths(
+            std::iter::once(bin_dir.to_owned())
+                .chain(["/usr/local/bin", "/usr/bin", "/bin"].map(PathBuf::from)),
+        )
+        .unwrap();
+        let mut cmd = tokio::process::Command::new(&self.claude);
+        cmd.args([
+            "-p",
+            "--input-format",
+            "stream-json",
+            "--output-format",
+            "stream-json",
+        ])
+        .args(["--verbose", "--permission-prompt-tool", "stdio"])
+        .args(more)
+        .current_dir(self.path("project"))
+        .env_clear()
+        .env("PATH", path)
+        .envs(self.claude_env())
+        .env("WAYMARK_TOKEN", &self.token)
+        .env("WAYMARK_LOG", "error")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .process_group(0)
+        .kill_on_drop(true);
+        let mut child = cmd.spawn().expect("the real `claude` starts");
+        let mut stdin = child.stdin.take().unwrap();
+        let message = json!({"type": "user", "message": {"role": "user", "content": prompt},
+                             "parent_tool_use_id": null, "session_id": ""});
+        let lines = tokio::io::BufReader::new(child.stdout.take().unwrap()).lines();
+        stdin
+            .write_all(format!("{message}\n").as_bytes())
+            .await
+            .unwrap();
+        StreamRun {
+            child,
+            lines,
+            _stdin: stdin,
+        }
+    }
+}
+
+impl StreamRun {
+    /// Reads Claude Code's stream to the run's `result`; refuses any prompt on stdio.
+    async fn result(&mut self) -> Value {
+        let read = async {
+            while let Some(line) = self.lines.next_line().await.unwrap() {
+                let Ok(v) = serde_json::from_str::<Value>(&line) else {
+                    continue;
+                };
+                assert_ne!(
+                    v["type"], "control_request",
+                    "Claude Code asked on stdio instead of through the hook: {v}"
+                );
+                if v["type"] == "result" {
+                    return v;
+                }
+            }
+            panic!("Claude Code's stream ended without a result");
+        };
+        let out = tokio::time::timeout(RUN, read)
+            .await
+            .expect("the run ended in time");
+        let _ = self.child.start_kill();
+        out
+    }
+}
+
+/// The last `/v1/messages` request's tool results, as the model read them.
+fn tool_results(model: &FakeAnthropic) -> Vec<String> {
+    model
+        .requests()
+        .iter()
+        .flat_map(|r| r["messages"].as_array().cloned().unwrap_or_default())
+        .flat_map(|m| m["content"].as_array().cloned().unwrap_or_default())
+        .filter(|b| b["type"] == "tool_result")
+        .map(|b| match &b["content"] {
+            Value::String(s) => s.clone(),
+            other => other.to_string(),
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn claude_codes_questions_and_plan_reach_the_phone_and_the_model_reads_the_answers() {
+    let questions = json!({"questions": [
+        {"question": "Which database should I use?", "header": "Database", "multiSelect": false,
+         "options": [{"label": "Postgres", "description": "a server"},
+                     {"label": "SQLite", "description": "a file"}]},
+        {"question": "Which checks should run?", "header": "Checks", "multiSelect": true,
+         "options": [{"label": "unit", "description": "fast"}, {"label": "e2e", "description": "slow"},
+                     {"label": "lint", "description": "style"}]}]});
+    let plan = "# Plan\n\n1. Split the lexer\n2. Keep the public API";
+    let write_plan = json!({"file_path": "$PLAN_FILE", "content": plan});
+    let turns = move |_: &Path| {
+        vec![
+            Turn {
+                prompt: "ask me about the database".into(),
+                command: format!("tool:AskUserQuestion {questions}"),
+                answer: "Asked.".into(),
+            },
+            Turn {
+                prompt: "plan the lexer split".into(),
+                command: format!("tool:Write {write_plan}\n---\ntool:ExitPlanMode {{}}"),
+                answer: "Planned.".into(),
+            },
+        ]
+    };
+    let World {
+        setup,
+        server: _server,
+        url,
+        phone,
+    } = world(turns).await;
+    setup.install(&url, 120);
+
+    // 1. Two questions, one multi-select, answered on the phone: the model reads the answers.
+    let mut run = setup.start_stream("ask me about the database", &[]).await;
+    let item = pending_in_inbox(&phone, "Claude Code asks 2 questions").await;
+    let d = &item["decision"];
+    assert_eq!(d["kind"], "question", "{item}");
+    assert_eq!(d["form"]["questions"][1]["multi_select"], true, "{item}");
+    let id = d["id"].as_str().unwrap().to_owned();
+    // A wrong answer is refused before anything is signed, and says why.
+    let mut bad = waymark();
+    bad.env("WAYMARK_HOME", &phone)
+        .env("WAYMARK_KEYSTORE", "file-insecure")
+        .args(["answer", &id, "--choose", "q1=MySQL", "--choose", "q2=unit"]);
+    let out = bad.output().unwrap();
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("`MySQL` is not a choice of question `q1`"),
+        "{out:?}"
+    );
+    device(
+        &phone,
+        &[
+            "answer",
+            &id,
+            "--choose",
+            "q1=SQLite",
+            "--choose",
+            "q2=unit",
+            "--choose",
+            "q2=lint",
+            "--json",
+        ],
+    );
+    device(&phone, &["sync", "--json"]);
+    let result = run.result().await;
+    assert_eq!(result["subtype"], "success", "{result}");
+    let told = tool_results(&setup.model).join("\n");
+    assert!(
+        told.contains(r#""Which database should I use?"="SQLite""#)
+            && told.contains(r#""Which checks should run?"="unit, lint""#),
+        "the model was told the answers: {told}"
+    );
+
+    // 2. A plan, in plan mode: sent back with feedback, the model reads the feedback.
+    let mut run = setup
+        .start_stream("plan the lexer split", &["--permission-mode", "plan"])
+        .await;
+    let item = pending_in_inbox(&phone, "plan is ready").await;
+    let d = &item["decision"];
+    assert_eq!(
+        d["intent"]["plan"], plan,
+        "the plan as Claude Code wrote it: {item}"
+    );
+    let id = d["id"].as_str().unwrap().to_owned();
+    let digest = d["intent_digest"].as_str().unwrap().to_owned();
+    let feedback = "keep the old parser behind a flag";
+    device(
+        &phone,
+        &[
+            "deny",
+            &id,
+            "--intent-digest",
+            &digest,
+            "--note",
+            feedback,
+            "--json",
+        ],
+    );
+    let result = run.result().await;
+    assert_eq!(result["subtype"], "success", "{result}");
+    let told = tool_results(&setup.model).join("\n");
+    assert!(
+        told.contains(&format!(
+            "The user wants you to keep planning. Their feedback: {feedback}"
+        )),
+        "the model was told to keep planning: {told}"
+    );
+}

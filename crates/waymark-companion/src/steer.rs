@@ -301,6 +301,41 @@ impl Companion {
             .await
     }
 
+    /// Answers a question in parts (`Decision::form`): checked against the form as mirrored —
+    /// what the person was shown — and bound to its digest, so a form changed since is refused.
+    pub async fn answer_form(
+        &self,
+        decision_id: &str,
+        answers: std::collections::BTreeMap<String, waymark_proto::FormAnswer>,
+        seen: &Seen,
+    ) -> Result<OutboxEntry, Error> {
+        let d = self.mirror.decision(decision_id).await?.ok_or_else(|| {
+            Error::NotFound(format!(
+                "no decision `{decision_id}` in the mirror — run `waymark sync`"
+            ))
+        })?;
+        let (Some(form), Some(digest)) = (&d.form, &d.intent_digest) else {
+            return Err(Error::Invalid(format!(
+                "`{}` is not a question in parts: answer it with words or an option",
+                d.id
+            )));
+        };
+        form.check_answers(&answers).map_err(Error::Invalid)?;
+        let args = serde_json::json!({
+            "decision_id": d.id,
+            "intent_digest": digest,
+            "answers": answers,
+        });
+        self.command(
+            &d.task_id,
+            Operation::AnswerQuestion,
+            args,
+            vec![],
+            seen.plan_revision,
+        )
+        .await
+    }
+
     /// Approves an approval with its editable part (`Decision::editable`) changed to `part`:
     /// the command carries the edited intent and its digest beside the digest of the intent
     /// the person was shown, so the server runs only what they read and changed.

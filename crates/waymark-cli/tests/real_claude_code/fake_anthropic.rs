@@ -30,7 +30,8 @@ use tokio::net::{TcpListener, TcpStream};
 pub(crate) struct Turn {
     /// Text the turn's prompt contains (how the turn is recognised).
     pub(crate) prompt: String,
-    /// The shell command the model asks `Bash` to run.
+    /// The shell command the model asks `Bash` to run; or `tool:NAME {json}`, another tool
+    /// called with that input (`tool:AskUserQuestion {"questions": …}`).
     pub(crate) command: String,
     /// The final answer's first words, after the tool's result.
     pub(crate) answer: String,
@@ -164,8 +165,45 @@ async fn respond(stream: &mut TcpStream, content_type: &str, body: &str) -> std:
 
 #[derive(Debug, Clone, PartialEq)]
 enum Reply {
-    Bash { id: String, command: String },
+    Tool {
+        id: String,
+        name: String,
+        input: Value,
+    },
     Text(String),
+}
+
+/// `$PLAN_FILE` in a scripted call replaced by the plan file Claude Code's plan mode names in
+/// the request ("create your plan at PATH using the Write tool").
+fn with_plan_file(step: &str, request: &Value) -> String {
+    if !step.contains("$PLAN_FILE") {
+        return step.to_owned();
+    }
+    let all = request.to_string();
+    let marker = "create your plan at ";
+    let path = all
+        .find(marker)
+        .map(|i| &all[i + marker.len()..])
+        .and_then(|rest| rest.split_whitespace().next())
+        .expect("the request names the plan file (plan mode)");
+    step.replace("$PLAN_FILE", path)
+}
+
+/// The tool call a turn's `command` asks for.
+fn tool_call(command: &str) -> (String, Value) {
+    match command
+        .strip_prefix("tool:")
+        .and_then(|rest| rest.split_once(' '))
+    {
+        Some((name, input)) => (
+            name.to_owned(),
+            serde_json::from_str(input).expect("a scripted tool input is JSON"),
+        ),
+        None => (
+            "Bash".to_owned(),
+            json!({"command": command, "description": "Run the scripted command"}),
+        ),
+    }
 }
 
 fn text_of(content: &Value) -> String {
@@ -218,6 +256,23 @@ fn reply_to(request: &Value, turns: &[Turn], n: usize) -> Reply {
             .find(|b| b["type"] == "tool_result")
             .cloned()
     });
+    // A turn of several calls (`command` lines joined by `\n---\n`): the next call once the
+    // one before has its result.
+    let steps: Vec<&str> = turn.command.split("\n---\n").collect();
+    let done = messages
+        .iter()
+        .filter_map(|m| m["content"].as_array())
+        .flatten()
+        .filter(|b| b["type"] == "tool_result")
+        .count();
+    if steps.len() > 1 && result.is_some() && done < steps.len() {
+        let (name, input) = tool_call(&with_plan_file(steps[done], request));
+        return Reply::Tool {
+            id: format!("toolu_fake_{n:04}"),
+            name,
+            input,
+        };
+    }
     match result {
         Some(r) => {
             let how = if r["is_error"] == true { "error" } else { "ok" };
@@ -229,10 +284,14 @@ fn reply_to(request: &Value, turns: &[Turn], n: usize) -> Reply {
         }
         // A resumed session that ran the call already: nothing to repeat.
         None if carries_a_result(request) => Reply::Text(format!("{} [resumed]", turn.answer)),
-        None => Reply::Bash {
-            id: format!("toolu_fake_{n:04}"),
-            command: turn.command.clone(),
-        },
+        None => {
+            let (name, input) = tool_call(&with_plan_file(steps[0], request));
+            Reply::Tool {
+                id: format!("toolu_fake_{n:04}"),
+                name,
+                input,
+            }
+        }
     }
 }
 
@@ -242,12 +301,11 @@ fn events(request: &Value, reply: &Reply) -> Vec<Value> {
         "id": "msg_fake", "type": "message", "role": "assistant", "model": model, "content": [],
         "stop_reason": null, "stop_sequence": null, "usage": {"input_tokens": 10, "output_tokens": 1}}})];
     let stop = match reply {
-        Reply::Bash { id, command } => {
+        Reply::Tool { id, name, input } => {
             e.push(json!({"type": "content_block_start", "index": 0,
-                "content_block": {"type": "tool_use", "id": id, "name": "Bash", "input": {}}}));
+                "content_block": {"type": "tool_use", "id": id, "name": name, "input": {}}}));
             e.push(json!({"type": "content_block_delta", "index": 0, "delta": {
-                "type": "input_json_delta",
-                "partial_json": json!({"command": command, "description": "Run the scripted command"}).to_string()}}));
+                "type": "input_json_delta", "partial_json": input.to_string()}}));
             "tool_use"
         }
         Reply::Text(text) => {
@@ -276,9 +334,8 @@ fn sse(request: &Value, reply: &Reply) -> String {
 
 fn whole(request: &Value, reply: &Reply) -> Value {
     let (content, stop) = match reply {
-        Reply::Bash { id, command } => (
-            json!([{"type": "tool_use", "id": id, "name": "Bash",
-                    "input": {"command": command, "description": "Run the scripted command"}}]),
+        Reply::Tool { id, name, input } => (
+            json!([{"type": "tool_use", "id": id, "name": name, "input": input}]),
             "tool_use",
         ),
         Reply::Text(t) => (json!([{"type": "text", "text": t}]), "end_turn"),
