@@ -221,6 +221,16 @@ impl Companion {
                 "no decision `{decision_id}` in the mirror — run `waymark sync`"
             ))
         })?;
+        // A question in parts: `text` carries its answers as JSON (`{QID: {chosen, text}}`),
+        // which is how the app's card sends them through this one command.
+        if op == Operation::AnswerQuestion && d.form.is_some() {
+            let answers = serde_json::from_str(text.unwrap_or_default()).map_err(|e| {
+                Error::Invalid(format!(
+                    "the answers to a question in parts are JSON `{{QID: {{chosen, text}}}}`: {e}"
+                ))
+            })?;
+            return self.answer_form(decision_id, answers, seen).await;
+        }
         let mut args = serde_json::json!({"decision_id": d.id});
         // A runtime's own choice on an approval (`approve_session`, `deny_always`) is an
         // approve or a deny carrying that option, so it stays bound to the intent digest.

@@ -10,7 +10,9 @@ import { ago, clock, countdown, short } from "../format";
 import { ArtifactBody, type LoadText } from "./Artifact";
 import { EditIntent } from "./EditIntent";
 import { MachineNote } from "./Machine";
+import { QuestionForm } from "./QuestionForm";
 import { Receipts } from "./Receipts";
+import { formOf } from "../web/sign";
 import type { RowProps } from "../windowed";
 
 /** Answers a decision with what its card showed (`seen`): the device signs exactly that, so a
@@ -222,6 +224,11 @@ export function InboxCard({
     }
   };
 
+  // A plan to approve (Claude Code's `ExitPlanMode`): shown as written, and "keep planning"
+  // carries the person's feedback.
+  const planOf = (d.intent as { plan?: unknown } | null | undefined)?.plan;
+  const plan = d.kind === "approval" && typeof planOf === "string" ? planOf : null;
+
   // The runtime decided at its own deadline: the record follows; nothing here may answer.
   const decidedByRuntime = d.status === "pending" && d.closing.runtime != null && d.closing.at <= now;
   const locked = busy || decidedByRuntime;
@@ -257,10 +264,18 @@ export function InboxCard({
       {item.stale && <p className="warn">{t("inbox.stale", { asked: d.plan_revision, now: item.plan_revision })}</p>}
       <MachineNote machine={machine} />
 
-      {d.intent != null && (
+      {plan != null && (
+        <section className="plan">
+          <pre className="plan-text" data-testid="plan">
+            {plan}
+          </pre>
+          {d.status === "pending" && <input aria-label={t("inbox.plan.feedback")} placeholder={t("inbox.plan.feedback")} value={answer} onChange={(e) => setAnswer(e.target.value)} data-testid="plan-feedback" />}
+        </section>
+      )}
+      {d.intent != null && !formOf(d) && (
         <section className="intent">
-          <h4>{t("inbox.intent")}</h4>
-          <IntentTable intent={d.intent} />
+          {plan == null && <h4>{t("inbox.intent")}</h4>}
+          {plan == null && <IntentTable intent={d.intent} />}
           <p className="small">
             {d.intent_digest != null && (
               <>
@@ -332,10 +347,10 @@ export function InboxCard({
           ) : confirming == null ? (
             <div className="row">
               <button type="button" className="primary" disabled={locked} data-testid="approve" onClick={() => (d.risky ? setConfirming({ action: "approve", seen: shownBy(item) }) : send("approve"))}>
-                {t("inbox.approve")}
+                {plan ? (d.options.find((o) => o.id === "approve")?.label ?? t("inbox.approve")) : t("inbox.approve")}
               </button>
-              <button type="button" className="danger" disabled={locked} data-testid="deny" onClick={() => send("deny")}>
-                {t("inbox.deny")}
+              <button type="button" className="danger" disabled={locked} data-testid="deny" onClick={() => send("deny", null, plan && answer.trim() ? answer.trim() : null)}>
+                {plan ? (d.options.find((o) => o.id === "deny")?.label ?? t("inbox.deny")) : t("inbox.deny")}
               </button>
               {d.editable && approveEdited && (
                 <button type="button" className="secondary" disabled={locked} data-testid="edit" onClick={() => setEditing(shownBy(item))}>
@@ -393,7 +408,8 @@ export function InboxCard({
             ))}
           </ul>
         )}
-        {d.kind === "question" && d.options.length === 0 && (
+        {formOf(d) && <QuestionForm decisionId={d.id} form={formOf(d)!} locked={locked} onAnswer={(json) => void send("answer", null, json)} />}
+        {d.kind === "question" && d.options.length === 0 && !formOf(d) && (
           <form
             className="row"
             onSubmit={(e) => {

@@ -125,6 +125,50 @@ describe("InboxCard", () => {
     expect(screen.queryByTestId("edit")).toBeNull();
   });
 
+  it("answers a question in parts only once every part is answered, as the form's JSON answers", async () => {
+    const { calls, decide } = recorder();
+    const form = {
+      questions: [
+        { id: "q1", question: "Which database should I use?", header: "Database", choices: [{ label: "Postgres", description: "a server" }, { label: "SQLite", description: "a file" }], multi_select: false, free_text: true },
+        { id: "q2", question: "Which checks should run?", header: "Checks", choices: [{ label: "unit" }, { label: "e2e" }, { label: "lint" }], multi_select: true, free_text: false },
+      ],
+    };
+    const item = approval({ kind: "question", question: "Claude Code asks 2 questions", options: [], default_option: null, intent: { runtime: "claude-code", tool: "AskUserQuestion", form } });
+    ui(<InboxCard item={item} decide={decide} load={load} now={NOW} />);
+    const send = screen.getByTestId("send-answers") as HTMLButtonElement;
+    expect(send.disabled).toBe(true);
+    await userEvent.click(screen.getByTestId("choice-q1-SQLite"));
+    expect(send.disabled).toBe(true);
+    await userEvent.click(screen.getByTestId("choice-q2-unit"));
+    await userEvent.click(screen.getByTestId("choice-q2-lint"));
+    expect(send.disabled).toBe(false);
+    // Words for a single-choice part replace its choice.
+    await userEvent.type(screen.getByTestId("other-q1"), "DuckDB");
+    await userEvent.click(send);
+    expect(calls).toHaveLength(1);
+    expect(calls[0].op).toBe("answer");
+    expect(JSON.parse(calls[0].text!)).toEqual({ q1: { text: "DuckDB" }, q2: { chosen: ["unit", "lint"] } });
+  });
+
+  it("shows a plan as written and keeps planning with the person's feedback", async () => {
+    const { calls, decide } = recorder();
+    const plan = "# Plan\n\n1. Split the lexer\n2. Keep the public API";
+    const item = approval({
+      question: "Claude Code's plan is ready: approve it, or keep planning with your feedback",
+      options: [
+        { id: "approve", label: "Approve plan", gives_up: "", cost: null },
+        { id: "deny", label: "Keep planning", gives_up: "", cost: null },
+      ],
+      intent: { tool: "ExitPlanMode", input: {}, plan },
+    });
+    ui(<InboxCard item={item} decide={decide} load={load} now={NOW} />);
+    expect(screen.getByTestId("plan").textContent).toBe(plan);
+    expect(screen.getByTestId("approve").textContent).toBe("Approve plan");
+    await userEvent.type(screen.getByTestId("plan-feedback"), "keep the old parser");
+    await userEvent.click(screen.getByTestId("deny"));
+    expect(calls).toEqual([{ id: "dec_1", op: "deny", option: null, text: "keep the old parser" }]);
+  });
+
   it("approves a plain approval with one click, bound to the decision", async () => {
     const { calls, seen, decide } = recorder();
     ui(<InboxCard item={approval()} decide={decide} load={load} now={NOW} />);

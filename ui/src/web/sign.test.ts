@@ -319,6 +319,19 @@ describe("answerArgs", () => {
   const budget: DecisionRef = { id: "dec_3", kind: "budget", options: [{ id: "raise" }, { id: "stop" }] };
   const seen = { plan_revision: 3, intent_digest: "sha256:ab" };
 
+  test("a question in parts: its answers bound to the form's digest, bad ones refused as the server would", () => {
+    const form = { questions: [{ id: "q1", question: "Which database?", choices: [{ label: "Postgres" }, { label: "SQLite" }], multi_select: false, free_text: true }] };
+    const asked: DecisionRef = { id: "dec_4", kind: "question", options: [], intent: { tool: "AskUserQuestion", form }, intent_digest: "sha256:f0" };
+    expect(answerArgs(asked, "answer_question", null, JSON.stringify({ q1: { chosen: ["SQLite"] } }), seen)).toEqual({
+      operation: "answer_question",
+      args: { decision_id: "dec_4", intent_digest: "sha256:f0", answers: { q1: { chosen: ["SQLite"] } } },
+    });
+    expect(() => answerArgs(asked, "answer_question", null, JSON.stringify({ q1: { chosen: ["MySQL"] } }), seen)).toThrow("`MySQL` is not a choice of question `q1`");
+    expect(() => answerArgs(asked, "answer_question", null, JSON.stringify({ q1: { chosen: ["SQLite", "Postgres"] } }), seen)).toThrow("takes one choice, not 2");
+    expect(() => answerArgs(asked, "answer_question", null, JSON.stringify({}), seen)).toThrow("question `q1` is not answered");
+    expect(() => answerArgs(asked, "answer_question", null, "SQLite", seen)).toThrow("are JSON");
+  });
+
   test("mirrors Companion::answer", () => {
     expect(answerArgs(approval, "approve", null, null, seen)).toEqual({
       operation: "approve",

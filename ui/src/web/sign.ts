@@ -211,6 +211,61 @@ export interface DecisionRef {
   runtime_deadline?: { can_wait?: boolean } | null;
   /** …or a `DecisionView`'s. */
   can_wait?: boolean;
+  /** A question in parts keeps its form in the intent, bound by `intent_digest`. */
+  intent?: unknown;
+  intent_digest?: string | null;
+}
+
+/** The form of a question in parts (`Decision::form`, kept in its intent), or null. */
+export function formOf(decision: { kind: DecisionKind; intent?: unknown }): QuestionForm | null {
+  if (decision.kind !== "question") return null;
+  const form = (decision.intent as { form?: QuestionForm } | null | undefined)?.form;
+  return form && Array.isArray(form.questions) ? form : null;
+}
+
+/** One part of a question in parts. */
+export interface FormQuestion {
+  id: string;
+  question: string;
+  header?: string | null;
+  choices: { label: string; description?: string | null }[];
+  multi_select: boolean;
+  free_text: boolean;
+}
+
+/** A question in parts. */
+export interface QuestionForm {
+  questions: FormQuestion[];
+}
+
+/** The answer to one part: labels chosen and/or the person's own words. */
+export interface FormAnswer {
+  chosen?: string[];
+  text?: string;
+}
+
+/** Why `answers` do not answer `form`, as `QuestionForm::check_answers` says it; null when they do. */
+export function formProblem(form: QuestionForm, answers: Record<string, FormAnswer>): string | null {
+  for (const id of Object.keys(answers)) {
+    if (!form.questions.some((q) => q.id === id)) return `\`${id}\` is not a question of this form`;
+  }
+  for (const q of form.questions) {
+    const a = answers[q.id];
+    if (!a) return `question \`${q.id}\` is not answered`;
+    const chosen = a.chosen ?? [];
+    for (const c of chosen) {
+      if (!q.choices.some((x) => x.label === c)) return `\`${c}\` is not a choice of question \`${q.id}\``;
+    }
+    if (new Set(chosen).size !== chosen.length) return `a choice is chosen twice in question \`${q.id}\``;
+    if (chosen.length > 1 && !q.multi_select) return `question \`${q.id}\` takes one choice, not ${chosen.length}`;
+    if (a.text !== undefined) {
+      if (!q.free_text) return `question \`${q.id}\` takes only its choices, not words of your own`;
+      if (!a.text.trim()) return `the words for question \`${q.id}\` are empty`;
+    }
+    if (chosen.length === 0 && a.text === undefined) return `question \`${q.id}\` is not answered: choose ${q.multi_select ? "at least one" : "one"} or write an answer`;
+    if (!q.multi_select && chosen.length > 0 && a.text !== undefined) return `question \`${q.id}\` takes one answer: a choice or your own words, not both`;
+  }
+  return null;
 }
 
 /** The operation and args that answer a decision, as `Companion::answer` builds them:
@@ -265,9 +320,25 @@ export function answerArgs(
       checkOption(option);
       args.option = option;
       break;
-    default:
+    default: {
+      // A question in parts: `text` carries its answers as JSON, checked here against the
+      // form shown and bound to its digest.
+      const form = formOf(decision);
+      if (op === "answer_question" && form) {
+        let answers: Record<string, FormAnswer>;
+        try {
+          answers = JSON.parse(text ?? "") as Record<string, FormAnswer>;
+        } catch {
+          throw new Error("the answers to a question in parts are JSON: {QID: {chosen, text}}");
+        }
+        const problem = formProblem(form, answers);
+        if (problem) throw new Error(problem);
+        if (!decision.intent_digest) throw new Error(`\`${decision.id}\` has no digest for its questions — sync first`);
+        return { operation: op, args: { decision_id: decision.id, intent_digest: decision.intent_digest, answers } };
+      }
       args.text = text ?? "";
       if (option !== null) args.option = option;
+    }
   }
   if (text !== null) args.text = text;
   return { operation: op, args };
