@@ -784,6 +784,7 @@ async fn open_approval(
                     },
                 }
             }),
+            cwd: input.cwd.clone(),
         },
         can_wait && durability == ApprovalDurability::FailOpenHook,
     )
@@ -1162,7 +1163,17 @@ async fn gate_tool(
             run: how.run,
             can_wait: false,
         };
-        open_approval(st, caller, s, input, effect_id, how).await?;
+        let d = open_approval(st, caller, s, input, effect_id, how).await?;
+        // A standing rule answered it as it opened: no need to wait.
+        if d.status == DecisionStatus::Resolved {
+            let mut tx = Tx::read(st).await?;
+            if let Some(closed) = tx.decision(&d.id).await? {
+                return Ok(match chosen(&closed).as_deref().and_then(approval_grants) {
+                    Some(true) => pre_tool_allow(&closed),
+                    _ => pre_tool_answer("deny", reason_of(&closed)),
+                });
+            }
+        }
         return Ok(pre_tool_answer(
             "defer",
             "waiting for a decision in Waymark; resume the session to continue".into(),

@@ -215,6 +215,7 @@ pub(crate) async fn finish(
                         at: st.now(),
                         edited_intent: None,
                         edited_intent_digest: None,
+                        rule: None,
                     };
                     close_decision(&mut tx, &mut d, DecisionStatus::Void, outcome).await?;
                 }
