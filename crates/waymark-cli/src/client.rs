@@ -68,6 +68,66 @@ pub(crate) struct DelegatesArgs {
     remove: Option<String>,
 }
 
+#[derive(Debug, Args)]
+pub(crate) struct RulesArgs {
+    #[command(subcommand)]
+    cmd: Option<RulesCommand>,
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum RulesCommand {
+    /// Make a rule: signed on this device, it answers every matching approval of yours at once
+    /// (nobody is asked) until it expires or is revoked. Deny rules win over allow rules.
+    Add {
+        /// Allow what it matches.
+        #[arg(long, conflicts_with = "deny", required_unless_present = "deny")]
+        allow: bool,
+        /// Deny what it matches.
+        #[arg(long)]
+        deny: bool,
+        /// The tool, as the runtime names it (`Bash`, `Write`, Codex `commandExecution`, ACP
+        /// `execute`, OpenClaw `exec`).
+        #[arg(long)]
+        tool: Option<String>,
+        /// A glob over the call's command or path (`npm test *`: a wildcard never matches `;`,
+        /// `&`, `|`, `$`… in an allow rule); with `--regex`, a regular expression that must
+        /// match all of it.
+        #[arg(long)]
+        pattern: Option<String>,
+        /// `--pattern` is a regular expression.
+        #[arg(long, requires = "pattern")]
+        regex: bool,
+        /// The directory the call runs in, or one above it (`~` and relative paths are made
+        /// absolute here; a glob such as `/srv/*/app` works too).
+        #[arg(long = "dir", value_name = "DIR")]
+        directory: Option<String>,
+        /// Only for this runtime (`claude-code`, `codex`, `gemini`, `openclaw`…).
+        #[arg(long)]
+        runtime: Option<String>,
+        /// Only on this machine (`waymark machines`).
+        #[arg(long)]
+        machine: Option<String>,
+        /// How long it lasts, in days: 1 to 90.
+        #[arg(long, default_value_t = waymark_proto::RULE_DEFAULT_DAYS)]
+        days: u32,
+        /// Why, for whoever reads it later.
+        #[arg(long)]
+        note: Option<String>,
+        /// Also allow calls the server's risk policy marks risky (`rm -rf`, force pushes,
+        /// `sudo`…). Asks a second time unless `--yes`.
+        #[arg(long, requires = "allow")]
+        allow_risky: bool,
+        /// Skip the second confirmation of `--allow-risky`.
+        #[arg(long, short = 'y')]
+        yes: bool,
+    },
+    /// End a rule at once: the next approval no longer meets it.
+    Revoke {
+        /// The rule's id (`waymark rules` lists them).
+        id: String,
+    },
+}
+
 #[derive(Debug, Clone, Copy, ValueEnum)]
 pub(crate) enum SteerOp {
     Pause,
@@ -104,6 +164,8 @@ pub(crate) enum ClientCommand {
     /// This user's machines with a runner: online or since when offline, their runtimes and
     /// the directories runs may use.
     Machines,
+    /// Standing rules: list them with their uses and expiry, `add` one, `revoke` one.
+    Rules(RulesArgs),
     /// Start a run on one of your machines (a signed command; the machine's runner starts the
     /// runtime in the directory, if its owner allowed it there).
     Run {
@@ -816,6 +878,7 @@ pub(crate) async fn run(cmd: ClientCommand, json: bool) -> CliResult {
             });
             Ok(())
         }
+        ClientCommand::Rules(args) => rules(&c, json, args).await,
         ClientCommand::Machines => {
             let list = c.machines().await.map_err(failure)?;
             emit(
@@ -1556,4 +1619,236 @@ fn render_machines(list: &waymark_proto::MachineList) -> String {
         })
         .collect::<Vec<_>>()
         .join("\n")
+}
+
+/// `~`, `~/…` and relative directories made absolute on this device, as a shell would.
+fn absolute_dir(dir: &str) -> Result<String, Failure> {
+    let usage = |m: String| Failure::new(Exit::Usage, "usage", m);
+    let home = || {
+        std::env::var("HOME")
+            .map_err(|_| usage("`~` needs `HOME`; give the directory in full".into()))
+    };
+    let joined = if dir == "~" {
+        home()?
+    } else if let Some(rest) = dir.strip_prefix("~/") {
+        format!("{}/{rest}", home()?.trim_end_matches('/'))
+    } else if dir.starts_with('/') {
+        dir.to_owned()
+    } else {
+        let here = std::env::current_dir()
+            .map_err(|e| usage(format!("`--dir {dir}`: {e}; give the directory in full")))?;
+        format!("{}/{dir}", here.display())
+    };
+    let mut parts: Vec<&str> = Vec::new();
+    for c in joined.split('/') {
+        match c {
+            "" | "." => {}
+            ".." => {
+                parts.pop();
+            }
+            c => parts.push(c),
+        }
+    }
+    Ok(format!("/{}", parts.join("/")))
+}
+
+/// The spec `waymark rules add` signs, checked here first so that a mistake costs no command.
+fn rule_spec(cmd: &RulesCommand) -> Result<waymark_proto::RuleSpec, Failure> {
+    let RulesCommand::Add {
+        allow: _,
+        deny,
+        tool,
+        pattern,
+        regex,
+        directory,
+        runtime,
+        machine,
+        days,
+        note,
+        allow_risky,
+        yes: _,
+    } = cmd
+    else {
+        unreachable!("only `add` makes a spec")
+    };
+    let usage = |m: String| Failure::new(Exit::Usage, "usage", m);
+    if *days == 0 || *days > waymark_proto::RULE_MAX_DAYS {
+        return Err(usage(format!(
+            "`--days {days}`: a rule lasts 1 to {} days",
+            waymark_proto::RULE_MAX_DAYS
+        )));
+    }
+    if !deny && tool.is_none() && pattern.is_none() {
+        return Err(usage(
+            "an allow rule needs `--tool` or `--pattern`: one that allows every call is not a rule"
+                .into(),
+        ));
+    }
+    if let Some(p) = pattern.as_deref().filter(|_| *regex)
+        && let Err(e) = ::regex::Regex::new(&format!("^(?:{p})$"))
+    {
+        return Err(usage(format!(
+            "`--pattern` is not a regular expression: {e}"
+        )));
+    }
+    let directory = directory.as_deref().map(absolute_dir).transpose()?;
+    Ok(waymark_proto::RuleSpec {
+        matches: waymark_proto::RuleMatch {
+            runtime: runtime.clone(),
+            machine: machine.clone(),
+            directory,
+            tool: tool.clone(),
+            input: pattern.as_ref().map(|p| waymark_proto::InputPattern {
+                kind: if *regex {
+                    waymark_proto::PatternKind::Regex
+                } else {
+                    waymark_proto::PatternKind::Glob
+                },
+                pattern: p.clone(),
+            }),
+        },
+        answer: if *deny {
+            waymark_proto::RuleAnswer::Deny
+        } else {
+            waymark_proto::RuleAnswer::Allow
+        },
+        // Whole seconds: the signed time reads the same in every client.
+        expires_at: chrono::DateTime::from_timestamp(
+            chrono::Utc::now().timestamp() + i64::from(*days) * 86_400,
+            0,
+        ),
+        note: note.clone(),
+        allow_risky: *allow_risky,
+    })
+}
+
+async fn rules(c: &Companion, json: bool, args: RulesArgs) -> CliResult {
+    let refused = |r: &waymark_proto::CommandResult| {
+        Failure::new(
+            Exit::Refused,
+            r.reason.map_or("rejected", |x| x.as_str()),
+            r.detail.clone(),
+        )
+    };
+    match args.cmd {
+        None => {
+            let list = c.rules().await.map_err(failure)?;
+            emit(
+                json,
+                &serde_json::to_value(&list).unwrap_or_default(),
+                || render_rules(&list),
+            );
+            Ok(())
+        }
+        Some(cmd @ RulesCommand::Add { .. }) => {
+            let spec = rule_spec(&cmd)?;
+            let RulesCommand::Add { yes, .. } = cmd else {
+                unreachable!()
+            };
+            let mut confirmed_risky = false;
+            if spec.allow_risky {
+                confirmed_risky = yes
+                    || confirm(&format!(
+                        "this rule also allows calls marked risky (rm -rf, force pushes, sudo…): {} — allow them without asking?",
+                        describe_rule(&spec.matches)
+                    ));
+                if !confirmed_risky {
+                    return Err(Failure::new(
+                        Exit::Refused,
+                        "not_confirmed",
+                        "not confirmed; pass `--yes` to allow risky calls without asking",
+                    ));
+                }
+            }
+            let rule = waymark_companion::NewRule {
+                spec,
+                confirmed_risky,
+            };
+            let (id, res) = c.add_rule(&rule).await.map_err(failure)?;
+            if res.status != waymark_proto::CommandStatus::Applied {
+                return Err(refused(&res));
+            }
+            emit(json, &json!({"rule_id": id, "result": res}), || {
+                res.detail.clone()
+            });
+            Ok(())
+        }
+        Some(RulesCommand::Revoke { id }) => {
+            let res = c.revoke_rule(&id).await.map_err(failure)?;
+            if res.status != waymark_proto::CommandStatus::Applied {
+                return Err(refused(&res));
+            }
+            emit(json, &json!({"rule_id": id, "result": res}), || {
+                res.detail.clone()
+            });
+            Ok(())
+        }
+    }
+}
+
+/// A rule's match in a line.
+fn describe_rule(m: &waymark_proto::RuleMatch) -> String {
+    let mut parts = Vec::new();
+    match (&m.tool, &m.input) {
+        (Some(t), Some(p)) => parts.push(format!("{t} `{}`", p.pattern)),
+        (Some(t), None) => parts.push(format!("every {t} call")),
+        (None, Some(p)) => parts.push(format!("`{}`", p.pattern)),
+        (None, None) => parts.push("every call".into()),
+    }
+    if m.input
+        .as_ref()
+        .is_some_and(|p| p.kind == waymark_proto::PatternKind::Regex)
+    {
+        parts[0] = format!("{} (regex)", parts[0]);
+    }
+    if let Some(d) = &m.directory {
+        parts.push(format!("in {d}"));
+    }
+    if let Some(r) = &m.runtime {
+        parts.push(format!("of {r}"));
+    }
+    if let Some(x) = &m.machine {
+        parts.push(format!("on {x}"));
+    }
+    parts.join(" ")
+}
+
+fn render_rules(list: &waymark_proto::RuleList) -> String {
+    if list.rules.is_empty() {
+        return "no rules: every approval asks a person (`waymark rules add --help`)".into();
+    }
+    let now = chrono::Utc::now();
+    let mut out = String::new();
+    for r in &list.rules {
+        let state = match (&r.revoked_at, r.live) {
+            (Some(at), _) => format!("revoked {}", at.format("%Y-%m-%d %H:%M")),
+            (None, false) => format!("expired {}", r.expires_at.format("%Y-%m-%d %H:%M")),
+            (None, true) => {
+                let days = (r.expires_at - now).num_hours() as f64 / 24.0;
+                format!(
+                    "until {} ({days:.0}d)",
+                    r.expires_at.format("%Y-%m-%d %H:%M")
+                )
+            }
+        };
+        out.push_str(&format!(
+            "{} {:<5} {}{}\n  {} use{} · {state} · signed on {}{}\n",
+            r.id,
+            r.answer,
+            describe_rule(&r.matches),
+            if r.allow_risky {
+                " (risky calls too)"
+            } else {
+                ""
+            },
+            r.uses,
+            if r.uses == 1 { "" } else { "s" },
+            r.device_name,
+            r.note
+                .as_ref()
+                .map(|n| format!("\n  note: {n}"))
+                .unwrap_or_default(),
+        ));
+    }
+    out.trim_end().to_owned()
 }

@@ -751,3 +751,192 @@ fn a_delegate_answers_from_his_own_terminal() {
     let shown = String::from_utf8_lossy(&client(&alice_home, &["inbox"]).stdout).into_owned();
     assert!(!shown.contains(&approval), "answered by bob: {shown}");
 }
+
+/// Asks for approval of a shell command in `cwd`, on a new task of the token's user; the
+/// decision as the server answered it.
+fn agent_asks_to_run(url: &str, token: &str, command: &str, cwd: &str) -> Value {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let http = reqwest::Client::new();
+        let t: Value = http
+            .post(format!("{url}/v1/tasks"))
+            .bearer_auth(token)
+            .json(&json!({"title": "shop"}))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        http.post(format!(
+            "{url}/v1/tasks/{}/approvals",
+            t["id"].as_str().unwrap()
+        ))
+        .bearer_auth(token)
+        .json(
+            &json!({"intent": {"tool": "Bash", "input": {"command": command}},
+                          "summary": format!("run {command}?"), "cwd": cwd}),
+        )
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap()
+    })
+}
+
+/// `waymark rules`: a rule added from the terminal (`~` expanded here) answers the agent's next
+/// matching approval, is listed with its use and expiry, and is revoked; wrong flags, a bad
+/// regex and too long a rule are usage errors before anything is signed.
+#[test]
+fn rules_are_added_listed_and_revoked_from_the_terminal() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("srv");
+    let home = dir.path().join("home");
+    let token = alice_and_her_agent(&data);
+    let s = serve(&data);
+    let link = admin(&data, &["pair", "--user", "alice"])["link"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(
+        client(&home, &["pair", &link, "--name", "laptop"])
+            .status
+            .success()
+    );
+    let rules = |args: &[&str]| {
+        let mut all = vec!["rules"];
+        all.extend_from_slice(args);
+        waymark()
+            .env("WAYMARK_HOME", &home)
+            .env("WAYMARK_KEYSTORE", "file-insecure")
+            .env("HOME", "/home/alice")
+            .args(&all)
+            .output()
+            .unwrap()
+    };
+
+    let out = rules(&[]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("no rules"));
+
+    for (args, says) in [
+        (
+            vec![
+                "add",
+                "--tool",
+                "Bash",
+                "--pattern",
+                "npm (test",
+                "--regex",
+                "--allow",
+            ],
+            "not a regular expression",
+        ),
+        (
+            vec!["add", "--tool", "Bash", "--allow", "--days", "120"],
+            "1 to 90 days",
+        ),
+        (
+            vec!["add", "--dir", "~/src/shop", "--allow"],
+            "needs `--tool` or `--pattern`",
+        ),
+        (vec!["add", "--tool", "Bash"], "--allow"),
+        (
+            vec!["add", "--tool", "Bash", "--allow", "--deny"],
+            "cannot be used with",
+        ),
+    ] {
+        let out = rules(&args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {}", stderr(&out));
+        assert!(stderr(&out).contains(says), "{args:?}: {}", stderr(&out));
+    }
+
+    let out = rules(&[
+        "add",
+        "--tool",
+        "Bash",
+        "--pattern",
+        "npm test*",
+        "--dir",
+        "~/src/shop",
+        "--allow",
+        "--note",
+        "tests are fine",
+        "--json",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let made: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let id = made["rule_id"].as_str().unwrap().to_owned();
+    assert!(
+        made["result"]["detail"]
+            .as_str()
+            .unwrap()
+            .contains("allow Bash `npm test*` in /home/alice/src/shop"),
+        "{made}"
+    );
+
+    let d = agent_asks_to_run(&s.1, &token, "npm test", "/home/alice/src/shop");
+    assert_eq!(d["status"], "resolved", "{d}");
+    assert_eq!(d["outcome"]["by"], format!("rule:{id}"));
+    let d = agent_asks_to_run(&s.1, &token, "npm test", "/home/alice/src/other");
+    assert_eq!(d["status"], "pending", "{d}");
+
+    let out = rules(&[]);
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        text.contains(&id) && text.contains("1 use · until ") && text.contains("(7d)"),
+        "{text}"
+    );
+    assert!(
+        text.contains("signed on laptop") && text.contains("note: tests are fine"),
+        "{text}"
+    );
+
+    let out = rules(&["revoke", &id]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("revoked"));
+    let out = rules(&["revoke", &id]);
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "revoked before: {}",
+        stderr(&out)
+    );
+    let d = agent_asks_to_run(&s.1, &token, "npm test", "/home/alice/src/shop");
+    assert_eq!(d["status"], "pending", "{d}");
+    let text = String::from_utf8_lossy(&rules(&[]).stdout).into_owned();
+    assert!(text.contains("revoked "), "{text}");
+
+    // Risky calls need `--allow-risky` and a second yes; without a terminal to ask, `--yes`.
+    let out = rules(&[
+        "add",
+        "--tool",
+        "Bash",
+        "--pattern",
+        "rm -rf build",
+        "--allow",
+        "--allow-risky",
+    ]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(stderr(&out).contains("not confirmed"), "{}", stderr(&out));
+    let out = rules(&[
+        "add",
+        "--tool",
+        "Bash",
+        "--pattern",
+        "rm -rf build",
+        "--allow",
+        "--allow-risky",
+        "--yes",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let d = agent_asks_to_run(&s.1, &token, "rm -rf build", "/repo");
+    assert_eq!(
+        (&d["risky"], &d["status"]),
+        (&json!(true), &json!("resolved")),
+        "{d}"
+    );
+}

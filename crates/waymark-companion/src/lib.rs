@@ -9,6 +9,7 @@ pub mod mirror;
 pub mod notify;
 mod pairing;
 mod receipts;
+mod rules;
 mod steer;
 mod sync;
 pub mod touched;
@@ -23,6 +24,7 @@ pub use mirror::{
     InboxItem, Mirror, OutboxEntry, OutboxStatus, Stage, StageStatus, ThreadDetail, ThreadRow,
 };
 pub use pairing::{Identity, PairingLink, parse_pairing_link};
+pub use rules::NewRule;
 pub use steer::{Seen, StartRun, edited_intent};
 pub use sync::{LinkHealth, SyncReport};
 pub use touched::{Look, Touched};

@@ -661,6 +661,11 @@ pub struct RequestApproval {
     /// `expires_in_seconds`, the approval closes then, as the runtime decided.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub runtime_deadline: Option<AskedRuntimeDeadline>,
+    /// The directory the call runs in, as the runtime reports it (Claude Code's `cwd`), where
+    /// the intent does not say: standing rules match their `directory` against it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(max_length = 4096)]
+    pub cwd: Option<String>,
 }
 
 /// The deadline an adapter reports for the runtime holding an approval, relative to now (so
@@ -835,7 +840,8 @@ pub struct DecisionOutcome {
     /// A free-text answer.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub text: Option<String>,
-    /// Who decided: `user:<name>`, `admin`, or `default` on expiry.
+    /// Who decided: `user:<name>`, `admin`, `rule:<id>` (a standing rule), `runtime`, or
+    /// `default` on expiry.
     pub by: String,
     /// When.
     pub at: DateTime<Utc>,
@@ -851,6 +857,10 @@ pub struct DecisionOutcome {
     /// For a question in parts: each question's answer, by question id.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub answers: Option<std::collections::BTreeMap<String, FormAnswer>>,
+    /// For an approval a standing rule answered (`by` is then `rule:<id>`): the rule and its
+    /// digest.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rule: Option<crate::rules::RuleRef>,
 }
 
 /// An approval, question, budget choice or recovery decision.

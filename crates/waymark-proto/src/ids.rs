@@ -31,6 +31,7 @@ id_fns! {
     device => "dev",
     machine => "mch",
     work => "wrk",
+    rule => "rul",
 }
 
 /// A fresh UUIDv7 in its hyphenated form, as command ids use.

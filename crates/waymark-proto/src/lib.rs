@@ -12,6 +12,7 @@ pub mod event;
 pub mod followup;
 pub mod ids;
 pub mod machine;
+pub mod rules;
 pub mod signing;
 pub mod sse;
 pub mod state;
@@ -22,6 +23,7 @@ pub use error::{ErrorCode, Problem};
 pub use event::{Event, EventKind};
 pub use followup::*;
 pub use machine::*;
+pub use rules::*;
 pub use state::{
     ApprovalDurability, AttemptState, DecisionKind, DecisionStatus, DeliveryState, DeliveryStep,
     EffectStatus, FinishOutcome, FollowupState, Operation, PushKind, RuntimeFallback, TaskState,

@@ -210,6 +210,13 @@ str_enum! {
         /// `runtime`, `directory`, `prompt`, optional `title` and `gate`); `task_id` is the new
         /// task's id, chosen by the device, so a resend is a duplicate.
         StartRun => "start_run",
+        /// Make a standing rule (`args.rule`: a `RuleSpec`; `args.confirm_risky`: the rule's
+        /// digest again, required when it allows risky calls). No `task_id`: the rule is the
+        /// signing device's user's, and answers their approvals that match it until it
+        /// expires or is revoked.
+        AddRule => "add_rule",
+        /// End a standing rule at once (`args.rule_id`); the next approval no longer meets it.
+        RevokeRule => "revoke_rule",
     }
 }
 

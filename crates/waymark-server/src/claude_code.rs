@@ -778,6 +778,7 @@ async fn open_approval(
         // Claude Code runs an allowed call with `updatedInput` in place of its own.
         Some("/input".into()),
         effect_id,
+        input.cwd.clone(),
         how,
     )
     .await
@@ -795,6 +796,7 @@ async fn open_approval_with(
     options: Vec<DecisionOption>,
     editable: Option<String>,
     effect_id: Option<String>,
+    cwd: Option<String>,
     how: Holding,
 ) -> ApiResult<Decision> {
     let Holding {
@@ -834,6 +836,7 @@ async fn open_approval_with(
                     },
                 }
             }),
+            cwd,
         },
         can_wait && durability == ApprovalDurability::FailOpenHook,
     )
@@ -1212,7 +1215,17 @@ async fn gate_tool(
             run: how.run,
             can_wait: false,
         };
-        open_approval(st, caller, s, input, effect_id, how).await?;
+        let d = open_approval(st, caller, s, input, effect_id, how).await?;
+        // A standing rule answered it as it opened: no need to wait.
+        if d.status == DecisionStatus::Resolved {
+            let mut tx = Tx::read(st).await?;
+            if let Some(closed) = tx.decision(&d.id).await? {
+                return Ok(match chosen(&closed).as_deref().and_then(approval_grants) {
+                    Some(true) => pre_tool_allow(&closed),
+                    _ => pre_tool_answer("deny", reason_of(&closed)),
+                });
+            }
+        }
         return Ok(pre_tool_answer(
             "defer",
             "waiting for a decision in Waymark; resume the session to continue".into(),

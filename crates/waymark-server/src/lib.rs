@@ -25,6 +25,7 @@ mod reads;
 mod recovery;
 pub mod redact;
 pub mod risk;
+mod rules;
 mod runner;
 mod schedule;
 mod state;
@@ -104,6 +105,7 @@ pub fn app(state: AppState) -> Router {
                 .delete(deliveries::delete_escalation),
         )
         .route("/v1/delegates", get(deliveries::list_delegates))
+        .route("/v1/rules", get(rules::list))
         .route(
             "/v1/delegates/{delegate}",
             axum::routing::put(deliveries::add_delegate).delete(deliveries::remove_delegate),

@@ -5,7 +5,9 @@ use axum::Json;
 use utoipa::OpenApi;
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 
-use crate::{claude_code, deliveries, followups, push, reads, recovery, runner, steer, worker};
+use crate::{
+    claude_code, deliveries, followups, push, reads, recovery, rules, runner, steer, worker,
+};
 
 #[derive(OpenApi)]
 #[openapi(
@@ -45,6 +47,7 @@ use crate::{claude_code, deliveries, followups, push, reads, recovery, runner, s
         deliveries::list_delegates,
         deliveries::add_delegate,
         deliveries::remove_delegate,
+        rules::list,
         push::register,
         push::list,
         push::vapid,
@@ -62,7 +65,7 @@ use crate::{claude_code, deliveries, followups, push, reads, recovery, runner, s
         reads::admin_audit,
         steer::admin_ledger,
     ),
-    components(schemas(waymark_proto::Event, waymark_proto::EventKind, waymark_proto::ErrorCode)),
+    components(schemas(waymark_proto::Event, waymark_proto::EventKind, waymark_proto::ErrorCode, waymark_proto::RuleSpec, waymark_proto::CallFacts)),
     modifiers(&BearerAuth, &CommonProblems, &TimeZones, &NoNul, &Links),
     security(("bearer" = [])),
 )]

@@ -75,6 +75,10 @@ pub(crate) async fn open_session(
     })
 }
 
+/// A signed steer command. Most name a task; `start_run` names the new one; `add_rule`
+/// (`args.rule`: a `RuleSpec`; `args.rule_id`: optional, chosen by the device;
+/// `args.confirm_risky`: the rule's digest again, required when it sets `allow_risky`) and
+/// `revoke_rule` (`args.rule_id`) name none: a rule is the signing device's user's.
 #[utoipa::path(post, path = "/v1/commands", tag = "device", request_body = SignedEnvelope, security(()),
     responses((status = 200, body = CommandResult, description = "`applied` or `duplicate`"),
               (status = 409, body = CommandResult, description = "`conflict`: the plan moved on"),

@@ -417,3 +417,21 @@ pub(crate) fn work_row(r: &SqliteRow) -> Result<WorkRow> {
         updated_at: get(r, "updated_at")?,
     })
 }
+
+pub(crate) fn rule_row(r: &SqliteRow) -> Result<RuleRow> {
+    Ok(RuleRow {
+        id: get(r, "id")?,
+        owner_id: get(r, "owner_id")?,
+        device_id: get(r, "device_id")?,
+        command_id: get(r, "command_id")?,
+        spec: get_json(r, "spec")?,
+        digest: get(r, "digest")?,
+        answer: get_enum(r, "answer")?,
+        created_at: get(r, "created_at")?,
+        expires_at: get(r, "expires_at")?,
+        revoked_at: get(r, "revoked_at")?,
+        revoked_by: get(r, "revoked_by")?,
+        uses: get(r, "uses")?,
+        last_used_at: get(r, "last_used_at")?,
+    })
+}

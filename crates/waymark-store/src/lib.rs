@@ -344,6 +344,24 @@ pub trait StoreTx: Send {
     /// A task's work items, oldest first.
     async fn task_work(&mut self, task_id: &str) -> Result<Vec<WorkRow>>;
 
+    // standing rules
+    /// Adds a rule.
+    async fn insert_rule(&mut self, r: &RuleRow) -> Result<()>;
+    /// A rule by id.
+    async fn rule(&mut self, id: &str) -> Result<Option<RuleRow>>;
+    /// A user's rules, newest first, at most `limit`: every one, or (`live_at`) only those
+    /// neither revoked nor expired at that time.
+    async fn list_rules(
+        &mut self,
+        owner_id: &str,
+        live_at: Option<i64>,
+        limit: i64,
+    ) -> Result<Vec<RuleRow>>;
+    /// Revokes a rule at `at` by `device_id`; returns whether it was not revoked before.
+    async fn revoke_rule(&mut self, id: &str, at: i64, device_id: &str) -> Result<bool>;
+    /// Counts one use of a rule (an increment, so concurrent uses all count).
+    async fn count_rule_use(&mut self, id: &str, at: i64) -> Result<()>;
+
     /// Adds a push channel.
     async fn insert_push_channel(&mut self, c: &PushChannelRow) -> Result<()>;
     /// Push channels, oldest first: one device's, or every live one when `None`.

@@ -6,7 +6,7 @@ use serde_json::Value;
 pub use waymark_proto::{
     ApprovalDurability, AttemptState, CatchUp, CommandStatus, DecisionKind, DecisionStatus,
     DeliveryStep, EffectStatus, EventKind, FinishOutcome, FollowupState, Operation, PushKind,
-    TaskState, WorkKind, WorkState,
+    RuleAnswer, TaskState, WorkKind, WorkState,
 };
 
 /// What a bearer token is for.
@@ -435,6 +435,31 @@ pub struct MachineRow {
     pub registered_at: Option<i64>,
     pub last_seen_at: Option<i64>,
     pub created_at: i64,
+}
+
+/// A standing rule (issue 31 §2): a user's signed answer to the approvals that match it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RuleRow {
+    pub id: String,
+    pub owner_id: String,
+    /// The device that signed `add_rule`.
+    pub device_id: String,
+    /// The `add_rule` command.
+    pub command_id: String,
+    /// JSON: the rule as signed (`RuleSpec`), `expires_at` filled in.
+    pub spec: Value,
+    /// `sha256:` of `spec`'s canonical JSON.
+    pub digest: String,
+    /// Also in `spec`; a column so that deny rules can be read first.
+    pub answer: RuleAnswer,
+    pub created_at: i64,
+    pub expires_at: i64,
+    pub revoked_at: Option<i64>,
+    /// The device that revoked it.
+    pub revoked_by: Option<String>,
+    /// How many approvals it answered.
+    pub uses: i64,
+    pub last_used_at: Option<i64>,
 }
 
 /// A work item addressed to a machine's runner.

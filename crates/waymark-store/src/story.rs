@@ -994,6 +994,101 @@ pub async fn run_store_story(store: &dyn Store) {
         Some(checkpoint("task_1", 3))
     );
     machines(store).await;
+    rules(store).await;
+}
+
+/// Standing rules: listed newest first, live ones only when asked, revoked once, and every
+/// use counted even from two transactions at once.
+async fn rules(store: &dyn Store) {
+    let rule = |id: &str, answer: RuleAnswer, at: i64, expires_at: i64| RuleRow {
+        id: id.into(),
+        owner_id: "usr_a".into(),
+        device_id: "dev_1".into(),
+        command_id: format!("cmd-{id}"),
+        spec: json!({"match": {"tool": "Bash"}, "answer": answer.as_str()}),
+        digest: format!("sha256:{id}"),
+        answer,
+        created_at: at,
+        expires_at,
+        revoked_at: None,
+        revoked_by: None,
+        uses: 0,
+        last_used_at: None,
+    };
+    let mut tx = store.write().await.unwrap();
+    tx.insert_rule(&rule("rul_1", RuleAnswer::Allow, 100, 1_000))
+        .await
+        .unwrap();
+    tx.insert_rule(&rule("rul_2", RuleAnswer::Deny, 200, 300))
+        .await
+        .unwrap();
+    tx.insert_rule(&rule("rul_3", RuleAnswer::Allow, 300, 2_000))
+        .await
+        .unwrap();
+    tx.commit().await.unwrap();
+    let mut tx = store.write().await.unwrap();
+    assert!(
+        matches!(
+            tx.insert_rule(&rule("rul_1", RuleAnswer::Deny, 1, 2)).await,
+            Err(StoreError::Conflict(_))
+        ),
+        "a rule id is one rule"
+    );
+    drop(tx);
+
+    let mut tx = store.write().await.unwrap();
+    assert!(tx.revoke_rule("rul_3", 400, "dev_1").await.unwrap());
+    assert!(
+        !tx.revoke_rule("rul_3", 500, "dev_1").await.unwrap(),
+        "a rule is revoked once; the first revocation stands"
+    );
+    tx.count_rule_use("rul_1", 410).await.unwrap();
+    tx.commit().await.unwrap();
+    // Two uses in two transactions both count (an increment, not a read-then-write).
+    for at in [420, 430] {
+        let mut tx = store.write().await.unwrap();
+        tx.count_rule_use("rul_1", at).await.unwrap();
+        tx.commit().await.unwrap();
+    }
+
+    let mut r = store.read().await.unwrap();
+    let all = r.list_rules("usr_a", None, 10).await.unwrap();
+    assert_eq!(
+        all.iter().map(|x| x.id.as_str()).collect::<Vec<_>>(),
+        ["rul_3", "rul_2", "rul_1"],
+        "newest first"
+    );
+    let used = r.rule("rul_1").await.unwrap().unwrap();
+    assert_eq!((used.uses, used.last_used_at), (3, Some(430)));
+    assert_eq!(used.spec, rule("rul_1", RuleAnswer::Allow, 0, 0).spec);
+    let revoked = r.rule("rul_3").await.unwrap().unwrap();
+    assert_eq!(
+        (revoked.revoked_at, revoked.revoked_by.as_deref()),
+        (Some(400), Some("dev_1"))
+    );
+    assert_eq!(
+        r.rule("rul_2").await.unwrap().unwrap().answer,
+        RuleAnswer::Deny
+    );
+    // At 250 the deny rule is live; at 300 it has expired; rul_3 is revoked either way.
+    let live = |rows: Vec<RuleRow>| rows.into_iter().map(|x| x.id).collect::<Vec<_>>();
+    assert_eq!(
+        live(r.list_rules("usr_a", Some(250), 10).await.unwrap()),
+        ["rul_2", "rul_1"]
+    );
+    assert_eq!(
+        live(r.list_rules("usr_a", Some(300), 10).await.unwrap()),
+        ["rul_1"]
+    );
+    assert!(
+        r.list_rules("usr_a", Some(1_000), 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert_eq!(r.list_rules("usr_a", None, 1).await.unwrap().len(), 1);
+    assert!(r.list_rules("usr_b", None, 10).await.unwrap().is_empty());
+    assert!(r.rule("rul_9").await.unwrap().is_none());
 }
 
 /// Machines, the tokens and tasks bound to them, and their work items.

@@ -406,6 +406,9 @@ pub struct ApprovalOptions {
     /// runtime decides unanswered. The approval closes then as the runtime decided, and people
     /// are shown that deadline, not ours.
     pub runtime_deadline: Option<AskedRuntimeDeadline>,
+    /// The directory the call runs in, where the intent does not say: the user's standing
+    /// rules match their directory against it.
+    pub cwd: Option<String>,
 }
 
 /// The option a closed decision ended with (`None` while pending, or when void).
@@ -811,6 +814,7 @@ impl Run {
             options: options.choices,
             editable: options.editable,
             runtime_deadline: options.runtime_deadline,
+            cwd: options.cwd,
         };
         self.post(
             &format!("/v1/tasks/{}/approvals", self.task_id()),

@@ -374,6 +374,7 @@ pub(super) async fn ask_plan(
         plan_choices(),
         None,
         effect_id,
+        input.cwd.clone(),
         holding,
     )
     .await?;

@@ -17,7 +17,7 @@ use crate::domain::devices::{
     Rejection, Verified, has_scope, reject, required_scope, result, verify_envelope,
 };
 use crate::domain::tasks::validate_plan;
-use crate::domain::{delegations, deliveries, machines};
+use crate::domain::{delegations, deliveries, machines, rules};
 use crate::error::{ApiError, ApiResult};
 use crate::state::AppState;
 
@@ -239,6 +239,14 @@ pub(crate) async fn decide(
             Err(r) => Err(r),
         });
     }
+    if matches!(cmd.operation, Operation::AddRule | Operation::RevokeRule) {
+        let out = if cmd.operation == Operation::AddRule {
+            rules::add_rule(tx, v).await?
+        } else {
+            rules::revoke_rule(tx, v).await?
+        };
+        return Ok(out.map(|detail| res.detail = detail));
+    }
     let Some(task_id) = &cmd.task_id else {
         return Ok(Err(reject(
             RejectReason::InvalidCommand,
@@ -416,7 +424,10 @@ pub(crate) async fn decide(
             control = Some(json!({"new_owner": by}));
             res.detail = format!("{by} holds control; the agent's attempt is fenced off");
         }
-        Operation::OpenSession | Operation::StartRun => unreachable!("handled above"),
+        Operation::OpenSession
+        | Operation::StartRun
+        | Operation::AddRule
+        | Operation::RevokeRule => unreachable!("handled above"),
     }
     task.updated_at = now;
     tx.update_task(&task).await?;
@@ -505,6 +516,7 @@ pub(crate) async fn void_decisions(
             edited_intent: None,
             edited_intent_digest: None,
             answers: None,
+            rule: None,
         };
         close_decision(tx, &mut d, DecisionStatus::Void, outcome).await?;
         n += 1;
@@ -675,6 +687,7 @@ pub(crate) async fn answer(
         edited_intent: edit.as_ref().map(|(e, _)| e.clone()),
         edited_intent_digest: edit.as_ref().map(|(_, x)| x.clone()),
         answers,
+        rule: None,
     };
     if let Some((edited, digest)) = &edit {
         amend_effect(tx, task, &d, edited, digest).await?;

@@ -13,8 +13,8 @@ use crate::domain::core::{
     refuse_terminal, task_for, to_value,
 };
 use crate::domain::devices::{Rejection, reject};
-use crate::domain::escalation;
 use crate::domain::fences::optional_fence;
+use crate::domain::{escalation, rules};
 use crate::error::{ApiError, ApiResult};
 use crate::state::AppState;
 
@@ -387,11 +387,42 @@ pub(crate) async fn request_approval(
             escalation: None,
             escalate_at: None,
         };
-        let out = open_decision(&mut tx, task, row).await?;
+        // The owner's standing rules answer first; a ruled approval asks nobody.
+        let ruled =
+            rules::answer_by_rule(&mut tx, &task, &req.intent, req.cwd.as_deref(), risky).await?;
+        let out = match ruled {
+            Some(outcome) => open_ruled(&mut tx, &task, row, outcome).await?,
+            None => open_decision(&mut tx, task, row).await?,
+        };
         tx.commit().await?;
         Ok(out)
     })
     .await
+}
+
+/// Records an approval a standing rule answered as it opens: born closed with the rule's
+/// outcome, so it is listed in the task but never waits, never escalates and is never pushed
+/// (only `decision.closed` is written, which no notification follows). A runtime holding it
+/// still has to take the answer (`delivery: pending`), as after any answer.
+async fn open_ruled(
+    tx: &mut Tx,
+    task: &TaskRow,
+    mut row: DecisionRow,
+    outcome: DecisionOutcome,
+) -> ApiResult<Made<Decision>> {
+    row.status = DecisionStatus::Resolved;
+    if row.durability.is_some() {
+        row.delivery = Some(to_value(&Delivery {
+            state: DeliveryState::Pending,
+            detail: None,
+            at: outcome.at,
+        }));
+    }
+    row.outcome = Some(to_value(&outcome));
+    tx.insert_decision(&row).await?;
+    let wire = convert::decision(&row)?;
+    let cursor = emit(tx, task, EventKind::DecisionClosed, &wire).await?;
+    Ok(created(cursor, wire))
 }
 
 /// Opens a question or a choice with its options and what each gives up.
@@ -606,6 +637,7 @@ pub(crate) async fn admin_resolve(
             edited_intent: None,
             edited_intent_digest: None,
             answers: None,
+            rule: None,
         };
         let cursor = close_decision(&mut tx, &mut d, DecisionStatus::Resolved, outcome).await?;
         tx.commit().await?;
@@ -717,6 +749,7 @@ pub(crate) async fn expire_held(
             edited_intent: None,
             edited_intent_digest: None,
             answers: None,
+            rule: None,
         };
         let cursor = close_decision(&mut tx, &mut d, DecisionStatus::Expired, outcome).await?;
         tx.commit().await?;
@@ -855,6 +888,7 @@ pub(crate) async fn expire_overdue(st: &AppState, id: &str) -> ApiResult<bool> {
             edited_intent: None,
             edited_intent_digest: None,
             answers: None,
+            rule: None,
         },
         None => DecisionOutcome {
             option: d.default_option.clone(),
@@ -864,6 +898,7 @@ pub(crate) async fn expire_overdue(st: &AppState, id: &str) -> ApiResult<bool> {
             edited_intent: None,
             edited_intent_digest: None,
             answers: None,
+            rule: None,
         },
     };
     close_decision(&mut tx, &mut d, DecisionStatus::Expired, outcome).await?;

@@ -306,7 +306,11 @@ pub(crate) fn result(
 
 pub(crate) fn required_scope(op: Operation) -> &'static str {
     match op {
-        Operation::Approve | Operation::Deny | Operation::Defer => "approve",
+        Operation::Approve
+        | Operation::Deny
+        | Operation::Defer
+        | Operation::AddRule
+        | Operation::RevokeRule => "approve",
         Operation::OpenSession => "view",
         _ => "steer",
     }

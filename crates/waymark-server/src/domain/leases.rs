@@ -216,6 +216,7 @@ pub(crate) async fn finish(
                         edited_intent: None,
                         edited_intent_digest: None,
                         answers: None,
+                        rule: None,
                     };
                     close_decision(&mut tx, &mut d, DecisionStatus::Void, outcome).await?;
                 }

@@ -23,4 +23,5 @@ pub(crate) mod push;
 pub(crate) mod reads;
 pub(crate) mod recovery;
 pub(crate) mod retention;
+pub(crate) mod rules;
 pub(crate) mod tasks;

@@ -21,6 +21,7 @@ mod openapi;
 mod push;
 mod recovery;
 mod replicas;
+mod rules;
 mod runtime_approvals;
 mod steer;
 mod tls;
