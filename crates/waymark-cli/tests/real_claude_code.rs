@@ -1487,3 +1487,78 @@ async fn claude_codes_questions_and_plan_reach_the_phone_and_the_model_reads_the
         "the model was told to keep planning: {told}"
     );
 }
+
+/// A run started from the phone through `waymark runner` asks its person a question
+/// (`AskUserQuestion`, offered because the runner runs Claude Code in the SDK's stream-json
+/// mode): the question reaches the phone, is answered there, and the model reads the answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_started_from_the_phone_asks_its_question_there_and_the_model_reads_the_answer() {
+    let questions = json!({"questions": [
+        {"question": "Which branch should I push to?", "header": "Branch", "multiSelect": false,
+         "options": [{"label": "main", "description": "the default"},
+                     {"label": "release", "description": "the release line"}]}]});
+    let turns = move |_: &Path| {
+        vec![Turn {
+            prompt: "runner: ask me which branch".into(),
+            command: format!("tool:AskUserQuestion {questions}"),
+            answer: "Runner asked.".into(),
+        }]
+    };
+    let World {
+        setup,
+        server: _server,
+        url,
+        phone,
+    } = world(turns).await;
+    let project = setup.path("project").canonicalize().unwrap();
+    let data = setup.path("data");
+    let token = admin(
+        &data,
+        &["runner-token", "--machine", "laptop", "--user", "alice"],
+    )["token"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let _runner = start_runner(&setup, &url, &token);
+    let _log = ShowOnPanic(setup.path("runner.log"));
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while device(&phone, &["machines", "--json"])["machines"][0]["online"] != true {
+        assert!(Instant::now() < deadline, "the laptop never came online");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let admin_token = std::fs::read_to_string(data.join("admin.token"))
+        .unwrap()
+        .trim()
+        .to_owned();
+    let started = device(
+        &phone,
+        &[
+            "run",
+            "--machine",
+            "laptop",
+            "--dir",
+            project.to_str().unwrap(),
+            "--json",
+            "runner: ask me which branch",
+        ],
+    );
+    let task = started["task_id"].as_str().unwrap().to_owned();
+    let item = pending_in_inbox(&phone, "Which branch should I push to?").await;
+    assert_eq!(
+        item["decision"]["form"]["questions"][0]["choices"][1]["label"],
+        "release"
+    );
+    let id = item["decision"]["id"].as_str().unwrap().to_owned();
+    device(&phone, &["answer", &id, "--choose", "release", "--json"]);
+    until(&url, &admin_token, &task, "the run finishes", |d| {
+        texts(d)
+            .iter()
+            .any(|t| t.starts_with("assistant: Runner asked."))
+    })
+    .await;
+    let told = tool_results(&setup.model).join("\n");
+    assert!(
+        told.contains(r#""Which branch should I push to?"="release""#),
+        "the model was told the answer: {told}"
+    );
+}

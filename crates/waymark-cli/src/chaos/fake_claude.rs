@@ -202,12 +202,15 @@ struct Invocation {
     session: String,
     resume: bool,
     settings: PathBuf,
+    /// `--input-format stream-json`: the prompt comes as JSON user messages.
+    stream: bool,
 }
 
 fn parse(args: &[String]) -> anyhow::Result<Option<Invocation>> {
     let mut session = None;
     let mut resume = false;
     let mut settings = None;
+    let mut stream = false;
     let mut it = args.iter();
     while let Some(a) = it.next() {
         match a.as_str() {
@@ -219,9 +222,11 @@ fn parse(args: &[String]) -> anyhow::Result<Option<Invocation>> {
                 session = it.next().cloned();
             }
             "--settings" => settings = it.next().map(PathBuf::from),
-            "--output-format" => {
+            "--output-format" | "--permission-prompt-tool" => {
                 it.next();
             }
+            "--input-format" => stream = it.next().is_some_and(|f| f == "stream-json"),
+            "--verbose" => {}
             other => bail!("unknown argument `{other}`"),
         }
     }
@@ -229,7 +234,19 @@ fn parse(args: &[String]) -> anyhow::Result<Option<Invocation>> {
         session: session.context("--session-id or --resume is required")?,
         resume,
         settings: settings.context("--settings is required")?,
+        stream,
     }))
+}
+
+/// The prompt of a stream-json input: its user messages' text, one after another.
+fn stream_prompt(input: &str) -> String {
+    input
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|m| m["type"] == "user")
+        .filter_map(|m| m["message"]["content"].as_str().map(str::to_owned))
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 async fn fake(args: Vec<String>) -> anyhow::Result<()> {
@@ -242,6 +259,9 @@ async fn fake(args: Vec<String>) -> anyhow::Result<()> {
     ))?;
     let mut input = String::new();
     tokio::io::stdin().read_to_string(&mut input).await?;
+    if inv.stream {
+        input = stream_prompt(&input);
+    }
     let settings: Value = serde_json::from_slice(
         &std::fs::read(&inv.settings)
             .with_context(|| format!("reading {}", inv.settings.display()))?,

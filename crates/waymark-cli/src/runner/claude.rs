@@ -77,7 +77,13 @@ impl Spawn<'_> {
         let settings = self.settings(w)?;
         let log = super::run_log(self.state_dir, &w.task_id)?;
         let mut cmd = tokio::process::Command::new(&claude.bin);
-        cmd.arg("-p");
+        // The mode Claude Code's Agent SDK runs it in: stream-json in and out with a permission
+        // prompt tool on stdio. Claude Code 2.1.328 offers the model `AskUserQuestion` and
+        // `ExitPlanMode` only there (or interactively), and their hooks bring them to the
+        // inbox. Stdin closes after the one message, so a prompt its hooks leave open fails
+        // the call ("Stream closed") as `claude -p` denies it; `defer` and `--resume` behave
+        // as under `claude -p` (measured: the deferred call's `PreToolUse` fires again).
+        cmd.args(STREAM_ARGS);
         let input = match w.kind {
             // Begun before and cut off before it reached the control plane (the control plane
             // starts such a run again): Claude Code refuses `--session-id` for a session it
@@ -98,7 +104,6 @@ impl Spawn<'_> {
         };
         cmd.arg("--settings")
             .arg(&settings)
-            .args(["--output-format", "json"])
             .current_dir(dir)
             .env("WAYMARK_TOKEN", self.token)
             .env("WAYMARK_SERVER", self.server)
@@ -118,13 +123,36 @@ impl Spawn<'_> {
         }
         let mut child = cmd.spawn()?;
         if let (Some(text), Some(mut stdin)) = (input, child.stdin.take()) {
+            let line = format!("{}\n", user_message(&text));
             tokio::spawn(async move {
-                let _ = stdin.write_all(text.as_bytes()).await;
+                let _ = stdin.write_all(line.as_bytes()).await;
                 let _ = stdin.shutdown().await;
             });
         }
         Ok(child)
     }
+}
+
+/// How the runner runs Claude Code (after `--session-id` or `--resume`).
+pub(crate) const STREAM_ARGS: [&str; 8] = [
+    "-p",
+    "--input-format",
+    "stream-json",
+    "--output-format",
+    "stream-json",
+    "--verbose",
+    "--permission-prompt-tool",
+    "stdio",
+];
+
+/// One user message of Claude Code's stream-json input.
+pub(crate) fn user_message(text: &str) -> serde_json::Value {
+    serde_json::json!({
+        "type": "user",
+        "message": {"role": "user", "content": text},
+        "parent_tool_use_id": null,
+        "session_id": "",
+    })
 }
 
 /// Whether Claude Code on this machine keeps a session `key` already: its transcript,
