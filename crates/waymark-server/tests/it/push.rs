@@ -137,7 +137,7 @@ async fn a_decision_reaches_an_offline_phone_through_web_push_and_unified_push_w
     let (att, fence) = h.attempt(&h.alice, &task, 60).await;
     let (s, _) = h
         .post(&h.alice, &format!("/v1/tasks/{task}/approvals"),
-              json!({"attempt_id": att, "fence": fence, "intent": {"target": "staging", "secret_plan": "do not leak"}, "summary": "deploy to staging?"}))
+              json!({"attempt_id": att, "fence": fence, "intent": {"target": "staging", "secret_plan": "do not leak"}, "summary": "deploy to staging?", "expires_in_seconds": 86400}))
         .await;
     assert_eq!(s, StatusCode::CREATED);
 
@@ -548,9 +548,12 @@ async fn a_device_with_silent_push_endpoints_holds_up_no_one_elses_decision_defa
         .filter(|h| h.contains(&format!("/{ours}/")))
         .cloned()
         .collect();
-    let n = heads.len();
+    // Channels, not connections: a channel may be tried again (a retry come due as the clock
+    // moved, on a loaded machine); the cap is on channels.
+    let channels: std::collections::BTreeSet<&String> = heads.iter().collect();
+    let n = channels.len();
     assert!(
         (1..=10).contains(&n),
-        "{n} connections to the silent socket: {heads:#?}"
+        "{n} channels of the silent socket tried: {heads:#?}"
     );
 }
