@@ -9,11 +9,11 @@ import { errorText } from "../data";
 import { useI18n, type T } from "../i18n";
 import { matchParts, ruleProblem } from "../rules";
 
-/** "tool Bash · pattern npm test* · directory /src/shop", or "every call". */
+/** `Bash “npm test*” in /src/shop`, as a sentence reads it, or "every call". */
 export function describeMatch(r: Parameters<typeof matchParts>[0], t: T): string {
   const parts = matchParts(r);
   if (!parts.length) return t("rules.anything");
-  return parts.map(([k, v]) => `${t(`rules.part.${k}` as "rules.part.tool")} ${v}`).join(" · ");
+  return parts.map(([k, v]) => t(`rules.sum.${k}` as "rules.sum.tool", { v })).join(" ");
 }
 
 /** A date as people read it, in the UI's language. */

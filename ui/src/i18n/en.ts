@@ -377,6 +377,12 @@ export const en = {
   "inbox.alwaysAllow": "Always allow…",
   "inbox.alwaysAllowExplain": "A rule for approvals like this one. Read and edit the pattern before signing: it is what will be allowed without asking.",
   "inbox.ruleMade": "Rule {id} made: matching approvals are answered by it until {date}. Answer this one above.",
+  "rules.sum.tool": "{v}",
+  "rules.sum.pattern": "“{v}”",
+  "rules.sum.regex": "matching /{v}/",
+  "rules.sum.directory": "in {v}",
+  "rules.sum.runtime": "run by {v}",
+  "rules.sum.machine": "on machine {v}",
 } as const;
 
 export type Key = keyof typeof en;

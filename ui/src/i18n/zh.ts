@@ -379,4 +379,10 @@ export const zh: Record<Key, string> = {
   "inbox.alwaysAllow": "总是允许…",
   "inbox.alwaysAllowExplain": "为类似的审批创建一条规则。签名前请阅读并编辑模式：它就是将被自动允许的内容。",
   "inbox.ruleMade": "规则 {id} 已创建：在 {date} 之前，匹配的审批将由它回答。请在上方回答本审批。",
+  "rules.sum.tool": "{v}",
+  "rules.sum.pattern": "“{v}”",
+  "rules.sum.regex": "匹配 /{v}/",
+  "rules.sum.directory": "于 {v}",
+  "rules.sum.runtime": "（{v}）",
+  "rules.sum.machine": "在机器 {v} 上",
 };

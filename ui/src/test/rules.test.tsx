@@ -132,7 +132,7 @@ describe("the Rules screen", () => {
     await userEvent.clear(screen.getByTestId("rule-days"));
     await userEvent.type(screen.getByTestId("rule-days"), "3");
     await userEvent.click(screen.getByTestId("rule-allow-risky"));
-    expect(screen.getByTestId("rule-summary").textContent).toContain("Allow Tool Bash · Pattern rm -rf build · Directory /home/alice/src/shop until");
+    expect(screen.getByTestId("rule-summary").textContent).toContain("Allow Bash “rm -rf build” in /home/alice/src/shop until");
     await userEvent.click(screen.getByTestId("rule-sign"));
     expect(shell.added).toEqual([]);
     await userEvent.click(screen.getByTestId("rule-confirm-risky"));
