@@ -1277,6 +1277,56 @@ async fn a_rule_made_on_the_phone_answers_the_next_matching_approval() {
         d["status"], "pending",
         "a revoked rule answers nothing: {d}"
     );
+
+    // "Always allow…" on that approval's card: the form filled in from its intent, the
+    // pattern widened before signing; the agent's next such call is answered by the new rule.
+    let dec = d["id"].as_str().expect("the decision").to_owned();
+    click(&c, "[data-testid=nav-inbox]").await;
+    let card = format!("[data-testid=decision-{dec}]");
+    click(&c, &format!("{card} [data-testid=always-allow]")).await;
+    let field = |name: &'static str| {
+        let css = format!("{card} [data-testid={name}]");
+        let c = &c;
+        async move {
+            wait_css(c, &css, 30)
+                .await
+                .prop("value")
+                .await
+                .ok()
+                .flatten()
+                .unwrap_or_default()
+        }
+    };
+    assert_eq!(
+        field("rule-tool").await,
+        "Bash",
+        "the tool, from the intent"
+    );
+    assert_eq!(
+        field("rule-pattern").await,
+        "npm test",
+        "the command, from the intent"
+    );
+    c.find(Locator::Css(&format!("{card} [data-testid=rule-pattern]")))
+        .await
+        .expect("the pattern")
+        .send_keys("*")
+        .await
+        .expect("widen the pattern");
+    shot(&c, "always-allow").await;
+    click(&c, &format!("{card} [data-testid=rule-sign]")).await;
+    let made = wait_css(&c, &format!("{card} [data-testid=rule-made]"), 30)
+        .await
+        .text()
+        .await
+        .unwrap_or_default();
+    let new_id = made
+        .split_whitespace()
+        .find(|w| w.starts_with("rul_"))
+        .expect("the card names the rule")
+        .to_owned();
+    let d = asks("npm test --ci");
+    assert_eq!(d["outcome"]["by"], format!("rule:{new_id}"), "{d}");
     c.close().await.expect("close the browser");
 }
 
