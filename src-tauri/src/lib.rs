@@ -69,6 +69,9 @@ pub fn specta_builder() -> tauri_specta::Builder<tauri::Wry> {
             settings::take_pending_route,
             machines::list_machines,
             machines::start_run,
+            rules::list_rules,
+            rules::add_rule,
+            rules::revoke_rule,
         ])
         .events(collect_events![MirrorChanged, StatusChanged, Navigate])
         .error_handling(ErrorHandlingMode::Throw)

@@ -1271,3 +1271,138 @@ pub struct StartedRunView {
     /// The command in the outbox.
     pub command: OutboxView,
 }
+
+/// A standing rule as the Rules screen lists it: what it matches, flat, with its answer, its
+/// expiry and how often it answered.
+#[derive(Debug, Clone, Serialize, Type)]
+pub struct RuleView {
+    /// `rul_…`.
+    pub id: String,
+    /// `sha256:` of the rule as signed.
+    pub digest: String,
+    /// The device that signed it (`alice's phone`).
+    pub device_name: String,
+    /// The runtime it is limited to (absent: any).
+    pub runtime: Option<String>,
+    /// The machine it is limited to, by name (absent: any).
+    pub machine: Option<String>,
+    /// The directory (a glob) it covers, and everything under it (absent: any).
+    pub directory: Option<String>,
+    /// The tool, as the runtime names it (absent: any).
+    pub tool: Option<String>,
+    /// The pattern over the call's command or path (absent: any input).
+    pub pattern: Option<String>,
+    /// How `pattern` reads.
+    pub pattern_kind: Option<PatternKind>,
+    /// `allow` or `deny`.
+    pub answer: RuleAnswer,
+    /// Why, as its signer wrote it.
+    pub note: Option<String>,
+    /// It may allow calls marked risky (confirmed twice when made).
+    pub allow_risky: bool,
+    /// Made at (unix ms).
+    pub created_at: i64,
+    /// Stops answering at (unix ms).
+    pub expires_at: i64,
+    /// Revoked at (unix ms).
+    pub revoked_at: Option<i64>,
+    /// Approvals it answered.
+    pub uses: i64,
+    /// It last answered one at (unix ms).
+    pub last_used_at: Option<i64>,
+    /// Neither revoked nor expired, by the server's clock when listed.
+    pub live: bool,
+}
+
+impl From<Rule> for RuleView {
+    fn from(r: Rule) -> Self {
+        let m = r.matches;
+        RuleView {
+            id: r.id,
+            digest: r.digest,
+            device_name: r.device_name,
+            runtime: m.runtime,
+            machine: m.machine,
+            directory: m.directory,
+            tool: m.tool,
+            pattern_kind: m.input.as_ref().map(|i| i.kind),
+            pattern: m.input.map(|i| i.pattern),
+            answer: r.answer,
+            note: r.note,
+            allow_risky: r.allow_risky,
+            created_at: ms(r.created_at),
+            expires_at: ms(r.expires_at),
+            revoked_at: r.revoked_at.map(ms),
+            uses: r.uses,
+            last_used_at: r.last_used_at.map(ms),
+            live: r.live,
+        }
+    }
+}
+
+/// A rule the person asks to make (signed as `add_rule`). Blank parts match anything.
+#[derive(Debug, Clone, Deserialize, Type)]
+pub struct NewRuleView {
+    /// Only this runtime's calls.
+    pub runtime: Option<String>,
+    /// Only calls on this machine (by name).
+    pub machine: Option<String>,
+    /// Only calls in this absolute directory (a glob) or under it.
+    pub directory: Option<String>,
+    /// Only this tool.
+    pub tool: Option<String>,
+    /// Only calls whose command or path matches.
+    pub pattern: Option<String>,
+    /// How `pattern` reads.
+    pub pattern_kind: PatternKind,
+    /// `allow` or `deny`.
+    pub answer: RuleAnswer,
+    /// Days it lives, 1 to 90.
+    pub days: u32,
+    /// Why.
+    pub note: Option<String>,
+    /// Also allow calls marked risky…
+    pub allow_risky: bool,
+    /// …confirmed a second time by the person.
+    pub confirmed_risky: bool,
+}
+
+impl NewRuleView {
+    /// The rule to sign, expiring `days` after `now` in whole seconds (as the terminal signs
+    /// it: the signed time reads the same in every client).
+    pub fn into_new_rule(self, now: chrono::DateTime<chrono::Utc>) -> waymark_companion::NewRule {
+        let blank = |o: Option<String>| o.map(|t| t.trim().to_owned()).filter(|t| !t.is_empty());
+        let pattern = self.pattern.filter(|p| !p.trim().is_empty());
+        waymark_companion::NewRule {
+            spec: RuleSpec {
+                matches: RuleMatch {
+                    runtime: blank(self.runtime),
+                    machine: blank(self.machine),
+                    directory: blank(self.directory),
+                    tool: blank(self.tool),
+                    input: pattern.map(|pattern| InputPattern {
+                        kind: self.pattern_kind,
+                        pattern,
+                    }),
+                },
+                answer: self.answer,
+                expires_at: chrono::DateTime::from_timestamp(
+                    now.timestamp() + i64::from(self.days) * 86_400,
+                    0,
+                ),
+                note: blank(self.note),
+                allow_risky: self.allow_risky,
+            },
+            confirmed_risky: self.confirmed_risky,
+        }
+    }
+}
+
+/// A rule made: its id and the server's words for it.
+#[derive(Debug, Clone, Serialize, Type)]
+pub struct RuleAddedView {
+    /// `rul_…`, chosen on this device.
+    pub rule_id: String,
+    /// What the server made (`rule rul_…: allow tool Bash … until …`).
+    pub detail: String,
+}

@@ -13,6 +13,7 @@ import { OutboxScreen } from "./screens/Outbox";
 import { MachinesScreen } from "./screens/Machines";
 import { NewRunScreen } from "./screens/NewRun";
 import { PairingScreen } from "./screens/Pairing";
+import { RulesScreen } from "./screens/Rules";
 import { SettingsScreen, type Theme } from "./screens/Settings";
 
 function currentRoute(): string {
@@ -89,6 +90,7 @@ export function App() {
   // `/machines/new[/NAME]`: a new run (on that machine).
   else if (top === "machines" && parts[1] === "new") screen = <NewRunScreen key={parts[2] ?? ""} machine={parts[2] ? decodeURIComponent(parts[2]) : undefined} go={go} />;
   else if (top === "machines") screen = <MachinesScreen go={go} />;
+  else if (top === "rules") screen = <RulesScreen />;
   else if (top === "pairing") screen = <PairingScreen key={link ?? ""} status={status} initialLink={link} />;
   // The web companion's pairing link (`<server>/app/#/pair?code=…`, a QR code's target): pairs
   // on arrival.
@@ -99,6 +101,7 @@ export function App() {
     ["inbox", t("nav.inbox"), status?.pending_decisions ?? null],
     ["threads", t("nav.threads"), null],
     ["machines", t("nav.machines"), null],
+    ["rules", t("nav.rules"), null],
     ["outbox", t("nav.outbox"), status?.queued ?? null],
     ["pairing", t("nav.pairing"), null],
     ["settings", t("nav.settings"), null],

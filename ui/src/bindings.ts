@@ -79,6 +79,12 @@ export const commands = {
 	 *  run starts on the next sync, exactly once).
 	 */
 	startRun: (run: StartRunView) => __TAURI_INVOKE<StartedRunView>("start_run", { run }),
+	/**  This user's rules, newest first: live, revoked and expired. */
+	listRules: () => __TAURI_INVOKE<RuleView[]>("list_rules"),
+	/**  Signs `add_rule` and sends it. */
+	addRule: (rule: NewRuleView) => __TAURI_INVOKE<RuleAddedView>("add_rule", { rule }),
+	/**  Signs `revoke_rule` and sends it: the rule answers nothing from the next approval on. */
+	revokeRule: (ruleId: string) => __TAURI_INVOKE<string>("revoke_rule", { ruleId }),
 };
 
 /** Events */
@@ -574,6 +580,32 @@ export type Navigate = {
 	link: string | null,
 };
 
+/**  A rule the person asks to make (signed as `add_rule`). Blank parts match anything. */
+export type NewRuleView = {
+	/**  Only this runtime's calls. */
+	runtime: string | null,
+	/**  Only calls on this machine (by name). */
+	machine: string | null,
+	/**  Only calls in this absolute directory (a glob) or under it. */
+	directory: string | null,
+	/**  Only this tool. */
+	tool: string | null,
+	/**  Only calls whose command or path matches. */
+	pattern: string | null,
+	/**  How `pattern` reads. */
+	pattern_kind: PatternKind,
+	/**  `allow` or `deny`. */
+	answer: RuleAnswer,
+	/**  Days it lives, 1 to 90. */
+	days: number,
+	/**  Why. */
+	note: string | null,
+	/**  Also allow calls marked risky… */
+	allow_risky: boolean,
+	/**  …confirmed a second time by the person. */
+	confirmed_risky: boolean,
+};
+
 /**  What a signed steer command asks (SPEC §5). */
 export type Operation = 
 /**  Stop claiming new steps; keep the checkpoint. Always applies. */
@@ -687,6 +719,22 @@ export type OutcomeView = {
 	edited_intent: Value | null,
 };
 
+/**  How a rule's input pattern reads. */
+export type PatternKind = 
+/**
+ *  `*` (any run of characters) and `?` (one character); `\` escapes. Over a path, `*`
+ *  stays within one directory and `**` crosses them. In an `allow` rule over a
+ *  command, a wildcard never matches a shell control character (`;`, `&`, `|`, `<`,
+ *  `>`, `$`, a backquote, a parenthesis, a newline): `npm test *` allows
+ *  `npm test --watch`, never `npm test; rm -rf ~`.
+ */
+"glob" | 
+/**
+ *  A regular expression (Rust `regex` syntax) that must match the whole input; it
+ *  matches exactly what it says, so `.` crosses `;`.
+ */
+"regex";
+
 /**  The step in flight at a checkpoint. */
 export type PendingStepView = {
 	/**  Plan step id. */
@@ -733,6 +781,64 @@ export type ReceiptView = {
 	junit_sha256: string,
 	/**  Recorded (unix ms). */
 	created_at: number,
+};
+
+/**  A rule made: its id and the server's words for it. */
+export type RuleAddedView = {
+	/**  `rul_…`, chosen on this device. */
+	rule_id: string,
+	/**  What the server made (`rule rul_…: allow tool Bash … until …`). */
+	detail: string,
+};
+
+/**  What a rule answers the approvals it matches. */
+export type RuleAnswer = 
+/**  Approve at once: nobody is asked. */
+"allow" | 
+/**  Deny at once. A matching deny rule wins over every allow rule. */
+"deny";
+
+/**
+ *  A standing rule as the Rules screen lists it: what it matches, flat, with its answer, its
+ *  expiry and how often it answered.
+ */
+export type RuleView = {
+	/**  `rul_…`. */
+	id: string,
+	/**  `sha256:` of the rule as signed. */
+	digest: string,
+	/**  The device that signed it (`alice's phone`). */
+	device_name: string,
+	/**  The runtime it is limited to (absent: any). */
+	runtime: string | null,
+	/**  The machine it is limited to, by name (absent: any). */
+	machine: string | null,
+	/**  The directory (a glob) it covers, and everything under it (absent: any). */
+	directory: string | null,
+	/**  The tool, as the runtime names it (absent: any). */
+	tool: string | null,
+	/**  The pattern over the call's command or path (absent: any input). */
+	pattern: string | null,
+	/**  How `pattern` reads. */
+	pattern_kind: PatternKind | null,
+	/**  `allow` or `deny`. */
+	answer: RuleAnswer,
+	/**  Why, as its signer wrote it. */
+	note: string | null,
+	/**  It may allow calls marked risky (confirmed twice when made). */
+	allow_risky: boolean,
+	/**  Made at (unix ms). */
+	created_at: number,
+	/**  Stops answering at (unix ms). */
+	expires_at: number,
+	/**  Revoked at (unix ms). */
+	revoked_at: number | null,
+	/**  Approvals it answered. */
+	uses: number,
+	/**  It last answered one at (unix ms). */
+	last_used_at: number | null,
+	/**  Neither revoked nor expired, by the server's clock when listed. */
+	live: boolean,
 };
 
 /**

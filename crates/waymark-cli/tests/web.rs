@@ -4,7 +4,8 @@
 //! see the approval with its diff and receipts, approve and watch the agent finish; lose the
 //! server, queue a pause, get it back and see the pause applied once; a push delivered to the
 //! service worker (over the DevTools protocol, as a push service would) shows the decision as
-//! a notification whose Approve lands as a signed command. Screenshots go to
+//! a notification whose Approve lands as a signed command; a rule made on the Rules screen
+//! answers the next matching approval and stops once revoked there. Screenshots go to
 //! `$WAYMARK_E2E_OUT/web` (default: the system temp dir).
 
 use std::net::TcpListener;
@@ -1172,6 +1173,168 @@ async fn a_phone_browser_starts_a_run_on_a_machine() {
         "the thread is the task handed to the runner"
     );
     shot(&c, "run-thread").await;
+    c.close().await.expect("close the browser");
+}
+
+/// A rule made on the phone's Rules screen answers the agent's next matching approval with
+/// nobody asked, never a command that only starts like it, and stops once revoked there.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_rule_made_on_the_phone_answers_the_next_matching_approval() {
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let data = tmp.path().join("server");
+    let out = out_dir();
+    let port = free_port();
+    let url = format!("http://127.0.0.1:{port}");
+    let _server = serve(&data, port, &out.join("serve-rules.log"));
+    admin(&data, &["user", "add", "alice"]);
+    let agent = admin(&data, &["worker-token", "--user", "alice", "--name", "w"])["token"]
+        .as_str()
+        .expect("a worker token")
+        .to_owned();
+    let pairing = admin(&data, &["pair", "--user", "alice", "--server", &url]);
+    let web_link = pairing["web_link"].as_str().expect("a web link").to_owned();
+    let driver_port = free_port();
+    let _driver = chromedriver(driver_port, &out.join("chromedriver-rules.log"));
+    let c = phone_browser(driver_port, &tmp.path().join("chromium")).await;
+    c.goto(&web_link).await.expect("open the pairing link");
+    wait_css(&c, "[data-testid=pair-result]", 60).await;
+
+    click(&c, "[data-testid=nav-rules]").await;
+    wait_css(&c, "[data-testid=rules-empty]", 30).await;
+    click(&c, "[data-testid=rule-new]").await;
+    for (field, value) in [
+        ("rule-tool", "Bash"),
+        ("rule-pattern", "npm test*"),
+        ("rule-directory", "/home/alice/src/shop"),
+        ("rule-note", "tests are fine"),
+    ] {
+        c.find(Locator::Css(&format!("[data-testid={field}]")))
+            .await
+            .expect("a field of the form")
+            .send_keys(value)
+            .await
+            .expect("type into the form");
+    }
+    shot(&c, "rule-form").await;
+    click(&c, "[data-testid=rule-sign]").await;
+    let made = wait_css(&c, "[data-testid=rule-made]", 30)
+        .await
+        .text()
+        .await
+        .unwrap_or_default();
+    assert!(
+        made.contains("allow Bash `npm test*` in /home/alice/src/shop"),
+        "the server's words for the rule: {made}"
+    );
+    let id = wait_css(&c, "[data-testid=rule]", 30)
+        .await
+        .attr("data-rule")
+        .await
+        .ok()
+        .flatten()
+        .expect("the rule listed");
+
+    let asks = |command: &str| {
+        let (url, agent) = (url.clone(), agent.clone());
+        let task = curl_json(
+            "POST",
+            &format!("{url}/v1/tasks"),
+            &agent,
+            Some(&json!({"title": "shop"})),
+        );
+        curl_json(
+            "POST",
+            &format!(
+                "{url}/v1/tasks/{}/approvals",
+                task["id"].as_str().expect("a task")
+            ),
+            &agent,
+            Some(
+                &json!({"intent": {"tool": "Bash", "input": {"command": command}},
+                         "summary": format!("run {command}?"), "cwd": "/home/alice/src/shop"}),
+            ),
+        )
+    };
+    let d = asks("npm test --watch=false");
+    assert_eq!(d["status"], "resolved", "answered by the rule: {d}");
+    assert_eq!(d["outcome"]["by"], format!("rule:{id}"), "{d}");
+    let d = asks("npm test; rm -rf ~");
+    assert_eq!(d["status"], "pending", "a wildcard never crosses `;`: {d}");
+
+    // Listed again (as on opening the screen): the use counted.
+    click(&c, "[data-testid=nav-inbox]").await;
+    click(&c, "[data-testid=nav-rules]").await;
+    wait_until(&c, "the rule's use counted", 30, || async {
+        text(&c, "[data-testid=rule-uses]")
+            .await
+            .contains("used 1×")
+    })
+    .await;
+    shot(&c, "rules").await;
+    click(&c, "[data-testid=rule-revoke]").await;
+    click(&c, "[data-testid=rule-revoke-confirm]").await;
+    wait_until(&c, "the rule revoked", 30, || async {
+        attr(&c, "[data-testid=rule]", "data-state")
+            .await
+            .as_deref()
+            == Some("revoked")
+    })
+    .await;
+    let d = asks("npm test");
+    assert_eq!(
+        d["status"], "pending",
+        "a revoked rule answers nothing: {d}"
+    );
+
+    // "Always allow…" on that approval's card: the form filled in from its intent, the
+    // pattern widened before signing; the agent's next such call is answered by the new rule.
+    let dec = d["id"].as_str().expect("the decision").to_owned();
+    click(&c, "[data-testid=nav-inbox]").await;
+    let card = format!("[data-testid=decision-{dec}]");
+    click(&c, &format!("{card} [data-testid=always-allow]")).await;
+    let field = |name: &'static str| {
+        let css = format!("{card} [data-testid={name}]");
+        let c = &c;
+        async move {
+            wait_css(c, &css, 30)
+                .await
+                .prop("value")
+                .await
+                .ok()
+                .flatten()
+                .unwrap_or_default()
+        }
+    };
+    assert_eq!(
+        field("rule-tool").await,
+        "Bash",
+        "the tool, from the intent"
+    );
+    assert_eq!(
+        field("rule-pattern").await,
+        "npm test",
+        "the command, from the intent"
+    );
+    c.find(Locator::Css(&format!("{card} [data-testid=rule-pattern]")))
+        .await
+        .expect("the pattern")
+        .send_keys("*")
+        .await
+        .expect("widen the pattern");
+    shot(&c, "always-allow").await;
+    click(&c, &format!("{card} [data-testid=rule-sign]")).await;
+    let made = wait_css(&c, &format!("{card} [data-testid=rule-made]"), 30)
+        .await
+        .text()
+        .await
+        .unwrap_or_default();
+    let new_id = made
+        .split_whitespace()
+        .find(|w| w.starts_with("rul_"))
+        .expect("the card names the rule")
+        .to_owned();
+    let d = asks("npm test --ci");
+    assert_eq!(d["outcome"]["by"], format!("rule:{new_id}"), "{d}");
     c.close().await.expect("close the browser");
 }
 

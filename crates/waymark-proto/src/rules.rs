@@ -403,6 +403,24 @@ mod tests {
         );
     }
 
+    /// The fixture the UI's twin (`ui/src/rules.ts`, `intentFacts`) is tested with too.
+    #[test]
+    fn each_runtimes_intent_reads_as_the_shared_fixture_says() {
+        let text = include_str!(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../ui/src/web/fixtures/intent-facts.json"
+        ));
+        let fixture: Value = serde_json::from_str(text).unwrap();
+        for case in fixture["cases"].as_array().unwrap() {
+            assert_eq!(
+                serde_json::to_value(intent_facts(&case["intent"])).unwrap(),
+                case["facts"],
+                "{}",
+                case["name"]
+            );
+        }
+    }
+
     #[test]
     fn a_plain_intent_has_its_tool_and_command() {
         let f = intent_facts(&json!({"tool": "deploy", "command": "make deploy", "cwd": "/srv"}));

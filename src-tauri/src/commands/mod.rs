@@ -5,6 +5,7 @@
 pub mod inbox;
 pub mod machines;
 pub mod pairing;
+pub mod rules;
 pub mod settings;
 pub mod steer;
 pub mod threads;

@@ -2,15 +2,19 @@
 // bound to, the evidence (diff, receipts), when it expires and what happens then, and the
 // actions. A risky approval needs a second, explicit confirmation, and so does a runtime's
 // choice that grants more than this one call ("always allow", "for this session"), saying what
-// it changes; budget options each say what they give up.
+// it changes; budget options each say what they give up. "Always allow…" opens the add-rule
+// form pre-filled from the intent (its tool, its command or path, its directory), all of it
+// editable before anything is signed.
 import { useEffect, useState } from "react";
-import type { DecideOp, DeliveryStep, DeliveryView, EscalationStateView, InboxItemView, MachineView, OutboxView, SeenView } from "../bindings";
+import type { DecideOp, DeliveryStep, DeliveryView, EscalationStateView, InboxItemView, MachineView, NewRuleView, OutboxView, RuleAddedView, SeenView } from "../bindings";
 import { useI18n } from "../i18n";
 import { ago, clock, countdown, short } from "../format";
 import { ArtifactBody, type LoadText } from "./Artifact";
 import { EditIntent } from "./EditIntent";
 import { MachineNote } from "./Machine";
 import { QuestionForm } from "./QuestionForm";
+import { day, RuleForm } from "./RuleForm";
+import { ruleFromIntent } from "../rules";
 import { Receipts } from "./Receipts";
 import { formOf } from "../web/sign";
 import type { RowProps } from "../windowed";
@@ -22,6 +26,9 @@ export type Decide = (decisionId: string, op: DecideOp, option: string | null, t
 /** Approves an approval with its editable part changed (JSON text), signed with what the card
  * showed (`seen`) and the edit's own digest. */
 export type ApproveEdited = (decisionId: string, editedPart: string, seen: SeenView) => Promise<OutboxView>;
+
+/** Signs a standing rule (`add_rule`) and sends it at once. */
+export type AddRule = (rule: NewRuleView) => Promise<RuleAddedView>;
 
 /** What this card shows now: the task's plan revision and the intent digest. */
 const shownBy = (item: InboxItemView): SeenView => ({ plan_revision: item.plan_revision, intent_digest: item.decision.intent_digest });
@@ -150,6 +157,7 @@ export function InboxCard({
   approveEdited,
   onOpened,
   machine,
+  addRule,
 }: {
   item: InboxItemView;
   /** The machine whose runner runs the task (a run started through a runner). */
@@ -157,6 +165,8 @@ export function InboxCard({
   decide: Decide;
   /** Where given, an approval whose runtime takes an edit offers "Edit, then approve". */
   approveEdited?: ApproveEdited;
+  /** Where given, an approval offers "Always allow…": a standing rule made from its intent. */
+  addRule?: AddRule;
   /** Told once the card is on screen: the person has it in front of them (proof of delivery). */
   onOpened?: (decisionId: string) => void;
   load: LoadText;
@@ -174,7 +184,7 @@ export function InboxCard({
   /** Selects or unselects it, with what the card shows now (that is what gets signed). */
   onSelect?: (decisionId: string, seen: SeenView | null) => void;
 }) {
-  const { t } = useI18n();
+  const { t, lang } = useI18n();
   const d = item.decision;
   const now = useTicking(d.closing.at, fixedNow);
   const [showDiff, setShowDiff] = useState<string | null>(null);
@@ -187,7 +197,10 @@ export function InboxCard({
   const [error, setError] = useState<string | null>(null);
   // Editing keeps what the card showed when it opened: that is what the edit is signed against.
   const [editing, setEditing] = useState<SeenView | null>(null);
-  const engaged = showDiff != null || confirming != null || answer !== "" || busy || editing != null;
+  // "Always allow…": the form open, then the rule it made.
+  const [ruling, setRuling] = useState(false);
+  const [ruleMade, setRuleMade] = useState<{ id: string; expires: number } | null>(null);
+  const engaged = showDiff != null || confirming != null || answer !== "" || busy || editing != null || ruling;
   useEffect(() => {
     onOpened?.(d.id);
   }, [onOpened, d.id]);
@@ -422,6 +435,32 @@ export function InboxCard({
               {t("inbox.answer")}
             </button>
           </form>
+        )}
+        {addRule && d.kind === "approval" && d.status === "pending" && plan == null && d.intent != null && !ruling && !ruleMade && (
+          <button type="button" className="link always-allow" data-testid="always-allow" onClick={() => setRuling(true)}>
+            {t("inbox.alwaysAllow")}
+          </button>
+        )}
+        {addRule && ruling && (
+          <section className="always-allow-form" aria-label={t("inbox.alwaysAllow")}>
+            <h4>{t("inbox.alwaysAllow")}</h4>
+            <p className="small muted">{t("inbox.alwaysAllowExplain")}</p>
+            <RuleForm
+              initial={ruleFromIntent(d.intent)}
+              sign={addRule}
+              now={now}
+              onCancel={() => setRuling(false)}
+              onMade={(m, r) => {
+                setRuling(false);
+                setRuleMade({ id: m.rule_id, expires: now + r.days * 86_400_000 });
+              }}
+            />
+          </section>
+        )}
+        {ruleMade && (
+          <p className="small ok-text" role="status" data-testid="rule-made">
+            {t("inbox.ruleMade", { id: ruleMade.id, date: day(ruleMade.expires, lang) })}
+          </p>
         )}
         {result && (
           <p className="small" role="status" data-testid="decision-result">

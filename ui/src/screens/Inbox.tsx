@@ -183,6 +183,7 @@ export function InboxScreen({ focus, confirm, actionNonce, go }: { focus?: strin
                 item={item}
                 decide={decide}
                 approveEdited={approveEdited}
+                addRule={commands.addRule}
                 onOpened={onOpened}
                 load={loadText}
                 focus={focus === item.decision.id}

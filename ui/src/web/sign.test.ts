@@ -7,6 +7,7 @@ import jcs from "./fixtures/jcs.json";
 import envelopes from "./fixtures/envelopes.json";
 import { base64url, forgetKey, KEY_NAME, loadOrCreateKey, pendingKey, type DeviceKey, type KeyStore } from "./keys";
 import {
+  addRuleArgs,
   answerArgs,
   approveEditedArgs,
   canonicalBytes,
@@ -16,6 +17,8 @@ import {
   newCommand,
   NotCanonicalError,
   rfc3339,
+  ruleId,
+  ruleSpec,
   signCommand,
   type DecisionRef,
   type SignedEnvelope,
@@ -448,5 +451,30 @@ describe("the device key", () => {
     } finally {
       vi.unstubAllGlobals();
     }
+  });
+});
+
+describe("addRuleArgs", () => {
+  const base = { runtime: null, machine: null, directory: " /home/alice/src/shop ", tool: "Bash", pattern: "npm test*", pattern_kind: "glob" as const, answer: "allow" as const, days: 7, note: "", allow_risky: false, confirmed_risky: false };
+  const at = new Date("2026-12-05T00:31:12.345Z");
+
+  test("the rule as serde writes RuleSpec: blank parts left out, whole-second expiry `days` on", async () => {
+    expect(ruleSpec(base, at)).toEqual({ match: { directory: "/home/alice/src/shop", tool: "Bash", input: { kind: "glob", pattern: "npm test*" } }, answer: "allow", expires_at: "2026-12-12T00:31:12Z" });
+    const args = await addRuleArgs(base, "rul_" + "0".repeat(32), at);
+    expect(Object.keys(args).sort()).toEqual(["rule", "rule_id"]);
+    expect(ruleId()).toMatch(/^rul_[0-9a-f]{32}$/);
+  });
+
+  test("a rule allowing risky calls repeats its digest once confirmed twice, as the server checks", async () => {
+    const risky = { ...base, pattern: "rm -rf build", allow_risky: true };
+    await expect(addRuleArgs(risky, undefined, at)).rejects.toThrow(/confirmed a second time/);
+    await expect(addRuleArgs({ ...risky, answer: "deny", confirmed_risky: true }, undefined, at)).rejects.toThrow(/only an allow rule/);
+    const args = await addRuleArgs({ ...risky, confirmed_risky: true }, undefined, at);
+    expect((args.rule as { allow_risky?: boolean }).allow_risky).toBe(true);
+    // sha256 of the rule's RFC 8785 bytes, written out by hand.
+    const canonical = '{"allow_risky":true,"answer":"allow","expires_at":"2026-12-12T00:31:12Z","match":{"directory":"/home/alice/src/shop","input":{"kind":"glob","pattern":"rm -rf build"},"tool":"Bash"}}';
+    expect(text(canonicalBytes(args.rule))).toBe(canonical);
+    const hash = new Uint8Array(await crypto.subtle.digest("SHA-256", new TextEncoder().encode(canonical)));
+    expect(args.confirm_risky).toBe(`sha256:${Array.from(hash, (b) => b.toString(16).padStart(2, "0")).join("")}`);
   });
 });

@@ -1,7 +1,7 @@
 // Steer commands made and signed in the browser exactly as the Rust companion makes them (same
 // serde shape, RFC 8785 bytes and Ed25519 signature), so the server's one verifier takes both.
 import canonicalize from "canonicalize";
-import type { DecisionKind, Operation } from "../bindings";
+import type { DecisionKind, NewRuleView, Operation } from "../bindings";
 import { base64url, type DeviceKey } from "./keys";
 
 /** A steer command as `waymark_proto::steer::SteerCommand` serialises: absent fields are
@@ -396,4 +396,42 @@ export async function approveEditedArgs(d: EditableRef, part: unknown, seen: See
     edited_intent: edited,
     edited_intent_digest: await jsonDigest(edited),
   };
+}
+
+/** A rule id chosen on the device (`waymark_proto::ids::rule`): `rul_` and 32 lower-case hex
+ * digits, so a resend of the same command names the same rule. */
+export function ruleId(): string {
+  return `rul_${Array.from(crypto.getRandomValues(new Uint8Array(16)), (b) => b.toString(16).padStart(2, "0")).join("")}`;
+}
+
+/** `waymark_proto::RuleSpec` as serde writes it (absent parts left out, `allow_risky` only
+ * when set), expiring `days` after `now` in whole seconds — as the terminal and the app sign
+ * it (`NewRuleView::into_new_rule`). Blank parts match anything. */
+export function ruleSpec(r: NewRuleView, now: Date = new Date()): Record<string, unknown> {
+  const text = (v: string | null) => (v != null && v.trim() ? v.trim() : null);
+  const match: Record<string, unknown> = {};
+  for (const k of ["runtime", "machine", "directory", "tool"] as const) {
+    const v = text(r[k]);
+    if (v !== null) match[k] = v;
+  }
+  if (r.pattern != null && r.pattern.trim()) match.input = { kind: r.pattern_kind, pattern: r.pattern };
+  const spec: Record<string, unknown> = { match, answer: r.answer, expires_at: rfc3339(new Date((Math.floor(now.getTime() / 1000) + r.days * 86_400) * 1000)) };
+  const note = text(r.note);
+  if (note !== null) spec.note = note;
+  if (r.allow_risky) spec.allow_risky = true;
+  return spec;
+}
+
+/** The args of `add_rule` (`Companion::add_rule`): the rule, its id, and — for a rule that
+ * allows risky calls, once the person confirmed a second time — its digest repeated in
+ * `confirm_risky`. Sign with no task and no plan revision. */
+export async function addRuleArgs(r: NewRuleView, id: string = ruleId(), now: Date = new Date()): Promise<Record<string, unknown>> {
+  const rule = ruleSpec(r, now);
+  const args: Record<string, unknown> = { rule, rule_id: id };
+  if (r.allow_risky) {
+    if (r.answer !== "allow") throw new Error("only an allow rule may allow risky calls");
+    if (!r.confirmed_risky) throw new Error("a rule that allows risky calls must be confirmed a second time");
+    args.confirm_risky = await jsonDigest(rule);
+  }
+  return args;
 }

@@ -14,7 +14,10 @@ import type {
   MachineView,
   MirrorChanged,
   Navigate,
+  NewRuleView,
   OutboxView,
+  RuleAddedView,
+  RuleView,
   SeenView,
   StartRunView,
   StartedRunView,
@@ -29,10 +32,10 @@ import { Api, ApiError, type Snapshot } from "./api";
 import { type Db, openBrowserDb } from "./db";
 import { type DeviceKey, loadOrCreateKey, pendingKey } from "./keys";
 import { type Identity, MirrorError, WebMirror } from "./mirror";
-import { answerArgs, approveEditedArgs, commandId, newCommand, signCommand, type Seen } from "./sign";
-import { inboxItemView, machineView, outboxView, threadDetailView, threadRowView } from "./views";
+import { addRuleArgs, answerArgs, approveEditedArgs, commandId, newCommand, signCommand, type Seen } from "./sign";
+import { inboxItemView, machineView, outboxView, ruleView, threadDetailView, threadRowView } from "./views";
 import type { Operation, OutboxStatus } from "../bindings";
-import type { CommandResult, Event, MachineList, TaskDetail } from "./wire";
+import type { CommandResult, Event, MachineList, RuleList, TaskDetail } from "./wire";
 
 /** Where the page keeps its read session: the service worker reads it to describe a push. */
 export const SESSION_KEY = "waymark-session";
@@ -405,6 +408,41 @@ export class WebCompanion {
     const entry = (await this.mirror.outbox(taskId)).find((e) => e.command_id === cmd.command_id);
     if (!entry) throw new Error("the command vanished from the outbox");
     return { task_id: taskId, command: outboxView(entry) };
+  }
+
+  /** This user's rules, newest first (live from the server: live, revoked and expired). */
+  async rules(): Promise<RuleView[]> {
+    const list = await this.api.get<RuleList>(await this.token(), "/v1/rules");
+    return list.rules.map(ruleView);
+  }
+
+  /** Signs a rule command (no task) and sends it at once — as `Companion::add_rule`, never
+   * queued: offline, nothing is made and the person signs it again later. The server's words,
+   * or its refusal as an error. */
+  private async ruleCommand(operation: Operation, args: Record<string, unknown>): Promise<string> {
+    const id = await this.identity();
+    const cmd = newCommand({ taskId: null, operation, args, expectedPlanRevision: null, user: id.user, deviceId: id.device_id });
+    const env = await signCommand(await this.deviceKey(), cmd);
+    let res: CommandResult;
+    try {
+      res = await this.api.submit(env);
+    } catch (e) {
+      if (e instanceof ApiError && e.kind === "unreachable") throw new ApiError("unreachable", `${e.message}; no rule was changed — sign it again once the server can be reached`);
+      throw e;
+    }
+    const effective = res.status === "duplicate" && res.original ? res.original : res;
+    if (effective.status !== "applied" && effective.status !== "duplicate") throw new Error(effective.detail);
+    return effective.detail;
+  }
+
+  async addRule(rule: NewRuleView): Promise<RuleAddedView> {
+    const args = await addRuleArgs(rule);
+    const detail = await this.ruleCommand("add_rule", args);
+    return { rule_id: args.rule_id as string, detail };
+  }
+
+  async revokeRule(ruleId: string): Promise<string> {
+    return this.ruleCommand("revoke_rule", { rule_id: ruleId });
   }
 
   async steer(taskId: string, op: SteerOp, instructions: string | null, suspend: string[], seenRevision: number): Promise<OutboxView> {

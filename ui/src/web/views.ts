@@ -13,6 +13,7 @@ import type {
   MessageView,
   OutboxView,
   ReceiptView,
+  RuleView,
   StageView,
   TaskState,
   TaskView,
@@ -28,6 +29,7 @@ import {
   type Decision,
   type Effect,
   type Machine,
+  type Rule,
   type Message,
   type Task,
   type TestReceipt,
@@ -315,5 +317,30 @@ export function threadDetailView(d: ThreadDetail, now: number = Date.now()): Thr
     receipts: d.receipts.map(receiptView),
     messages: d.messages.map(messageView),
     outbox: d.outbox.map(outboxView),
+  };
+}
+
+/** A rule as `RuleView::from` shapes it: its match flat, times in unix ms. */
+export function ruleView(r: Rule): RuleView {
+  const m = r.match;
+  return {
+    id: r.id,
+    digest: r.digest,
+    device_name: r.device_name,
+    runtime: m.runtime ?? null,
+    machine: m.machine ?? null,
+    directory: m.directory ?? null,
+    tool: m.tool ?? null,
+    pattern: m.input?.pattern ?? null,
+    pattern_kind: m.input?.kind ?? null,
+    answer: r.answer,
+    note: r.note ?? null,
+    allow_risky: r.allow_risky,
+    created_at: ms(r.created_at),
+    expires_at: ms(r.expires_at),
+    revoked_at: r.revoked_at ? ms(r.revoked_at) : null,
+    uses: r.uses,
+    last_used_at: r.last_used_at ? ms(r.last_used_at) : null,
+    live: r.live,
   };
 }

@@ -8,6 +8,8 @@ import type {
   DeliveryStep,
   EffectStatus,
   Operation,
+  PatternKind,
+  RuleAnswer,
   TaskState,
   Value,
 } from "../bindings";
@@ -316,3 +318,26 @@ export type Machine = {
 };
 
 export type MachineList = { machines: Machine[] };
+
+/** `GET /v1/rules`: one of the user's standing rules (`waymark_proto::Rule`). */
+export type Rule = {
+  id: string;
+  digest: string;
+  owner: string;
+  device_id: string;
+  device_name: string;
+  match: { runtime?: string; machine?: string; directory?: string; tool?: string; input?: { kind: PatternKind; pattern: string } };
+  answer: RuleAnswer;
+  note?: string | null;
+  allow_risky: boolean;
+  command_id: string;
+  created_at: Time;
+  expires_at: Time;
+  revoked_at?: Time | null;
+  revoked_by?: string | null;
+  uses: number;
+  last_used_at?: Time | null;
+  live: boolean;
+};
+
+export type RuleList = { rules: Rule[] };
