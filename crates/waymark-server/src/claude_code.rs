@@ -488,6 +488,18 @@ fn tool_intent(input: &HookInput) -> Value {
     })
 }
 
+/// What an approval of a call asks about: the call, and the directory Claude Code runs it in
+/// (shown to the person, bound by the digest, and what a standing rule made from the card is
+/// scoped to). The call's effect keeps `tool_intent` alone, so a session resumed elsewhere
+/// still finds its calls.
+fn approval_intent(input: &HookInput) -> Value {
+    let mut intent = tool_intent(input);
+    if let Some(cwd) = input.cwd.as_deref().filter(|c| !c.is_empty()) {
+        intent["cwd"] = Value::String(cwd.to_owned());
+    }
+    intent
+}
+
 /// `PreToolUse` → the tool call as an effect in progress; returns its id.
 async fn declare_tool(
     st: &AppState,
@@ -772,7 +784,7 @@ async fn open_approval(
         st,
         caller,
         s,
-        tool_intent(input),
+        approval_intent(input),
         format!("Claude Code wants to use {tool}{detail}"),
         choices(suggestions),
         // Claude Code runs an allowed call with `updatedInput` in place of its own.
@@ -1282,7 +1294,8 @@ async fn settle_deliveries(
     }
     let event = input.hook_event_name.as_str();
     let post = matches!(event, "PostToolUse" | "PostToolUseFailure");
-    let this_call = json_digest(&tool_intent(input)).ok();
+    // An approval asks about the call and its directory (`approval_intent`).
+    let this_call = json_digest(&approval_intent(input)).ok();
     let this_effect = match effect_key(input) {
         Some(k) => {
             let mut tx = Tx::read(st).await?;

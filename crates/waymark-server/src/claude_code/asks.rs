@@ -346,7 +346,7 @@ pub(super) async fn ask_plan(
             "Claude Code asks to leave plan mode (its plan file was not seen by Waymark)".to_owned()
         }
     };
-    let mut intent = super::tool_intent(input);
+    let mut intent = super::approval_intent(input);
     if let Some(p) = &plan {
         intent["plan"] = Value::String(p.clone());
     }

@@ -292,7 +292,10 @@ async fn an_edited_command_is_approved_and_claude_code_runs_the_edit() {
         .expect("the call's effect")
         .to_owned();
     let rev = dec["plan_revision"].as_i64().unwrap();
-    let edited = json!({"tool": "Bash", "input": {"command": "rm -ri node_modules"}});
+    // The intent asked (the call and its directory), with the person's command in place.
+    assert_eq!(dec["intent"]["cwd"], fixture("permission_request")["cwd"]);
+    let mut edited = dec["intent"].clone();
+    edited["input"] = json!({"command": "rm -ri node_modules"});
     let digest = waymark_proto::digest::json_digest(&edited).unwrap();
     let submit = |op: Operation, args: Value| {
         let mut a = json!({"decision_id": dec["id"], "intent_digest": dec["intent_digest"]});
