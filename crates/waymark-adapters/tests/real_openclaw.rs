@@ -906,16 +906,23 @@ async fn real_openclaw_replan_steers_the_running_session_and_cancel_aborts_it() 
     // ---- cancel: aborted ----------------------------------------------------------------------
     assert!(!gw.log_text().contains("aborted: rpc"), "{}", gw.log_tail());
     let revision = detail(&cp, &task).await.task.plan_revision;
+    let log_before = gw.log_text().len();
     let cancelled_at = Instant::now();
     phone
         .command(&task, revision, Operation::Cancel, json!({}))
         .await;
-    // What the gateway logs when `sessions.abort` (an RPC) aborts the session's run: a turn
-    // still queued fails with "queued turn aborted: rpc", a run already under way ends with
-    // `stopReason=rpc`.
+    // What the gateway logs once the cancel reached it: `sessions.abort` (an RPC) aborting the
+    // session's run — a turn still queued fails with "queued turn aborted: rpc", a run under
+    // way ends with `stopReason=rpc` — or, where the cancel voided the run's pending exec
+    // request first, the adapter denying that request (`exec.approval.resolve`), after which
+    // the abort may find no run left to abort. Either way nothing of the run runs (below).
     within(TURN, "the gateway aborting the run", context, || async {
         let log = gw.log_text();
-        (log.contains("aborted: rpc") || log.contains("stopReason=rpc")).then_some(())
+        let after = log.get(log_before..).unwrap_or_default();
+        (after.contains("aborted: rpc")
+            || after.contains("stopReason=rpc")
+            || after.contains("exec.approval.resolve"))
+        .then_some(())
     })
     .await;
     eprintln!("cancel → the run aborted in {:?}", cancelled_at.elapsed());

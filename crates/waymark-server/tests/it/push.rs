@@ -482,6 +482,8 @@ async fn a_device_with_silent_push_endpoints_holds_up_no_one_elses_decision_defa
     let mallory = h.pair_device("bob", &["view", "approve"]).await;
     let token = h.session_token(&mallory).await;
     for i in 0..200 {
+        // One registration per millisecond of the clock, so "the newest" is well defined.
+        h.server.advance(Duration::from_millis(1)).await.unwrap();
         let (s, v) = h
             .post(&token, &format!("/v1/devices/{}/push", mallory.id),
                   json!({"kind": "unified_push", "endpoint": format!("http://127.0.0.1:{silent}/{ours}/{i}")}))
