@@ -876,6 +876,55 @@ fn start_runner(setup: &Setup, url: &str, token: &str) -> RunnerProcess {
 }
 
 /// Prints the runner's log and its runs' results when the test fails.
+/// The laptop as its owner sets it up: a runner token for the machine `laptop`, `waymark
+/// runner` started with it, and the phone seeing the laptop online.
+struct Laptop {
+    runner: RunnerProcess,
+    /// The runner's token (to start it again).
+    token: String,
+    /// The admin token the tests read the record with.
+    admin_token: String,
+    /// The laptop as the phone lists it.
+    machine: Value,
+    _log: ShowOnPanic,
+}
+
+async fn laptop_online(setup: &Setup, url: &str, phone: &Path) -> Laptop {
+    let data = setup.path("data");
+    let token = admin(
+        &data,
+        &["runner-token", "--machine", "laptop", "--user", "alice"],
+    )["token"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let runner = start_runner(setup, url, &token);
+    let _log = ShowOnPanic(setup.path("runner.log"));
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let machine = loop {
+        let m = device(phone, &["machines", "--json"]);
+        if m["machines"][0]["online"] == true {
+            break m["machines"][0].clone();
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the laptop never came online: {m}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    let admin_token = std::fs::read_to_string(data.join("admin.token"))
+        .unwrap()
+        .trim()
+        .to_owned();
+    Laptop {
+        runner,
+        token,
+        admin_token,
+        machine,
+        _log,
+    }
+}
+
 struct ShowOnPanic(PathBuf);
 
 impl Drop for ShowOnPanic {
@@ -961,36 +1010,17 @@ async fn the_runner_starts_revives_and_resumes_claude_code_for_a_phone_and_refus
         phone,
     } = world(turns).await;
     let project = setup.path("project").canonicalize().unwrap();
-    let data = setup.path("data");
-    let token = admin(
-        &data,
-        &["runner-token", "--machine", "laptop", "--user", "alice"],
-    )["token"]
-        .as_str()
-        .unwrap()
-        .to_owned();
-    let mut runner = start_runner(&setup, &url, &token);
-    let _log = ShowOnPanic(setup.path("runner.log"));
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let m = device(&phone, &["machines", "--json"]);
-        if m["machines"][0]["online"] == true {
-            assert_eq!(
-                m["machines"][0]["runtimes"][0]["version"], CLAUDE_CODE_VERSION,
-                "{m}"
-            );
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the laptop never came online: {m}"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-    let admin_token = std::fs::read_to_string(data.join("admin.token"))
-        .unwrap()
-        .trim()
-        .to_owned();
+    let Laptop {
+        mut runner,
+        token,
+        admin_token,
+        machine,
+        _log,
+    } = laptop_online(&setup, &url, &phone).await;
+    assert_eq!(
+        machine["runtimes"][0]["version"], CLAUDE_CODE_VERSION,
+        "{machine}"
+    );
 
     // 1. Started from the phone; approved from the phone; the run finishes.
     let dir = project.to_str().unwrap();
@@ -1511,25 +1541,12 @@ async fn a_run_started_from_the_phone_asks_its_question_there_and_the_model_read
         phone,
     } = world(turns).await;
     let project = setup.path("project").canonicalize().unwrap();
-    let data = setup.path("data");
-    let token = admin(
-        &data,
-        &["runner-token", "--machine", "laptop", "--user", "alice"],
-    )["token"]
-        .as_str()
-        .unwrap()
-        .to_owned();
-    let _runner = start_runner(&setup, &url, &token);
-    let _log = ShowOnPanic(setup.path("runner.log"));
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while device(&phone, &["machines", "--json"])["machines"][0]["online"] != true {
-        assert!(Instant::now() < deadline, "the laptop never came online");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-    let admin_token = std::fs::read_to_string(data.join("admin.token"))
-        .unwrap()
-        .trim()
-        .to_owned();
+    let Laptop {
+        runner: _runner,
+        admin_token,
+        _log,
+        ..
+    } = laptop_online(&setup, &url, &phone).await;
     let started = device(
         &phone,
         &[

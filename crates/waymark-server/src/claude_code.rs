@@ -1185,17 +1185,54 @@ struct Gate {
     run: Run,
 }
 
-/// A gated `PreToolUse`: held like a permission prompt, or in `-p` runs deferred so the
-/// approval is durable; the resumed run's `PreToolUse` for the same call gets the answer.
-async fn gate_tool(
+/// How a call asked about through the hook is held: deferred at once (`durable`, a day), or
+/// held for the hook's timeout — which a headless run's person may still switch to a wait.
+fn holding(how: Gate) -> Holding {
+    if how.defer {
+        Holding {
+            durability: ApprovalDurability::Durable,
+            expires_in: decisions::DEFERRED_EXPIRY,
+            run: how.run,
+            can_wait: false,
+        }
+    } else {
+        Holding {
+            durability: ApprovalDurability::FailOpenHook,
+            expires_in: how.hold,
+            run: how.run,
+            can_wait: how.run == Run::Headless,
+        }
+    }
+}
+
+/// Claude Code is to wait for the person across its exit: the run ends, the decision stays
+/// open, and the resumed run's `PreToolUse` for the same call gets the answer.
+fn deferred() -> Value {
+    pre_tool_answer(
+        "defer",
+        "waiting for a decision in Waymark; resume the session to continue".into(),
+    )
+}
+
+/// What every `PreToolUse` that asks a person goes through — a gated call, a question, a plan:
+/// a call asked about before (a deferred run resumed) is answered from its decision;
+/// otherwise `open` asks (held or deferred, per `how`) and the hook answers once the decision
+/// closes, `defer` when the person asks Claude Code to wait, and nothing when the hook's time
+/// runs out (Claude Code then decides in its own way). `answer` words a closed decision in
+/// Claude Code's terms; its flag says the decision was found from an earlier run.
+async fn ask_through_hook<O, Fut>(
     st: &AppState,
     caller: &Caller,
     s: &Session,
-    input: &HookInput,
     effect_id: Option<String>,
     how: Gate,
-) -> ApiResult<Value> {
-    // A call asked about before (a deferred run resumed): answer from its decision.
+    open: O,
+    answer: impl Fn(&DecisionRow, bool) -> Value,
+) -> ApiResult<Value>
+where
+    O: FnOnce(Option<String>, Holding) -> Fut,
+    Fut: std::future::Future<Output = ApiResult<Decision>>,
+{
     if let Some(effect) = &effect_id {
         let earlier = {
             let mut tx = Tx::read(st).await?;
@@ -1211,60 +1248,59 @@ async fn gate_tool(
                     "waiting for a decision in Waymark".into(),
                 ));
             }
-            return Ok(match chosen(&d).as_deref().and_then(approval_grants) {
-                Some(true) => pre_tool_allow(&d),
-                _ => pre_tool_answer(
-                    "deny",
-                    format!("not approved in Waymark ({}): {}", d.status, reason_of(&d)),
-                ),
-            });
+            return Ok(answer(&d, true));
         }
     }
-    if how.defer {
-        let how = Holding {
-            durability: ApprovalDurability::Durable,
-            expires_in: decisions::DEFERRED_EXPIRY,
-            run: how.run,
-            can_wait: false,
-        };
-        let d = open_approval(st, caller, s, input, effect_id, how).await?;
-        // A standing rule answered it as it opened: no need to wait.
-        if d.status == DecisionStatus::Resolved {
-            let mut tx = Tx::read(st).await?;
-            if let Some(closed) = tx.decision(&d.id).await? {
-                return Ok(match chosen(&closed).as_deref().and_then(approval_grants) {
-                    Some(true) => pre_tool_allow(&closed),
-                    _ => pre_tool_answer("deny", reason_of(&closed)),
-                });
-            }
+    let d = open(effect_id, holding(how)).await?;
+    let closed = if how.defer {
+        // A standing rule may have answered it as it opened: no need to wait.
+        if d.status == DecisionStatus::Pending {
+            return Ok(deferred());
         }
-        return Ok(pre_tool_answer(
-            "defer",
-            "waiting for a decision in Waymark; resume the session to continue".into(),
-        ));
-    }
-    let held = Holding {
-        durability: ApprovalDurability::FailOpenHook,
-        expires_in: how.hold,
-        run: how.run,
-        can_wait: how.run == Run::Headless,
+        match Tx::read(st).await?.decision(&d.id).await? {
+            Some(closed) => closed,
+            None => return Ok(deferred()),
+        }
+    } else {
+        match hold_for_answer(st, caller, s, &d, how.hold).await? {
+            Some(closed) => closed,
+            None => return Ok(json!({})),
+        }
     };
-    let d = open_approval(st, caller, s, input, effect_id, held).await?;
-    let Some(closed) = hold_for_answer(st, caller, s, &d, how.hold).await? else {
-        return Ok(json!({}));
-    };
-    // The person asked Claude Code to wait for them (`defer`): the run exits, the approval
-    // stays open, and the resumed run's `PreToolUse` gets the answer.
+    // The person asked Claude Code to wait for them (`defer`).
     if closed.status == DecisionStatus::Pending {
-        return Ok(pre_tool_answer(
-            "defer",
-            "waiting for a decision in Waymark; resume the session to continue".into(),
-        ));
+        return Ok(deferred());
     }
-    Ok(match chosen(&closed).as_deref().and_then(approval_grants) {
-        Some(true) => pre_tool_allow(&closed),
-        _ => pre_tool_answer("deny", reason_of(&closed)),
-    })
+    Ok(answer(&closed, false))
+}
+
+/// A gated `PreToolUse`: held like a permission prompt, or in `-p` runs deferred so the
+/// approval is durable; the resumed run's `PreToolUse` for the same call gets the answer.
+async fn gate_tool(
+    st: &AppState,
+    caller: &Caller,
+    s: &Session,
+    input: &HookInput,
+    effect_id: Option<String>,
+    how: Gate,
+) -> ApiResult<Value> {
+    ask_through_hook(
+        st,
+        caller,
+        s,
+        effect_id,
+        how,
+        |effect, held| open_approval(st, caller, s, input, effect, held),
+        |d, earlier| match chosen(d).as_deref().and_then(approval_grants) {
+            Some(true) => pre_tool_allow(d),
+            _ if earlier => pre_tool_answer(
+                "deny",
+                format!("not approved in Waymark ({}): {}", d.status, reason_of(d)),
+            ),
+            _ => pre_tool_answer("deny", reason_of(d)),
+        },
+    )
+    .await
 }
 
 /// Answers count once Claude Code acted on them: an allowed call when its `PostToolUse`

@@ -18,7 +18,7 @@ use waymark_proto::*;
 use waymark_store::DecisionRow;
 
 use super::{
-    Gate, Holding, HookInput, Run, Session, chosen, hold_for_answer, open_approval_with,
+    Gate, Holding, HookInput, Session, ask_through_hook, chosen, open_approval_with,
     pre_tool_answer, reason_of,
 };
 use crate::auth::Caller;
@@ -120,24 +120,6 @@ fn question_answer(d: &DecisionRow, form: &QuestionForm, input: &Value) -> Value
     }
 }
 
-/// The decision asked earlier about this call (a deferred run resumed fires its
-/// `PreToolUse` again).
-async fn earlier(
-    st: &AppState,
-    s: &Session,
-    effect: Option<&str>,
-) -> ApiResult<Option<DecisionRow>> {
-    let Some(effect) = effect else {
-        return Ok(None);
-    };
-    let mut tx = Tx::read(st).await?;
-    Ok(tx
-        .list_decisions(&s.task_id)
-        .await?
-        .into_iter()
-        .rfind(|d| d.effect_id.as_deref() == Some(effect)))
-}
-
 /// `PreToolUse` of `AskUserQuestion`: the questions as a form in the inbox, held for the
 /// hook's timeout (or deferred, with `--defer`), answered in Claude Code's words.
 pub(super) async fn ask_questions(
@@ -154,73 +136,53 @@ pub(super) async fn ask_questions(
         tracing::warn!(session = %input.session_id, "an AskUserQuestion input Waymark cannot read; left to Claude Code");
         return Ok(json!({}));
     };
-    if let Some(d) = earlier(st, s, effect_id.as_deref()).await? {
-        if d.status == DecisionStatus::Pending {
-            return Ok(pre_tool_answer(
-                "defer",
-                "waiting for an answer in Waymark".into(),
-            ));
-        }
-        return Ok(question_answer(&d, &form, &tool_input));
-    }
     let question = match form.questions.as_slice() {
         [one] => format!("Claude Code asks: {}", one.question),
         many => format!("Claude Code asks {} questions", many.len()),
     };
-    let (durability, expires_in) = if how.defer {
-        (ApprovalDurability::Durable, decisions::DEFERRED_EXPIRY)
-    } else {
-        (ApprovalDurability::FailOpenHook, how.hold)
+    let (asked_form, asked_input) = (&form, &tool_input);
+    let open = |effect_id: Option<String>, held: Holding| async move {
+        let expires_in = held.expires_in.as_secs().max(1);
+        let asked = decisions::request_decision_with(
+            st,
+            caller,
+            s.task_id.clone(),
+            RequestDecision {
+                attempt_id: Some(s.attempt_id.clone()),
+                fence: Some(s.fence),
+                kind: DecisionKind::Question,
+                step: None,
+                question,
+                options: Vec::new(),
+                default_option: None,
+                expires_in_seconds: Some(expires_in),
+                form: Some(asked_form.clone()),
+            },
+            Asked {
+                context: Some(json!({
+                    "runtime": super::RUNTIME,
+                    "tool": ASK_TOOL,
+                    "input": asked_input,
+                })),
+                effect_id,
+                durability: Some(held.durability),
+                // Past the hook's timeout Claude Code asks in its own dialog (or its SDK host).
+                runtime_deadline: (held.durability == ApprovalDurability::FailOpenHook).then(
+                    || AskedRuntimeDeadline {
+                        runtime: "Claude Code".into(),
+                        in_seconds: expires_in,
+                        then: RuntimeFallback::AsksItself,
+                    },
+                ),
+            },
+        )
+        .await?;
+        Ok(asked.value)
     };
-    let d = decisions::request_decision_with(
-        st,
-        caller,
-        s.task_id.clone(),
-        RequestDecision {
-            attempt_id: Some(s.attempt_id.clone()),
-            fence: Some(s.fence),
-            kind: DecisionKind::Question,
-            step: None,
-            question,
-            options: Vec::new(),
-            default_option: None,
-            expires_in_seconds: Some(expires_in.as_secs().max(1)),
-            form: Some(form.clone()),
-        },
-        Asked {
-            context: Some(json!({
-                "runtime": super::RUNTIME,
-                "tool": ASK_TOOL,
-                "input": tool_input,
-            })),
-            effect_id,
-            durability: Some(durability),
-            // Past the hook's timeout Claude Code asks in its own dialog (or its SDK host).
-            runtime_deadline: (!how.defer).then(|| AskedRuntimeDeadline {
-                runtime: "Claude Code".into(),
-                in_seconds: expires_in.as_secs().max(1),
-                then: RuntimeFallback::AsksItself,
-            }),
-        },
-    )
-    .await?
-    .value;
-    if how.defer {
-        return Ok(pre_tool_answer(
-            "defer",
-            "waiting for an answer in Waymark; resume the session to continue".into(),
-        ));
-    }
-    let Some(closed) = hold_for_answer(st, caller, s, &d, how.hold).await? else {
-        return Ok(json!({}));
-    };
-    if closed.status == DecisionStatus::Pending {
-        return Ok(pre_tool_answer(
-            "defer",
-            "waiting for an answer in Waymark; resume the session to continue".into(),
-        ));
-    }
-    Ok(question_answer(&closed, &form, &tool_input))
+    ask_through_hook(st, caller, s, effect_id, how, open, |d, _| {
+        question_answer(d, &form, &tool_input)
+    })
+    .await
 }
 
 /// The plan Claude Code asks to leave plan mode with: the tool's own `plan` when it carries
@@ -329,71 +291,36 @@ pub(super) async fn ask_plan(
     effect_id: Option<String>,
     how: Gate,
 ) -> ApiResult<Value> {
-    if let Some(d) = earlier(st, s, effect_id.as_deref()).await? {
-        if d.status == DecisionStatus::Pending {
-            return Ok(pre_tool_answer(
-                "defer",
-                "waiting for a decision in Waymark".into(),
-            ));
+    let open = |effect_id: Option<String>, held: Holding| async move {
+        let plan = plan_text(st, s, input).await?;
+        let summary = match &plan {
+            Some(_) => {
+                "Claude Code's plan is ready: approve it, or keep planning with your feedback"
+            }
+            None => "Claude Code asks to leave plan mode (its plan file was not seen by Waymark)",
+        };
+        let mut intent = super::approval_intent(input);
+        if let Some(p) = plan {
+            intent["plan"] = Value::String(p);
         }
-        return Ok(plan_answer(&d, input));
-    }
-    let plan = plan_text(st, s, input).await?;
-    let summary = match &plan {
-        Some(_) => "Claude Code's plan is ready: approve it, or keep planning with your feedback"
-            .to_owned(),
-        None => {
-            "Claude Code asks to leave plan mode (its plan file was not seen by Waymark)".to_owned()
-        }
+        open_approval_with(
+            st,
+            caller,
+            s,
+            intent,
+            summary.to_owned(),
+            plan_choices(),
+            None,
+            effect_id,
+            input.cwd.clone(),
+            held,
+        )
+        .await
     };
-    let mut intent = super::approval_intent(input);
-    if let Some(p) = &plan {
-        intent["plan"] = Value::String(p.clone());
-    }
-    let holding = if how.defer {
-        Holding {
-            durability: ApprovalDurability::Durable,
-            expires_in: decisions::DEFERRED_EXPIRY,
-            run: how.run,
-            can_wait: false,
-        }
-    } else {
-        Holding {
-            durability: ApprovalDurability::FailOpenHook,
-            expires_in: how.hold,
-            run: how.run,
-            can_wait: how.run == Run::Headless,
-        }
-    };
-    let d = open_approval_with(
-        st,
-        caller,
-        s,
-        intent,
-        summary,
-        plan_choices(),
-        None,
-        effect_id,
-        input.cwd.clone(),
-        holding,
-    )
-    .await?;
-    if how.defer {
-        return Ok(pre_tool_answer(
-            "defer",
-            "waiting for a decision in Waymark; resume the session to continue".into(),
-        ));
-    }
-    let Some(closed) = hold_for_answer(st, caller, s, &d, how.hold).await? else {
-        return Ok(json!({}));
-    };
-    if closed.status == DecisionStatus::Pending {
-        return Ok(pre_tool_answer(
-            "defer",
-            "waiting for a decision in Waymark; resume the session to continue".into(),
-        ));
-    }
-    Ok(plan_answer(&closed, input))
+    ask_through_hook(st, caller, s, effect_id, how, open, |d, _| {
+        plan_answer(d, input)
+    })
+    .await
 }
 
 /// Approve: `allow` with the tool's input (so Claude Code takes it as the person's approval

@@ -278,6 +278,34 @@ pub(crate) async fn runtime_decision(
 /// a deferred session for 30 days), so only a person's silence for a day closes it.
 pub(crate) const DEFERRED_EXPIRY: std::time::Duration = std::time::Duration::from_secs(24 * 3600);
 
+/// The runtime's own deadline as recorded on a decision it holds, checked; `expires_at` is
+/// moved to it (plus the grace for its adapter to report first): the runtime acts then
+/// whatever we record, and the decision closes then — by its adapter, which saw what the
+/// runtime did, or a little later by the sweep, the same way (`closed_by_runtime`).
+fn runtime_deadline(
+    st: &AppState,
+    r: &AskedRuntimeDeadline,
+    can_wait: bool,
+    now: i64,
+    expires_at: &mut i64,
+) -> ApiResult<Value> {
+    check_text("runtime_deadline.runtime", &r.runtime, 64, true)?;
+    if r.in_seconds > st.config.decision_expiry_max.as_secs() {
+        return Err(invalid(format!(
+            "`runtime_deadline.in_seconds` must be at most {}",
+            st.config.decision_expiry_max.as_secs()
+        )));
+    }
+    let at = now + r.in_seconds as i64 * 1000;
+    *expires_at = (*expires_at).min(at + RUNTIME_REPORT_GRACE.as_millis() as i64);
+    Ok(to_value(&RuntimeDeadline {
+        runtime: r.runtime.clone(),
+        at: chrono::DateTime::from_timestamp_millis(at).unwrap_or_default(),
+        then: r.then,
+        can_wait,
+    }))
+}
+
 /// Opens an approval bound to the intent digest and the plan revision. `can_wait`: the
 /// runtime holding it can be asked to wait durably instead of deciding at its deadline (only
 /// the adapter that holds it, which answers the runtime, says so; `defer_to_runtime`).
@@ -321,29 +349,11 @@ pub(crate) async fn request_approval(
     let options = approval_options(&req.options)?;
     let now = st.now_ms();
     let mut expires_at = expiry_ms(st, req.expires_in_seconds)?;
-    let runtime_deadline = match &req.runtime_deadline {
-        Some(r) => {
-            check_text("runtime_deadline.runtime", &r.runtime, 64, true)?;
-            if r.in_seconds > st.config.decision_expiry_max.as_secs() {
-                return Err(invalid(format!(
-                    "`runtime_deadline.in_seconds` must be at most {}",
-                    st.config.decision_expiry_max.as_secs()
-                )));
-            }
-            let at = now + r.in_seconds as i64 * 1000;
-            // The runtime acts at its deadline whatever we record: the approval closes then —
-            // by its adapter, which saw what the runtime did, or a little later by the sweep,
-            // the same way (`closed_by_runtime`).
-            expires_at = expires_at.min(at + RUNTIME_REPORT_GRACE.as_millis() as i64);
-            Some(to_value(&RuntimeDeadline {
-                runtime: r.runtime.clone(),
-                at: chrono::DateTime::from_timestamp_millis(at).unwrap_or_default(),
-                then: r.then,
-                can_wait,
-            }))
-        }
-        None => None,
-    };
+    let runtime_deadline = req
+        .runtime_deadline
+        .as_ref()
+        .map(|r| runtime_deadline(st, r, can_wait, now, &mut expires_at))
+        .transpose()?;
     if let Some(p) = &req.editable
         && (!p.starts_with('/') || p.len() > 200 || req.intent.pointer(p).is_none())
     {
@@ -494,20 +504,6 @@ pub(crate) async fn request_decision_with(
         None => (None, None),
     };
     let now = st.now_ms();
-    let mut expires_at_given = None;
-    let runtime_deadline = match &asked.runtime_deadline {
-        Some(r) => {
-            let at = now + r.in_seconds as i64 * 1000;
-            expires_at_given = Some(at + RUNTIME_REPORT_GRACE.as_millis() as i64);
-            Some(to_value(&RuntimeDeadline {
-                runtime: r.runtime.clone(),
-                at: chrono::DateTime::from_timestamp_millis(at).unwrap_or_default(),
-                then: r.then,
-                can_wait: false,
-            }))
-        }
-        None => None,
-    };
     let mut ids_seen = std::collections::HashSet::new();
     for o in &req.options {
         check_text("options[].id", &o.id, 64, true)?;
@@ -530,9 +526,11 @@ pub(crate) async fn request_decision_with(
         )));
     }
     let mut expires_at = expiry_ms(st, req.expires_in_seconds)?;
-    if let Some(at) = expires_at_given {
-        expires_at = expires_at.min(at);
-    }
+    let runtime_deadline = asked
+        .runtime_deadline
+        .as_ref()
+        .map(|r| runtime_deadline(st, r, false, now, &mut expires_at))
+        .transpose()?;
     audited(st, caller, "decision.request", async {
         let mut tx = Tx::write(st).await?;
         let task = task_for(&mut tx, caller, &task_id).await?;
