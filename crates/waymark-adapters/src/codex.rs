@@ -6,6 +6,8 @@
 mod approval;
 mod command;
 mod items;
+mod plan;
+mod question;
 
 use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
@@ -26,6 +28,7 @@ use waymark_worker::{Client, ControlState, Run};
 use crate::bridge::{self, SessionSpec};
 use crate::jsonrpc::{Dialect, Incoming, Peer, RpcError};
 use approval::Closed;
+pub use plan::IMPLEMENT;
 
 /// The runtime name tasks carry.
 pub const RUNTIME: &str = "codex";
@@ -93,6 +96,12 @@ pub struct CodexArgs {
     /// The worker name attempts carry.
     #[arg(long, value_name = "NAME", default_value = "codex-adapter")]
     pub worker: String,
+    /// Run the `--prompt` (or `--message`) turn in Codex's Plan mode: Codex plans, asking its
+    /// questions in the inbox, and proposes a plan, which comes to the inbox to approve ("Yes,
+    /// implement this plan": Codex implements it in Default mode) or to send back with
+    /// feedback (another planning turn).
+    #[arg(long)]
+    pub plan: bool,
 }
 
 impl CodexArgs {
@@ -108,6 +117,7 @@ impl CodexArgs {
             thread_file: None,
             max_restarts: 5,
             worker: "codex-adapter".into(),
+            plan: false,
         }
     }
 }
@@ -255,6 +265,13 @@ enum Event {
     Control { thread: String, state: ControlState },
     /// A thread's run stopped (cancelled, fenced, lease lost).
     Stopped { thread: String },
+    /// A person answered the plan a Plan-mode turn proposed (`decision`: the approval, to
+    /// acknowledge once the turn it starts is under way).
+    Plan {
+        thread: String,
+        answer: plan::Answer,
+        decision: Option<String>,
+    },
 }
 
 /// Why serving a connection ended.
@@ -283,12 +300,23 @@ struct Thread {
     paused: bool,
     /// The turn a pause interrupted: resume starts a new turn to continue the thread.
     held: Option<String>,
+    /// The thread's model, as Codex named it (a collaboration mode is set with it).
+    model: Option<String>,
+    /// Turns run in Codex's Plan mode (`--plan`, until a plan is approved).
+    planning: bool,
+    /// The plan the active turn proposed (its `plan` item).
+    proposed: Option<String>,
+    /// The plan approval being asked, if any.
+    asking: Option<JoinHandle<()>>,
     watcher: JoinHandle<()>,
 }
 
 impl Drop for Thread {
     fn drop(&mut self) {
         self.watcher.abort();
+        if let Some(a) = &self.asking {
+            a.abort();
+        }
     }
 }
 
@@ -420,9 +448,10 @@ impl Adapter {
                 format!("Codex: {}", preview.lines().next().unwrap_or(preview))
             };
             self.attach(&id, &title, preview).await?;
+            self.named_model(&id, &res);
             if let Some(message) = self.args.message.clone() {
                 self.prompted = Some(id.clone());
-                self.start_turn(conn, &id, &message).await?;
+                self.start_planned_turn(conn, &id, &message).await?;
             }
         }
         if let Some(prompt) = self.args.prompt.clone() {
@@ -445,21 +474,58 @@ impl Adapter {
             let first = prompt.lines().next().unwrap_or(&prompt);
             self.attach(&id, &format!("Codex: {first}"), &prompt)
                 .await?;
+            self.named_model(&id, &res);
             self.prompted = Some(id.clone());
-            self.start_turn(conn, &id, &prompt).await?;
+            self.start_planned_turn(conn, &id, &prompt).await?;
         }
         Ok(())
     }
 
-    /// `turn/start` with `text` in a followed thread; the turn becomes its active one.
-    async fn start_turn(&mut self, conn: &Conn, id: &str, text: &str) -> Result<(), CodexError> {
-        let res = conn
-            .peer
-            .request(
-                "turn/start",
-                json!({"threadId": id, "input": text_input(text)}),
-            )
-            .await?;
+    /// Keeps the model `thread/start` or `thread/resume` named for the thread.
+    fn named_model(&mut self, id: &str, res: &Value) {
+        if let (Some(m), Some(t)) = (str_of(res, &["model"]), self.threads.get_mut(id)) {
+            t.model = Some(m.to_owned());
+        }
+    }
+
+    /// The first turn of `--prompt` or `--message`: in Plan mode with `--plan`.
+    async fn start_planned_turn(
+        &mut self,
+        conn: &Conn,
+        id: &str,
+        text: &str,
+    ) -> Result<(), CodexError> {
+        if !self.args.plan {
+            return self.start_turn(conn, id, text, None).await;
+        }
+        if let Some(t) = self.threads.get_mut(id) {
+            t.planning = true;
+        }
+        self.start_turn(conn, id, text, Some(plan::PLAN)).await
+    }
+
+    /// `turn/start` with `text` in a followed thread, in collaboration `mode` when one is given
+    /// (else the thread's mode stays as it was); the turn becomes its active one.
+    async fn start_turn(
+        &mut self,
+        conn: &Conn,
+        id: &str,
+        text: &str,
+        mode: Option<&str>,
+    ) -> Result<(), CodexError> {
+        let mut params = json!({"threadId": id, "input": text_input(text)});
+        if let Some(mode) = mode {
+            let model = self
+                .threads
+                .get(id)
+                .and_then(|t| t.model.clone())
+                .ok_or_else(|| CodexError::Protocol {
+                    method: "thread/start".into(),
+                    missing: "the thread's `model` (a collaboration mode is set with it)".into(),
+                })?;
+            params["collaborationMode"] = plan::collaboration(mode, &model);
+        }
+        let res = conn.peer.request("turn/start", params).await?;
         if let (Some(turn), Some(t)) = (str_of(&res, &["turn", "id"]), self.threads.get_mut(id)) {
             t.active_turn = Some(turn.to_owned());
         }
@@ -517,6 +583,10 @@ impl Adapter {
                 stopping: false,
                 paused: false,
                 held: None,
+                model: None,
+                planning: false,
+                proposed: None,
+                asking: None,
                 watcher,
             },
         );
@@ -651,6 +721,66 @@ impl Adapter {
                     _ => self.stop_thread(conn, &thread).await,
                 }
             }
+            Event::Plan {
+                thread,
+                answer,
+                decision,
+            } => self.on_plan_answer(conn, &thread, answer, decision).await,
+        }
+    }
+
+    /// The answer to "Implement this plan?": a turn in Default mode that implements it, another
+    /// planning turn with the feedback, or the end of the run with the thread in Plan mode.
+    async fn on_plan_answer(
+        &mut self,
+        conn: &mut Conn,
+        thread: &str,
+        answer: plan::Answer,
+        decision: Option<String>,
+    ) {
+        let Some(t) = self.threads.get_mut(thread) else {
+            return;
+        };
+        t.asking = None;
+        let run = t.run.clone();
+        let (text, mode, what) = match answer {
+            plan::Answer::Implement => (
+                IMPLEMENT.to_owned(),
+                plan::DEFAULT,
+                "the plan was approved: Codex implements it in Default mode",
+            ),
+            plan::Answer::Revise(feedback) => (
+                feedback,
+                plan::PLAN,
+                "the plan was sent back with feedback: Codex plans again",
+            ),
+            plan::Answer::Stop(why) => {
+                say(&run, "system", why.clone()).await;
+                self.end_prompted(thread, "planned", why, None);
+                return;
+            }
+        };
+        if let Some(t) = self.threads.get_mut(thread) {
+            t.planning = mode == plan::PLAN;
+        }
+        let started = self.start_turn(conn, thread, &text, Some(mode)).await;
+        let Some(d) = decision else { return };
+        let reported = match &started {
+            Ok(()) => {
+                say(&run, "system", what.to_owned()).await;
+                bridge::acknowledge(&run, &d, "turn/start").await
+            }
+            Err(e) => {
+                let why =
+                    format!("Codex did not start the turn that follows the plan's answer: {e}");
+                say(&run, "system", why.clone()).await;
+                let r = bridge::lost(&run, &d, &why).await;
+                self.end_prompted(thread, "failed", why, None);
+                r
+            }
+        };
+        if let Err(e) = reported {
+            tracing::warn!(thread, decision = %d, error = %e, "cannot report the delivery of the plan's answer");
         }
     }
 
@@ -867,6 +997,34 @@ impl Adapter {
                 );
                 conn.tasks.spawn(approval::carry(job));
             }
+            (question::USER_INPUT, Some(thread)) => {
+                let t = &self.threads[&thread];
+                let turn = str_of(&params, &["turnId"])
+                    .map(str::to_owned)
+                    .or_else(|| t.active_turn.clone())
+                    .unwrap_or_default();
+                let item = str_of(&params, &["itemId"]).unwrap_or_default();
+                let resolved = CancellationToken::new();
+                let withdrawn = Closed::default();
+                conn.approvals.insert(
+                    id.to_string(),
+                    approval::Handle {
+                        item_key: format!("{thread}:{turn}:{item}"),
+                        resolved: resolved.clone(),
+                        item_done: CancellationToken::new(),
+                        withdrawn: withdrawn.clone(),
+                    },
+                );
+                conn.tasks.spawn(question::carry(question::Job {
+                    run: t.run.clone(),
+                    peer: conn.peer.clone(),
+                    request_id: id,
+                    params,
+                    closed: conn.closed.clone(),
+                    resolved,
+                    withdrawn,
+                }));
+            }
             (approval::COMMAND_APPROVAL | approval::FILE_CHANGE_APPROVAL, None) => {
                 tracing::warn!(%id, "an approval request for a thread not followed here; declining");
                 let _ = conn.peer.respond(&id, json!({"decision": "decline"})).await;
@@ -1065,6 +1223,17 @@ impl Adapter {
                 t.last_message = Some(text.clone());
                 say(&t.run, "assistant", text).await;
             }
+            "plan" => {
+                let text = str_of(&item, &["text"]).unwrap_or("").trim().to_owned();
+                let Some(t) = self.threads.get_mut(thread) else {
+                    return;
+                };
+                if text.is_empty() {
+                    return;
+                }
+                say(&t.run, "assistant", format!("Proposed plan:\n{text}")).await;
+                t.proposed = Some(text);
+            }
             "userMessage" => {
                 let text: Vec<&str> = item
                     .get("content")
@@ -1191,8 +1360,40 @@ impl Adapter {
         if let Err(e) = run.checkpoint(body).await {
             tracing::warn!(thread, turn, error = %e, "cannot write the turn's checkpoint");
         }
-        if self.prompted.as_deref() == Some(thread) && !held {
-            let finish = match status.as_str() {
+        let Some(t) = self.threads.get_mut(thread) else {
+            return;
+        };
+        let proposed = t.proposed.take();
+        if let (true, "completed", Some(plan)) = (t.planning, status.as_str(), proposed) {
+            // Codex asks "Implement this plan?" here: so does the inbox, and the run goes on
+            // with the answer.
+            let cwd = self.cwd.as_ref().map(|c| c.display().to_string());
+            t.asking = Some(tokio::spawn(plan::ask(
+                run.clone(),
+                thread.to_owned(),
+                plan,
+                turn.clone(),
+                cwd,
+                self.events.clone(),
+            )));
+            return;
+        }
+        if !held {
+            self.end_prompted(thread, &status, summary, last_message);
+        }
+    }
+
+    /// The `--prompt` (or `--message`) thread's run is over: the adapter ends, and the attempt
+    /// finishes as the turn's `status` says.
+    fn end_prompted(
+        &mut self,
+        thread: &str,
+        status: &str,
+        summary: String,
+        last_message: Option<String>,
+    ) {
+        if self.prompted.as_deref() == Some(thread) {
+            let finish = match status {
                 // A runner's run stays open for what comes next (a follow-up, a revive).
                 "completed" if self.args.task.is_some() => (
                     FinishOutcome::Released,
@@ -1203,6 +1404,8 @@ impl Adapter {
                     last_message.unwrap_or_else(|| summary.clone()),
                 ),
                 "failed" => (FinishOutcome::Failed, summary),
+                // A plan left unapproved: the task stays open, as the thread does in Codex.
+                "planned" => (FinishOutcome::Released, summary),
                 _ => (
                     FinishOutcome::Released,
                     format!("{summary} in Codex; the thread stays open there"),
@@ -1402,7 +1605,7 @@ mod tests {
     fn revision(ev: &Event) -> Option<i64> {
         match ev {
             Event::Control { state, .. } => Some(state.plan_revision),
-            Event::Stopped { .. } => None,
+            Event::Stopped { .. } | Event::Plan { .. } => None,
         }
     }
 

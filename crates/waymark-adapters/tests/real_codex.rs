@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 use support::fake_model::{self, Turn};
-use support::fake_responses::{FakeResponses, text_of};
+use support::fake_responses::{self, FakeResponses, text_of};
 use support::real_acp::within;
 use support::{ControlPlane, Phone};
 use tokio::task::JoinHandle;
@@ -151,6 +151,17 @@ struct Adapter {
 
 impl Adapter {
     fn start(cp: &ControlPlane, home: &Home, codex: &Path, prompt: &str) -> Adapter {
+        Self::start_with(cp, home, codex, prompt, false)
+    }
+
+    /// With `plan`: the prompt's turn runs in Codex's Plan mode (`--plan`).
+    fn start_with(
+        cp: &ControlPlane,
+        home: &Home,
+        codex: &Path,
+        prompt: &str,
+        plan: bool,
+    ) -> Adapter {
         let shutdown = CancellationToken::new();
         // The run's name: its prompt up to the colon ("waymark turn one: …" → "turn-one").
         let name = prompt
@@ -163,6 +174,7 @@ impl Adapter {
             app_server_cmd: home.app_server_cmd(codex, &name),
             cwd: Some(home.work()),
             prompt: Some(prompt.into()),
+            plan,
             ..CodexArgs::new()
         };
         let handle = tokio::spawn(codex::run(args, cp.client.clone(), shutdown.clone()));
@@ -742,4 +754,180 @@ async fn real_codex_file_change_approvals_carry_the_diff_and_approve_writes_the_
         Some("The change was refused; going on without it.")
     );
     eprintln!("file changes done at {:?}", started.elapsed());
+}
+
+// ---- Plan mode: Codex's question and its plan, answered on the phone -------------------------
+
+/// The newest pending decision not among `seen`.
+async fn next_pending(cp: &ControlPlane, task: &str, seen: &[String]) -> Decision {
+    within(TURN, "a new pending decision in the inbox", || async {
+        detail(cp, task)
+            .await
+            .decisions
+            .into_iter()
+            .find(|d| d.status == DecisionStatus::Pending && !seen.contains(&d.id))
+    })
+    .await
+}
+
+/// The first request the model got after `from` whose newest prompt says `text`.
+async fn request_saying(model: &FakeResponses, from: usize, text: &str) -> serde_json::Value {
+    within(TURN, &format!("the model to be told `{text}`"), || async {
+        model
+            .requests()
+            .into_iter()
+            .skip(from)
+            .find(|r| fake_responses::last_prompt(r).contains(text))
+    })
+    .await
+}
+
+/// In Plan mode the real Codex offers its `request_user_input` tool: the question reaches the
+/// inbox as a form (choices with their descriptions, own words allowed as Codex's "Other"),
+/// the answer chosen on the phone is what the model receives as the tool's output, the plan
+/// it then proposes reaches the inbox in Codex's words, feedback sent back makes it plan
+/// again (still in Plan mode), and approval makes it implement the plan in Default mode.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn real_codex_plan_mode_asks_its_question_and_its_plan_on_the_phone() {
+    let codex = codex_binary();
+    let cp = ControlPlane::start("alice-codex-plan").await;
+    let phone = cp.phone().await;
+    let model = FakeResponses::start_planner().await;
+    let home = Home::new(&model);
+    let adapter = Adapter::start_with(
+        &cp,
+        &home,
+        &codex,
+        "waymark plan: add a cache to the service",
+        true,
+    );
+    let task = new_task(&cp, &mut Vec::new()).await;
+
+    // The question, as a form.
+    let q = next_pending(&cp, &task, &[]).await;
+    assert_eq!(q.kind, DecisionKind::Question);
+    assert_eq!(
+        q.question,
+        "Codex asks: Which database should the cache use?"
+    );
+    let form = q.form.clone().expect("Codex's question is asked as a form");
+    let part = &form.questions[0];
+    assert_eq!(
+        (part.id.as_str(), part.header.as_deref()),
+        ("db", Some("Database"))
+    );
+    let labels: Vec<(&str, Option<&str>)> = part
+        .choices
+        .iter()
+        .map(|c| (c.label.as_str(), c.description.as_deref()))
+        .collect();
+    assert_eq!(
+        labels,
+        [
+            ("SQLite (Recommended)", Some("a file next to the service")),
+            ("PostgreSQL", Some("the server the service already uses")),
+        ]
+    );
+    assert!(
+        part.free_text,
+        "Codex offers its own \"Other\" (isOther) on every question"
+    );
+    // A choice that is not offered is refused, and nothing reaches Codex.
+    let revision = detail(&cp, &task).await.task.plan_revision;
+    let (_, refused) = phone
+        .submit(
+            &task,
+            revision,
+            Operation::AnswerQuestion,
+            json!({"decision_id": q.id, "intent_digest": q.intent_digest, "answers": {"db": {"chosen": ["MySQL"]}}}),
+        )
+        .await;
+    assert_eq!(refused["status"], "rejected", "{refused}");
+    phone
+        .command(
+            &task,
+            revision,
+            Operation::AnswerQuestion,
+            json!({"decision_id": q.id, "intent_digest": q.intent_digest, "answers": {"db": {"chosen": ["PostgreSQL"]}}}),
+        )
+        .await;
+    let told = within(TURN, "the answer to reach the model", || async {
+        model.requests().into_iter().find_map(|r| {
+            r["input"]
+                .as_array()?
+                .iter()
+                .find(|i| i["type"] == "function_call_output")
+                .map(|i| i["output"].clone())
+        })
+    })
+    .await;
+    let told: serde_json::Value = serde_json::from_str(told.as_str().unwrap()).unwrap();
+    assert_eq!(
+        told,
+        json!({"answers": {"db": {"answers": ["PostgreSQL"]}}}),
+        "the model receives the choice as Codex's own terminal would send it"
+    );
+
+    // The plan, in Codex's words; sent back with feedback.
+    let p1 = next_pending(&cp, &task, std::slice::from_ref(&q.id)).await;
+    assert_eq!(p1.kind, DecisionKind::Approval);
+    let plan = p1.intent.as_ref().unwrap()["plan"].as_str().unwrap();
+    assert!(
+        plan.starts_with("# Cache plan") && plan.contains("add a cache to the service"),
+        "{plan}"
+    );
+    let options: Vec<&str> = p1.options.iter().map(|o| o.label.as_str()).collect();
+    assert_eq!(
+        options,
+        ["Yes, implement this plan", "No, stay in Plan mode"]
+    );
+    let before = model.requests().len();
+    let revision = detail(&cp, &task).await.task.plan_revision;
+    phone
+        .command(
+            &task,
+            revision,
+            Operation::Deny,
+            json!({"decision_id": p1.id, "intent_digest": p1.intent_digest, "text": "Use Redis instead"}),
+        )
+        .await;
+    let again = request_saying(&model, before, "Use Redis instead").await;
+    assert_eq!(
+        fake_responses::mode(&again),
+        Some("plan"),
+        "the feedback is a planning turn: Codex is still in Plan mode"
+    );
+
+    // The revised plan, approved: Codex implements it in Default mode.
+    let p2 = next_pending(&cp, &task, &[q.id.clone(), p1.id.clone()]).await;
+    let plan = p2.intent.as_ref().unwrap()["plan"].as_str().unwrap();
+    assert!(plan.contains("Use Redis instead"), "{plan}");
+    let before = model.requests().len();
+    let revision = detail(&cp, &task).await.task.plan_revision;
+    phone
+        .command(
+            &task,
+            revision,
+            Operation::Approve,
+            json!({"decision_id": p2.id, "intent_digest": p2.intent_digest}),
+        )
+        .await;
+    let implement = request_saying(&model, before, codex::IMPLEMENT).await;
+    assert_eq!(
+        fake_responses::mode(&implement),
+        Some("default"),
+        "the approved plan is implemented in Default mode"
+    );
+    adapter.ended().await;
+    let t = detail(&cp, &task).await;
+    assert_eq!(t.task.state, TaskState::Completed, "{:?}", t.task);
+    assert_eq!(last_assistant(&t).as_deref(), Some("Implemented the plan."));
+    for id in [&p1.id, &p2.id] {
+        let d = t.decisions.iter().find(|d| &d.id == id).unwrap();
+        assert_eq!(
+            d.delivery.as_ref().map(|x| x.state),
+            Some(DeliveryState::Acknowledged),
+            "each plan answer was taken by the turn it started: {d:?}"
+        );
+    }
 }

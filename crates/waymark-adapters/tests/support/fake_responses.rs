@@ -37,6 +37,8 @@ pub struct FakeResponses {
 /// What the server's connections share.
 struct Shared {
     turns: Vec<Turn>,
+    /// Play [`planner_reply`] instead of the turns.
+    planner: bool,
     kept: Arc<Mutex<Vec<Value>>>,
     calls: Arc<AtomicUsize>,
     hold: Arc<AtomicBool>,
@@ -50,9 +52,19 @@ impl Drop for FakeResponses {
 
 impl FakeResponses {
     pub async fn start(turns: Vec<Turn>) -> FakeResponses {
+        Self::serving(turns, false).await
+    }
+
+    /// A model that plans, as [`planner_reply`] says.
+    pub async fn start_planner() -> FakeResponses {
+        Self::serving(Vec::new(), true).await
+    }
+
+    async fn serving(turns: Vec<Turn>, planner: bool) -> FakeResponses {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let port = listener.local_addr().unwrap().port();
         let shared = Arc::new(Shared {
+            planner,
             turns,
             kept: Arc::new(Mutex::new(Vec::new())),
             calls: Arc::new(AtomicUsize::new(0)),
@@ -133,7 +145,11 @@ async fn serve(stream: TcpStream, shared: &Shared) -> std::io::Result<()> {
         kept.push(request.clone());
         kept.len()
     };
-    let item = reply_to(&request, &shared.turns, n);
+    let item = if shared.planner {
+        planner_reply(&request, n)
+    } else {
+        reply_to(&request, &shared.turns, n)
+    };
     if item["type"] == "function_call" {
         shared.calls.fetch_add(1, Ordering::SeqCst);
     } else if has_output(&request) {
@@ -198,6 +214,82 @@ fn reply_to(request: &Value, turns: &[Turn], n: usize) -> Value {
     });
     json!({"type": "function_call", "id": format!("fc_{index}_{n}"), "call_id": format!("call_{index}_{n}"),
            "name": "exec_command", "arguments": arguments.to_string()})
+}
+
+/// The question [`planner_reply`] asks through `request_user_input`.
+pub fn planner_question() -> Value {
+    json!({"questions": [{"id": "db", "header": "Database", "question": "Which database should the cache use?",
+        "options": [{"label": "SQLite (Recommended)", "description": "a file next to the service"},
+                    {"label": "PostgreSQL", "description": "the server the service already uses"}]}]})
+}
+
+/// What Codex's terminal sends in Default mode when a plan is approved.
+pub const IMPLEMENT: &str = "Implement the plan.";
+
+/// The text of the newest message the person wrote (Codex's own context messages, which
+/// start with a tag, left out).
+pub fn last_prompt(request: &Value) -> String {
+    request["input"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|i| i["type"] == "message" && i["role"] == "user")
+        .map(text_of)
+        .rfind(|t| !t.trim_start().starts_with('<'))
+        .unwrap_or_default()
+}
+
+/// Whether the request offers the model this tool.
+pub fn offers(request: &Value, tool: &str) -> bool {
+    request["tools"]
+        .as_array()
+        .is_some_and(|t| t.iter().any(|t| t["name"] == tool))
+}
+
+/// The collaboration mode the request is in, by the newest `<collaboration_mode>` developer
+/// message Codex 0.169 sends: `plan` ("# Plan Mode …") or `default` ("# Collaboration Mode:
+/// Default …"); none when no mode was ever set. (Its tool list is the same in both modes:
+/// `request_user_input` is always listed, and refused by Codex outside Plan mode.)
+pub fn mode(request: &Value) -> Option<&'static str> {
+    let text = request["input"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|i| i["type"] == "message" && i["role"] == "developer")
+        .map(text_of)
+        .rfind(|t| t.contains("<collaboration_mode>"))?;
+    if text.contains("# Plan Mode") {
+        Some("plan")
+    } else if text.contains("Collaboration Mode: Default") {
+        Some("default")
+    } else {
+        None
+    }
+}
+
+/// A model in Codex's Plan mode: in Plan mode, while nothing was asked yet, it asks
+/// [`planner_question`] through `request_user_input`; then it proposes a plan (`<proposed_plan>`) whose one
+/// step repeats the newest prompt; told [`IMPLEMENT`], it says it did.
+fn planner_reply(request: &Value, n: usize) -> Value {
+    let prompt = last_prompt(request);
+    let answer = |text: &str| {
+        json!({"type": "message", "role": "assistant", "id": format!("msg_{n}"),
+               "content": [{"type": "output_text", "text": text, "annotations": []}]})
+    };
+    if prompt.contains(IMPLEMENT) {
+        return answer("Implemented the plan.");
+    }
+    if mode(request) == Some("plan")
+        && offers(request, "request_user_input")
+        && !has_output(request)
+    {
+        return json!({"type": "function_call", "id": format!("fc_q_{n}"), "call_id": format!("call_q_{n}"),
+                      "name": "request_user_input", "arguments": planner_question().to_string()});
+    }
+    answer(&format!(
+        "Here is my plan.\n<proposed_plan>\n# Cache plan\n1. {}\n</proposed_plan>",
+        prompt.trim()
+    ))
 }
 
 fn sse(item: Value, n: usize) -> String {
