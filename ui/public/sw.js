@@ -173,12 +173,71 @@ async function receipt(decisionId, steps) {
   }
 }
 
+/** The decision's question and what closed it, in a line: "Answered on alice's laptop ·
+ * Approve", "Nobody answered: Deny applied", … — fetched over the device's session like
+ * `describe`; nothing when it cannot be fetched. */
+async function closedLine(payload) {
+  const session = await readKey("waymark-session");
+  if (!session || !session.token || !payload.task_id) return null;
+  try {
+    const res = await fetch(`../v1/tasks/${encodeURIComponent(payload.task_id)}`, { headers: { authorization: `Bearer ${session.token}` } });
+    if (!res.ok) return null;
+    const detail = await res.json();
+    const d = (detail.decisions || []).find((x) => x.id === payload.decision_id);
+    if (!d) return null;
+    const o = d.outcome || {};
+    const chosen = (d.options || []).find((x) => x.id === o.option);
+    const what = chosen ? chosen.label : o.option || "";
+    const answered = (d.deliveries || []).filter((x) => x.step === "answered").pop();
+    const line =
+      d.status === "resolved" && String(o.by || "").startsWith("rule:")
+        ? `Answered by a standing rule${what ? ` · ${what}` : ""}`
+        : d.status === "resolved"
+          ? `Answered${answered ? ` on ${answered.device_name}` : ""}${what ? ` · ${what}` : ""}`
+          : d.status === "expired"
+            ? o.by === "runtime"
+              ? "The runtime decided on its own"
+              : `Nobody answered: ${what ? `${what} applied` : "it expired"}`
+            : "No longer asked (the plan moved on or the task ended)";
+    return { question: d.question, line };
+  } catch (e) {
+    console.info("waymark: could not say how the decision closed", e);
+    return null;
+  }
+}
+
+/** A decision closed (answered on another device, by a rule, expired, or the runtime
+ * decided): its notification is replaced, quietly and without buttons, by one saying so —
+ * every push must show something (Safari revokes subscriptions whose pushes show nothing) —
+ * and where none was showing any more, the replacement is closed at once. */
+async function withdraw(payload) {
+  const tag = payload.decision_id;
+  const showing = await self.registration.getNotifications({ tag });
+  const said = await closedLine(payload);
+  await self.registration.showNotification(said ? said.line : "Answered elsewhere", {
+    body: said ? `${said.question}\nNothing to do here any more.` : "Nothing to do here any more.",
+    tag,
+    silent: true,
+    renotify: false,
+    icon: "icon-192.png",
+    data: { task_id: payload.task_id || null, decision_id: tag, closed: true },
+    actions: [],
+  });
+  if (showing.length === 0) {
+    for (const n of await self.registration.getNotifications({ tag })) n.close();
+  }
+}
+
 self.addEventListener("push", (event) => {
   let payload = {};
   try {
     payload = event.data ? event.data.json() : {};
   } catch {
     payload = {};
+  }
+  if (payload.type === "decision.closed" && typeof payload.decision_id === "string") {
+    event.waitUntil(withdraw(payload));
+    return;
   }
   event.waitUntil(
     describe(payload).then((n) =>
@@ -201,6 +260,8 @@ self.addEventListener("push", (event) => {
  * nothing. */
 async function target(action, data) {
   const d = data || {};
+  // A withdrawn notification leads to the task, where the answer is.
+  if (d.closed && d.task_id) return `./#/threads/${encodeURIComponent(d.task_id)}`;
   if (d.decision_id && (action === "approve" || action === "deny")) {
     const nonce = crypto.randomUUID();
     await writeKey("waymark-action", { nonce, op: action, decision_id: d.decision_id, plan_revision: d.plan_revision, intent_digest: d.intent_digest || null, at: Date.now() });
@@ -215,7 +276,7 @@ self.addEventListener("notificationclick", (event) => {
   event.notification.close();
   const data = event.notification.data || {};
   event.waitUntil(
-    Promise.all([receipt(data.decision_id, ["opened"]), target(event.action, data)]).then(([, path]) => {
+    Promise.all([data.closed ? null : receipt(data.decision_id, ["opened"]), target(event.action, data)]).then(([, path]) => {
       const url = new URL(path, self.registration.scope).href;
       return self.clients.matchAll({ type: "window", includeUncontrolled: true }).then((wins) => {
         for (const w of wins) {

@@ -350,6 +350,18 @@ async fn push_to_service_worker(
     origin: &str,
     payload: Value,
 ) -> Vec<Value> {
+    push_until(c, profile, origin, payload, |shown| !shown.is_empty()).await
+}
+
+/// Delivers a push to the page's service worker (again every 10 s, as a push service does
+/// with what was not taken) until the notifications it shows satisfy `done`; returns them.
+async fn push_until(
+    c: &Client,
+    profile: &Path,
+    origin: &str,
+    payload: Value,
+    done: impl Fn(&[Value]) -> bool,
+) -> Vec<Value> {
     let mut cdp = Cdp::connect(profile).await;
     cdp.call(
         None,
@@ -402,13 +414,13 @@ async fn push_to_service_worker(
             next_delivery = Instant::now() + Duration::from_secs(10);
         }
         let shown = notifications(c).await;
-        if !shown.is_empty() {
+        if done(&shown) {
             return shown;
         }
         if Instant::now() > until {
             shot(c, "failure").await;
             panic!(
-                "the service worker showed no notification within 40 s of the push (delivered every 10 s)"
+                "the service worker did not show what was expected within 40 s of the push (delivered every 10 s): {shown:?}"
             );
         }
         tokio::time::sleep(Duration::from_millis(250)).await;
@@ -877,6 +889,37 @@ async fn a_phone_browser_pairs_by_link_approves_and_steers_offline() {
         decision_status(&url, &admin_token, &third_task, &id),
         "resolved"
     );
+    // Answered: the server's `decision.closed` push (to each device the decision was pushed
+    // to) makes the worker replace the notification, same tag, with a quiet one saying how it
+    // closed — no buttons left to answer a closed decision with.
+    let withdrawn = push_until(
+        &c,
+        &tmp.path().join("chromium"),
+        &url,
+        json!({"v": 1, "type": "decision.closed", "task_id": third_task, "cursor": 0, "decision_id": id}),
+        |shown| shown.iter().any(|n| n["data"]["closed"] == json!(true)),
+    )
+    .await;
+    let mine: Vec<&Value> = withdrawn.iter().filter(|n| n["tag"] == json!(id)).collect();
+    assert_eq!(
+        mine.len(),
+        1,
+        "one notification for the decision: {withdrawn:?}"
+    );
+    let n = mine[0];
+    let title = n["title"].as_str().unwrap_or_default();
+    assert!(
+        title.starts_with("Answered on ") && title.to_lowercase().contains("approve"),
+        "it says where and how it was answered: {n}"
+    );
+    assert!(
+        n["body"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("Nothing to do here"),
+        "{n}"
+    );
+    assert_eq!(n["actions"], json!([]), "nothing left to answer: {n}");
     finished(
         &mut third,
         "the third run did not finish after the approval",

@@ -391,4 +391,9 @@ pub struct PushPayload {
     pub task_id: String,
     /// The event's cursor: sync at least this far.
     pub cursor: i64,
+    /// `decision.closed` only: the decision that closed, so the device withdraws its
+    /// notification for it (tagged with this id) — sent only to devices it was pushed to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(pattern = r"^dec_[0-9a-f]{32}$")]
+    pub decision_id: Option<String>,
 }

@@ -214,6 +214,11 @@ pub(crate) fn worth_a_push(e: &EventRow, device_id: &str, own: bool) -> bool {
     }
 }
 
+/// The decision a decision event is about.
+fn decision_of(e: &EventRow) -> Option<&str> {
+    e.data.get("id").and_then(|v| v.as_str())
+}
+
 /// Starts a round of delivery beside the caller unless one is under way (the next pass
 /// starts the next).
 pub(crate) fn spawn_round(st: &AppState) {
@@ -291,18 +296,40 @@ pub(crate) async fn deliver(st: &AppState, mut c: PushChannelRow) -> ApiResult<u
         }
         // Its user's tasks and those delegated to them (pushed only where a step names them).
         let owners = crate::auth::visible_owners(&mut *tx, &c.user_id).await?;
-        tx.events_after(c.cursor, BATCH, Some(&owners)).await?
+        let events = tx.events_after(c.cursor, BATCH, Some(&owners)).await?;
+        // Of the decisions that closed, those this device was pushed before: its notification
+        // for each is withdrawn.
+        let closed: Vec<String> = events
+            .iter()
+            .filter(|e| e.kind == EventKind::DecisionClosed)
+            .filter_map(|e| decision_of(e).map(str::to_owned))
+            .collect();
+        let shown: std::collections::HashSet<String> = if closed.is_empty() {
+            Default::default()
+        } else {
+            tx.deliveries(&closed)
+                .await?
+                .into_iter()
+                .filter(|d| d.device_id == c.device_id && d.step == DeliveryStep::Pushed)
+                .map(|d| d.decision_id)
+                .collect()
+        };
+        (events, shown)
     };
+    let (events, mut shown) = events;
     let mut sent = 0;
     // Decisions the push service took a push about: proof of delivery's first step.
     let mut pushed: Vec<(String, String)> = Vec::new();
     for e in events {
-        if worth_a_push(&e, &c.device_id, e.owner_id == c.user_id) {
+        let withdraw = e.kind == EventKind::DecisionClosed
+            && decision_of(&e).is_some_and(|id| shown.contains(id));
+        if withdraw || worth_a_push(&e, &c.device_id, e.owner_id == c.user_id) {
             let payload = PushPayload {
                 v: 1,
                 kind: e.kind.as_str().to_owned(),
                 task_id: e.task_id.clone(),
                 cursor: e.cursor,
+                decision_id: withdraw.then(|| decision_of(&e).unwrap_or_default().to_owned()),
             };
             c.attempts += 1;
             c.last_attempt_at = Some(st.now_ms());
@@ -317,6 +344,8 @@ pub(crate) async fn deliver(st: &AppState, mut c: PushChannelRow) -> ApiResult<u
                     ) && let Some(id) = e.data.get("id").and_then(|v| v.as_str())
                     {
                         pushed.push((e.task_id.clone(), id.to_owned()));
+                        // Closed later in this batch: withdrawn the same way.
+                        shown.insert(id.to_owned());
                     }
                 }
                 Err(Failure::Gone(why)) => {

@@ -560,3 +560,72 @@ async fn a_device_with_silent_push_endpoints_holds_up_no_one_elses_decision_defa
         "{n} channels of the silent socket tried: {heads:#?}"
     );
 }
+
+/// A decision that closes (here by its default) is withdrawn from every device it was pushed
+/// to: each gets a `decision.closed` push naming only the decision, so its service worker or
+/// app replaces the notification tagged with it. A device it was never pushed to gets nothing.
+#[tokio::test]
+async fn a_closed_decision_is_withdrawn_from_the_devices_it_was_pushed_to_and_no_others() {
+    let h = Harness::start().await;
+    let (base, svc) = push_service().await;
+    let register = |name: &'static str| {
+        let h = &h;
+        let base = base.clone();
+        async move {
+            let d = h.pair_device("alice", &["view", "approve"]).await;
+            let token = h.session_token(&d).await;
+            let (s, v) = h
+                .post(
+                    &token,
+                    &format!("/v1/devices/{}/push", d.id),
+                    json!({"kind": "unified_push", "endpoint": format!("{base}/push/{name}")}),
+                )
+                .await;
+            assert_eq!(s, StatusCode::CREATED, "{v}");
+        }
+    };
+    register("phone").await;
+    register("laptop").await;
+    let (task, decision) = ask_approval(&h, &h.alice, json!({"expires_in_seconds": 60})).await;
+    h.advance(Duration::ZERO).await;
+    // A device that turned push on after the decision went out was never shown it.
+    register("tablet").await;
+    h.advance(Duration::from_secs(61)).await;
+    h.advance(Duration::ZERO).await;
+    let got = |name: &str| -> Vec<Value> {
+        svc.got
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|(n, _, _)| n == name)
+            .map(|(_, _, b)| serde_json::from_slice(b).unwrap())
+            .collect()
+    };
+    for name in ["phone", "laptop"] {
+        let pushes = got(name);
+        let kinds: Vec<&str> = pushes.iter().map(|p| p["type"].as_str().unwrap()).collect();
+        assert_eq!(
+            kinds,
+            ["decision.requested", "decision.closed"],
+            "{name}: {pushes:?}"
+        );
+        let closed = &pushes[1];
+        assert_eq!(closed["decision_id"], decision.as_str(), "{closed}");
+        assert_eq!(closed["task_id"], task.as_str(), "{closed}");
+        assert_eq!(
+            closed.as_object().unwrap().len(),
+            5,
+            "content-free, the decision's id only: {closed}"
+        );
+        assert!(
+            pushes[0].get("decision_id").is_none(),
+            "a request says only what to fetch: {}",
+            pushes[0]
+        );
+    }
+    assert_eq!(
+        got("tablet"),
+        Vec::<Value>::new(),
+        "never pushed, nothing to withdraw"
+    );
+}
