@@ -75,6 +75,7 @@ pub fn show(app: AppHandle, shared: Arc<Shared>, n: Notification) {
             Ok(handle) => {
                 // Proof of delivery: the desktop showed it.
                 if let Some(d) = n.decision_id.clone() {
+                    shared.shown.remember(d.clone(), handle.id());
                     let shared = shared.clone();
                     tauri::async_runtime::spawn(async move {
                         receipt(&shared, d, waymark_proto::DeliveryStep::Shown).await
@@ -101,6 +102,66 @@ pub fn show(app: AppHandle, shared: Arc<Shared>, n: Notification) {
     #[cfg(not(all(unix, not(any(target_os = "android", target_os = "ios")))))]
     {
         let _ = (app, shared, n);
+    }
+}
+
+/// The desktop notification shown for each open decision (its id on the notification
+/// server).
+#[derive(Debug, Default)]
+pub struct Shown(std::sync::Mutex<std::collections::HashMap<String, u32>>);
+
+impl Shown {
+    /// Remembers the notification shown for a decision (a newer one replaces it).
+    pub fn remember(&self, decision: String, notification: u32) {
+        self.0
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(decision, notification);
+    }
+
+    /// Forgets, and returns, the notifications of the decisions among `decisions` that are no
+    /// longer open (each `(id, open)`).
+    pub fn take_closed<'a>(
+        &self,
+        decisions: impl IntoIterator<Item = (&'a str, bool)>,
+    ) -> Vec<(String, u32)> {
+        let mut shown = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        decisions
+            .into_iter()
+            .filter(|(_, open)| !open)
+            .filter_map(|(id, _)| shown.remove_entry(id))
+            .collect()
+    }
+}
+
+/// Withdraws the notification of a decision that closed (answered in the window or on
+/// another device, by a rule, its default or the runtime): the notification server is asked
+/// to replace it by a quiet one without actions and to close that — what the freedesktop
+/// protocol offers for a notification shown by another connection (`replaces_id`, then
+/// `CloseNotification`). The tray count follows from the mirror.
+pub fn withdraw(decision: String, notification: u32) {
+    #[cfg(all(unix, not(any(target_os = "android", target_os = "ios"))))]
+    std::thread::spawn(move || {
+        let replaced = notify_rust::Notification::new()
+            .appname("Waymark")
+            .id(notification)
+            .summary("Answered")
+            .body("Nothing to do here any more.")
+            .icon("dialog-information")
+            .show();
+        match replaced {
+            Ok(handle) => {
+                handle.close();
+                tracing::debug!(%decision, notification, "withdrew the closed decision's notification");
+            }
+            Err(e) => {
+                tracing::info!(%decision, error = %e, "cannot withdraw a desktop notification")
+            }
+        }
+    });
+    #[cfg(not(all(unix, not(any(target_os = "android", target_os = "ios")))))]
+    {
+        let _ = (decision, notification);
     }
 }
 
@@ -209,6 +270,21 @@ mod tests {
             act(&unsaid, "approve"),
             Act::Open("/inbox/dec_1".into()),
             "without what it showed, the card answers instead"
+        );
+    }
+
+    #[test]
+    fn only_a_shown_decision_that_closed_is_withdrawn_and_only_once() {
+        let shown = Shown::default();
+        shown.remember("dec_1".into(), 7);
+        shown.remember("dec_2".into(), 8);
+        // dec_1 still open, dec_2 closed, dec_3 closed but never shown here.
+        let closed = shown.take_closed([("dec_1", true), ("dec_2", false), ("dec_3", false)]);
+        assert_eq!(closed, [("dec_2".to_owned(), 8)]);
+        assert!(shown.take_closed([("dec_2", false)]).is_empty(), "once");
+        assert_eq!(
+            shown.take_closed([("dec_1", false)]),
+            [("dec_1".to_owned(), 7)]
         );
     }
 

@@ -50,6 +50,9 @@ pub struct Shared {
     pub repaired: Notify,
     /// Where the UI should go when it next asks (a link or action that came before it loaded).
     pending: Mutex<Option<crate::events::Navigate>>,
+    /// The desktop notification shown for each decision still open, so it is withdrawn when
+    /// the decision closes.
+    pub shown: crate::notifications::Shown,
 }
 
 impl Shared {
@@ -65,6 +68,7 @@ impl Shared {
             fatal: Mutex::new(None),
             repaired: Notify::new(),
             pending: Mutex::new(None),
+            shown: crate::notifications::Shown::default(),
         }
     }
 

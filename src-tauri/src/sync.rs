@@ -114,6 +114,18 @@ async fn look(
             .collect(),
     };
     for id in ids {
+        // What closed since it was shown is withdrawn.
+        if let Some(thread) = mirror.thread(&id).await? {
+            let closed = shared.shown.take_closed(thread.decisions.iter().map(|d| {
+                (
+                    d.id.as_str(),
+                    d.status == waymark_proto::DecisionStatus::Pending,
+                )
+            }));
+            for (decision, notification) in closed {
+                crate::notifications::withdraw(decision, notification);
+            }
+        }
         // The shared content model (with the diff stat of cached diffs), each shown once.
         for n in shared.companion.notifications(&id, true).await? {
             // On a full look after a snapshot or a reconnect, finished tasks from before are

@@ -344,6 +344,18 @@ async fn a_person_pairs_approves_and_steers_offline() {
         sent.contains("delivered") || sent.contains("acknowledged"),
         "approval delivered: {sent}"
     );
+    // Answered in the window, the decision closed: its desktop notification, still showing,
+    // is withdrawn (replaced, then closed on the notification server).
+    wait_until(
+        &c,
+        "the answered decision's notification withdrawn",
+        60,
+        || async {
+            std::fs::read_to_string(&notify_log)
+                .is_ok_and(|s| s.contains("member=CloseNotification"))
+        },
+    )
+    .await;
     let until = Instant::now() + Duration::from_secs(120);
     let status = loop {
         if let Some(s) = first.0.try_wait().expect("demo status") {

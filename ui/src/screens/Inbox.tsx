@@ -14,6 +14,7 @@ import { InboxCard } from "../components/InboxCard";
 import { machinesByTask, useMachines } from "../components/Machine";
 import { answerMany } from "../components/batch";
 import { useWindowed } from "../windowed";
+import { howClosed } from "../closed";
 
 /** A card's height before it is measured (px): an approval with its intent, two receipts (one
  * with a failure) and the actions measure ≈ 555 px at desktop width (WebKitGTK; ≈ 770 px at
@@ -36,8 +37,33 @@ export function InboxScreen({ focus, confirm, actionNonce, go }: { focus?: strin
   // An answered decision leaves the inbox as soon as the mirror hears of it; what was sent
   // stays visible here so the person sees their answer went out (or was queued).
   const [sent, setSent] = useState<{ question: string; op: DecideOp; entry: OutboxView }[]>([]);
+  // Decisions that left the inbox while shown here without being answered here (answered on
+  // another device, by a rule, by their default or the runtime): each says how it closed, in
+  // place of a card that silently vanished.
+  const answeredHere = useRef<Set<string>>(new Set());
+  const shownBefore = useRef<Map<string, string> | null>(null);
+  const [closedElsewhere, setClosedElsewhere] = useState<{ id: string; question: string; how: string }[]>([]);
+  useEffect(() => {
+    if (!data) return;
+    const now = new Map(data.map((i) => [i.decision.id, i.decision.task_id]));
+    const before = shownBefore.current;
+    shownBefore.current = now;
+    if (!before) return;
+    for (const [id, task] of before) {
+      if (now.has(id) || answeredHere.current.has(id)) continue;
+      commands
+        .getThread(task)
+        .then((th) => {
+          const d = th.decisions.find((x) => x.id === id);
+          if (!d || d.status === "pending") return;
+          setClosedElsewhere((c) => [{ id, question: d.question, how: howClosed(d, t) }, ...c.filter((x) => x.id !== id)].slice(0, 20));
+        })
+        .catch((e: unknown) => console.info("waymark: could not say how a decision closed", e));
+    }
+  }, [data, t]);
   const decide = useCallback(
     async (id: string, op: DecideOp, option: string | null, text: string | null, seen: SeenView) => {
+      answeredHere.current.add(id);
       const question = data?.find((i) => i.decision.id === id)?.decision.question ?? id;
       const entry = await commands.decide(id, op, option, text, seen);
       setSent((s) => [{ question, op, entry }, ...s].slice(0, 20));
@@ -47,6 +73,7 @@ export function InboxScreen({ focus, confirm, actionNonce, go }: { focus?: strin
   );
   const approveEdited = useCallback(
     async (id: string, part: string, seen: SeenView) => {
+      answeredHere.current.add(id);
       const question = data?.find((i) => i.decision.id === id)?.decision.question ?? id;
       const entry = await commands.approveEdited(id, part, seen);
       setSent((s) => [{ question, op: "approve" as DecideOp, entry }, ...s].slice(0, 20));
@@ -151,6 +178,11 @@ export function InboxScreen({ focus, confirm, actionNonce, go }: { focus?: strin
         <p key={s.entry.command_id} className="sent small" role="status" data-testid="decision-result">
           <span className={`pill st-${s.entry.status}`}>{t(`outbox.status.${s.entry.status}` as "outbox.status.queued")}</span> <strong>{s.op}</strong> — {s.question}
           {s.entry.what_changed ? ` — ${s.entry.what_changed}` : ""}
+        </p>
+      ))}
+      {closedElsewhere.map((c) => (
+        <p key={c.id} className="sent small muted" role="status" data-testid="closed-elsewhere">
+          {t("inbox.closedElsewhere", { question: c.question, how: c.how })}
         </p>
       ))}
       {batchNote.map((n) => (
