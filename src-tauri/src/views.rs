@@ -381,6 +381,10 @@ pub struct EscalationStateView {
     pub held_until: Option<i64>,
     /// Why it stopped, e.g. `opened on laptop`.
     pub stopped: Option<String>,
+    /// Reminders sent so far.
+    pub reminded: u32,
+    /// When the next reminder is due (unix ms).
+    pub next_reminder_at: Option<i64>,
 }
 
 impl From<Escalation> for EscalationStateView {
@@ -401,6 +405,8 @@ impl From<Escalation> for EscalationStateView {
             next_at: e.next.as_ref().map(|n| ms(n.at)),
             held_until: e.held_until.map(ms),
             stopped: e.stopped,
+            reminded: e.reminded,
+            next_reminder_at: e.next_reminder.map(ms),
         }
     }
 }
@@ -412,6 +418,18 @@ pub struct EscalationPolicyView {
     pub steps: Vec<EscalationStepView>,
     /// Quiet hours, if any.
     pub quiet_hours: Option<QuietHoursView>,
+    /// Reminders of unanswered decisions, if any.
+    #[serde(default)]
+    pub reminders: Option<RemindersView>,
+}
+
+/// Reminders: every so many minutes after the last notification, at most so many times.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, Type)]
+pub struct RemindersView {
+    /// Minutes between the last notification and a reminder (at least 5).
+    pub every_minutes: u32,
+    /// Reminders per decision (1–12).
+    pub at_most: u32,
 }
 
 /// One step: minutes after the step before, and the device ids and people it notifies.
@@ -491,6 +509,10 @@ impl From<EscalationPolicy> for EscalationPolicyView {
                 to: q.to,
                 time_zone: q.time_zone,
             }),
+            reminders: p.reminders.map(|r| RemindersView {
+                every_minutes: r.every_minutes,
+                at_most: r.at_most,
+            }),
         }
     }
 }
@@ -511,6 +533,10 @@ impl From<EscalationPolicyView> for EscalationPolicy {
                 from: q.from,
                 to: q.to,
                 time_zone: q.time_zone,
+            }),
+            reminders: p.reminders.map(|r| Reminders {
+                every_minutes: r.every_minutes,
+                at_most: r.at_most,
             }),
         }
     }

@@ -245,6 +245,8 @@ self.addEventListener("push", (event) => {
         .showNotification(n.title, {
           body: n.body,
           tag: n.tag,
+          // A step or a reminder of a decision already shown alerts again, in its place.
+          renotify: payload.type === "decision.escalated" && Boolean(n.tag),
           icon: "icon-192.png",
           data: n.data,
           actions: n.actions,

@@ -465,6 +465,8 @@ export type EscalationPolicyView = {
 	steps: EscalationStepView[],
 	/**  Quiet hours, if any. */
 	quiet_hours: QuietHoursView | null,
+	/**  Reminders of unanswered decisions, if any. */
+	reminders?: RemindersView | null,
 };
 
 /**  Where a decision stands in its user's escalation policy. */
@@ -479,6 +481,10 @@ export type EscalationStateView = {
 	held_until: number | null,
 	/**  Why it stopped, e.g. `opened on laptop`. */
 	stopped: string | null,
+	/**  Reminders sent so far. */
+	reminded: number,
+	/**  When the next reminder is due (unix ms). */
+	next_reminder_at: number | null,
 };
 
 /**  One step: minutes after the step before, and the device ids and people it notifies. */
@@ -781,6 +787,14 @@ export type ReceiptView = {
 	junit_sha256: string,
 	/**  Recorded (unix ms). */
 	created_at: number,
+};
+
+/**  Reminders: every so many minutes after the last notification, at most so many times. */
+export type RemindersView = {
+	/**  Minutes between the last notification and a reminder (at least 5). */
+	every_minutes: number,
+	/**  Reminders per decision (1–12). */
+	at_most: number,
 };
 
 /**  A rule made: its id and the server's words for it. */

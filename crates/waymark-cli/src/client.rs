@@ -7,6 +7,7 @@ use serde_json::{Value, json};
 use waymark_companion::{Companion, Error, OutboxEntry, Seen, StageStatus};
 use waymark_proto::{
     Delegates, Delegation, Device, EscalationPolicy, EscalationStep, Operation, QuietHours,
+    Reminders,
 };
 
 use crate::output::{CliResult, Exit, Failure, emit};
@@ -53,6 +54,11 @@ pub(crate) struct EscalationArgs {
     /// The quiet hours' IANA time zone, e.g. `Europe/Berlin`.
     #[arg(long, value_name = "ZONE", requires = "quiet")]
     time_zone: Option<String>,
+    /// Remind a decision nobody has answered: `EVERYxTIMES` — the devices notified so far are
+    /// notified again EVERY minutes after the last notification (at least 5), at most TIMES
+    /// times (1–12); e.g. `--remind 30x3`. Quiet hours hold reminders like steps.
+    #[arg(long, value_name = "EVERYxTIMES", requires = "step")]
+    remind: Option<String>,
     /// Remove the policy: every device with a push channel is notified at once.
     #[arg(long)]
     clear: bool,
@@ -352,6 +358,20 @@ fn outbox_line(e: &OutboxEntry) -> String {
     line
 }
 
+/// `--remind EVERYxTIMES`.
+fn reminders_from(r: &str) -> Result<Reminders, Error> {
+    let bad = || {
+        Error::Invalid(format!(
+            "`--remind {r}`: write EVERYxTIMES, minutes between reminders and how many, e.g. `--remind 30x3`"
+        ))
+    };
+    let (every, times) = r.split_once(['x', 'X']).ok_or_else(bad)?;
+    Ok(Reminders {
+        every_minutes: every.trim().parse().map_err(|_| bad())?,
+        at_most: times.trim().parse().map_err(|_| bad())?,
+    })
+}
+
 /// The policy the flags describe, devices named by id or by name.
 fn policy_from(args: &EscalationArgs, devices: &[Device]) -> Result<EscalationPolicy, Error> {
     let live: Vec<&Device> = devices.iter().filter(|d| d.revoked_at.is_none()).collect();
@@ -417,7 +437,12 @@ fn policy_from(args: &EscalationArgs, devices: &[Device]) -> Result<EscalationPo
         }
         _ => None,
     };
-    Ok(EscalationPolicy { steps, quiet_hours })
+    let reminders = args.remind.as_deref().map(reminders_from).transpose()?;
+    Ok(EscalationPolicy {
+        steps,
+        quiet_hours,
+        reminders,
+    })
 }
 
 fn render_delegates(d: &Delegates) -> String {

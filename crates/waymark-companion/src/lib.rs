@@ -193,6 +193,13 @@ impl Companion {
             if foreign {
                 n.title = format!("For {}: {}", thread.task.owner, n.title);
             }
+            // A reminder is shown again, once per reminder.
+            if let (Some(d), Some(me)) = (decision, me)
+                && let Some(r) = notify::reminder_for(d, me)
+            {
+                n.key = format!("{}:reminder:{r}", n.key);
+                n.title = format!("Reminder: {}", n.title);
+            }
             if !dedup || self.mirror.first_notification(&n.key).await? {
                 out.push(n);
             }

@@ -185,6 +185,18 @@ pub fn reaches_delegate(d: &Decision, device_id: &str) -> bool {
         .is_some_and(|e| e.notified.iter().any(|n| n.device_id == device_id))
 }
 
+/// The newest reminder (`EscalationPolicy::reminders`) of a decision that reached `device_id`:
+/// each one is notified again (its own notification key), as the server pushes it again.
+pub fn reminder_for(d: &Decision, device_id: &str) -> Option<u32> {
+    d.escalation
+        .as_ref()?
+        .notified
+        .iter()
+        .filter(|n| n.device_id == device_id)
+        .filter_map(|n| n.reminder)
+        .max()
+}
+
 /// The notification a pending decision deserves.
 pub fn for_decision(d: &Decision, thread: &ThreadDetail) -> Notification {
     decision_with(d, thread, &[])
@@ -374,6 +386,31 @@ mod tests {
             "created_at": "2026-12-02T12:00:00Z", "outcome": null,
         }))
         .unwrap()
+    }
+
+    #[test]
+    fn each_reminder_that_reached_this_device_is_its_own_notification() {
+        let mut d = approval(serde_json::json!({"x": 1}));
+        assert_eq!(
+            reminder_for(&d, "dev_a"),
+            None,
+            "no escalation, no reminder"
+        );
+        d.escalation = Some(
+            serde_json::from_value(serde_json::json!({"notified": [
+                {"device_id": "dev_a", "device_name": "laptop", "step": 0, "at": "2026-12-02T12:00:00Z"},
+                {"device_id": "dev_b", "device_name": "phone", "step": 1, "at": "2026-12-02T12:10:00Z"},
+                {"device_id": "dev_a", "device_name": "laptop", "step": 1, "reminder": 1, "at": "2026-12-02T12:40:00Z"},
+                {"device_id": "dev_a", "device_name": "laptop", "step": 1, "reminder": 2, "at": "2026-12-02T13:10:00Z"}
+            ], "reminded": 2}))
+            .unwrap(),
+        );
+        assert_eq!(reminder_for(&d, "dev_a"), Some(2));
+        assert_eq!(
+            reminder_for(&d, "dev_b"),
+            None,
+            "a device a reminder did not reach"
+        );
     }
 
     #[test]

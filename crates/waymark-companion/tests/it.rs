@@ -1020,6 +1020,7 @@ async fn a_device_notifies_a_decision_only_once_its_escalation_step_reached_it()
             },
         ],
         quiet_hours: None,
+        reminders: None,
     };
     laptop.set_escalation(Some(&policy)).await.unwrap();
     assert_eq!(phone.escalation().await.unwrap(), Some(policy));
@@ -1101,6 +1102,7 @@ async fn a_delegate_is_notified_at_his_step_and_answers_from_his_own_device() {
             },
         ],
         quiet_hours: None,
+        reminders: None,
     };
     assert!(alice.set_escalation(Some(&policy)).await.is_err());
     let d = alice.set_delegate("bob", true).await.unwrap();

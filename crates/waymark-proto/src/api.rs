@@ -945,6 +945,23 @@ pub struct EscalationPolicy {
     /// Urgent decisions (risky, or closing before the quiet hours end) still escalate.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub quiet_hours: Option<QuietHours>,
+    /// Reminders of a decision nobody has answered yet: the devices notified so far are
+    /// notified again, never sooner than `every_minutes` after the last notification, at most
+    /// `at_most` times. Quiet hours hold them like steps.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reminders: Option<Reminders>,
+}
+
+/// How an unanswered decision is reminded (`EscalationPolicy::reminders`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Reminders {
+    /// Minutes from the last notification (a step or a reminder) to the next reminder.
+    #[schema(minimum = 5, maximum = 10080)]
+    pub every_minutes: u32,
+    /// Reminders per decision, at most.
+    #[schema(minimum = 1, maximum = 12)]
+    pub at_most: u32,
 }
 
 /// One step of an escalation policy.
@@ -1015,9 +1032,17 @@ pub struct Escalation {
     /// The step is due but held by quiet hours until then.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub held_until: Option<DateTime<Utc>>,
-    /// Why it stopped escalating, e.g. `opened on alice's laptop`.
+    /// Why it stopped escalating, e.g. `opened on alice's laptop`. Reminders go on until it
+    /// is answered.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stopped: Option<String>,
+    /// Reminders sent so far.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub reminded: u32,
+    /// When the next reminder is due (quiet hours may hold it longer); absent when the policy
+    /// has none or all were sent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_reminder: Option<DateTime<Utc>>,
     /// The policy it follows, as it was when the decision opened (a later change does not
     /// move decisions already open).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -1035,10 +1060,17 @@ pub struct EscalationNotice {
     /// The person whose device it is, when it is not the decision owner's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub person: Option<String>,
-    /// The step that notified it.
+    /// The step that notified it (for a reminder: the last step reached).
     pub step: u32,
+    /// Set for a reminder: which one (1, 2, …).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reminder: Option<u32>,
     /// When.
     pub at: DateTime<Utc>,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 /// The next step of an escalation.
@@ -1081,6 +1113,12 @@ impl Escalation {
                 n.at.format("%H:%M UTC")
             )),
             (None, None) => parts.push("no one else in line".into()),
+        }
+        if self.reminded > 0 {
+            parts.push(format!("reminded {}×", self.reminded));
+        }
+        if let Some(at) = self.next_reminder {
+            parts.push(format!("next reminder at {}", at.format("%H:%M UTC")));
         }
         parts.join(" · ")
     }

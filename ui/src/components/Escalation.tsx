@@ -3,7 +3,7 @@
 // (its devices, people, waits, time zone) and says why it refuses. A step may name people this
 // user delegates to (`Delegates`): all of their devices are notified.
 import { useEffect, useState } from "react";
-import type { DeviceView, EscalationPolicyView, EscalationStepView } from "../bindings";
+import type { DeviceView, EscalationPolicyView, EscalationStepView, RemindersView } from "../bindings";
 import { commands, errorText } from "../data";
 import { useI18n } from "../i18n";
 
@@ -22,6 +22,7 @@ export function EscalationEditor({ devices, people = [] }: { devices: readonly D
   const [saved, setSaved] = useState<EscalationPolicyView | null>(null);
   const [steps, setSteps] = useState<EscalationStepView[]>([]);
   const [quiet, setQuiet] = useState<{ from: string; to: string; time_zone: string } | null>(null);
+  const [reminders, setReminders] = useState<RemindersView | null>(null);
   const [busy, setBusy] = useState(false);
   const [msg, setMsg] = useState<string | null>(null);
   const [error, setError] = useState<string | null>(null);
@@ -30,6 +31,7 @@ export function EscalationEditor({ devices, people = [] }: { devices: readonly D
     setSaved(p);
     setSteps(p?.steps ?? []);
     setQuiet(p?.quiet_hours ?? null);
+    setReminders(p?.reminders ?? null);
   };
 
   useEffect(() => {
@@ -117,8 +119,24 @@ export function EscalationEditor({ devices, people = [] }: { devices: readonly D
           <p className="small muted">{t("escalation.urgent")}</p>
         </div>
       )}
+      <label className="small">
+        <input type="checkbox" checked={reminders != null} onChange={(e) => setReminders(e.target.checked ? { every_minutes: 30, at_most: 3 } : null)} data-testid="escalation-remind" /> {t("escalation.remind")}
+      </label>
+      {reminders && (
+        <div className="row wrap">
+          <label className="small">
+            {t("escalation.remindEvery")}{" "}
+            <input type="number" min={5} max={10080} value={reminders.every_minutes} aria-label={t("escalation.remindEvery")} data-testid="escalation-remind-every" onChange={(e) => setReminders({ ...reminders, every_minutes: Math.max(0, Math.floor(Number(e.target.value) || 0)) })} /> {t("escalation.remindMin")}
+          </label>
+          <label className="small">
+            {t("escalation.remindAtMost")}{" "}
+            <input type="number" min={1} max={12} value={reminders.at_most} aria-label={t("escalation.remindAtMost")} data-testid="escalation-remind-times" onChange={(e) => setReminders({ ...reminders, at_most: Math.max(0, Math.floor(Number(e.target.value) || 0)) })} /> {t("escalation.remindTimes")}
+          </label>
+          <p className="small muted">{t("escalation.remindExplain")}</p>
+        </div>
+      )}
       <div className="row">
-        <button type="button" className="primary" disabled={busy || steps.length === 0} data-testid="escalation-save" onClick={() => void save({ steps, quiet_hours: quiet })}>
+        <button type="button" className="primary" disabled={busy || steps.length === 0} data-testid="escalation-save" onClick={() => void save({ steps, quiet_hours: quiet, reminders })}>
           {t("escalation.save")}
         </button>
         {saved && (

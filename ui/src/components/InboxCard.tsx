@@ -122,6 +122,8 @@ function EscalationLine({ escalation: e, now }: { escalation: EscalationStateVie
   if (e.stopped) parts.push(t("inbox.escalation.stopped", { why: e.stopped }));
   else if (e.next_at != null && e.next_devices.length) parts.push(t("inbox.escalation.next", { devices: e.next_devices.join(", "), left: countdown(e.next_at - now) }));
   else parts.push(t("inbox.escalation.last"));
+  if (e.reminded > 0) parts.push(t("inbox.escalation.reminded", { n: e.reminded }));
+  if (e.next_reminder_at != null) parts.push(t("inbox.escalation.nextReminder", { left: countdown(e.next_reminder_at - now) }));
   return (
     <p className="small muted" data-testid="escalation">
       {parts.join(" · ")}

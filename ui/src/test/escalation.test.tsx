@@ -44,17 +44,23 @@ const ui = (el: React.ReactElement) => render(<I18nProvider initial="en">{el}</I
 
 describe("escalation", () => {
   it("the card says who was notified and who is next, counting down", () => {
-    const item = approval({ escalation: { notified: ["laptop"], next_devices: ["alice's phone"], next_at: NOW + 8 * 60_000, held_until: null, stopped: null } });
+    const item = approval({ escalation: { notified: ["laptop"], next_devices: ["alice's phone"], next_at: NOW + 8 * 60_000, held_until: null, stopped: null, reminded: 0, next_reminder_at: null } });
     ui(<InboxCard item={item} decide={async () => { throw new Error("unused"); }} load={async () => ({ text: "", size: 0, truncated: false })} now={NOW} />);
     expect(screen.getByTestId("escalation").textContent).toBe("Notified laptop · next: alice's phone in 8:00 if unopened");
   });
 
+  it("the card says how often it was reminded and when the next reminder comes", () => {
+    const item = approval({ escalation: { notified: ["laptop"], next_devices: [], next_at: null, held_until: null, stopped: "opened on laptop", reminded: 2, next_reminder_at: NOW + 30 * 60_000 } });
+    ui(<InboxCard item={item} decide={async () => { throw new Error("unused"); }} load={async () => ({ text: "", size: 0, truncated: false })} now={NOW} />);
+    expect(screen.getByTestId("escalation").textContent).toBe("Notified laptop · no one further: opened on laptop · reminded 2× · next reminder in 30:00");
+  });
+
   it("the card says when quiet hours hold it and when opening it stopped the rest", () => {
-    const held = approval({ escalation: { notified: [], next_devices: ["laptop"], next_at: NOW - 1000, held_until: Date.UTC(2025, 0, 16, 7, 0), stopped: null } });
+    const held = approval({ escalation: { notified: [], next_devices: ["laptop"], next_at: NOW - 1000, held_until: Date.UTC(2025, 0, 16, 7, 0), stopped: null, reminded: 0, next_reminder_at: null } });
     const { unmount } = ui(<InboxCard item={held} decide={async () => { throw new Error("unused"); }} load={async () => ({ text: "", size: 0, truncated: false })} now={NOW} />);
     expect(screen.getByTestId("escalation").textContent).toMatch(/^No device notified yet · held by quiet hours until .+ · next: laptop in 0:00 if unopened$/);
     unmount();
-    const stopped = approval({ escalation: { notified: ["laptop", "alice's phone"], next_devices: [], next_at: null, held_until: null, stopped: "opened on alice's phone" } });
+    const stopped = approval({ escalation: { notified: ["laptop", "alice's phone"], next_devices: [], next_at: null, held_until: null, stopped: "opened on alice's phone", reminded: 0, next_reminder_at: null } });
     ui(<InboxCard item={stopped} decide={async () => { throw new Error("unused"); }} load={async () => ({ text: "", size: 0, truncated: false })} now={NOW} />);
     expect(screen.getByTestId("escalation").textContent).toBe("Notified laptop, alice's phone · no one further: opened on alice's phone");
   });
@@ -70,8 +76,12 @@ describe("escalation", () => {
     await userEvent.click(screen.getByTestId("escalation-add"));
     await userEvent.click(screen.getAllByLabelText("alice's phone")[1]);
     await userEvent.click(screen.getByTestId("escalation-quiet"));
+    await userEvent.click(screen.getByTestId("escalation-remind"));
+    await userEvent.clear(screen.getByTestId("escalation-remind-every"));
+    await userEvent.type(screen.getByTestId("escalation-remind-every"), "45");
     await userEvent.click(screen.getByTestId("escalation-save"));
     await waitFor(() => expect(shell.saved).toHaveLength(1));
+    expect(shell.saved[0]?.reminders).toEqual({ every_minutes: 45, at_most: 3 });
     expect(shell.saved[0]?.steps).toEqual([
       { after_minutes: 0, devices: ["dev_laptop"], people: [] },
       { after_minutes: 10, devices: ["dev_phone"], people: [] },

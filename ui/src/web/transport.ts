@@ -649,5 +649,5 @@ function delegatesView(d: Delegates): DelegatesView {
 
 /** A policy as the editor holds it: the server leaves out a step's empty `people`. */
 function policyView(p: EscalationPolicyView): EscalationPolicyView {
-  return { ...p, quiet_hours: p.quiet_hours ?? null, steps: p.steps.map((s) => ({ after_minutes: s.after_minutes, devices: s.devices ?? [], people: s.people ?? [] })) };
+  return { ...p, quiet_hours: p.quiet_hours ?? null, reminders: p.reminders ?? null, steps: p.steps.map((s) => ({ after_minutes: s.after_minutes, devices: s.devices ?? [], people: s.people ?? [] })) };
 }

@@ -147,6 +147,8 @@ export function escalationView(e: NonNullable<Decision["escalation"]>): Escalati
     next_at: e.next ? ms(e.next.at) : null,
     held_until: e.held_until ? ms(e.held_until) : null,
     stopped: e.stopped ?? null,
+    reminded: e.reminded ?? 0,
+    next_reminder_at: e.next_reminder ? ms(e.next_reminder) : null,
   };
 }
 

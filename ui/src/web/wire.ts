@@ -161,10 +161,12 @@ export type Decision = {
 
 /** Where a decision stands in its user's escalation policy (`Escalation` in waymark-proto). */
 export type Escalation = {
-  notified: { device_id: string; device_name: string; step: number; at: Time }[];
+  notified: { device_id: string; device_name: string; step: number; reminder?: number | null; at: Time }[];
   next?: { step: number; at: Time; devices: string[] } | null;
   held_until?: Time | null;
   stopped?: string | null;
+  reminded?: number;
+  next_reminder?: Time | null;
 };
 
 /** When the runtime holding an approval decides on its own, and what it does then. */

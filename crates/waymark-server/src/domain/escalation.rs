@@ -24,6 +24,10 @@ pub(crate) const MAX_DEVICES: usize = 16;
 pub(crate) const MAX_PEOPLE: usize = 8;
 /// The longest wait between two steps: a week.
 pub(crate) const MAX_AFTER_MINUTES: u32 = 7 * 24 * 60;
+/// The shortest wait between reminders: nobody is nagged more often.
+pub(crate) const MIN_REMIND_MINUTES: u32 = 5;
+/// Reminders per decision, at most.
+pub(crate) const MAX_REMINDERS: u32 = 12;
 
 /// Whose policy a caller reads or writes: a device's user, or (admin) the named user.
 pub(crate) async fn whose(tx: &mut Tx, caller: &Caller, user: Option<&str>) -> ApiResult<UserRow> {
@@ -94,6 +98,20 @@ pub(crate) async fn put_policy(
     }
     if let Some(q) = &policy.quiet_hours {
         quiet_window(q)?;
+    }
+    if let Some(r) = &policy.reminders {
+        if !(MIN_REMIND_MINUTES..=MAX_AFTER_MINUTES).contains(&r.every_minutes) {
+            return Err(invalid(format!(
+                "`reminders.every_minutes` is {MIN_REMIND_MINUTES} to {MAX_AFTER_MINUTES} (a week), not {}",
+                r.every_minutes
+            )));
+        }
+        if !(1..=MAX_REMINDERS).contains(&r.at_most) {
+            return Err(invalid(format!(
+                "`reminders.at_most` is 1 to {MAX_REMINDERS}, not {}",
+                r.at_most
+            )));
+        }
     }
     let mut tx = Tx::write(st).await?;
     let u = whose(&mut tx, caller, user.as_deref()).await?;
@@ -252,6 +270,8 @@ pub(crate) async fn start(tx: &mut Tx, owner_id: &str, row: &mut DecisionRow) ->
         }),
         held_until: None,
         stopped: None,
+        reminded: 0,
+        next_reminder: None,
         policy: Some(policy),
     };
     advance(tx, owner_id, row, &mut esc).await?;
@@ -271,6 +291,7 @@ async fn advance(
     let policy = esc.policy.clone().unwrap_or_else(|| EscalationPolicy {
         steps: Vec::new(),
         quiet_hours: None,
+        reminders: None,
     });
     while let Some(next) = esc.next.clone() {
         if next.at > now || esc.stopped.is_some() {
@@ -296,6 +317,7 @@ async fn advance(
                     device_name: d.name.clone(),
                     person: None,
                     step: next.step,
+                    reminder: None,
                     at: now,
                 });
             }
@@ -306,6 +328,7 @@ async fn advance(
                 device_name: format!("{} ({person})", d.name),
                 person: Some(person),
                 step: next.step,
+                reminder: None,
                 at: now,
             });
         }
@@ -318,12 +341,89 @@ async fn advance(
             None => None,
         };
     }
+    if let Some(r) = policy.reminders {
+        while let Some(at) = next_reminder(esc, r) {
+            if at > now {
+                break;
+            }
+            if let Some(q) = &policy.quiet_hours
+                && let Some(end) = quiet_until(q, now)?
+                && !urgent(row, end)?
+            {
+                esc.held_until = Some(end);
+                esc.next_reminder = Some(at);
+                row.escalate_at = Some(end.timestamp_millis());
+                row.escalation = Some(to_value(&*esc));
+                return Ok(());
+            }
+            esc.held_until = None;
+            remind(tx, owner_id, esc, now).await?;
+        }
+    }
+    esc.next_reminder = policy.reminders.and_then(|r| next_reminder(esc, r));
     row.escalate_at = esc
         .next
         .as_ref()
         .filter(|_| esc.stopped.is_none())
-        .map(|n| n.at.timestamp_millis());
+        .map(|n| n.at)
+        .into_iter()
+        .chain(esc.next_reminder)
+        .min()
+        .map(|at| at.timestamp_millis());
     row.escalation = Some(to_value(&*esc));
+    Ok(())
+}
+
+/// When the next reminder is due: `every_minutes` after the last notification of any kind,
+/// while fewer than `at_most` were sent; none before anyone was notified.
+fn next_reminder(esc: &Escalation, r: Reminders) -> Option<DateTime<Utc>> {
+    if esc.reminded >= r.at_most {
+        return None;
+    }
+    let last = esc.notified.iter().map(|n| n.at).max()?;
+    Some(last + chrono::Duration::minutes(i64::from(r.every_minutes)))
+}
+
+/// Reminds every device notified so far that is still live (and, for a delegate's, still
+/// delegated to): each gets a notice marked as this reminder, which is what pushes it again.
+async fn remind(
+    tx: &mut Tx,
+    owner_id: &str,
+    esc: &mut Escalation,
+    now: DateTime<Utc>,
+) -> ApiResult<()> {
+    esc.reminded += 1;
+    let step = esc.notified.iter().map(|n| n.step).max().unwrap_or(0);
+    let mut seen: Vec<String> = Vec::new();
+    let mut again = Vec::new();
+    for n in &esc.notified {
+        if seen.contains(&n.device_id) {
+            continue;
+        }
+        seen.push(n.device_id.clone());
+        let Some(d) = tx.device(&n.device_id).await? else {
+            continue;
+        };
+        if d.revoked_at.is_some() {
+            continue;
+        }
+        if let Some(person) = &n.person
+            && still_delegated(tx, owner_id, person)
+                .await?
+                .is_none_or(|p| p.id != d.user_id)
+        {
+            continue;
+        }
+        again.push(EscalationNotice {
+            device_id: d.id.clone(),
+            device_name: n.device_name.clone(),
+            person: n.person.clone(),
+            step,
+            reminder: Some(esc.reminded),
+            at: now,
+        });
+    }
+    esc.notified.extend(again);
     Ok(())
 }
 
@@ -416,7 +516,8 @@ pub(crate) async fn seen(
     // Stopped: nobody is next (the API says `next` is absent once it stops).
     esc.next = None;
     esc.held_until = None;
-    row.escalate_at = None;
+    // Reminders go on until someone answers.
+    row.escalate_at = esc.next_reminder.map(|at| at.timestamp_millis());
     row.escalation = Some(to_value(&esc));
     tx.update_decision(&row).await?;
     let wire = convert::decision(&row)?;

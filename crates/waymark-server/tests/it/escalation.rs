@@ -17,15 +17,22 @@ use crate::support::{Harness, TestDevice, assert_problem};
 
 pub(crate) type Woken = Arc<Mutex<Vec<String>>>;
 
-/// A push service that takes every push and remembers which device's endpoint it was for.
+/// A push service that takes every push and remembers which device's endpoint it was for —
+/// pushes that wake someone, that is: a `decision.closed` push only withdraws a notification
+/// (`push::a_closed_decision_is_withdrawn_from_the_devices_it_was_pushed_to_and_no_others`).
 pub(crate) async fn push_service() -> (String, Woken) {
     let woken: Woken = Arc::default();
     let app = Router::new()
         .route(
             "/push/{name}",
             post(
-                |State(w): State<Woken>, Path(name): Path<String>| async move {
-                    w.lock().unwrap().push(name);
+                |State(w): State<Woken>, Path(name): Path<String>, body: axum::body::Bytes| async move {
+                    let kind = serde_json::from_slice::<Value>(&body)
+                        .ok()
+                        .and_then(|v| v["type"].as_str().map(str::to_owned));
+                    if kind.as_deref() != Some("decision.closed") {
+                        w.lock().unwrap().push(name);
+                    }
                     AxStatus::CREATED
                 },
             ),
@@ -267,6 +274,21 @@ async fn a_bad_policy_is_refused_with_why_and_changes_nothing() {
             json!({"steps": [{"after_minutes": 0, "devices": [phone.id], "x": 1}]}),
             "unknown field",
         ),
+        (
+            json!({"steps": [{"after_minutes": 0, "devices": [phone.id]}],
+                "reminders": {"every_minutes": 1, "at_most": 3}}),
+            "reminders more often than every 5 minutes",
+        ),
+        (
+            json!({"steps": [{"after_minutes": 0, "devices": [phone.id]}],
+                "reminders": {"every_minutes": 30, "at_most": 0}}),
+            "no reminders at all",
+        ),
+        (
+            json!({"steps": [{"after_minutes": 0, "devices": [phone.id]}],
+                "reminders": {"every_minutes": 30, "at_most": 13}}),
+            "more than 12 reminders",
+        ),
     ] {
         let (s, v) = h
             .send(reqwest::Method::PUT, &token, "/v1/escalation", Some(body))
@@ -328,4 +350,99 @@ async fn a_bad_policy_is_refused_with_why_and_changes_nothing() {
         )
         .await;
     assert_problem(s, &v, 422, "validation_failed");
+}
+
+/// An unanswered decision is reminded as the policy says, and never more often: the devices
+/// notified so far, `every_minutes` after the last notification (a step or a reminder), at most
+/// `at_most` times — also after one of them opened it (opened is not answered); an answer, and
+/// quiet hours, stop them like steps.
+#[tokio::test]
+async fn an_unanswered_decision_is_reminded_as_the_policy_says_and_never_more_often() {
+    let h = Harness::start().await;
+    let (base, woken) = push_service().await;
+    let (laptop, laptop_token) = device_with_push(&h, "alice", &base).await;
+    let (phone, phone_token) = device_with_push(&h, "alice", &base).await;
+    let policy = json!({"steps": [
+        {"after_minutes": 0, "devices": [laptop.id]},
+        {"after_minutes": 10, "devices": [phone.id]}
+    ], "reminders": {"every_minutes": 30, "at_most": 2}});
+    let (s, v) = h
+        .send(
+            reqwest::Method::PUT,
+            &laptop_token,
+            "/v1/escalation",
+            Some(policy.clone()),
+        )
+        .await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    assert_eq!(v, policy, "the reminders are kept as given");
+
+    let task = h.create_task(&h.alice).await;
+    let d = approval(&h, &task, json!({})).await;
+    let path = format!("/v1/tasks/{task}/decisions/{}", d["id"].as_str().unwrap());
+    h.advance(Duration::ZERO).await;
+    assert_eq!(take(&woken), vec![laptop.id.clone()]);
+    h.advance(Duration::from_secs(10 * 60)).await;
+    assert_eq!(take(&woken), vec![phone.id.clone()], "the phone's step");
+    // The phone opened it but nobody answers: reminders go on (steps stop).
+    let (s, r) = h
+        .post(
+            &phone_token,
+            &format!("/v1/devices/{}/receipts", phone.id),
+            json!({"receipts": [{"decision_id": d["id"], "step": "opened"}]}),
+        )
+        .await;
+    assert_eq!(s, StatusCode::OK, "{r}");
+    let d = h.get(&h.alice, &path).await.1;
+    let next = d["escalation"]["next_reminder"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    // 30 minutes after the last notification (the phone's, at minute 10), not sooner.
+    h.advance(Duration::from_secs(30 * 60 - 1)).await;
+    assert!(take(&woken).is_empty(), "not before its time ({next})");
+    h.advance(Duration::from_secs(1)).await;
+    let mut first = take(&woken);
+    first.sort();
+    let mut both = vec![laptop.id.clone(), phone.id.clone()];
+    both.sort();
+    assert_eq!(first, both, "every device notified so far, once each");
+    let d = h.get(&h.alice, &path).await.1;
+    assert_eq!(d["escalation"]["reminded"], 1, "{d}");
+    let wire: waymark_proto::Decision = serde_json::from_value(d.clone()).unwrap();
+    let line = wire.escalation.as_ref().unwrap().describe();
+    assert!(
+        line.contains("reminded 1×") && line.contains("next reminder at"),
+        "{line}"
+    );
+    h.advance(Duration::from_secs(29 * 60)).await;
+    assert!(
+        take(&woken).is_empty(),
+        "never more often than every 30 minutes"
+    );
+    h.advance(Duration::from_secs(60)).await;
+    assert_eq!(take(&woken).len(), 2, "the second reminder");
+    h.advance(Duration::from_secs(60 * 60)).await;
+    assert!(take(&woken).is_empty(), "at most two");
+    let d = h.get(&h.alice, &path).await.1;
+    assert_eq!(d["escalation"]["reminded"], 2, "{d}");
+    assert!(d["escalation"].get("next_reminder").is_none(), "{d}");
+
+    // A decision answered before its reminder is not reminded.
+    let d2 = approval(&h, &task, json!({})).await;
+    h.advance(Duration::ZERO).await;
+    take(&woken);
+    let (s, v) = h
+        .post(
+            &h.admin,
+            &format!("/v1/admin/decisions/{}/resolve", d2["id"].as_str().unwrap()),
+            json!({"option": "deny"}),
+        )
+        .await;
+    assert!(s.is_success(), "{s} {v}");
+    h.advance(Duration::from_secs(2 * 60 * 60)).await;
+    assert!(
+        take(&woken).is_empty(),
+        "an answered decision is not reminded"
+    );
 }
