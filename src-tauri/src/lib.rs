@@ -63,6 +63,7 @@ pub fn specta_builder() -> tauri_specta::Builder<tauri::Wry> {
             pairing::set_escalation,
             pairing::get_delegates,
             pairing::set_delegate,
+            pairing::answer_delegation,
             settings::get_status,
             settings::mute_notifications,
             settings::start_demo,

@@ -454,13 +454,17 @@ pub struct DelegatesView {
     pub delegated_by: Vec<DelegationView>,
 }
 
-/// One person in a delegation.
+/// One person in a delegation, and whether the delegate accepted it.
 #[derive(Debug, Clone, Serialize, Type)]
 pub struct DelegationView {
     /// Their user name.
     pub user: String,
-    /// Since when (unix ms).
+    /// When the owner offered it (unix ms).
     pub since: i64,
+    /// `offered`: the delegate has not answered and sees nothing yet; `accepted`: in force.
+    pub state: DelegationState,
+    /// When the delegate accepted (unix ms).
+    pub accepted_at: Option<i64>,
 }
 
 impl From<Delegates> for DelegatesView {
@@ -470,6 +474,8 @@ impl From<Delegates> for DelegatesView {
                 .map(|x| DelegationView {
                     user: x.user,
                     since: x.since.timestamp_millis(),
+                    state: x.state,
+                    accepted_at: x.accepted_at.map(|t| t.timestamp_millis()),
                 })
                 .collect()
         };

@@ -62,8 +62,17 @@ export const commands = {
 	setEscalation: (policy: EscalationPolicyView | null) => __TAURI_INVOKE<EscalationPolicyView | null>("set_escalation", { policy }),
 	/**  Who may answer this user's decisions, and whose this user may answer. */
 	getDelegates: () => __TAURI_INVOKE<DelegatesView>("get_delegates"),
-	/**  Lets `user` read this user's tasks and answer their decisions (`add`), or ends it. */
+	/**
+	 *  Offers `user` to read this user's tasks and answer their decisions once they accept
+	 *  (`add`), or ends it.
+	 */
 	setDelegate: (user: string, add: boolean) => __TAURI_INVOKE<DelegatesView>("set_delegate", { user, add }),
+	/**
+	 *  This user (the delegate) accepts `owner`'s offer (`accept`: the mirror takes a fresh
+	 *  snapshot with their tasks, and the UI is told), or declines it — or leaves a delegation
+	 *  accepted before.
+	 */
+	answerDelegation: (owner: string, accept: boolean) => __TAURI_INVOKE<DelegatesView>("answer_delegation", { owner, accept }),
 	/**  Mode, link health, outbox and inbox counts, mute, demo progress. */
 	getStatus: () => __TAURI_INVOKE<StatusView>("get_status"),
 	/**  Mutes notifications for `minutes` (0 unmutes). */
@@ -359,12 +368,26 @@ export type DelegatesView = {
 	delegated_by: DelegationView[],
 };
 
-/**  One person in a delegation. */
+/**  Where a delegation stands: the delegate is asked first (issue 32). */
+export type DelegationState = 
+/**
+ *  The owner offered it; the delegate has not answered. They see none of the owner's
+ *  tasks, answer none of their decisions, and escalation steps naming them skip them.
+ */
+"offered" | 
+/**  The delegate accepted: they read the owner's tasks and answer their decisions. */
+"accepted";
+
+/**  One person in a delegation, and whether the delegate accepted it. */
 export type DelegationView = {
 	/**  Their user name. */
 	user: string,
-	/**  Since when (unix ms). */
+	/**  When the owner offered it (unix ms). */
 	since: number,
+	/**  `offered`: the delegate has not answered and sees nothing yet; `accepted`: in force. */
+	state: DelegationState,
+	/**  When the delegate accepted (unix ms). */
+	accepted_at: number | null,
 };
 
 /**

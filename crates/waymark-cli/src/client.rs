@@ -6,8 +6,8 @@ use clap::{Args, Subcommand, ValueEnum};
 use serde_json::{Value, json};
 use waymark_companion::{Companion, Error, OutboxEntry, Seen, StageStatus};
 use waymark_proto::{
-    Delegates, Delegation, Device, EscalationPolicy, EscalationStep, Operation, QuietHours,
-    Reminders,
+    Delegates, Delegation, DelegationState, Device, EscalationPolicy, EscalationStep, Operation,
+    QuietHours, Reminders,
 };
 
 use crate::output::{CliResult, Exit, Failure, emit};
@@ -65,13 +65,21 @@ pub(crate) struct EscalationArgs {
 }
 
 #[derive(Debug, Args)]
+#[group(multiple = false)]
 pub(crate) struct DelegatesArgs {
-    /// Let this user read your tasks and answer their decisions from their own devices.
-    #[arg(long, value_name = "USER", conflicts_with = "remove")]
+    /// Offer this user to read your tasks and answer their decisions from their own devices;
+    /// they see nothing until they accept (`--accept YOU` on their side).
+    #[arg(long, value_name = "USER")]
     add: Option<String>,
-    /// End that: they no longer see your tasks.
+    /// End that: they no longer see your tasks (an offer not yet accepted is taken back).
     #[arg(long, value_name = "USER")]
     remove: Option<String>,
+    /// Accept this user's offer: from now on you read their tasks and answer their decisions.
+    #[arg(long, value_name = "OWNER")]
+    accept: Option<String>,
+    /// Decline this user's offer, or stop answering their decisions if you had accepted.
+    #[arg(long, value_name = "OWNER")]
+    decline: Option<String>,
 }
 
 #[derive(Debug, Args)]
@@ -164,8 +172,9 @@ pub(crate) enum ClientCommand {
     /// at once).
     Escalation(EscalationArgs),
     /// Who else may answer your decisions (a second person an escalation step can reach), and
-    /// whose you may answer: show, `--add USER`, `--remove USER`. A delegate reads your tasks
-    /// and approves, denies, answers or chooses; pausing, cancelling and replanning stay yours.
+    /// whose you may answer: show, `--add USER`, `--remove USER`; offers made to you:
+    /// `--accept OWNER`, `--decline OWNER`. A delegate reads your tasks and approves, denies,
+    /// answers or chooses once they accepted; pausing, cancelling and replanning stay yours.
     Delegates(DelegatesArgs),
     /// This user's machines with a runner: online or since when offline, their runtimes and
     /// the directories runs may use.
@@ -446,30 +455,51 @@ fn policy_from(args: &EscalationArgs, devices: &[Device]) -> Result<EscalationPo
 }
 
 fn render_delegates(d: &Delegates) -> String {
-    let list = |v: &[Delegation]| {
+    let day = |t: &chrono::DateTime<chrono::Utc>| t.format("%Y-%m-%d").to_string();
+    let list = |v: &[Delegation], state: DelegationState| {
         v.iter()
-            .map(|x| format!("{} (since {})", x.user, x.since.format("%Y-%m-%d")))
+            .filter(|x| x.state == state)
+            .map(|x| match (state, &x.accepted_at) {
+                (DelegationState::Accepted, Some(at)) => format!("{} (since {})", x.user, day(at)),
+                (DelegationState::Accepted, None) => {
+                    format!("{} (since {})", x.user, day(&x.since))
+                }
+                (DelegationState::Offered, _) => format!("{} (offered {})", x.user, day(&x.since)),
+            })
             .collect::<Vec<_>>()
             .join(", ")
     };
     let mut out = String::new();
+    let mut line = |text: String| {
+        out.push_str(&text);
+        out.push('\n');
+    };
     if d.delegates.is_empty() {
-        out.push_str(&format!(
-            "nobody else answers {}'s decisions (`waymark delegates --add USER`)\n",
+        line(format!(
+            "nobody else answers {}'s decisions (`waymark delegates --add USER`)",
             d.user
         ));
-    } else {
-        out.push_str(&format!(
-            "may read {}'s tasks and answer their decisions: {}\n",
-            d.user,
-            list(&d.delegates)
+    }
+    let given = list(&d.delegates, DelegationState::Accepted);
+    if !given.is_empty() {
+        line(format!(
+            "may read {}'s tasks and answer their decisions: {given}",
+            d.user
         ));
     }
-    if !d.delegated_by.is_empty() {
-        out.push_str(&format!(
-            "{} may answer the decisions of: {}\n",
-            d.user,
-            list(&d.delegated_by)
+    let waiting = list(&d.delegates, DelegationState::Offered);
+    if !waiting.is_empty() {
+        line(format!("waiting to accept {}'s offer: {waiting}", d.user));
+    }
+    let taken = list(&d.delegated_by, DelegationState::Accepted);
+    if !taken.is_empty() {
+        line(format!("{} may answer the decisions of: {taken}", d.user));
+    }
+    let asked = list(&d.delegated_by, DelegationState::Offered);
+    if !asked.is_empty() {
+        line(format!(
+            "offers {} has not answered: {asked} (`waymark delegates --accept OWNER` or `--decline OWNER`)",
+            d.user
         ));
     }
     out.trim_end().to_owned()
@@ -892,10 +922,24 @@ pub(crate) async fn run(cmd: ClientCommand, json: bool) -> CliResult {
             Ok(())
         }
         ClientCommand::Delegates(args) => {
-            let d = match (&args.add, &args.remove) {
-                (Some(u), _) => c.set_delegate(u, true).await,
-                (None, Some(u)) => c.set_delegate(u, false).await,
-                (None, None) => c.delegates().await,
+            let d = if let Some(u) = &args.add {
+                c.set_delegate(u, true).await
+            } else if let Some(u) = &args.remove {
+                c.set_delegate(u, false).await
+            } else if let Some(owner) = &args.accept {
+                let before = c.delegates().await.map_err(failure)?;
+                if before
+                    .delegated_by
+                    .iter()
+                    .any(|x| &x.user == owner && x.state == DelegationState::Accepted)
+                {
+                    eprintln!("already accepted: you answer {owner}'s decisions");
+                }
+                c.accept_delegation(owner).await
+            } else if let Some(owner) = &args.decline {
+                c.decline_delegation(owner).await
+            } else {
+                c.delegates().await
             }
             .map_err(failure)?;
             emit(json, &serde_json::to_value(&d).unwrap_or_default(), || {

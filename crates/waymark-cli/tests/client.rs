@@ -677,9 +677,10 @@ fn escalation_is_set_from_the_terminal_and_the_inbox_says_who_is_next() {
     assert!(String::from_utf8_lossy(&out.stdout).contains("no escalation policy"));
 }
 
-/// `waymark delegates`: alice lets bob answer her decisions and names him in a step
-/// (`--step 10=@bob`); bob's `waymark inbox` says whose the decision is, and his `approve` from
-/// his own machine is applied. A user that does not exist is refused plainly.
+/// `waymark delegates`: alice offers bob her decisions, he accepts (`--accept alice`), and she
+/// names him in a step (`--step 10=@bob`); bob's `waymark inbox` says whose the decision is,
+/// and his `approve` from his own machine is applied; `--decline alice` ends it. A user that
+/// does not exist, or an offer that was never made, is refused plainly.
 #[test]
 fn a_delegate_answers_from_his_own_terminal() {
     let dir = tempfile::tempdir().unwrap();
@@ -717,15 +718,50 @@ fn a_delegate_answers_from_his_own_terminal() {
     let out = client(&alice_home, &["delegates", "--add", "bob"]);
     assert!(out.status.success(), "{}", stderr(&out));
     assert!(
-        String::from_utf8_lossy(&out.stdout).contains("answer their decisions: bob"),
+        String::from_utf8_lossy(&out.stdout).contains("waiting to accept alice's offer: bob"),
         "{}",
         String::from_utf8_lossy(&out.stdout)
     );
+    // bob is asked first: the offer shows, and he accepts it (again: said, nothing changes).
     let out = client(&bob_home, &["delegates"]);
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("offers bob has not answered: alice"),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let out = client(&bob_home, &["delegates", "--accept", "nobody"]);
+    assert!(!out.status.success());
+    assert!(
+        stderr(&out).contains("no user `nobody`"),
+        "{}",
+        stderr(&out)
+    );
+    let out = client(&bob_home, &["delegates", "--accept", "alice"]);
+    assert!(out.status.success(), "{}", stderr(&out));
     assert!(
         String::from_utf8_lossy(&out.stdout).contains("bob may answer the decisions of: alice"),
         "{}",
         String::from_utf8_lossy(&out.stdout)
+    );
+    let out = client(&bob_home, &["delegates", "--accept", "alice"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("already accepted"),
+        "{}",
+        stderr(&out)
+    );
+    let out = client(&alice_home, &["delegates"]);
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("answer their decisions: bob"),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let out = client(&alice_home, &["delegates", "--accept", "bob"]);
+    assert!(!out.status.success());
+    assert!(
+        stderr(&out).contains("no offer from `bob` to `alice`"),
+        "{}",
+        stderr(&out)
     );
     let out = client(
         &alice_home,
@@ -750,6 +786,23 @@ fn a_delegate_answers_from_his_own_terminal() {
     assert!(client(&alice_home, &["sync"]).status.success());
     let shown = String::from_utf8_lossy(&client(&alice_home, &["inbox"]).stdout).into_owned();
     assert!(!shown.contains(&approval), "answered by bob: {shown}");
+
+    // bob steps away: gone from alice's list too.
+    let out = client(&bob_home, &["delegates", "--decline", "alice"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let out = client(&alice_home, &["delegates"]);
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("nobody else answers alice's decisions"),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let out = client(&bob_home, &["delegates", "--decline", "alice"]);
+    assert!(!out.status.success());
+    assert!(
+        stderr(&out).contains("no offer from `alice`"),
+        "{}",
+        stderr(&out)
+    );
 }
 
 /// Asks for approval of a shell command in `cwd`, on a new task of the token's user; the

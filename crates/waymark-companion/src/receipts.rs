@@ -80,7 +80,8 @@ impl Companion {
         api.get(&token, "/v1/delegates").await
     }
 
-    /// Lets `user` read this user's tasks and answer their decisions (`add`), or ends it.
+    /// Offers `user` to read this user's tasks and answer their decisions once they accept
+    /// (`add`), or ends it (an offer not yet accepted is taken back).
     pub async fn set_delegate(&self, user: &str, add: bool) -> Result<Delegates, Error> {
         let (id, api) = self.require_identity().await?;
         let token = self.token(&id, &api).await?;
@@ -91,6 +92,27 @@ impl Companion {
             api.delete(&token, &path).await?;
             api.get(&token, "/v1/delegates").await
         }
+    }
+
+    /// Accepts `owner`'s offer: this user reads their tasks and answers their decisions from
+    /// now on. The mirror then takes a fresh snapshot, since the owner's tasks made before are
+    /// behind its cursor and the event stream brings only what happens next.
+    pub async fn accept_delegation(&self, owner: &str) -> Result<Delegates, Error> {
+        let (id, api) = self.require_identity().await?;
+        let token = self.token(&id, &api).await?;
+        let path = format!("/v1/delegations/{}/accept", path_segment(owner));
+        let d = api.post(&token, &path, &serde_json::Value::Null).await?;
+        self.resnapshot(&api, &token).await?;
+        Ok(d)
+    }
+
+    /// Declines `owner`'s offer, or leaves a delegation this user accepted: none of their tasks
+    /// come any more (what the mirror holds of theirs stays, as when the owner ends it).
+    pub async fn decline_delegation(&self, owner: &str) -> Result<Delegates, Error> {
+        let (id, api) = self.require_identity().await?;
+        let token = self.token(&id, &api).await?;
+        let path = format!("/v1/delegations/{}/decline", path_segment(owner));
+        api.post(&token, &path, &serde_json::Value::Null).await
     }
 
     /// After the mirror took new events: the pending decisions this device has not yet said it

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 use waymark_companion::{Companion, Error, OutboxStatus, Seen, StageStatus, parse_pairing_link};
-use waymark_proto::Operation;
+use waymark_proto::{DelegationState, Operation};
 use waymark_server::{Config, DataDir, Running, TlsFiles};
 
 struct Server {
@@ -1056,9 +1056,11 @@ async fn a_device_notifies_a_decision_only_once_its_escalation_step_reached_it()
 }
 
 /// The second person (issue 19): alice delegates her decisions to bob and names him in her
-/// escalation's second step. Bob's own companion mirrors her task, notifies him only once his
-/// step came (saying whose decision it is), and his signed approve is applied; once alice ends
-/// the delegation, his next sync drops nothing he already answered but gets none of hers.
+/// escalation's second step. Until bob accepts (issue 32) his companion mirrors nothing of
+/// hers; once he does, it mirrors her task, notifies him only once his step came (saying whose
+/// decision it is), and his signed approve is applied; once alice ends the delegation, his
+/// next sync drops nothing he already answered but gets none of hers, and an offer he declines
+/// brings nothing either.
 #[tokio::test]
 async fn a_delegate_is_notified_at_his_step_and_answers_from_his_own_device() {
     let s = Server::start(Config {
@@ -1107,12 +1109,24 @@ async fn a_delegate_is_notified_at_his_step_and_answers_from_his_own_device() {
     assert!(alice.set_escalation(Some(&policy)).await.is_err());
     let d = alice.set_delegate("bob", true).await.unwrap();
     assert_eq!(d.delegates[0].user, "bob");
+    assert_eq!(d.delegates[0].state, DelegationState::Offered);
     assert_eq!(bob.delegates().await.unwrap().delegated_by[0].user, "alice");
     alice.set_escalation(Some(&policy)).await.unwrap();
 
+    // An offer shows bob nothing; once he accepts, his mirror holds what alice had before.
     let (task, att) = s.busy_task("deploy", 1).await;
     let decision = s.approval(&task, &att).await;
     bob.sync_once().await.unwrap();
+    assert!(
+        bob.mirror().inbox().await.unwrap().is_empty(),
+        "offered only"
+    );
+    let d = bob.accept_delegation("alice").await.unwrap();
+    assert_eq!(d.delegated_by[0].state, DelegationState::Accepted);
+    assert_eq!(
+        alice.delegates().await.unwrap().delegates[0].state,
+        DelegationState::Accepted
+    );
     let inbox = bob.mirror().inbox().await.unwrap();
     assert_eq!(inbox.len(), 1, "bob mirrors alice's decision");
     assert_eq!(inbox[0].task_owner, "alice");
@@ -1150,4 +1164,17 @@ async fn a_delegate_is_notified_at_his_step_and_answers_from_his_own_device() {
     let (later, _) = s.busy_task("later", 1).await;
     bob.sync_once().await.unwrap();
     assert!(bob.mirror().thread(&later).await.unwrap().is_none());
+
+    // Offered again, and declined: nothing of hers comes, and the offer is gone.
+    alice.set_delegate("bob", true).await.unwrap();
+    let d = bob.decline_delegation("alice").await.unwrap();
+    assert!(d.delegated_by.is_empty());
+    assert!(alice.delegates().await.unwrap().delegates.is_empty());
+    let (declined, _) = s.busy_task("declined", 1).await;
+    bob.sync_once().await.unwrap();
+    assert!(bob.mirror().thread(&declined).await.unwrap().is_none());
+    assert!(
+        bob.accept_delegation("alice").await.is_err(),
+        "no offer left"
+    );
 }

@@ -985,24 +985,52 @@ pub struct EscalationStep {
 /// `GET /v1/delegates`: who may read this user's tasks and answer their decisions, and whose
 /// this user may answer. A delegate answers with their own signed device commands (approve,
 /// deny, answer, choose an option); pausing, resuming, cancelling, replanning and taking over
-/// stay with the owner.
+/// stay with the owner. A delegation is an offer until its delegate accepts it
+/// (`POST /v1/delegations/{owner}/accept`); only then does it let them in.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct Delegates {
     /// The user these lists are about.
     pub user: String,
-    /// Who may answer this user's decisions.
+    /// Who may answer this user's decisions, or is asked to (`state`).
     pub delegates: Vec<Delegation>,
-    /// Whose decisions this user may answer.
+    /// Whose decisions this user may answer, or is asked to (`state`: an offer waiting for
+    /// this user's answer).
     pub delegated_by: Vec<Delegation>,
 }
 
-/// One person in a delegation, and since when.
+/// One person in a delegation, since when, and whether the delegate accepted it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct Delegation {
     /// The other user's name.
     pub user: String,
-    /// When the owner shared their decisions.
+    /// When the owner offered it.
     pub since: DateTime<Utc>,
+    /// Offered (the delegate sees and answers nothing yet) or accepted. Absent from servers
+    /// older than consent, where every delegation was in force.
+    #[serde(default = "DelegationState::older_server")]
+    pub state: DelegationState,
+    /// When the delegate accepted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub accepted_at: Option<DateTime<Utc>>,
+}
+
+str_enum! {
+    /// Where a delegation stands: the delegate is asked first (issue 32).
+    pub enum DelegationState {
+        /// The owner offered it; the delegate has not answered. They see none of the owner's
+        /// tasks, answer none of their decisions, and escalation steps naming them skip them.
+        Offered => "offered",
+        /// The delegate accepted: they read the owner's tasks and answer their decisions.
+        Accepted => "accepted",
+    }
+}
+
+impl DelegationState {
+    /// What a `Delegation` without a state meant: a server before consent put every delegation
+    /// in force at once.
+    fn older_server() -> Self {
+        DelegationState::Accepted
+    }
 }
 
 /// Quiet hours, in a time zone: `from` 22:00 `to` 07:00 spans midnight.

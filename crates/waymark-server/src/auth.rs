@@ -36,7 +36,8 @@ pub struct Caller {
     /// The credential, as limits count it: `token:<id>` or `device:<id>`.
     pub credential: String,
     /// Whose tasks it sees: its user first, then (a device) the owners who delegated their
-    /// decisions to that user, as the store said when the request was authenticated.
+    /// decisions to that user and whose delegation that user accepted, as the store said when
+    /// the request was authenticated.
     pub owners: Vec<String>,
     /// When a device's read session ends (unix ms); `None` for tokens. A stream it opened ends
     /// then too.
@@ -278,7 +279,8 @@ async fn device_caller(
     })
 }
 
-/// A user's own id, then the owners who delegated their decisions to them.
+/// A user's own id, then the owners who delegated their decisions to them — delegations they
+/// accepted only: an offer not yet answered shows them nothing.
 pub(crate) async fn visible_owners(
     tx: &mut dyn waymark_store::StoreTx,
     user_id: &str,
@@ -288,6 +290,7 @@ pub(crate) async fn visible_owners(
         tx.delegations(None, Some(user_id))
             .await?
             .into_iter()
+            .filter(waymark_store::DelegationRow::accepted)
             .map(|d| d.owner_id),
     );
     Ok(owners)

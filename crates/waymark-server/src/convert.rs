@@ -14,6 +14,19 @@ pub(crate) fn dt(ms: i64) -> DateTime<Utc> {
     Utc.timestamp_millis_opt(ms).single().unwrap_or_default()
 }
 
+/// A delegation as one side sees it: `user` is the other person's name.
+pub(crate) fn delegation(user: String, d: &s::DelegationRow) -> p::Delegation {
+    p::Delegation {
+        user,
+        since: dt(d.created_at),
+        state: match d.accepted_at {
+            Some(_) => p::DelegationState::Accepted,
+            None => p::DelegationState::Offered,
+        },
+        accepted_at: d.accepted_at.map(dt),
+    }
+}
+
 pub(crate) fn json<T: DeserializeOwned>(v: &Value, what: &str) -> R<T> {
     serde_json::from_value(v.clone()).map_err(|e| StoreError::Corrupt(format!("{what}: {e}")))
 }

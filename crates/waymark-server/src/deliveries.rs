@@ -87,8 +87,8 @@ pub(crate) async fn list_delegates(
     Ok(Out(delegations::list(&st, &caller, q.user).await?))
 }
 
-#[utoipa::path(put, path = "/v1/delegates/{delegate}", tag = "device", params(("delegate" = String, Path, min_length = 1, max_length = 64, description = "The user who may read this user's tasks and answer their decisions"), PolicyQuery),
-    responses((status = 200, body = Delegates, description = "Delegated (again: nothing changed)"), (status = 404, body = Problem, description = "No such user"), (status = 422, body = Problem, description = "Oneself, or too many delegates")))]
+#[utoipa::path(put, path = "/v1/delegates/{delegate}", tag = "device", params(("delegate" = String, Path, min_length = 1, max_length = 64, description = "The user offered to read this user's tasks and answer their decisions, once they accept"), PolicyQuery),
+    responses((status = 200, body = Delegates, description = "Offered: the delegate sees nothing until they accept (again: nothing changed)"), (status = 404, body = Problem, description = "No such user"), (status = 422, body = Problem, description = "Oneself, or too many delegates")))]
 pub(crate) async fn add_delegate(
     State(st): State<AppState>,
     caller: Caller,
@@ -99,7 +99,7 @@ pub(crate) async fn add_delegate(
 }
 
 #[utoipa::path(delete, path = "/v1/delegates/{delegate}", tag = "device", params(("delegate" = String, Path, min_length = 1, max_length = 64), PolicyQuery),
-    responses((status = 200, body = Delegates, description = "Ended: they no longer see this user's tasks"), (status = 404, body = Problem, description = "No such user, or no such delegation")))]
+    responses((status = 200, body = Delegates, description = "Ended: they no longer see this user's tasks (an offer not yet accepted is taken back)"), (status = 404, body = Problem, description = "No such user, or no such delegation")))]
 pub(crate) async fn remove_delegate(
     State(st): State<AppState>,
     caller: Caller,
@@ -109,4 +109,26 @@ pub(crate) async fn remove_delegate(
     Ok(Out(
         delegations::remove(&st, &caller, q.user, delegate).await?
     ))
+}
+
+#[utoipa::path(post, path = "/v1/delegations/{owner}/accept", tag = "device", params(("owner" = String, Path, min_length = 1, max_length = 64, description = "The user who offered this user their decisions"), PolicyQuery),
+    responses((status = 200, body = Delegates, description = "Accepted: this user now reads the owner's tasks and answers their decisions (again: nothing changed)"), (status = 404, body = Problem, description = "No such user, or no offer from them")))]
+pub(crate) async fn accept_delegation(
+    State(st): State<AppState>,
+    caller: Caller,
+    Path(owner): Path<String>,
+    Query(q): Query<PolicyQuery>,
+) -> ApiResult<Out<Delegates>> {
+    Ok(Out(delegations::accept(&st, &caller, q.user, owner).await?))
+}
+
+#[utoipa::path(post, path = "/v1/delegations/{owner}/decline", tag = "device", params(("owner" = String, Path, min_length = 1, max_length = 64, description = "The user who offered this user their decisions"), PolicyQuery),
+    responses((status = 200, body = Delegates, description = "Declined (or, accepted before, left): gone from both lists"), (status = 404, body = Problem, description = "No such user, or no offer from them")))]
+pub(crate) async fn decline_delegation(
+    State(st): State<AppState>,
+    caller: Caller,
+    Path(owner): Path<String>,
+    Query(q): Query<PolicyQuery>,
+) -> ApiResult<Out<Delegates>> {
+    Ok(Out(delegations::decline(&st, &caller, q.user, owner).await?))
 }

@@ -110,6 +110,14 @@ pub fn app(state: AppState) -> Router {
             "/v1/delegates/{delegate}",
             axum::routing::put(deliveries::add_delegate).delete(deliveries::remove_delegate),
         )
+        .route(
+            "/v1/delegations/{owner}/accept",
+            post(deliveries::accept_delegation),
+        )
+        .route(
+            "/v1/delegations/{owner}/decline",
+            post(deliveries::decline_delegation),
+        )
         .route("/v1/devices/pair", post(steer::pair))
         .route("/v1/devices/{device}/receipts", post(deliveries::receipts))
         .route("/v1/devices/{device}/session", post(steer::open_session))
@@ -271,6 +279,7 @@ pub async fn start_with_store(
         );
     }
     let state = AppState::new(store, config);
+    domain::delegations::tell_waiting(&state).await;
     background::spawn(state.clone());
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();
     let (tls, fingerprint) = match tls {

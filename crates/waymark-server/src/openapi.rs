@@ -47,6 +47,8 @@ use crate::{
         deliveries::list_delegates,
         deliveries::add_delegate,
         deliveries::remove_delegate,
+        deliveries::accept_delegation,
+        deliveries::decline_delegation,
         rules::list,
         push::register,
         push::list,

@@ -46,6 +46,7 @@ pub(crate) fn delegation_row(r: &PgRow) -> Result<DelegationRow> {
         owner_id: get(r, "owner_id")?,
         delegate_id: get(r, "delegate_id")?,
         created_at: get(r, "created_at")?,
+        accepted_at: get(r, "accepted_at")?,
     })
 }
 

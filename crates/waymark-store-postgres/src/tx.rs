@@ -768,15 +768,35 @@ impl StoreTx for PgTx {
     async fn put_delegation(&mut self, d: &DelegationRow) -> Result<()> {
         self.exec(
             sqlx::query(
-                "INSERT INTO delegations (owner_id, delegate_id, created_at) VALUES ($1, $2, $3)
-                 ON CONFLICT DO NOTHING",
+                "INSERT INTO delegations (owner_id, delegate_id, created_at, accepted_at)
+                 VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING",
             )
             .bind(&d.owner_id)
             .bind(&d.delegate_id)
-            .bind(d.created_at),
+            .bind(d.created_at)
+            .bind(d.accepted_at),
         )
         .await
         .map(drop)
+    }
+
+    async fn accept_delegation(
+        &mut self,
+        owner_id: &str,
+        delegate_id: &str,
+        at: i64,
+    ) -> Result<bool> {
+        self.exec(
+            sqlx::query(
+                "UPDATE delegations SET accepted_at = $1
+                 WHERE owner_id = $2 AND delegate_id = $3 AND accepted_at IS NULL",
+            )
+            .bind(at)
+            .bind(owner_id)
+            .bind(delegate_id),
+        )
+        .await
+        .map(|n| n > 0)
     }
 
     async fn delete_delegation(&mut self, owner_id: &str, delegate_id: &str) -> Result<bool> {

@@ -56,6 +56,7 @@ pub(crate) fn delegation_row(r: &SqliteRow) -> Result<DelegationRow> {
         owner_id: get(r, "owner_id")?,
         delegate_id: get(r, "delegate_id")?,
         created_at: get(r, "created_at")?,
+        accepted_at: get(r, "accepted_at")?,
     })
 }
 

@@ -697,15 +697,35 @@ impl StoreTx for SqliteTx {
     async fn put_delegation(&mut self, d: &DelegationRow) -> Result<()> {
         self.exec(
             sqlx::query(
-                "INSERT INTO delegations (owner_id, delegate_id, created_at) VALUES (?, ?, ?)
-                 ON CONFLICT DO NOTHING",
+                "INSERT INTO delegations (owner_id, delegate_id, created_at, accepted_at)
+                 VALUES (?, ?, ?, ?) ON CONFLICT DO NOTHING",
             )
             .bind(&d.owner_id)
             .bind(&d.delegate_id)
-            .bind(d.created_at),
+            .bind(d.created_at)
+            .bind(d.accepted_at),
         )
         .await
         .map(drop)
+    }
+
+    async fn accept_delegation(
+        &mut self,
+        owner_id: &str,
+        delegate_id: &str,
+        at: i64,
+    ) -> Result<bool> {
+        self.exec(
+            sqlx::query(
+                "UPDATE delegations SET accepted_at = ?
+                 WHERE owner_id = ? AND delegate_id = ? AND accepted_at IS NULL",
+            )
+            .bind(at)
+            .bind(owner_id)
+            .bind(delegate_id),
+        )
+        .await
+        .map(|n| n > 0)
     }
 
     async fn delete_delegation(&mut self, owner_id: &str, delegate_id: &str) -> Result<bool> {

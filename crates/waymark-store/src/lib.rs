@@ -204,13 +204,23 @@ pub trait StoreTx: Send {
     ) -> Result<()>;
     /// Removes a user's escalation policy; returns whether there was one.
     async fn delete_escalation_policy(&mut self, user_id: &str) -> Result<bool>;
-    /// Lets `delegate_id` read `owner_id`'s tasks and answer their decisions; a second put of
-    /// the same pair keeps the first (its `created_at` stands).
+    /// Offers `delegate_id` to read `owner_id`'s tasks and answer their decisions (or records
+    /// one as given); a second put of the same pair keeps the first (its `created_at` and
+    /// `accepted_at` stand).
     async fn put_delegation(&mut self, delegation: &DelegationRow) -> Result<()>;
-    /// Ends a delegation; returns whether there was one.
+    /// The delegate accepts an offered delegation at `at`; returns whether one was waiting
+    /// (`false`: none, or already accepted — its `accepted_at` stands).
+    async fn accept_delegation(
+        &mut self,
+        owner_id: &str,
+        delegate_id: &str,
+        at: i64,
+    ) -> Result<bool>;
+    /// Ends a delegation, offered or accepted; returns whether there was one.
     async fn delete_delegation(&mut self, owner_id: &str, delegate_id: &str) -> Result<bool>;
     /// Delegations given by `owner_id` and/or to `delegate_id` (every one when both are
-    /// `None`), oldest first.
+    /// `None`), oldest first: offered and accepted alike (`DelegationRow::accepted` tells them
+    /// apart; only an accepted one lets the delegate in).
     async fn delegations(
         &mut self,
         owner_id: Option<&str>,

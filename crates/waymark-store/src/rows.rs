@@ -51,12 +51,24 @@ pub struct UserRow {
 }
 
 /// A user who lets another read their tasks and answer their decisions (issue 19: the second
-/// person an escalation reaches).
+/// person an escalation reaches) — once that other user accepted (issue 32): until then it is
+/// an offer, and gives the delegate nothing.
 #[derive(Debug, Clone, PartialEq)]
 pub struct DelegationRow {
     pub owner_id: String,
     pub delegate_id: String,
+    /// When the owner offered it.
     pub created_at: i64,
+    /// When the delegate accepted; `None`: an offer still waiting for them.
+    pub accepted_at: Option<i64>,
+}
+
+impl DelegationRow {
+    /// Whether the delegate accepted it: only then may they read or answer anything of the
+    /// owner's.
+    pub fn accepted(&self) -> bool {
+        self.accepted_at.is_some()
+    }
 }
 
 /// A bearer credential, stored as the sha256 of its secret.

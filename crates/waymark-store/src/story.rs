@@ -390,35 +390,47 @@ pub async fn run_store_story(store: &dyn Store) {
     assert!(tx.delete_escalation_policy("usr_a").await.unwrap());
     assert!(!tx.delete_escalation_policy("usr_a").await.unwrap());
     assert_eq!(tx.escalation_policy("usr_a").await.unwrap(), None);
-    // delegations: a second put keeps the first; listed both ways; removed once
-    let deleg = |o: &str, d: &str, at| DelegationRow {
+    // delegations: offered until accepted (once); a second put keeps the first, accepted or
+    // not; listed both ways; removed once
+    let deleg = |o: &str, d: &str, at, accepted_at| DelegationRow {
         owner_id: o.into(),
         delegate_id: d.into(),
         created_at: at,
+        accepted_at,
     };
-    tx.put_delegation(&deleg("usr_a", "usr_b", 5))
+    tx.put_delegation(&deleg("usr_a", "usr_b", 5, None))
         .await
         .unwrap();
-    tx.put_delegation(&deleg("usr_a", "usr_b", 9))
+    tx.put_delegation(&deleg("usr_a", "usr_b", 9, Some(9)))
         .await
         .unwrap();
-    tx.put_delegation(&deleg("usr_b", "usr_a", 6))
+    tx.put_delegation(&deleg("usr_b", "usr_a", 6, None))
         .await
         .unwrap();
     assert_eq!(
         tx.delegations(Some("usr_a"), None).await.unwrap(),
-        vec![deleg("usr_a", "usr_b", 5)]
+        vec![deleg("usr_a", "usr_b", 5, None)]
+    );
+    assert!(!tx.accept_delegation("usr_a", "usr_c", 7).await.unwrap());
+    assert!(tx.accept_delegation("usr_a", "usr_b", 7).await.unwrap());
+    assert!(!tx.accept_delegation("usr_a", "usr_b", 8).await.unwrap());
+    tx.put_delegation(&deleg("usr_a", "usr_b", 9, None))
+        .await
+        .unwrap();
+    assert_eq!(
+        tx.delegations(Some("usr_a"), None).await.unwrap(),
+        vec![deleg("usr_a", "usr_b", 5, Some(7))]
     );
     assert_eq!(
         tx.delegations(None, Some("usr_a")).await.unwrap(),
-        vec![deleg("usr_b", "usr_a", 6)]
+        vec![deleg("usr_b", "usr_a", 6, None)]
     );
     assert_eq!(tx.delegations(None, None).await.unwrap().len(), 2);
     assert!(tx.delete_delegation("usr_b", "usr_a").await.unwrap());
     assert!(!tx.delete_delegation("usr_b", "usr_a").await.unwrap());
     assert_eq!(
         tx.delegations(None, None).await.unwrap(),
-        vec![deleg("usr_a", "usr_b", 5)]
+        vec![deleg("usr_a", "usr_b", 5, Some(7))]
     );
     d.status = DecisionStatus::Expired;
     d.outcome = Some(json!({"option": "deny", "by": "default"}));

@@ -109,7 +109,8 @@ pub async fn get_delegates(s: State<'_, AppState>) -> AppResult<DelegatesView> {
     Ok(s.companion.delegates().await?.into())
 }
 
-/// Lets `user` read this user's tasks and answer their decisions (`add`), or ends it.
+/// Offers `user` to read this user's tasks and answer their decisions once they accept
+/// (`add`), or ends it.
 #[tauri::command]
 #[specta::specta]
 pub async fn set_delegate(
@@ -118,4 +119,24 @@ pub async fn set_delegate(
     add: bool,
 ) -> AppResult<DelegatesView> {
     Ok(s.companion.set_delegate(user.trim(), add).await?.into())
+}
+
+/// This user (the delegate) accepts `owner`'s offer (`accept`: the mirror takes a fresh
+/// snapshot with their tasks, and the UI is told), or declines it — or leaves a delegation
+/// accepted before.
+#[tauri::command]
+#[specta::specta]
+pub async fn answer_delegation(
+    app: AppHandle,
+    s: State<'_, AppState>,
+    owner: String,
+    accept: bool,
+) -> AppResult<DelegatesView> {
+    let owner = owner.trim();
+    let d = match accept {
+        true => s.companion.accept_delegation(owner).await?,
+        false => s.companion.decline_delegation(owner).await?,
+    };
+    crate::sync::nudge(&app);
+    Ok(d.into())
 }

@@ -3,7 +3,7 @@
 import { describe, expect, it, vi } from "vitest";
 import { render, screen, waitFor } from "@testing-library/react";
 import userEvent from "@testing-library/user-event";
-import type { DeviceView, EscalationPolicyView } from "../bindings";
+import type { DelegationView, DeviceView, EscalationPolicyView } from "../bindings";
 import { I18nProvider } from "../i18n";
 import { EscalationEditor } from "../components/Escalation";
 import { Delegates } from "../components/Delegates";
@@ -14,8 +14,13 @@ const shell = vi.hoisted(() => ({
   policy: null as EscalationPolicyView | null,
   saved: [] as (EscalationPolicyView | null)[],
   refuse: null as string | null,
-  delegates: { user: "alice", delegates: [] as { user: string; since: number }[], delegated_by: [{ user: "carol", since: 0 }] },
+  delegates: {
+    user: "alice",
+    delegates: [] as DelegationView[],
+    delegated_by: [{ user: "carol", since: 0, state: "accepted", accepted_at: 0 }] as DelegationView[],
+  },
   delegateCalls: [] as [string, boolean][],
+  answers: [] as [string, boolean][],
 }));
 
 vi.mock("../data", () => ({
@@ -24,7 +29,16 @@ vi.mock("../data", () => ({
     setDelegate: async (user: string, add: boolean) => {
       shell.delegateCalls.push([user, add]);
       if (user === "nobody") throw new Error("no user `nobody` (not_found)");
-      shell.delegates = { ...shell.delegates, delegates: add ? [...shell.delegates.delegates, { user, since: 0 }] : shell.delegates.delegates.filter((d) => d.user !== user) };
+      shell.delegates = {
+        ...shell.delegates,
+        delegates: add ? [...shell.delegates.delegates, { user, since: 0, state: "offered", accepted_at: null }] : shell.delegates.delegates.filter((d) => d.user !== user),
+      };
+      return shell.delegates;
+    },
+    answerDelegation: async (owner: string, accept: boolean) => {
+      shell.answers.push([owner, accept]);
+      const rest = shell.delegates.delegated_by.filter((d) => d.user !== owner);
+      shell.delegates = { ...shell.delegates, delegated_by: accept ? [...rest, { user: owner, since: 0, state: "accepted", accepted_at: 1 }] : rest };
       return shell.delegates;
     },
     getEscalation: async () => shell.policy,
@@ -129,5 +143,36 @@ describe("escalation", () => {
     await userEvent.click(screen.getByRole("button", { name: "Remove" }));
     await waitFor(() => expect(screen.queryByTestId("delegate-bob")).toBeNull());
     expect(seen.at(-1)).toEqual([]);
+  });
+
+  it("delegates: an offer waits for its delegate, who accepts or declines it, and may stop answering later", async () => {
+    shell.answers = [];
+    shell.delegates = {
+      user: "alice",
+      delegates: [{ user: "bob", since: 0, state: "offered", accepted_at: null }],
+      delegated_by: [
+        { user: "carol", since: 0, state: "accepted", accepted_at: 0 },
+        { user: "dave", since: 0, state: "offered", accepted_at: null },
+        { user: "erin", since: 0, state: "offered", accepted_at: null },
+      ],
+    };
+    ui(<Delegates onChange={() => {}} />);
+    // The owner's side: bob has not answered yet.
+    expect((await screen.findByTestId("delegate-bob")).textContent).toContain("waiting for bob to accept");
+    // The delegate's side: dave's and erin's offers, carol's accepted one.
+    expect(screen.getByTestId("offer-dave").textContent).toContain("dave asks you to answer their decisions");
+    expect(screen.getByText("You may answer the decisions of: carol")).toBeTruthy();
+    await userEvent.click(screen.getByTestId("offer-accept-dave"));
+    await waitFor(() => expect(screen.queryByTestId("offer-dave")).toBeNull());
+    expect(screen.getByText("You may answer the decisions of: carol, dave")).toBeTruthy();
+    await userEvent.click(screen.getByTestId("offer-decline-erin"));
+    await waitFor(() => expect(screen.queryByTestId("offer-erin")).toBeNull());
+    await userEvent.click(screen.getByTestId("answering-leave-carol"));
+    await waitFor(() => expect(screen.queryByTestId("answering-carol")).toBeNull());
+    expect(shell.answers).toEqual([
+      ["dave", true],
+      ["erin", false],
+      ["carol", false],
+    ]);
   });
 });

@@ -42,6 +42,7 @@ export function webTransport(open: () => Promise<WebCompanion>) {
     setEscalation: call((w, policy: EscalationPolicyView | null) => w.setEscalation(policy)),
     getDelegates: call((w) => w.delegates()),
     setDelegate: call((w, user: string, add: boolean) => w.setDelegate(user, add)),
+    answerDelegation: call((w, owner: string, accept: boolean) => w.answerDelegation(owner, accept)),
     getStatus: call((w) => w.status()),
     // Muting is the desktop's (its own notifications); a browser's are the system's to mute.
     muteNotifications: call((w) => w.status()),

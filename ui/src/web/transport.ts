@@ -9,6 +9,7 @@ import type {
   DeliveryStep,
   DeviceView,
   DelegatesView,
+  DelegationState,
   EscalationPolicyView,
   InboxItemView,
   MachineView,
@@ -571,13 +572,28 @@ export class WebCompanion {
     return delegatesView(await this.api.get<Delegates>(await this.token(), "/v1/delegates"));
   }
 
-  /** Lets `user` read this user's tasks and answer their decisions (`add`), or ends it. */
+  /** Offers `user` to read this user's tasks and answer their decisions once they accept
+   * (`add`), or ends it. */
   async setDelegate(user: string, add: boolean): Promise<DelegatesView> {
     const token = await this.token();
     const path = `/v1/delegates/${encodeURIComponent(user.trim())}`;
     if (add) return delegatesView(await this.api.put<Delegates>(token, path, null));
     await this.api.delete(token, path);
     return this.delegates();
+  }
+
+  /** This user (the delegate) accepts `owner`'s offer (`accept`), or declines it — or leaves one
+   * accepted before. Accepted, the mirror takes a fresh snapshot: the owner's earlier tasks are
+   * behind its cursor, and the event stream brings only what happens next. */
+  async answerDelegation(owner: string, accept: boolean): Promise<DelegatesView> {
+    const token = await this.token();
+    const path = `/v1/delegations/${encodeURIComponent(owner.trim())}/${accept ? "accept" : "decline"}`;
+    const d = delegatesView(await this.api.post<Delegates>(token, path, null));
+    if (accept) {
+      await this.resnapshot(token);
+      this.mirrorChanged.emit({});
+    }
+    return d;
   }
 
   /** This user's devices as the server lists them (last heard from, stale); offline, this
@@ -639,11 +655,14 @@ function fromBase64url(s: string): Uint8Array<ArrayBuffer> {
   return out;
 }
 
-/** The server's `Delegates` (`waymark-proto`). */
-type Delegates = { user: string; delegates: { user: string; since: string }[]; delegated_by: { user: string; since: string }[] };
+/** The server's `Delegates` and `Delegation` (`waymark-proto`); a server before consent sends
+ * no `state`, and every delegation it had was in force. */
+type Delegation = { user: string; since: string; state?: DelegationState; accepted_at?: string };
+type Delegates = { user: string; delegates: Delegation[]; delegated_by: Delegation[] };
 
 function delegatesView(d: Delegates): DelegatesView {
-  const view = (v: { user: string; since: string }[]) => v.map((x) => ({ user: x.user, since: Date.parse(x.since) }));
+  const view = (v: Delegation[]) =>
+    v.map((x) => ({ user: x.user, since: Date.parse(x.since), state: x.state ?? "accepted", accepted_at: x.accepted_at ? Date.parse(x.accepted_at) : null }));
   return { user: d.user, delegates: view(d.delegates), delegated_by: view(d.delegated_by) };
 }
 

@@ -166,7 +166,7 @@ pub(crate) async fn apply(
 enum Role {
     /// Its owner: every operation.
     Owner,
-    /// The owner delegated their decisions to this user: answers only.
+    /// The owner delegated their decisions to this user, who accepted: answers only.
     Delegate,
 }
 

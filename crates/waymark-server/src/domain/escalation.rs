@@ -136,8 +136,10 @@ pub(crate) async fn put_policy(
                 return Err(invalid(format!("step {i} names `{name}` twice")));
             }
             let p = tx.user_by_name(name).await?;
+            // Offered is enough to be named: the step skips them until they accept
+            // (`step_names`, `people_devices`).
             let shared = match &p {
-                Some(p) => delegations::delegated(&mut tx, &u.id, &p.id).await?,
+                Some(p) => delegations::offered(&mut tx, &u.id, &p.id).await?,
                 None => false,
             };
             if !shared {
@@ -433,7 +435,8 @@ fn urgent(row: &DecisionRow, quiet_end: DateTime<Utc>) -> ApiResult<bool> {
     Ok(row.risky || convert::decision(row)?.closing().at <= quiet_end)
 }
 
-/// Who a step notifies, for people: its live devices' names, then the people still delegated.
+/// Who a step notifies, for people: its live devices' names, then the people still delegated
+/// (who accepted: one offered and not yet accepted, or declined, is skipped).
 async fn step_names(tx: &mut Tx, owner_id: &str, step: &EscalationStep) -> ApiResult<Vec<String>> {
     let mut names = Vec::with_capacity(step.devices.len() + step.people.len());
     for id in &step.devices {
@@ -451,7 +454,7 @@ async fn step_names(tx: &mut Tx, owner_id: &str, step: &EscalationStep) -> ApiRe
     Ok(names)
 }
 
-/// A person a step names, when the owner still delegates to them.
+/// A person a step names, when the owner still delegates to them and they accepted.
 async fn still_delegated(tx: &mut Tx, owner_id: &str, name: &str) -> ApiResult<Option<UserRow>> {
     let Some(p) = tx.user_by_name(name).await? else {
         return Ok(None);

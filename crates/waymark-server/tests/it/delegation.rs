@@ -1,6 +1,8 @@
 //! Delegation (issue 19's second person): alice lets bob read her tasks and answer their
 //! decisions with his own signed device commands; pausing and the rest stay with her; ending
-//! it ends his view at once, and an escalation step can name him. The clock is the test's.
+//! it ends his view at once, and an escalation step can name him. Consent (issue 32): what
+//! alice puts is an offer, which gives bob nothing until he accepts it; he may decline it, or
+//! leave it later. The clock is the test's.
 
 use std::time::Duration;
 
@@ -52,6 +54,42 @@ async fn delegate(h: &Harness, method: Method, token: &str, to: &str) -> (Status
         .await
 }
 
+/// The delegate's answer to `owner`'s offer: `accept` or `decline`.
+pub(crate) async fn consent(
+    h: &Harness,
+    token: &str,
+    owner: &str,
+    answer: &str,
+) -> (StatusCode, Value) {
+    h.send(
+        Method::POST,
+        token,
+        &format!("/v1/delegations/{owner}/{answer}"),
+        None,
+    )
+    .await
+}
+
+/// Audit entries of one action: their details, oldest first.
+async fn audited(h: &Harness, action: &str) -> Vec<(String, String)> {
+    let (s, v) = h.get(&h.admin, "/v1/admin/audit?limit=1000").await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    let mut out: Vec<(String, String)> = v
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|a| a["action"] == action)
+        .map(|a| {
+            (
+                a["actor"].as_str().unwrap().to_owned(),
+                a["detail"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    out.reverse();
+    out
+}
+
 #[tokio::test]
 async fn a_delegate_reads_and_answers_the_owners_decisions_and_nothing_more() {
     let h = Harness::start().await;
@@ -67,11 +105,16 @@ async fn a_delegate_reads_and_answers_the_owners_decisions_and_nothing_more() {
     let r = approve(&h, &bob, &task, &id, &digest).await;
     assert_eq!(r["reason"], "not_your_task", "{r}");
 
-    // alice delegates to bob; both see it from their side.
+    // alice delegates to bob and he accepts; both see it from their side.
     let (s, v) = delegate(&h, Method::PUT, &alice_token, "bob").await;
     assert_eq!(s, StatusCode::OK, "{v}");
     assert_eq!(v["user"], "alice");
     assert_eq!(v["delegates"][0]["user"], "bob", "{v}");
+    let (s, v) = consent(&h, &bob_token, "alice", "accept").await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    let (s, v) = delegate(&h, Method::PUT, &alice_token, "bob").await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    assert_eq!(v["delegates"][0]["state"], "accepted", "{v}");
     let (s, again) = delegate(&h, Method::PUT, &alice_token, "bob").await;
     assert_eq!(
         (s, &again["delegates"]),
@@ -81,6 +124,7 @@ async fn a_delegate_reads_and_answers_the_owners_decisions_and_nothing_more() {
     let (s, v) = h.get(&bob_token, "/v1/delegates").await;
     assert_eq!(s, StatusCode::OK, "{v}");
     assert_eq!(v["delegated_by"][0]["user"], "alice", "{v}");
+    assert_eq!(v["delegated_by"][0]["state"], "accepted", "{v}");
     assert_eq!(v["delegates"], json!([]));
 
     // bob now reads the task and its decision…
@@ -232,6 +276,8 @@ async fn an_escalation_step_reaches_the_second_person_after_the_first_was_silent
     assert_problem(s, &v, 422, "validation_failed");
     let (s, v) = delegate(&h, Method::PUT, &alice_token, "bob").await;
     assert_eq!(s, StatusCode::OK, "{v}");
+    let (s, v) = consent(&h, &bob_token, "alice", "accept").await;
+    assert_eq!(s, StatusCode::OK, "{v}");
     let (s, v) = h
         .send(
             Method::PUT,
@@ -301,5 +347,245 @@ async fn an_escalation_step_reaches_the_second_person_after_the_first_was_silent
         take(&woken),
         vec![laptop.id.clone()],
         "only alice's laptop now"
+    );
+}
+
+/// Finding 13 of issue 32: alice's offer shows bob nothing — not her tasks, not her decisions,
+/// not her events — until he accepts; then he reads and answers as a delegate; declining (he
+/// leaves) ends it, and an offer declined before it was accepted never showed him anything.
+/// A row written before consent existed (no `accepted_at`) is an offer too.
+#[tokio::test]
+async fn an_offer_shows_the_delegate_nothing_until_he_accepts_and_a_decline_ends_it() {
+    let h = Harness::start().await;
+    let alice = h.pair_device("alice", &["view", "steer", "approve"]).await;
+    let alice_token = h.session_token(&alice).await;
+    let bob = h.pair_device("bob", &["view", "steer", "approve"]).await;
+    let bob_token = h.session_token(&bob).await;
+    let (task, id, digest, _) = pending(&h).await;
+    let sees = |v: &Value| v.to_string().contains(&task);
+
+    // A delegation as a server before consent wrote it: an offer, nothing more.
+    let n = h
+        .raw_sql(
+            "INSERT INTO delegations (owner_id, delegate_id, created_at)
+             SELECT a.id, b.id, 1 FROM users a, users b WHERE a.name = 'alice' AND b.name = ?",
+            "INSERT INTO delegations (owner_id, delegate_id, created_at)
+             SELECT a.id, b.id, 1 FROM users a, users b WHERE a.name = 'alice' AND b.name = $1",
+            "bob",
+        )
+        .await;
+    assert_eq!(n, 1);
+    let (_, v) = h.get(&bob_token, "/v1/delegates").await;
+    assert_eq!(v["delegated_by"][0]["user"], "alice", "{v}");
+    assert_eq!(v["delegated_by"][0]["state"], "offered", "{v}");
+    let (s, v) = delegate(&h, Method::DELETE, &alice_token, "bob").await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+
+    // alice offers; both see it waiting for bob.
+    let (s, v) = delegate(&h, Method::PUT, &alice_token, "bob").await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    assert_eq!(v["delegates"][0]["user"], "bob", "{v}");
+    assert_eq!(v["delegates"][0]["state"], "offered", "{v}");
+    assert!(v["delegates"][0].get("accepted_at").is_none(), "{v}");
+    let (_, v) = h.get(&bob_token, "/v1/delegates").await;
+    assert_eq!(v["delegated_by"][0]["state"], "offered", "{v}");
+
+    // Offered only: bob reads nothing of alice's and answers nothing.
+    let (s, v) = h.get(&bob_token, &format!("/v1/tasks/{task}")).await;
+    assert_problem(s, &v, 404, "not_found");
+    let (s, snap) = h.get(&bob_token, "/v1/snapshot").await;
+    assert_eq!(s, StatusCode::OK, "{snap}");
+    assert!(!sees(&snap), "an offer shows no task: {snap}");
+    let (s, v) = h
+        .post(
+            &bob_token,
+            &format!("/v1/devices/{}/receipts", bob.id),
+            json!({"receipts": [{"decision_id": id, "step": "opened"}]}),
+        )
+        .await;
+    assert_problem(s, &v, 404, "not_found");
+    let r = approve(&h, &bob, &task, &id, &digest).await;
+    assert_eq!(r["reason"], "not_your_task", "{r}");
+    let res = h
+        .http
+        .get(h.url("/v1/events"))
+        .bearer_auth(&bob_token)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), StatusCode::OK);
+    let mut stream = res.bytes_stream().eventsource();
+    let own = h.create_task(&h.bob).await;
+    loop {
+        let ev = tokio::time::timeout(Duration::from_secs(10), stream.next())
+            .await
+            .expect("bob's own event")
+            .unwrap()
+            .unwrap();
+        assert!(
+            !ev.data.contains(&task),
+            "an offer streams no event of alice's: {}",
+            ev.data
+        );
+        if ev.data.contains(&own) {
+            break;
+        }
+    }
+
+    // He accepts (once: again changes nothing); now he reads and answers.
+    let (s, v) = consent(&h, &bob_token, "alice", "accept").await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    assert_eq!(v["user"], "bob");
+    assert_eq!(v["delegated_by"][0]["state"], "accepted", "{v}");
+    let accepted_at = v["delegated_by"][0]["accepted_at"].clone();
+    assert!(accepted_at.is_string(), "{v}");
+    let (s, again) = consent(&h, &bob_token, "alice", "accept").await;
+    assert_eq!(
+        (s, &again),
+        (StatusCode::OK, &v),
+        "accepting again changes nothing"
+    );
+    let (_, v) = h.get(&alice_token, "/v1/delegates").await;
+    assert_eq!(v["delegates"][0]["state"], "accepted", "{v}");
+    assert_eq!(v["delegates"][0]["accepted_at"], accepted_at, "{v}");
+    let (s, v) = h.get(&bob_token, &format!("/v1/tasks/{task}")).await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    let (_, snap) = h.get(&bob_token, "/v1/snapshot").await;
+    assert!(sees(&snap), "{snap}");
+    let r = approve(&h, &bob, &task, &id, &digest).await;
+    assert_eq!(r["status"], "applied", "{r}");
+
+    // He leaves: gone from both lists, and nothing of alice's is his any more.
+    let (task2, id2, digest2, _) = pending(&h).await;
+    let (s, v) = consent(&h, &bob_token, "alice", "decline").await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    assert_eq!(v["delegated_by"], json!([]), "{v}");
+    let (_, v) = h.get(&alice_token, "/v1/delegates").await;
+    assert_eq!(v["delegates"], json!([]), "{v}");
+    let (s, v) = h.get(&bob_token, &format!("/v1/tasks/{task2}")).await;
+    assert_problem(s, &v, 404, "not_found");
+    let r = approve(&h, &bob, &task2, &id2, &digest2).await;
+    assert_eq!(r["reason"], "not_your_task", "{r}");
+
+    // An offer declined before it was accepted: it showed nothing, and nothing is left.
+    let (s, _) = delegate(&h, Method::PUT, &alice_token, "bob").await;
+    assert_eq!(s, StatusCode::OK);
+    let (s, v) = consent(&h, &bob_token, "alice", "decline").await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    let (s, v) = consent(&h, &bob_token, "alice", "accept").await;
+    assert_problem(s, &v, 404, "not_found");
+    assert!(
+        v["detail"]
+            .as_str()
+            .unwrap()
+            .contains("no offer from `alice`"),
+        "{v}"
+    );
+    let r = approve(&h, &bob, &task2, &id2, &digest2).await;
+    assert_eq!(r["reason"], "not_your_task", "{r}");
+
+    // Bad requests, each said plainly; an admin may answer for a user.
+    let (s, v) = consent(&h, &bob_token, "alice", "decline").await;
+    assert_problem(s, &v, 404, "not_found");
+    let (s, v) = consent(&h, &bob_token, "nobody", "accept").await;
+    assert_problem(s, &v, 404, "not_found");
+    assert!(v["detail"].as_str().unwrap().contains("nobody"), "{v}");
+    let (s, v) = consent(&h, &h.bob, "alice", "accept").await;
+    assert_problem(s, &v, 403, "forbidden");
+    let (s, v) = h
+        .send(
+            Method::POST,
+            &alice_token,
+            "/v1/delegations/alice/accept?user=bob",
+            None,
+        )
+        .await;
+    assert_problem(s, &v, 403, "forbidden");
+    let (s, _) = delegate(&h, Method::PUT, &alice_token, "bob").await;
+    assert_eq!(s, StatusCode::OK);
+    let (s, v) = h
+        .send(
+            Method::POST,
+            &h.admin,
+            "/v1/delegations/alice/accept?user=bob",
+            None,
+        )
+        .await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    assert_eq!(v["delegated_by"][0]["state"], "accepted", "{v}");
+
+    // Each answer is in the audit log, with who gave it.
+    let device = format!("device:{}", bob.id);
+    assert_eq!(
+        audited(&h, "delegation.accept").await,
+        vec![
+            (device.clone(), "alice → bob".to_owned()),
+            ("admin".to_owned(), "alice → bob".to_owned())
+        ]
+    );
+    assert_eq!(
+        audited(&h, "delegation.decline").await,
+        vec![
+            (device.clone(), "alice → bob, accepted before".to_owned()),
+            (device, "alice → bob".to_owned())
+        ]
+    );
+}
+
+/// A step naming someone offered but not yet accepted skips him, as it skips one removed; once
+/// he accepts, the next decision reaches him at his step; once he leaves, it skips him again.
+#[tokio::test]
+async fn an_escalation_step_skips_a_delegate_until_he_accepts() {
+    let h = Harness::start().await;
+    let (base, woken) = push_service().await;
+    let (laptop, alice_token) = device_with_push(&h, "alice", &base).await;
+    let (phone, bob_token) = device_with_push(&h, "bob", &base).await;
+    let (s, v) = delegate(&h, Method::PUT, &alice_token, "bob").await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    // Named while offered: the policy stands, the step waits for his consent.
+    let policy = json!({"steps": [
+        {"after_minutes": 0, "devices": [laptop.id]},
+        {"after_minutes": 10, "devices": [], "people": ["bob"]}
+    ]});
+    let (s, v) = h
+        .send(Method::PUT, &alice_token, "/v1/escalation", Some(policy))
+        .await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+
+    let (task, id, _, _) = pending(&h).await;
+    h.advance(Duration::ZERO).await;
+    assert_eq!(take(&woken), vec![laptop.id.clone()]);
+    let (_, d) = h
+        .get(&h.alice, &format!("/v1/tasks/{task}/decisions/{id}"))
+        .await;
+    assert_ne!(
+        d["escalation"]["next"]["devices"],
+        json!(["bob"]),
+        "not named as next while offered: {d}"
+    );
+    h.advance(Duration::from_secs(11 * 60)).await;
+    assert!(take(&woken).is_empty(), "an offer reaches nobody");
+
+    let (s, v) = consent(&h, &bob_token, "alice", "accept").await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    pending(&h).await;
+    h.advance(Duration::ZERO).await;
+    assert_eq!(take(&woken), vec![laptop.id.clone()]);
+    h.advance(Duration::from_secs(11 * 60)).await;
+    assert_eq!(
+        take(&woken),
+        vec![phone.id.clone()],
+        "accepted: bob is woken"
+    );
+
+    let bob_token = h.session_token(&phone).await; // the first one has expired
+    let (s, v) = consent(&h, &bob_token, "alice", "decline").await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    pending(&h).await;
+    h.advance(Duration::from_secs(11 * 60)).await;
+    assert_eq!(
+        take(&woken),
+        vec![laptop.id.clone()],
+        "left: only alice's laptop"
     );
 }

@@ -410,6 +410,8 @@ async fn rules_are_their_owners_alone_even_for_a_delegate() {
         )
         .await;
     assert_eq!(s, StatusCode::OK, "{v}");
+    let (s, v) = crate::delegation::consent(&h, &bob_token, "alice", "accept").await;
+    assert_eq!(s, StatusCode::OK, "{v}");
 
     // bob neither sees nor revokes alice's rule, and it answers nothing of his.
     assert!(rules_of(&h, &bob_token).await.is_empty());

@@ -1,0 +1,11 @@
+-- Consent (issue 32, finding 13): a delegation is an offer until its delegate accepts it.
+-- `accepted_at` is when they did; while it is NULL the delegate sees none of the owner's tasks,
+-- answers none of their decisions and is skipped by every escalation step naming them. A
+-- delegate declines (or later leaves) by deleting the row.
+--
+-- Delegations made before this migration become offers: nobody was asked, and recording a
+-- consent that was never given would make the row say something untrue. A deployment that
+-- relied on one keeps working once the delegate accepts (`waymark delegates --accept OWNER`,
+-- the devices screen); until then both sides see it waiting, and `waymark serve` says at start
+-- how many wait. See docs/security.md.
+ALTER TABLE delegations ADD COLUMN accepted_at BIGINT;
