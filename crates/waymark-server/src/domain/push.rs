@@ -367,6 +367,18 @@ pub(crate) async fn deliver(st: &AppState, mut c: PushChannelRow) -> ApiResult<u
         c.cursor = e.cursor;
     }
     let mut tx = Tx::write(st).await?;
+    // Revoked while this round was sending (the device's cap replaced it, the device was
+    // revoked): it stays revoked — writing back the copy this round read would bring it back.
+    if c.revoked_at.is_none()
+        && let Some(now) = tx
+            .push_channels(Some(&c.device_id))
+            .await?
+            .into_iter()
+            .find(|x| x.id == c.id && x.revoked_at.is_some())
+    {
+        c.revoked_at = now.revoked_at;
+        c.last_error = now.last_error;
+    }
     tx.update_push_channel(&c).await?;
     if !pushed.is_empty()
         && let Some(device) = tx.device(&c.device_id).await?
