@@ -1372,6 +1372,83 @@ impl From<Rule> for RuleView {
     }
 }
 
+/// The Rules screen's list: the user's rules and, beside them, the runtimes' own rules their
+/// machines' runners read.
+#[derive(Debug, Clone, Serialize, Type)]
+pub struct RulesView {
+    pub rules: Vec<RuleView>,
+    pub runtime_rules: Vec<RuntimeRuleView>,
+}
+
+impl From<RuleList> for RulesView {
+    fn from(l: RuleList) -> Self {
+        RulesView {
+            rules: l.rules.into_iter().map(Into::into).collect(),
+            runtime_rules: l.runtime_rules.into_iter().map(Into::into).collect(),
+        }
+    }
+}
+
+/// A runtime's own rule (Claude Code's `permissions.allow`, a Codex `prefix_rule`, …), flat,
+/// with the user's rules it works against.
+#[derive(Debug, Clone, Serialize, Type)]
+pub struct RuntimeRuleView {
+    /// The machine whose runner read it.
+    pub machine: String,
+    /// `claude-code`, `codex`, …
+    pub runtime: String,
+    /// The file it is in.
+    pub source: String,
+    /// As the file writes it.
+    pub text: String,
+    /// `allow` (runs unasked), `deny` (refused unasked) or `ask`.
+    pub effect: OwnEffect,
+    /// The tool it covers (absent: every tool).
+    pub tool: Option<String>,
+    /// The calls' command or path it covers, as a Waymark glob (absent: all).
+    pub pattern: Option<String>,
+    /// The directory it holds in (absent: everywhere).
+    pub directory: Option<String>,
+    /// When the runner last reported it (unix ms).
+    pub reported_at: Option<i64>,
+    /// The user's live rules it works against.
+    pub conflicts: Vec<RuleConflictView>,
+}
+
+/// A Waymark rule and a runtime's rule with different answers for the same calls.
+#[derive(Debug, Clone, Serialize, Type)]
+pub struct RuleConflictView {
+    /// `rul_…`.
+    pub rule_id: String,
+    /// What happens, for people.
+    pub says: String,
+}
+
+impl From<ListedRuntimeRule> for RuntimeRuleView {
+    fn from(l: ListedRuntimeRule) -> Self {
+        let r = l.rule;
+        RuntimeRuleView {
+            machine: l.machine,
+            runtime: r.runtime,
+            source: r.source,
+            text: r.text,
+            effect: r.effect,
+            tool: r.matches.tool,
+            pattern: r.matches.input.map(|i| i.pattern),
+            directory: r.matches.directory,
+            reported_at: l.reported_at.map(ms),
+            conflicts: l
+                .conflicts
+                .into_iter()
+                .map(|c| RuleConflictView {
+                    rule_id: c.rule_id,
+                    says: c.says,
+                })
+                .collect(),
+        }
+    }
+}
+
 /// A rule the person asks to make (signed as `add_rule`). Blank parts match anything.
 #[derive(Debug, Clone, Deserialize, Type)]
 pub struct NewRuleView {

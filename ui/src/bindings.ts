@@ -88,8 +88,11 @@ export const commands = {
 	 *  run starts on the next sync, exactly once).
 	 */
 	startRun: (run: StartRunView) => __TAURI_INVOKE<StartedRunView>("start_run", { run }),
-	/**  This user's rules, newest first: live, revoked and expired. */
-	listRules: () => __TAURI_INVOKE<RuleView[]>("list_rules"),
+	/**
+	 *  This user's rules, newest first (live, revoked and expired), and the runtimes' own rules
+	 *  on their machines.
+	 */
+	listRules: () => __TAURI_INVOKE<RulesView>("list_rules"),
 	/**  Signs `add_rule` and sends it. */
 	addRule: (rule: NewRuleView) => __TAURI_INVOKE<RuleAddedView>("add_rule", { rule }),
 	/**  Signs `revoke_rule` and sends it: the rule answers nothing from the next approval on. */
@@ -748,6 +751,18 @@ export type OutcomeView = {
 	edited_intent: Value | null,
 };
 
+/**  What a runtime's own rule does with the calls it covers, before Waymark is asked. */
+export type OwnEffect = 
+/**
+ *  The runtime runs them without asking anyone: no approval reaches Waymark, so no
+ *  Waymark rule (and no person) is asked about them.
+ */
+"allow" | 
+/**  The runtime refuses them without asking. */
+"deny" | 
+/**  The runtime asks — through Waymark, where it is wired to it. */
+"ask";
+
 /**  How a rule's input pattern reads. */
 export type PatternKind = 
 /**
@@ -835,6 +850,14 @@ export type RuleAnswer =
 /**  Deny at once. A matching deny rule wins over every allow rule. */
 "deny";
 
+/**  A Waymark rule and a runtime's rule with different answers for the same calls. */
+export type RuleConflictView = {
+	/**  `rul_…`. */
+	rule_id: string,
+	/**  What happens, for people. */
+	says: string,
+};
+
 /**
  *  A standing rule as the Rules screen lists it: what it matches, flat, with its answer, its
  *  expiry and how often it answered.
@@ -876,6 +899,42 @@ export type RuleView = {
 	last_used_at: number | null,
 	/**  Neither revoked nor expired, by the server's clock when listed. */
 	live: boolean,
+};
+
+/**
+ *  The Rules screen's list: the user's rules and, beside them, the runtimes' own rules their
+ *  machines' runners read.
+ */
+export type RulesView = {
+	rules: RuleView[],
+	runtime_rules: RuntimeRuleView[],
+};
+
+/**
+ *  A runtime's own rule (Claude Code's `permissions.allow`, a Codex `prefix_rule`, …), flat,
+ *  with the user's rules it works against.
+ */
+export type RuntimeRuleView = {
+	/**  The machine whose runner read it. */
+	machine: string,
+	/**  `claude-code`, `codex`, … */
+	runtime: string,
+	/**  The file it is in. */
+	source: string,
+	/**  As the file writes it. */
+	text: string,
+	/**  `allow` (runs unasked), `deny` (refused unasked) or `ask`. */
+	effect: OwnEffect,
+	/**  The tool it covers (absent: every tool). */
+	tool: string | null,
+	/**  The calls' command or path it covers, as a Waymark glob (absent: all). */
+	pattern: string | null,
+	/**  The directory it holds in (absent: everywhere). */
+	directory: string | null,
+	/**  When the runner last reported it (unix ms). */
+	reported_at: number | null,
+	/**  The user's live rules it works against. */
+	conflicts: RuleConflictView[],
 };
 
 /**

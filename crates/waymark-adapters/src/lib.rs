@@ -14,3 +14,4 @@ pub mod codex;
 pub mod hermes;
 pub mod jsonrpc;
 pub mod openclaw;
+pub mod own_rules;

@@ -1883,9 +1883,27 @@ fn describe_rule(m: &waymark_proto::RuleMatch) -> String {
 }
 
 fn render_rules(list: &waymark_proto::RuleList) -> String {
-    if list.rules.is_empty() {
-        return "no rules: every approval asks a person (`waymark rules add --help`)".into();
+    let mut out = if list.rules.is_empty() {
+        "no rules: every approval asks a person (`waymark rules add --help`)\n".to_owned()
+    } else {
+        render_our_rules(list)
+    };
+    if !list.runtime_rules.is_empty() {
+        out.push_str("\nthe runtimes' own rules (they act before Waymark is asked):\n");
+        for r in &list.runtime_rules {
+            out.push_str(&format!(
+                "{} {:<5} {} `{}`\n  in {}\n",
+                r.machine, r.rule.effect, r.rule.runtime, r.rule.text, r.rule.source
+            ));
+            for c in &r.conflicts {
+                out.push_str(&format!("  conflict with {}: {}\n", c.rule_id, c.says));
+            }
+        }
     }
+    out.trim_end().to_owned()
+}
+
+fn render_our_rules(list: &waymark_proto::RuleList) -> String {
     let now = chrono::Utc::now();
     let mut out = String::new();
     for r in &list.rules {
@@ -1919,5 +1937,5 @@ fn render_rules(list: &waymark_proto::RuleList) -> String {
                 .unwrap_or_default(),
         ));
     }
-    out.trim_end().to_owned()
+    out
 }

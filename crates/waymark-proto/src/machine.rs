@@ -78,6 +78,11 @@ pub struct RegisterMachine {
     /// Whether the runner holds a sleep inhibitor while a run is active.
     #[serde(default)]
     pub inhibits_sleep: bool,
+    /// The runtimes' own rules found in their files on the machine (read again, and
+    /// reported again when they change).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schema(max_items = 500)]
+    pub runtime_rules: Vec<crate::rules::RuntimeRule>,
 }
 
 /// A machine, as people see it.

@@ -163,6 +163,78 @@ pub struct RuleList {
     /// Newest first: live ones and, for their record, revoked and expired ones (the newest
     /// 200 in all).
     pub rules: Vec<Rule>,
+    /// The runtimes' own rules on the user's machines, as each runner last read them, with
+    /// the conflicts between them and `rules`.
+    #[serde(default)]
+    pub runtime_rules: Vec<ListedRuntimeRule>,
+}
+
+/// Most runtime rules one runner reports.
+pub const RUNTIME_RULES_MAX: usize = 500;
+
+str_enum! {
+    /// What a runtime's own rule does with the calls it covers, before Waymark is asked.
+    pub enum OwnEffect {
+        /// The runtime runs them without asking anyone: no approval reaches Waymark, so no
+        /// Waymark rule (and no person) is asked about them.
+        Allow => "allow",
+        /// The runtime refuses them without asking.
+        Deny => "deny",
+        /// The runtime asks — through Waymark, where it is wired to it.
+        Ask => "ask",
+    }
+}
+
+/// A rule a runtime keeps itself (Claude Code's `permissions.allow`, a Codex `prefix_rule`,
+/// OpenClaw's exec allowlist, Hermes' approval mode, …), as the runner of the machine read it
+/// from the runtime's own files (issue 31 §2). Shown beside Waymark's rules; never applied
+/// by Waymark.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RuntimeRule {
+    /// `claude-code`, `codex`, `gemini`, `hermes`, `openclaw`.
+    #[schema(min_length = 1, max_length = 64)]
+    pub runtime: String,
+    /// The file it was read from.
+    #[schema(min_length = 1, max_length = 500)]
+    pub source: String,
+    /// The rule as the file writes it (`Bash(npm test:*)`, `approval_policy = "never"`).
+    #[schema(min_length = 1, max_length = 500)]
+    pub text: String,
+    /// What it does with the calls it covers.
+    pub effect: OwnEffect,
+    /// The calls it covers, in the terms of a Waymark rule (its runtime always named; no
+    /// input pattern: all of that tool's calls). A runtime's syntax that Waymark's cannot say
+    /// exactly is widened, never narrowed.
+    #[serde(rename = "match")]
+    pub matches: RuleMatch,
+}
+
+/// A runtime's own rule as people read it (`GET /v1/rules`): where it was found and which of
+/// the user's live rules it works against.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct ListedRuntimeRule {
+    /// The machine whose runner read it, by name.
+    pub machine: String,
+    /// When that runner last reported its rules.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reported_at: Option<DateTime<Utc>>,
+    /// The rule.
+    pub rule: RuntimeRule,
+    /// The user's live rules that it works against: a deny rule for calls this runtime runs
+    /// without asking, or an allow rule for calls it refuses.
+    pub conflicts: Vec<RuleConflict>,
+}
+
+/// A Waymark rule and a runtime's own rule that cover the same calls with different answers.
+/// Named, never resolved: the runtime acts first, so what it decides is what happens.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct RuleConflict {
+    /// The Waymark rule (`rul_…`).
+    pub rule_id: String,
+    /// What happens, for people: "Claude Code runs these without asking, so this deny rule
+    /// never sees them".
+    pub says: String,
 }
 
 /// The rule that answered an approval (`DecisionOutcome::rule`).

@@ -1,5 +1,6 @@
-//! Prometheus metrics at `/metrics`: requests by route and status, refusals by code, and the
-//! counters an operator watches (tasks, checkpoints, live SSE subscribers).
+//! Prometheus metrics at `/metrics`: requests by route and status, refusals by code, the
+//! counters an operator watches (tasks, checkpoints, live SSE subscribers), and how long an
+//! approval takes to reach each stage of its round trip (issue 31 §4).
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -27,12 +28,23 @@ struct CodeLabels {
     code: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct StageLabels {
+    stage: &'static str,
+}
+
+/// The stages of an approval's round trip, each timed from the decision's opening: a push
+/// accepted by a device's push service, the device fetched it, showed it, a person opened it,
+/// answered it there, and the runtime took the answer. A fixed set: the label stays bounded.
+pub(crate) const STAGES: &[&str] = &["pushed", "fetched", "shown", "opened", "answered", "taken"];
+
 /// The control plane's metrics.
 pub struct Metrics {
     registry: Registry,
     requests: Family<RequestLabels, Counter>,
     latency: Family<RequestLabels, Histogram>,
     refusals: Family<CodeLabels, Counter>,
+    stages: Family<StageLabels, Histogram>,
     /// Tasks created.
     pub tasks_created: Counter,
     /// Checkpoints appended.
@@ -52,6 +64,11 @@ impl Default for Metrics {
             Histogram::new([0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0, 5.0, 30.0])
         });
         let refusals = Family::<CodeLabels, Counter>::default();
+        let stages = Family::<StageLabels, Histogram>::new_with_constructor(|| {
+            Histogram::new([
+                0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 1800.0, 7200.0,
+            ])
+        });
         let tasks_created = Counter::default();
         let checkpoints = Counter::default();
         let controls_handed_over = Counter::default();
@@ -68,6 +85,11 @@ impl Default for Metrics {
             "refusals",
             "Writes refused by the rules, by code",
             refusals.clone(),
+        );
+        registry.register(
+            "approval_stage_seconds",
+            "From a decision's opening to each stage of its round trip, each first time: pushed, fetched, shown, opened, answered (on a device), taken (by the runtime)",
+            stages.clone(),
         );
         registry.register("tasks_created", "Tasks created", tasks_created.clone());
         registry.register(
@@ -96,6 +118,7 @@ impl Default for Metrics {
             requests,
             latency,
             refusals,
+            stages,
             tasks_created,
             checkpoints,
             controls_handed_over,
@@ -120,6 +143,14 @@ impl Metrics {
         self.refusals
             .get_or_create(&CodeLabels { code: code.into() })
             .inc();
+    }
+
+    /// A decision reached `stage` (one of [`STAGES`]) `seconds` after it opened.
+    pub(crate) fn approval_stage(&self, stage: &'static str, seconds: f64) {
+        debug_assert!(STAGES.contains(&stage));
+        self.stages
+            .get_or_create(&StageLabels { stage })
+            .observe(seconds.max(0.0));
     }
 
     pub(crate) fn connection_opened(&self) {

@@ -6,7 +6,7 @@ use waymark_proto::{CommandResult, CommandStatus};
 
 use crate::error::{AppError, AppResult};
 use crate::state::AppState;
-use crate::views::{NewRuleView, RuleAddedView, RuleView};
+use crate::views::{NewRuleView, RuleAddedView, RulesView};
 
 /// The server's words for a rule command, or its refusal as an error the screen shows.
 fn applied(r: CommandResult) -> AppResult<String> {
@@ -16,17 +16,12 @@ fn applied(r: CommandResult) -> AppResult<String> {
     }
 }
 
-/// This user's rules, newest first: live, revoked and expired.
+/// This user's rules, newest first (live, revoked and expired), and the runtimes' own rules
+/// on their machines.
 #[tauri::command]
 #[specta::specta]
-pub async fn list_rules(s: State<'_, AppState>) -> AppResult<Vec<RuleView>> {
-    Ok(s.companion
-        .rules()
-        .await?
-        .rules
-        .into_iter()
-        .map(Into::into)
-        .collect())
+pub async fn list_rules(s: State<'_, AppState>) -> AppResult<RulesView> {
+    Ok(s.companion.rules().await?.into())
 }
 
 /// Signs `add_rule` and sends it.

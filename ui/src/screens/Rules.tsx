@@ -1,16 +1,19 @@
 // Rules: the user's standing rules as the server lists them (newest first; live, revoked and
 // expired, with how often each answered), each revocable by a signed `revoke_rule`, and the form
 // that signs a new one. Read live, like Machines: a rule's uses and liveness are the server's,
-// so offline this screen says so rather than show an old list as current.
+// so offline this screen says so rather than show an old list as current. Below them, the
+// runtimes' own rules their machines' runners read (Claude Code's allow rules, Codex's prefix
+// rules, …): they act before Waymark is asked, so a Waymark rule they work against is named on
+// both cards, never silently resolved.
 import { useCallback, useEffect, useState } from "react";
-import type { RuleView } from "../bindings";
+import type { RuleConflictView, RulesView, RuleView, RuntimeRuleView } from "../bindings";
 import { commands, errorText } from "../data";
 import { useI18n } from "../i18n";
 import { ago } from "../format";
 import { blankRule } from "../rules";
 import { day, RuleForm } from "../components/RuleForm";
 
-function RuleCard({ rule: r, revoked, now }: { rule: RuleView; revoked: () => void; now?: number }) {
+function RuleCard({ rule: r, revoked, now, conflicts }: { rule: RuleView; revoked: () => void; now?: number; conflicts: RuleConflictView[] }) {
   const { t, lang } = useI18n();
   const [confirming, setConfirming] = useState(false);
   const [busy, setBusy] = useState(false);
@@ -81,6 +84,11 @@ function RuleCard({ rule: r, revoked, now }: { rule: RuleView; revoked: () => vo
         )}
       </dl>
       {r.note && <p className="rule-note">“{r.note}”</p>}
+      {conflicts.map((c, i) => (
+        <p key={i} className="warn small rule-conflict" data-testid="rule-conflict">
+          {t("rules.conflict", { says: c.says })}
+        </p>
+      ))}
       <p className="small muted">
         {state === "revoked" ? t("rules.revokedOn", { date: day(r.revoked_at!, lang) }) : state === "expired" ? t("rules.expiredOn", { date: day(r.expires_at, lang) }) : t("rules.until", { date: day(r.expires_at, lang) })}
         {" · "}
@@ -115,16 +123,43 @@ function RuleCard({ rule: r, revoked, now }: { rule: RuleView; revoked: () => vo
   );
 }
 
+function RuntimeRuleCard({ rule: r }: { rule: RuntimeRuleView }) {
+  const { t } = useI18n();
+  return (
+    <li className="card rule runtime-rule" data-testid="runtime-rule" data-effect={r.effect}>
+      <div className="card-head">
+        <span className={`pill ${r.effect === "allow" ? "ok" : r.effect === "deny" ? "bad" : ""}`}>{t(`rules.own.effect.${r.effect}`)}</span>
+        <span className="pill">{r.runtime}</span>
+        <span className="muted small">{t("rules.own.on", { machine: r.machine })}</span>
+      </div>
+      <p>
+        <code data-testid="runtime-rule-text">{r.text}</code>
+      </p>
+      <p className="small muted">
+        {r.directory ? t("rules.own.inDirectory", { directory: r.directory }) : t("rules.own.everywhere")}
+        {" · "}
+        <code>{r.source}</code>
+      </p>
+      {r.conflicts.map((c) => (
+        <p key={c.rule_id} className="warn small rule-conflict" data-testid="runtime-rule-conflict">
+          {t("rules.own.conflict", { id: c.rule_id, says: c.says })}
+        </p>
+      ))}
+    </li>
+  );
+}
+
 export function RulesScreen({ now }: { now?: number }) {
   const { t } = useI18n();
-  const [rules, setRules] = useState<RuleView[] | null>(null);
+  const [list, setList] = useState<RulesView | null>(null);
+  const rules = list?.rules ?? null;
   const [error, setError] = useState<string | null>(null);
   const [adding, setAdding] = useState(false);
   const [made, setMade] = useState<string | null>(null);
   const reload = useCallback(() => {
     commands.listRules().then(
       (r) => {
-        setRules(r);
+        setList(r);
         setError(null);
       },
       (e) => setError(errorText(e)),
@@ -190,8 +225,26 @@ export function RulesScreen({ now }: { now?: number }) {
         </p>
       )}
       <ul className="cards" role="list">
-        {rules?.map((r) => <RuleCard key={r.id} rule={r} revoked={reload} now={now} />)}
+        {rules?.map((r) => (
+          <RuleCard key={r.id} rule={r} revoked={reload} now={now} conflicts={conflictsOf(list, r.id)} />
+        ))}
       </ul>
+      {list && list.runtime_rules.length > 0 && (
+        <section aria-labelledby="runtime-rules-title" data-testid="runtime-rules">
+          <h3 id="runtime-rules-title">{t("rules.own.title")}</h3>
+          <p className="muted small">{t("rules.own.explain")}</p>
+          <ul className="cards" role="list">
+            {list.runtime_rules.map((r, i) => (
+              <RuntimeRuleCard key={i} rule={r} />
+            ))}
+          </ul>
+        </section>
+      )}
     </section>
   );
+}
+
+/** What the runtimes' own rules say against one of ours. */
+function conflictsOf(list: RulesView | null, id: string): RuleConflictView[] {
+  return (list?.runtime_rules ?? []).flatMap((r) => r.conflicts.filter((c) => c.rule_id === id));
 }

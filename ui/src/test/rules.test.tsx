@@ -6,7 +6,7 @@ import { beforeEach, describe, expect, it, vi } from "vitest";
 import { render, screen, waitFor, within } from "@testing-library/react";
 import userEvent from "@testing-library/user-event";
 import type { ReactElement } from "react";
-import type { NewRuleView, RuleAddedView, RuleView } from "../bindings";
+import type { NewRuleView, RuleAddedView, RuleView, RuntimeRuleView } from "../bindings";
 import { I18nProvider } from "../i18n";
 import fixture from "../web/fixtures/intent-facts.json";
 import { blankRule, intentFacts, literalGlob, ruleFromIntent, ruleProblem, unwrapShell } from "../rules";
@@ -14,11 +14,11 @@ import { InboxCard } from "../components/InboxCard";
 import { RulesScreen } from "../screens/Rules";
 import { NOW, approval, outbox } from "./fixtures";
 
-const shell = vi.hoisted(() => ({ rules: [] as unknown[], added: [] as unknown[], revoked: [] as string[], refuse: null as string | null }));
+const shell = vi.hoisted(() => ({ rules: [] as unknown[], runtime: [] as unknown[], added: [] as unknown[], revoked: [] as string[], refuse: null as string | null }));
 
 vi.mock("../data", () => ({
   commands: {
-    listRules: async () => shell.rules,
+    listRules: async () => ({ rules: shell.rules, runtime_rules: shell.runtime }),
     addRule: async (rule: unknown) => {
       if (shell.refuse) throw new Error(shell.refuse);
       shell.added.push(rule);
@@ -62,6 +62,7 @@ function rule(over: Partial<RuleView> = {}): RuleView {
 
 beforeEach(() => {
   shell.rules = [];
+  shell.runtime = [];
   shell.added = [];
   shell.revoked = [];
   shell.refuse = null;
@@ -118,6 +119,45 @@ describe("the Rules screen", () => {
     expect(shell.revoked).toEqual([]);
     await userEvent.click(first.getByTestId("rule-revoke-confirm"));
     await waitFor(() => expect(shell.revoked).toEqual(["rul_1"]));
+  });
+
+  it("shows the runtimes' own rules beside ours and names a conflict on both cards", async () => {
+    const says = "Claude Code on laptop runs these calls without asking (`Bash(npm:*)` in /home/alice/.claude/settings.json), so this deny rule never sees them";
+    const own: RuntimeRuleView = {
+      machine: "laptop",
+      runtime: "claude-code",
+      source: "/home/alice/.claude/settings.json",
+      text: "Bash(npm:*)",
+      effect: "allow",
+      tool: "Bash",
+      pattern: "npm*",
+      directory: null,
+      reported_at: NOW - 60_000,
+      conflicts: [{ rule_id: "rul_2", says }],
+    };
+    shell.rules = [rule(), rule({ id: "rul_2", answer: "deny", pattern: "npm publish*", directory: null })];
+    shell.runtime = [own, { ...own, text: "prefix_rule(pattern = [\"git\", \"push\"], decision = \"forbidden\")", runtime: "codex", effect: "deny", tool: "commandExecution", pattern: "git push*", directory: "/home/alice/src/shop", conflicts: [] }];
+    ui(<RulesScreen now={NOW} />);
+    const cards = await screen.findAllByTestId("rule");
+    expect(within(cards[0]).queryByTestId("rule-conflict")).toBeNull();
+    expect(within(cards[1]).getByTestId("rule-conflict").textContent).toBe(`⚠ ${says}.`);
+    const theirs = screen.getAllByTestId("runtime-rule");
+    expect(theirs).toHaveLength(2);
+    expect(within(theirs[0]).getByText("Runs unasked")).toBeTruthy();
+    expect(within(theirs[0]).getByTestId("runtime-rule-text").textContent).toBe("Bash(npm:*)");
+    expect(theirs[0].textContent).toContain("on laptop");
+    expect(theirs[0].textContent).toContain("everywhere");
+    expect(within(theirs[0]).getByTestId("runtime-rule-conflict").textContent).toContain("Works against rul_2");
+    expect(within(theirs[1]).getByText("Refused")).toBeTruthy();
+    expect(theirs[1].textContent).toContain("in /home/alice/src/shop");
+    expect(within(theirs[1]).queryByTestId("runtime-rule-conflict")).toBeNull();
+  });
+
+  it("shows no runtimes' section when no runner reported one", async () => {
+    shell.rules = [rule()];
+    ui(<RulesScreen now={NOW} />);
+    await screen.findAllByTestId("rule");
+    expect(screen.queryByTestId("runtime-rules")).toBeNull();
   });
 
   it("signs a new rule as typed; one allowing risky calls only after a second yes", async () => {

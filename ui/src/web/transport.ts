@@ -18,7 +18,7 @@ import type {
   NewRuleView,
   OutboxView,
   RuleAddedView,
-  RuleView,
+  RulesView,
   SeenView,
   StartRunView,
   StartedRunView,
@@ -34,7 +34,7 @@ import { type Db, openBrowserDb } from "./db";
 import { type DeviceKey, loadOrCreateKey, pendingKey } from "./keys";
 import { type Identity, MirrorError, WebMirror } from "./mirror";
 import { addRuleArgs, answerArgs, approveEditedArgs, commandId, newCommand, signCommand, type Seen } from "./sign";
-import { inboxItemView, machineView, outboxView, ruleView, threadDetailView, threadRowView } from "./views";
+import { inboxItemView, machineView, outboxView, rulesView, threadDetailView, threadRowView } from "./views";
 import type { Operation, OutboxStatus } from "../bindings";
 import type { CommandResult, Event, MachineList, RuleList, TaskDetail } from "./wire";
 
@@ -411,10 +411,11 @@ export class WebCompanion {
     return { task_id: taskId, command: outboxView(entry) };
   }
 
-  /** This user's rules, newest first (live from the server: live, revoked and expired). */
-  async rules(): Promise<RuleView[]> {
+  /** This user's rules, newest first (live from the server: live, revoked and expired), and the
+   * runtimes' own rules on their machines. */
+  async rules(): Promise<RulesView> {
     const list = await this.api.get<RuleList>(await this.token(), "/v1/rules");
-    return list.rules.map(ruleView);
+    return rulesView(list);
   }
 
   /** Signs a rule command (no task) and sends it at once — as `Companion::add_rule`, never

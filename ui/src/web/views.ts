@@ -14,6 +14,8 @@ import type {
   OutboxView,
   ReceiptView,
   RuleView,
+  RulesView,
+  RuntimeRuleView,
   StageView,
   TaskState,
   TaskView,
@@ -29,7 +31,9 @@ import {
   type Decision,
   type Effect,
   type Machine,
+  type ListedRuntimeRule,
   type Rule,
+  type RuleList,
   type Message,
   type Task,
   type TestReceipt,
@@ -345,4 +349,26 @@ export function ruleView(r: Rule): RuleView {
     last_used_at: r.last_used_at ? ms(r.last_used_at) : null,
     live: r.live,
   };
+}
+
+/** A runtime's own rule as `RuntimeRuleView::from` shapes it. */
+export function runtimeRuleView(l: ListedRuntimeRule): RuntimeRuleView {
+  const r = l.rule;
+  return {
+    machine: l.machine,
+    runtime: r.runtime,
+    source: r.source,
+    text: r.text,
+    effect: r.effect,
+    tool: r.match.tool ?? null,
+    pattern: r.match.input?.pattern ?? null,
+    directory: r.match.directory ?? null,
+    reported_at: l.reported_at ? ms(l.reported_at) : null,
+    conflicts: l.conflicts.map((c) => ({ rule_id: c.rule_id, says: c.says })),
+  };
+}
+
+/** The Rules screen's list as `RulesView::from` shapes it. */
+export function rulesView(l: RuleList): RulesView {
+  return { rules: l.rules.map(ruleView), runtime_rules: (l.runtime_rules ?? []).map(runtimeRuleView) };
 }

@@ -8,6 +8,7 @@ import type {
   DeliveryStep,
   EffectStatus,
   Operation,
+  OwnEffect,
   PatternKind,
   RuleAnswer,
   TaskState,
@@ -342,4 +343,18 @@ export type Rule = {
   live: boolean;
 };
 
-export type RuleList = { rules: Rule[] };
+/** `GET /v1/rules`: a runtime's own rule as a runner read it (`waymark_proto::ListedRuntimeRule`). */
+export type ListedRuntimeRule = {
+  machine: string;
+  reported_at?: Time | null;
+  rule: {
+    runtime: string;
+    source: string;
+    text: string;
+    effect: OwnEffect;
+    match: { runtime?: string; machine?: string; directory?: string; tool?: string; input?: { kind: PatternKind; pattern: string } };
+  };
+  conflicts: { rule_id: string; says: string }[];
+};
+
+export type RuleList = { rules: Rule[]; runtime_rules?: ListedRuntimeRule[] };

@@ -92,6 +92,9 @@ pub(crate) struct RunnerOpts {
     inhibit_sleep: bool,
 }
 
+/// How often the runtimes' own rules are read again.
+const OWN_RULES_EVERY: Duration = Duration::from_secs(30);
+
 pub(crate) async fn run(args: RunnerArgs, json: bool) -> CliResult {
     match args.action {
         Some(Action::Install { opts, no_start }) => service::install(&opts, no_start, json),
@@ -403,6 +406,8 @@ struct Runner {
     live: HashMap<String, Live>,
     exits: (mpsc::UnboundedSender<Ended>, mpsc::UnboundedReceiver<Ended>),
     inhibitor: inhibit::Inhibitor,
+    /// The runtimes' own rules on this machine, as last read and reported.
+    own_rules: Vec<waymark_proto::RuntimeRule>,
 }
 
 impl Runner {
@@ -469,6 +474,7 @@ impl Runner {
             live: HashMap::new(),
             exits: mpsc::unbounded_channel(),
             inhibitor: inhibit::Inhibitor::new(opts.inhibit_sleep),
+            own_rules: Vec::new(),
         })
     }
 
@@ -500,7 +506,24 @@ impl Runner {
                 .collect(),
             runner_version: env!("CARGO_PKG_VERSION").into(),
             inhibits_sleep: self.inhibitor.enabled(),
+            runtime_rules: self.own_rules.clone(),
         }
+    }
+
+    /// Reads the runtimes' own rules again; whether they changed since last read.
+    async fn read_own_rules(&mut self) -> bool {
+        let Some(places) = waymark_adapters::own_rules::Places::of_this_user(self.allowed.clone())
+        else {
+            return false;
+        };
+        let read = tokio::task::spawn_blocking(move || waymark_adapters::own_rules::read(&places))
+            .await
+            .unwrap_or_default();
+        if read == self.own_rules {
+            return false;
+        }
+        self.own_rules = read;
+        true
     }
 
     /// The runtimes found, for people.
@@ -554,6 +577,7 @@ impl Runner {
     }
 
     async fn run(mut self, json: bool) -> CliResult {
+        self.read_own_rules().await;
         let machine = self.register().await?;
         if let Some(n) = &self.name
             && *n != machine.name
@@ -584,6 +608,11 @@ impl Runner {
         );
         let mut backoff = Duration::from_millis(500);
         let mut tick = tokio::time::interval(Duration::from_secs(1));
+        // The runtimes' own rules are read again now and then, and reported when they changed.
+        let mut reread = tokio::time::interval_at(
+            tokio::time::Instant::now() + OWN_RULES_EVERY,
+            OWN_RULES_EVERY,
+        );
         // The request in flight outlives the other branches (a tick, a run's end): dropped, a
         // long poll would start over and never answer. The first one does not wait, so a run
         // cut off while the runner was away is reported at once.
@@ -627,6 +656,11 @@ impl Runner {
                     next = Some((tokio::time::Instant::now(), 0));
                 }
                 _ = tick.tick() => self.look_at_adopted().await,
+                _ = reread.tick() => {
+                    if self.read_own_rules().await {
+                        self.report_own_rules().await;
+                    }
+                }
                 _ = tokio::signal::ctrl_c() => {
                     eprintln!("runner stopping; runs in progress keep going and are found again when it starts");
                     return Ok(());
@@ -634,6 +668,30 @@ impl Runner {
             }
             // Awake while a run is under way (when its owner asked for it).
             self.inhibitor.hold(!self.live.is_empty()).await;
+        }
+    }
+
+    /// Reports changed own rules (a registration like the first); a failure is tried again at
+    /// the next read.
+    async fn report_own_rules(&mut self) {
+        let res: Result<Machine, CallError> = self
+            .conn
+            .call(
+                reqwest::Method::PUT,
+                "/v1/runner/machine",
+                Some(json!(self.registration())),
+                Duration::from_secs(15),
+            )
+            .await;
+        match res {
+            Ok(_) => tracing::info!(
+                rules = self.own_rules.len(),
+                "reported the runtimes' own rules"
+            ),
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot report the runtimes' own rules; trying again later");
+                self.own_rules.clear();
+            }
         }
     }
 

@@ -22,6 +22,10 @@ pub(crate) struct Tx {
     /// Control commands this transaction queued, in order: handed to this replica's control
     /// streams once it commits (`handoff`).
     pub(crate) controls: Vec<waymark_proto::ControlCommand>,
+    /// Round-trip stages this transaction recorded (stage, seconds since the decision
+    /// opened): observed in the metrics once it commits.
+    pub(crate) stages: Vec<(&'static str, f64)>,
+    metrics: Option<std::sync::Arc<crate::metrics::Metrics>>,
 }
 
 impl Tx {
@@ -32,6 +36,8 @@ impl Tx {
             inner,
             now: st.now_ms(),
             controls: Vec::new(),
+            stages: Vec::new(),
+            metrics: Some(st.metrics.clone()),
         })
     }
 
@@ -42,12 +48,26 @@ impl Tx {
             inner,
             now: st.now_ms(),
             controls: Vec::new(),
+            stages: Vec::new(),
+            metrics: None,
         })
     }
 
     /// Commits; the change is durable when this returns.
     pub(crate) async fn commit(self) -> Result<(), StoreError> {
-        self.inner.commit().await
+        self.inner.commit().await?;
+        if let Some(m) = &self.metrics {
+            for (stage, seconds) in &self.stages {
+                m.approval_stage(stage, *seconds);
+            }
+        }
+        Ok(())
+    }
+
+    /// Notes that a decision opened at `opened_at` (unix ms) reached `stage` now.
+    pub(crate) fn stage(&mut self, stage: &'static str, opened_at: i64) {
+        self.stages
+            .push((stage, (self.now - opened_at).max(0) as f64 / 1000.0));
     }
 
     /// Now, as a time.

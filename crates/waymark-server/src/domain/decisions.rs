@@ -704,6 +704,9 @@ pub(crate) async fn report_delivery(
             at: st.now(),
         }));
         tx.update_decision(&d).await?;
+        if req.state == DeliveryState::Acknowledged {
+            tx.stage("taken", d.created_at);
+        }
         let wire = convert::decision(&d)?;
         let cursor = emit(&mut tx, &task, EventKind::DecisionUpdated, &wire).await?;
         tx.commit().await?;

@@ -40,6 +40,9 @@ pub(crate) async fn record(
     if !tx.insert_delivery(&row).await? {
         return Ok(None);
     }
+    if let Some(d) = tx.decision(decision_id).await? {
+        tx.stage(step.as_str(), d.created_at);
+    }
     let wire = convert::delivery(&row, &device.name);
     let cursor = emit(tx, task, EventKind::DecisionDelivered, &wire).await?;
     // Opened or answered somewhere: nobody further in line is notified.

@@ -34,7 +34,7 @@ fn runner_machine(caller: &Caller) -> ApiResult<&str> {
 }
 
 /// What the runner last reported, as stored.
-fn info_of(m: &MachineRow) -> Option<RegisterMachine> {
+pub(crate) fn info_of(m: &MachineRow) -> Option<RegisterMachine> {
     serde_json::from_value(m.info.clone()).ok()
 }
 
@@ -146,6 +146,7 @@ pub(crate) async fn register(
         }
     }
     check_text("runner_version", &req.runner_version, 64, true)?;
+    crate::domain::rules::check_runtime_rules(&req.runtime_rules)?;
     let mut tx = Tx::write(st).await?;
     let mut m = tx
         .machine(&id)
@@ -163,13 +164,14 @@ pub(crate) async fn register(
         None,
         "registered",
         &format!(
-            "runtimes: {}; directories: {}",
+            "runtimes: {}; directories: {}; the runtimes' own rules: {}",
             req.runtimes
                 .iter()
                 .map(|r| r.runtime.as_str())
                 .collect::<Vec<_>>()
                 .join(", "),
-            req.directories.join(", ")
+            req.directories.join(", "),
+            req.runtime_rules.len()
         ),
     );
     tx.insert_audit(&row).await?;

@@ -554,7 +554,250 @@ pub(crate) async fn list(
             last_used_at: r.last_used_at.map(convert::dt),
         });
     }
-    Ok(RuleList { rules })
+    let runtime_rules = runtime_rules(&mut tx, &u.id, &rows_live(&rules)?).await?;
+    Ok(RuleList {
+        rules,
+        runtime_rules,
+    })
+}
+
+/// The live rules of a listing, compiled, for [`conflicts`].
+fn rows_live(rules: &[Rule]) -> ApiResult<Vec<(String, RuleSpec)>> {
+    Ok(rules
+        .iter()
+        .filter(|r| r.live)
+        .map(|r| {
+            (
+                r.id.clone(),
+                RuleSpec {
+                    matches: r.matches.clone(),
+                    answer: r.answer,
+                    expires_at: None,
+                    note: None,
+                    allow_risky: r.allow_risky,
+                },
+            )
+        })
+        .collect())
+}
+
+/// The runtimes' own rules on `owner`'s machines, each with the live rules it works against.
+async fn runtime_rules(
+    tx: &mut Tx,
+    owner: &str,
+    live: &[(String, RuleSpec)],
+) -> ApiResult<Vec<ListedRuntimeRule>> {
+    let ours: Vec<(String, Matcher)> = live
+        .iter()
+        .filter_map(|(id, spec)| Matcher::new(spec).ok().map(|m| (id.clone(), m)))
+        .collect();
+    let mut out = Vec::new();
+    for m in tx.list_machines(Some(&[owner.to_owned()])).await? {
+        let Some(info) = crate::domain::machines::info_of(&m) else {
+            continue;
+        };
+        for rule in info.runtime_rules {
+            let conflicts = ours
+                .iter()
+                .filter_map(|(id, ours)| {
+                    conflict(ours, &rule, &m.name).map(|says| RuleConflict {
+                        rule_id: id.clone(),
+                        says,
+                    })
+                })
+                .collect();
+            out.push(ListedRuntimeRule {
+                machine: m.name.clone(),
+                reported_at: m.registered_at.map(convert::dt),
+                rule,
+                conflicts,
+            });
+        }
+    }
+    Ok(out)
+}
+
+/// What a runner reports of the runtimes' own rules, checked: at most [`RUNTIME_RULES_MAX`],
+/// short texts, and a match that compiles as a rule's would, naming the rule's own runtime.
+pub(crate) fn check_runtime_rules(rules: &[RuntimeRule]) -> ApiResult<()> {
+    if rules.len() > RUNTIME_RULES_MAX {
+        return Err(crate::domain::core::invalid(format!(
+            "at most {RUNTIME_RULES_MAX} runtime rules"
+        )));
+    }
+    for (i, r) in rules.iter().enumerate() {
+        let at = |field: &str| format!("runtime_rules[{i}].{field}");
+        crate::domain::core::check_text(&at("runtime"), &r.runtime, 64, true)?;
+        crate::domain::core::check_text(&at("source"), &r.source, MAX_TEXT, true)?;
+        crate::domain::core::check_text(&at("text"), &r.text, MAX_TEXT, true)?;
+        if r.matches.runtime.as_deref() != Some(r.runtime.as_str()) {
+            return Err(crate::domain::core::invalid(format!(
+                "`{}` must name the rule's runtime `{}`",
+                at("match.runtime"),
+                clip(&r.runtime, 64)
+            )));
+        }
+        Matcher::new(&own_spec(r))
+            .map_err(|e| crate::domain::core::invalid(format!("`{}`: {e}", at("match"))))?;
+    }
+    Ok(())
+}
+
+/// A runtime's rule as a Waymark rule would say it (an `ask` reads as `allow`: it only
+/// decides how the match is read).
+fn own_spec(r: &RuntimeRule) -> RuleSpec {
+    RuleSpec {
+        matches: r.matches.clone(),
+        answer: match r.effect {
+            OwnEffect::Deny => RuleAnswer::Deny,
+            OwnEffect::Allow | OwnEffect::Ask => RuleAnswer::Allow,
+        },
+        expires_at: None,
+        note: None,
+        allow_risky: false,
+    }
+}
+
+/// Whether one of our rules and a runtime's own rule (on `machine`) may cover a call in
+/// common with different answers — our deny against calls the runtime runs unasked, our allow
+/// against calls it refuses — and if so, what that means, for people. Pure.
+///
+/// Two patterns' overlap is undecidable in general; each side is tried on the calls the
+/// other's literal text describes (its wildcards read as nothing and as a word), which finds
+/// every overlap between the literal prefixes people write (`npm test` and `npm test*`,
+/// `Bash(npm:*)` and `npm test --watch`) and names the rest as "may".
+pub(crate) fn conflict(ours: &Matcher, theirs: &RuntimeRule, machine: &str) -> Option<String> {
+    let who = runtime_name(&theirs.runtime);
+    let what = match (ours.spec.answer, theirs.effect) {
+        (RuleAnswer::Deny, OwnEffect::Allow) => format!(
+            "{who} on {machine} runs these calls without asking (`{}` in {}), so this deny rule never sees them",
+            clip(&theirs.text, 120),
+            clip(&theirs.source, 120)
+        ),
+        (RuleAnswer::Allow, OwnEffect::Deny) => format!(
+            "{who} on {machine} refuses these calls before asking (`{}` in {}), so this allow rule never answers them",
+            clip(&theirs.text, 120),
+            clip(&theirs.source, 120)
+        ),
+        _ => return None,
+    };
+    let their = Matcher::new(&own_spec(theirs)).ok()?;
+    let o = &ours.spec.matches;
+    let t = &theirs.matches;
+    // Scope that can never meet: another runtime, machine or tool.
+    let differ = |a: &Option<String>, b: &Option<String>| matches!((a, b), (Some(a), Some(b)) if !a.eq_ignore_ascii_case(b));
+    if differ(&o.runtime, &t.runtime)
+        || differ(&o.tool, &t.tool)
+        || o.machine.as_deref().is_some_and(|m| m != machine)
+    {
+        return None;
+    }
+    samples(o, t, machine)
+        .iter()
+        .any(|f| their.matches(f) && ours.matches(f))
+        .then_some(what)
+}
+
+/// The calls either match's literal text describes: every directory either names with every
+/// input either names (a side that names none of a part leaves it to the other).
+fn samples(a: &RuleMatch, b: &RuleMatch, machine: &str) -> Vec<CallFacts> {
+    let runtime = a.runtime.clone().or_else(|| b.runtime.clone());
+    let tool = a.tool.clone().or_else(|| b.tool.clone());
+    let mut dirs: Vec<Option<String>> = [&a.directory, &b.directory]
+        .into_iter()
+        .flatten()
+        .flat_map(|d| literal_variants(d))
+        .map(|d| {
+            let d = d.trim_end_matches('/');
+            Some(if d.is_empty() {
+                "/".to_owned()
+            } else {
+                d.to_owned()
+            })
+        })
+        .collect();
+    if dirs.is_empty() {
+        dirs.push(Some("/".into()));
+    }
+    let mut inputs: Vec<Option<CallInput>> = [&a.input, &b.input]
+        .into_iter()
+        .flatten()
+        .flat_map(|p| literal_variants(&p.pattern))
+        .map(|text| {
+            Some(if text.starts_with('/') {
+                CallInput::Path(text)
+            } else {
+                CallInput::Command(text)
+            })
+        })
+        .collect();
+    if inputs.is_empty() {
+        inputs.push(None);
+    }
+    let mut out = Vec::with_capacity(dirs.len() * inputs.len());
+    for d in &dirs {
+        for i in &inputs {
+            out.push(CallFacts {
+                runtime: runtime.clone(),
+                machine: Some(machine.to_owned()),
+                directory: d.clone(),
+                tool: tool.clone(),
+                input: i.clone(),
+            });
+        }
+    }
+    out
+}
+
+/// A glob's literal readings: each wildcard (`*`, `**`, `?`) as nothing and as a word, escapes
+/// resolved. A regular expression is read as its text.
+fn literal_variants(pattern: &str) -> Vec<String> {
+    let mut empty = String::new();
+    let mut word = String::new();
+    let mut chars = pattern.chars().peekable();
+    while let Some(c) = chars.next() {
+        match c {
+            '*' => {
+                while chars.peek() == Some(&'*') {
+                    chars.next();
+                }
+                word.push('x');
+            }
+            '?' => {
+                empty.push('x');
+                word.push('x');
+            }
+            '\\' => {
+                if let Some(n) = chars.next() {
+                    empty.push(n);
+                    word.push(n);
+                }
+            }
+            c => {
+                empty.push(c);
+                word.push(c);
+            }
+        }
+    }
+    if empty == word {
+        vec![empty]
+    } else {
+        vec![empty, word]
+    }
+}
+
+/// A runtime's name for people.
+fn runtime_name(runtime: &str) -> &str {
+    match runtime {
+        "claude-code" => "Claude Code",
+        "codex" => "Codex",
+        "gemini" => "Gemini CLI",
+        "hermes" => "Hermes",
+        "openclaw" => "OpenClaw",
+        "opencode" => "OpenCode",
+        "copilot" => "Copilot CLI",
+        other => other,
+    }
 }
 
 /// A rule's match in a line, for people.
@@ -1131,5 +1374,129 @@ mod tests {
         s.allow_risky = true;
         let risky = [live("rul_2", s, 0, 100)];
         assert!(ruling(&risky, &call, true, 1).is_some());
+    }
+
+    fn own(effect: OwnEffect, text: &str, m: RuleMatch) -> RuntimeRule {
+        RuntimeRule {
+            runtime: "claude-code".into(),
+            source: "/home/alice/.claude/settings.json".into(),
+            text: text.into(),
+            effect,
+            matches: RuleMatch {
+                runtime: Some("claude-code".into()),
+                ..m
+            },
+        }
+    }
+
+    fn claude_bash(effect: OwnEffect, prefix: &str) -> RuntimeRule {
+        own(
+            effect,
+            &format!("Bash({prefix}:*)"),
+            RuleMatch {
+                tool: Some("Bash".into()),
+                input: glob(&format!("{prefix}*")),
+                ..RuleMatch::default()
+            },
+        )
+    }
+
+    #[test]
+    fn a_deny_rule_under_a_runtimes_allow_rule_is_named_and_nothing_else_is() {
+        let deny = npm_test(RuleAnswer::Deny, "npm test*");
+        let allow = npm_test(RuleAnswer::Allow, "npm test*");
+        let says = conflict(&deny, &claude_bash(OwnEffect::Allow, "npm"), "laptop").unwrap();
+        assert!(
+            says.contains("Claude Code on laptop runs these calls without asking"),
+            "{says}"
+        );
+        assert!(says.contains("`Bash(npm:*)`"), "{says}");
+        // The same answer, an ask, another tool, another runtime or machine: nothing to name.
+        assert_eq!(
+            conflict(&allow, &claude_bash(OwnEffect::Allow, "npm"), "laptop"),
+            None
+        );
+        assert_eq!(
+            conflict(&deny, &claude_bash(OwnEffect::Ask, "npm"), "laptop"),
+            None
+        );
+        assert_eq!(
+            conflict(&deny, &claude_bash(OwnEffect::Allow, "cargo"), "laptop"),
+            None
+        );
+        let mut read = claude_bash(OwnEffect::Allow, "npm");
+        read.matches.tool = Some("Read".into());
+        assert_eq!(conflict(&deny, &read, "laptop"), None);
+        let mut codex = claude_bash(OwnEffect::Allow, "npm");
+        codex.runtime = "codex".into();
+        codex.matches.runtime = Some("codex".into());
+        let only_claude = Matcher::new(&spec(
+            RuleAnswer::Deny,
+            RuleMatch {
+                runtime: Some("claude-code".into()),
+                tool: Some("Bash".into()),
+                ..RuleMatch::default()
+            },
+        ))
+        .unwrap();
+        assert_eq!(conflict(&only_claude, &codex, "laptop"), None);
+        let on_desk = Matcher::new(&spec(
+            RuleAnswer::Deny,
+            RuleMatch {
+                machine: Some("desk".into()),
+                ..RuleMatch::default()
+            },
+        ))
+        .unwrap();
+        assert_eq!(
+            conflict(&on_desk, &claude_bash(OwnEffect::Allow, "npm"), "laptop"),
+            None
+        );
+        assert!(conflict(&on_desk, &claude_bash(OwnEffect::Allow, "npm"), "desk").is_some());
+    }
+
+    #[test]
+    fn an_allow_rule_over_calls_a_runtime_refuses_is_named() {
+        let allow = npm_test(RuleAnswer::Allow, "npm test*");
+        let says = conflict(&allow, &claude_bash(OwnEffect::Deny, "npm test"), "laptop").unwrap();
+        assert!(says.contains("refuses these calls before asking"), "{says}");
+        // A runtime that allows everything everywhere (a mode) against a narrow deny rule.
+        let mode = own(
+            OwnEffect::Allow,
+            "defaultMode: bypassPermissions",
+            RuleMatch::default(),
+        );
+        let deny = npm_test(RuleAnswer::Deny, "rm -rf *");
+        assert!(conflict(&deny, &mode, "laptop").is_some());
+    }
+
+    #[test]
+    fn directories_meet_only_when_one_holds_the_other() {
+        let deny = npm_test(RuleAnswer::Deny, "npm test*"); // in /home/alice/src/shop
+        let mut elsewhere = claude_bash(OwnEffect::Allow, "npm");
+        elsewhere.matches.directory = Some("/home/alice/src/blog".into());
+        assert_eq!(conflict(&deny, &elsewhere, "laptop"), None);
+        let mut above = claude_bash(OwnEffect::Allow, "npm");
+        above.matches.directory = Some("/home/alice/src".into());
+        assert!(conflict(&deny, &above, "laptop").is_some());
+        let mut below = claude_bash(OwnEffect::Allow, "npm");
+        below.matches.directory = Some("/home/alice/src/shop/web".into());
+        assert!(conflict(&deny, &below, "laptop").is_some());
+    }
+
+    #[test]
+    fn a_runners_report_of_runtime_rules_is_checked() {
+        let good = claude_bash(OwnEffect::Allow, "npm");
+        assert!(check_runtime_rules(std::slice::from_ref(&good)).is_ok());
+        let mut other = good.clone();
+        other.matches.runtime = Some("codex".into());
+        assert!(check_runtime_rules(&[other]).is_err());
+        let mut relative = good.clone();
+        relative.matches.directory = Some("src".into());
+        assert!(check_runtime_rules(&[relative]).is_err());
+        let mut empty = good.clone();
+        empty.text = " ".into();
+        assert!(check_runtime_rules(&[empty]).is_err());
+        assert!(check_runtime_rules(&vec![good; RUNTIME_RULES_MAX + 1]).is_err());
     }
 }

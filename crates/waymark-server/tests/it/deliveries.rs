@@ -131,6 +131,25 @@ async fn a_decision_shows_how_far_it_reached_each_device_and_stale_devices_are_s
     )
     .await;
     assert_eq!(r["recorded"], 1, "{r}");
+    // Each stage's first time, timed from the decision's opening on the server's clock, is
+    // in /metrics (issue 31 §4); the repeated `shown` counted nothing.
+    let text = h.metrics().await;
+    for line in [
+        r#"waymark_approval_stage_seconds_count{stage="pushed"} 1"#,
+        r#"waymark_approval_stage_seconds_count{stage="shown"} 1"#,
+        r#"waymark_approval_stage_seconds_count{stage="opened"} 1"#,
+    ] {
+        assert!(text.lines().any(|l| l == line), "{line} not in:\n{text}");
+    }
+    let opened: f64 = text
+        .lines()
+        .find_map(|l| l.strip_prefix(r#"waymark_approval_stage_seconds_sum{stage="opened"} "#))
+        .and_then(|v| v.parse().ok())
+        .expect("the opened stage's sum");
+    assert!(
+        (60.0..61.0).contains(&opened),
+        "opened after {opened} s, not the minute the clock moved"
+    );
 
     // Refused, and nothing recorded: the server's own steps, another device's receipts,
     // another user's decision, too many at once, and a worker's token.

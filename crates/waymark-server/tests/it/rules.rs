@@ -472,3 +472,149 @@ async fn a_claude_code_hook_is_answered_by_a_rule_at_once() {
         "answered at once"
     );
 }
+
+/// A runner's report of the runtimes' own rules on its machine.
+async fn report_own_rules(h: &Harness, token: &str, rules: Value) -> (StatusCode, Value) {
+    h.send(
+        reqwest::Method::PUT,
+        token,
+        "/v1/runner/machine",
+        Some(json!({
+            "runtimes": [{"runtime": "claude-code", "version": "2.1.328"}],
+            "directories": ["/home/alice/src"],
+            "runner_version": "0.1.0",
+            "runtime_rules": rules,
+        })),
+    )
+    .await
+}
+
+#[tokio::test]
+async fn the_runtimes_own_rules_are_listed_beside_ours_and_a_conflict_is_named() {
+    let h = Harness::start().await;
+    let phone = h.pair_device("alice", &["view", "steer", "approve"]).await;
+    let token = h.session_token(&phone).await;
+    let (runner, _, _) =
+        waymark_server::admin::create_runner_token(&*h.server.state.store, "laptop", Some("alice"))
+            .await
+            .unwrap();
+    let npm = json!({
+        "runtime": "claude-code",
+        "source": "/home/alice/.claude/settings.json",
+        "text": "Bash(npm:*)",
+        "effect": "allow",
+        "match": {"runtime": "claude-code", "tool": "Bash",
+                  "input": {"kind": "glob", "pattern": "npm*"}},
+    });
+    let push = json!({
+        "runtime": "codex",
+        "source": "/home/alice/.codex/rules/default.rules",
+        "text": "prefix_rule(pattern = [\"git\", \"push\"], decision = \"forbidden\")",
+        "effect": "deny",
+        "match": {"runtime": "codex", "tool": "commandExecution",
+                  "input": {"kind": "glob", "pattern": "git push*"}},
+    });
+    let (s, v) = report_own_rules(&h, &runner, json!([npm, push])).await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+
+    // Before alice has a rule: the runtimes' rules are listed, nothing conflicts.
+    let (_, v) = h.get(&token, "/v1/rules").await;
+    let own = v["runtime_rules"].as_array().unwrap();
+    assert_eq!(own.len(), 2, "{v}");
+    assert_eq!(own[0]["machine"], "laptop");
+    assert_eq!(own[0]["rule"]["text"], "Bash(npm:*)");
+    assert!(own.iter().all(|r| r["conflicts"] == json!([])), "{v}");
+
+    // A deny rule over `npm publish` meets Claude Code's allow rule over every `npm` call;
+    // an allow rule for `npm test` does not (Claude Code allows it too); bob sees nothing.
+    let deny = rule_id(
+        &add_rule(
+            &h,
+            &phone,
+            json!({"match": {"tool": "Bash", "input": {"kind": "glob", "pattern": "npm publish*"}},
+                   "answer": "deny"}),
+        )
+        .await,
+    );
+    rule_id(&add_rule(&h, &phone, npm_test_rule()).await);
+    let (_, v) = h.get(&token, "/v1/rules").await;
+    let own = &v["runtime_rules"];
+    assert_eq!(own[0]["conflicts"].as_array().unwrap().len(), 1, "{v}");
+    assert_eq!(own[0]["conflicts"][0]["rule_id"], json!(deny));
+    let says = own[0]["conflicts"][0]["says"].as_str().unwrap();
+    assert!(
+        says.contains("Claude Code on laptop runs these calls without asking")
+            && says.contains("never sees them"),
+        "{says}"
+    );
+    assert_eq!(
+        own[1]["conflicts"],
+        json!([]),
+        "codex's deny meets no allow rule of hers: {v}"
+    );
+    let bob = h.pair_device("bob", &["view"]).await;
+    let bob_token = h.session_token(&bob).await;
+    let (_, v) = h.get(&bob_token, "/v1/rules").await;
+    assert_eq!(v["runtime_rules"], json!([]), "{v}");
+
+    // An allow rule for `git push` meets Codex's forbidden prefix rule.
+    let push_rule = rule_id(
+        &add_rule(
+            &h,
+            &phone,
+            json!({"match": {"runtime": "codex", "input": {"kind": "glob", "pattern": "git push origin main"}},
+                   "answer": "allow"}),
+        )
+        .await,
+    );
+    let (_, v) = h.get(&token, "/v1/rules").await;
+    assert_eq!(
+        v["runtime_rules"][1]["conflicts"][0]["rule_id"],
+        json!(push_rule),
+        "{v}"
+    );
+
+    // The runner reads the files again and reports fewer: the listing follows.
+    let (s, v) = report_own_rules(&h, &runner, json!([push_for_test()])).await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    let (_, v) = h.get(&token, "/v1/rules").await;
+    assert_eq!(v["runtime_rules"].as_array().unwrap().len(), 1, "{v}");
+
+    // A report that says what it cannot: refused with the field, and nothing replaced.
+    for (bad, field) in [
+        (
+            json!([{"runtime": "claude-code", "source": "/x", "text": "Bash", "effect": "allow",
+                 "match": {"runtime": "codex"}}]),
+            "match.runtime",
+        ),
+        (
+            json!([{"runtime": "claude-code", "source": "/x", "text": "Bash", "effect": "allow",
+                 "match": {"runtime": "claude-code", "directory": "src"}}]),
+            "runtime_rules[0].match",
+        ),
+        (
+            json!([{"runtime": "claude-code", "source": "/x", "text": "", "effect": "allow",
+                 "match": {"runtime": "claude-code"}}]),
+            "runtime_rules[0].text",
+        ),
+    ] {
+        let (s, v) = report_own_rules(&h, &runner, bad).await;
+        assert_problem(s, &v, 422, "validation_failed");
+        assert!(
+            v["detail"].as_str().unwrap().contains(field),
+            "{field}: {v}"
+        );
+    }
+    let (_, v) = h.get(&token, "/v1/rules").await;
+    assert_eq!(v["runtime_rules"].as_array().unwrap().len(), 1, "{v}");
+}
+
+fn push_for_test() -> Value {
+    json!({
+        "runtime": "codex",
+        "source": "/home/alice/.codex/config.toml",
+        "text": "approval_policy = \"never\"",
+        "effect": "allow",
+        "match": {"runtime": "codex"},
+    })
+}
