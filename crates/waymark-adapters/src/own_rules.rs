@@ -1,6 +1,6 @@
 //! The runtimes' own rules, read from their files on this machine (issue 31 §2): what Claude
-//! Code, Codex, Gemini CLI, OpenClaw and Hermes answer by themselves before any approval
-//! reaches Waymark. A runner reports them so the Rules screen shows them beside Waymark's and
+//! Code, Codex, Gemini CLI and OpenClaw answer by themselves before any approval reaches
+//! Waymark. A runner reports them so the Rules screen shows them beside Waymark's and
 //! names a conflict; Waymark never applies them — the runtime does, first.
 //!
 //! Each reader turns a runtime's syntax into a [`RuleMatch`]; where Waymark's terms cannot say
@@ -11,7 +11,6 @@
 mod claude;
 mod codex;
 mod gemini;
-mod hermes;
 mod openclaw;
 
 use std::path::{Path, PathBuf};
@@ -75,10 +74,9 @@ pub fn read(places: &Places) -> Vec<RuntimeRule> {
     let mut out = Vec::new();
     let projects = places.projects();
     claude::read(places, &projects, &mut out);
-    codex::read(places, &mut out);
+    codex::read(places, &projects, &mut out);
     gemini::read(places, &projects, &mut out);
     openclaw::read(places, &mut out);
-    hermes::read(places, &mut out);
     out.truncate(waymark_proto::RUNTIME_RULES_MAX);
     out
 }
@@ -126,6 +124,20 @@ fn text_of(runtime: &str, path: &Path, out: &mut Vec<RuntimeRule>) -> Option<Str
             None
         }
     }
+}
+
+/// The files of `dir` whose name ends `.{ext}`, sorted (none when it is not a directory).
+fn files_in(dir: &Path, ext: &str) -> Vec<PathBuf> {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    let mut files: Vec<PathBuf> = entries
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.is_file() && p.extension().is_some_and(|x| x == ext))
+        .collect();
+    files.sort();
+    files
 }
 
 /// A glob over a command or path, Waymark's syntax: `*` and `?` wildcards, `\` escapes.

@@ -1,7 +1,10 @@
-//! Claude Code's permission rules: `permissions.{allow, deny, ask}` and `permissions.defaultMode`
-//! in its settings files — managed (`/etc/claude-code/managed-settings.json`), the user's
-//! (`~/.claude/settings.json`), and each project's (`.claude/settings.json`,
-//! `.claude/settings.local.json`). A project's rules hold in that project's directory only.
+//! Claude Code's permission rules (2.1.328): `permissions.{allow, deny, ask}`,
+//! `permissions.defaultMode` and `denyInsteadOfPrompting` in its settings files — managed
+//! (`/etc/claude-code/managed-settings.json` and `managed-settings.d/*.json`), the user's
+//! (`$CLAUDE_CONFIG_DIR` or `~/.claude/settings.json`), and each project's
+//! (`.claude/settings.json`, `.claude/settings.local.json`). A project's rules hold in that
+//! project's directory only. Modes that ask nobody: `bypassPermissions` and `auto` (a
+//! classifier answers) run calls, `dontAsk` refuses what no rule allows.
 //!
 //! Rule syntax: `Tool` or `Tool(specifier)`. For `Bash` the specifier is a command, `:*` at its
 //! end a prefix (`Bash(npm test:*)`) and `*` a wildcard anywhere; for the file tools a
@@ -22,8 +25,11 @@ pub(super) fn read(places: &Places, projects: &[PathBuf], out: &mut Vec<RuntimeR
         .filter(|_| places.etc == Path::new("/etc"))
         .map(PathBuf::from)
         .unwrap_or_else(|| places.home.join(".claude"));
-    let managed = places.etc.join("claude-code/managed-settings.json");
-    file(places, &managed, None, out);
+    let managed = places.etc.join("claude-code");
+    file(places, &managed.join("managed-settings.json"), None, out);
+    for f in super::files_in(&managed.join("managed-settings.d"), "json") {
+        file(places, &f, None, out);
+    }
     file(places, &user_dir.join("settings.json"), None, out);
     for p in projects {
         for name in ["settings.json", "settings.local.json"] {
@@ -89,9 +95,11 @@ fn file(places: &Places, path: &Path, project: Option<&Path>, out: &mut Vec<Runt
             "bypassPermissions" => {
                 out.push(rule(RUNTIME, path, &text, OwnEffect::Allow, everything))
             }
+            // A model classifier answers in a person's place: nobody is asked.
+            "auto" => out.push(rule(RUNTIME, path, &text, OwnEffect::Allow, everything)),
             // Every call not allowed by a rule is refused, nobody asked.
             "dontAsk" => out.push(rule(RUNTIME, path, &text, OwnEffect::Deny, everything)),
-            // File edits run unasked.
+            // File edits run unasked, and the commands that make, move and remove files.
             "acceptEdits" => {
                 for tool in EDIT_TOOLS {
                     out.push(rule(
@@ -105,11 +113,39 @@ fn file(places: &Places, path: &Path, project: Option<&Path>, out: &mut Vec<Runt
                         },
                     ));
                 }
+                for cmd in ACCEPT_EDITS_COMMANDS {
+                    out.push(rule(
+                        RUNTIME,
+                        path,
+                        &text,
+                        OwnEffect::Allow,
+                        RuleMatch {
+                            tool: Some("Bash".into()),
+                            input: glob(format!("{cmd}*")),
+                            ..everything.clone()
+                        },
+                    ));
+                }
             }
             _ => {}
         }
     }
+    if perms.get("denyInsteadOfPrompting").and_then(Value::as_bool) == Some(true) {
+        out.push(rule(
+            RUNTIME,
+            path,
+            "denyInsteadOfPrompting: true",
+            OwnEffect::Deny,
+            RuleMatch {
+                directory: scope,
+                ..RuleMatch::default()
+            },
+        ));
+    }
 }
+
+/// The shell commands `acceptEdits` runs unasked (2.1.328).
+const ACCEPT_EDITS_COMMANDS: &[&str] = &["mkdir", "touch", "rm", "rmdir", "mv", "cp", "sed"];
 
 /// The tools an `Edit` rule (and `acceptEdits`) covers.
 const EDIT_TOOLS: &[&str] = &["Edit", "Write", "MultiEdit", "NotebookEdit"];

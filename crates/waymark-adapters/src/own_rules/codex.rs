@@ -1,7 +1,11 @@
-//! Codex's own rules: `approval_policy` in `$CODEX_HOME/config.toml` (`never`: Codex asks
-//! nobody), and the exec-policy rules in `$CODEX_HOME/rules/*.rules` — Starlark calls
-//! `prefix_rule(pattern = [...], decision = "allow" | "prompt" | "forbidden")`, where each
-//! element of `pattern` is a word or a list of alternative words.
+//! Codex's own rules (0.169): `approval_policy` in `/etc/codex/config.toml`,
+//! `$CODEX_HOME/config.toml` and `/etc/codex/managed_config.toml` (`never`: Codex asks nobody;
+//! `granular`: each `false` is refused unasked), and the exec-policy rules in
+//! `$CODEX_HOME/rules/*.rules` — Starlark calls `prefix_rule(pattern = [...], decision =
+//! "allow" | "prompt" | "forbidden")` (`allow` by default), each element of `pattern` a word or
+//! a list of alternative words; under `never` a `prompt` is refused. A project's own
+//! `.codex/config.toml` and `.codex/rules/` count only when the user's config trusts it
+//! (`[projects."/abs"] trust_level = "trusted"`), and hold in that project only.
 
 use std::path::{Path, PathBuf};
 
@@ -15,30 +19,49 @@ const TOOL: &str = "commandExecution";
 /// Most alternatives one `prefix_rule` is spelled out into.
 const MAX_SPELLED: usize = 32;
 
-pub(super) fn read(places: &Places, out: &mut Vec<RuntimeRule>) {
+pub(super) fn read(places: &Places, projects: &[PathBuf], out: &mut Vec<RuntimeRule>) {
     let home = std::env::var_os("CODEX_HOME")
         .filter(|_| places.etc == Path::new("/etc"))
         .map(PathBuf::from)
         .unwrap_or_else(|| places.home.join(".codex"));
-    config(&home.join("config.toml"), out);
-    let Ok(entries) = std::fs::read_dir(home.join("rules")) else {
-        return;
-    };
-    let mut files: Vec<PathBuf> = entries
-        .flatten()
-        .map(|e| e.path())
-        .filter(|p| p.extension().is_some_and(|x| x == "rules"))
-        .collect();
-    files.sort();
-    for f in files {
-        rules_file(&f, out);
+    let etc = places.etc.join("codex");
+    config(&etc.join("config.toml"), None, out);
+    let user = config(&home.join("config.toml"), None, out);
+    config(&etc.join("managed_config.toml"), None, out);
+    // What asks becomes what is refused where nobody may be asked.
+    let never = |policy: &Option<String>| policy.as_deref() == Some("never");
+    let user_never = never(&user.policy);
+    for f in super::files_in(&home.join("rules"), "rules") {
+        rules_file(&f, None, user_never, out);
+    }
+    // A project's own config and rules count only once its owner trusted it.
+    for p in projects {
+        let Some(dir) = super::plain_dir(p) else {
+            continue;
+        };
+        if !user.trusted.iter().any(|t| t == &dir) {
+            continue;
+        }
+        let own = config(&p.join(".codex/config.toml"), Some(dir.as_str()), out);
+        let asks_nobody = never(&own.policy) || (own.policy.is_none() && user_never);
+        for f in super::files_in(&p.join(".codex/rules"), "rules") {
+            rules_file(&f, Some(dir.as_str()), asks_nobody, out);
+        }
     }
 }
 
-/// `approval_policy` of the config file.
-fn config(path: &Path, out: &mut Vec<RuntimeRule>) {
+/// What a config file says that the rules files depend on.
+#[derive(Debug, Default)]
+struct Config {
+    policy: Option<String>,
+    /// The projects it trusts (`[projects."/abs"] trust_level = "trusted"`).
+    trusted: Vec<String>,
+}
+
+/// `approval_policy` of a config file (reported), and the projects it trusts.
+fn config(path: &Path, scope: Option<&str>, out: &mut Vec<RuntimeRule>) -> Config {
     let Some(text) = text_of(RUNTIME, path, out) else {
-        return;
+        return Config::default();
     };
     let v: toml::Table = match text.parse() {
         Ok(v) => v,
@@ -48,27 +71,78 @@ fn config(path: &Path, out: &mut Vec<RuntimeRule>) {
                 path,
                 &format!("not TOML: {}", e.message()),
             ));
-            return;
+            return Config::default();
         }
     };
-    let Some(policy) = v.get("approval_policy").and_then(toml::Value::as_str) else {
-        return;
+    let trusted = v
+        .get("projects")
+        .and_then(toml::Value::as_table)
+        .map(|t| {
+            t.iter()
+                .filter(|(_, p)| {
+                    p.get("trust_level").and_then(toml::Value::as_str) == Some("trusted")
+                })
+                .map(|(k, _)| k.trim_end_matches('/').to_owned())
+                .collect()
+        })
+        .unwrap_or_default();
+    let everything = RuleMatch {
+        directory: scope.map(str::to_owned),
+        ..RuleMatch::default()
     };
-    let effect = match policy {
-        "never" => OwnEffect::Allow,
-        _ => OwnEffect::Ask,
+    let policy = match v.get("approval_policy") {
+        Some(toml::Value::String(p)) => {
+            let effect = match p.as_str() {
+                // Nobody is asked: what the sandbox lets run, runs.
+                "never" => OwnEffect::Allow,
+                _ => OwnEffect::Ask,
+            };
+            out.push(rule(
+                RUNTIME,
+                path,
+                &format!("approval_policy = \"{p}\""),
+                effect,
+                everything,
+            ));
+            Some(p.clone())
+        }
+        Some(toml::Value::Table(t)) => {
+            // `granular = {sandbox_approval, rules, …}`: each `false` is refused unasked.
+            if let Some(g) = t.get("granular").and_then(toml::Value::as_table) {
+                let refused: Vec<&str> = g
+                    .iter()
+                    .filter(|(_, v)| v.as_bool() == Some(false))
+                    .map(|(k, _)| k.as_str())
+                    .collect();
+                let effect = if refused.is_empty() {
+                    OwnEffect::Ask
+                } else {
+                    OwnEffect::Deny
+                };
+                out.push(rule(
+                    RUNTIME,
+                    path,
+                    &format!(
+                        "approval_policy = granular (refused unasked: {})",
+                        if refused.is_empty() {
+                            "nothing".into()
+                        } else {
+                            refused.join(", ")
+                        }
+                    ),
+                    effect,
+                    everything,
+                ));
+            }
+            Some("granular".into())
+        }
+        _ => None,
     };
-    out.push(rule(
-        RUNTIME,
-        path,
-        &format!("approval_policy = \"{policy}\""),
-        effect,
-        RuleMatch::default(),
-    ));
+    Config { policy, trusted }
 }
 
 /// One rules file's `prefix_rule`s.
-fn rules_file(path: &Path, out: &mut Vec<RuntimeRule>) {
+fn rules_file(path: &Path, scope: Option<&str>, asks_nobody: bool, out: &mut Vec<RuntimeRule>) {
     let Some(text) = text_of(RUNTIME, path, out) else {
         return;
     };
@@ -77,6 +151,7 @@ fn rules_file(path: &Path, out: &mut Vec<RuntimeRule>) {
             for r in rules {
                 let effect = match r.decision.as_str() {
                     "forbidden" => OwnEffect::Deny,
+                    "prompt" if asks_nobody => OwnEffect::Deny,
                     "prompt" => OwnEffect::Ask,
                     _ => OwnEffect::Allow,
                 };
@@ -95,6 +170,7 @@ fn rules_file(path: &Path, out: &mut Vec<RuntimeRule>) {
                         RuleMatch {
                             tool: Some(TOOL.into()),
                             input: glob(pattern),
+                            directory: scope.map(str::to_owned),
                             ..RuleMatch::default()
                         },
                     ));
@@ -366,7 +442,7 @@ prefix_rule(pattern=['rm'], decision="prompt")
             etc: d.path().join("etc"),
         };
         let mut out = Vec::new();
-        read(&places, &mut out);
+        read(&places, &[], &mut out);
         assert_eq!(out.len(), 3, "{out:?}");
         assert_eq!(out[0].text, "approval_policy = \"never\"");
         assert_eq!(out[0].effect, OwnEffect::Allow);
@@ -380,6 +456,57 @@ prefix_rule(pattern=['rm'], decision="prompt")
             out[1..]
                 .iter()
                 .all(|r| r.effect == OwnEffect::Deny && r.matches.tool.as_deref() == Some(TOOL))
+        );
+    }
+
+    #[test]
+    fn a_trusted_projects_rules_hold_in_it_and_never_turns_prompt_into_refused() {
+        let d = tempfile::tempdir().unwrap();
+        let shop = d.path().join("src/shop");
+        let blog = d.path().join("src/blog");
+        for p in [&shop, &blog] {
+            std::fs::create_dir_all(p.join(".codex/rules")).unwrap();
+            std::fs::write(
+                p.join(".codex/rules/project.rules"),
+                "prefix_rule(pattern = [\"make\", \"deploy\"], decision = \"prompt\")\n",
+            )
+            .unwrap();
+        }
+        std::fs::write(
+            shop.join(".codex/config.toml"),
+            "approval_policy = \"never\"\n",
+        )
+        .unwrap();
+        std::fs::create_dir_all(d.path().join(".codex")).unwrap();
+        std::fs::write(
+            d.path().join(".codex/config.toml"),
+            format!(
+                "[projects.\"{}\"]\ntrust_level = \"trusted\"\n",
+                shop.display()
+            ),
+        )
+        .unwrap();
+        let places = Places {
+            home: d.path().into(),
+            allowed: vec![d.path().join("src")],
+            etc: d.path().join("etc"),
+        };
+        let mut out = Vec::new();
+        read(&places, &places.projects(), &mut out);
+        let shop_dir = Some(shop.to_string_lossy().into_owned());
+        // Only the trusted project: its policy, and its prompt rule refused under `never`.
+        assert_eq!(out.len(), 2, "{out:?}");
+        assert_eq!(
+            (out[0].effect, &out[0].matches.directory),
+            (OwnEffect::Allow, &shop_dir)
+        );
+        assert_eq!(
+            (out[1].effect, &out[1].matches.directory),
+            (OwnEffect::Deny, &shop_dir)
+        );
+        assert_eq!(
+            out[1].matches.input.as_ref().unwrap().pattern,
+            "make deploy*"
         );
     }
 }
