@@ -1,6 +1,6 @@
 //! The runtimes' own rules, read from their files on this machine (issue 31 §2): what Claude
-//! Code, Codex, Gemini CLI and OpenClaw answer by themselves before any approval reaches
-//! Waymark. A runner reports them so the Rules screen shows them beside Waymark's and
+//! Code, Codex, Gemini CLI, OpenClaw and Hermes answer by themselves before any approval
+//! reaches Waymark. A runner reports them so the Rules screen shows them beside Waymark's and
 //! names a conflict; Waymark never applies them — the runtime does, first.
 //!
 //! Each reader turns a runtime's syntax into a [`RuleMatch`]; where Waymark's terms cannot say
@@ -11,6 +11,7 @@
 mod claude;
 mod codex;
 mod gemini;
+mod hermes;
 mod openclaw;
 
 use std::path::{Path, PathBuf};
@@ -77,6 +78,7 @@ pub fn read(places: &Places) -> Vec<RuntimeRule> {
     codex::read(places, &projects, &mut out);
     gemini::read(places, &projects, &mut out);
     openclaw::read(places, &mut out);
+    hermes::read(places, &mut out);
     out.truncate(waymark_proto::RUNTIME_RULES_MAX);
     out
 }

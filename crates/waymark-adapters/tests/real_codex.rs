@@ -931,3 +931,84 @@ async fn real_codex_plan_mode_asks_its_question_and_its_plan_on_the_phone() {
         );
     }
 }
+
+/// The runtimes' own rules (issue 31 §2): a rules file as a person (or Codex's "always")
+/// writes it, read by Waymark's reader, decides each command as the real Codex's
+/// `execpolicy check` does — the strictest matching rule, forbidden over prompt over allow,
+/// and no decision where no rule matches.
+#[test]
+fn real_codex_decides_each_command_as_waymark_reads_its_rules() {
+    let home = tempfile::tempdir().unwrap();
+    let rules = home.path().join(".codex/rules/default.rules");
+    std::fs::create_dir_all(rules.parent().unwrap()).unwrap();
+    std::fs::write(
+        &rules,
+        r#"# as Codex 0.169 takes it
+prefix_rule(
+    pattern = ["npm", "test"],
+    decision = "allow",
+    justification = "tests are safe",
+    match = [["npm", "test"], "npm test --watch"],
+    not_match = ["npm install"],
+)
+prefix_rule(pattern = ["git", ["push", "fetch"]], decision = "prompt")
+prefix_rule(pattern = ['rm', "-rf"], decision = "forbidden", justification = "never rm -rf")
+prefix_rule(pattern = ["git"])
+prefix_rule(pattern = ["cargo", ["build", "test"], "--release"], decision = "prompt")
+"#,
+    )
+    .unwrap();
+    let read = waymark_adapters::own_rules::read(&waymark_adapters::own_rules::Places {
+        home: home.path().into(),
+        allowed: vec![],
+        etc: home.path().join("etc"),
+    });
+    assert_eq!(read.len(), 7, "{read:#?}");
+    // Waymark's reading: a rule's glob is its words and a `*`; it covers a command whose words
+    // start with those words.
+    let ours = |cmd: &str| -> Option<&'static str> {
+        let words: Vec<&str> = cmd.split_whitespace().collect();
+        read.iter()
+            .filter(|r| {
+                let pattern = &r.matches.input.as_ref().unwrap().pattern;
+                let prefix: Vec<&str> = pattern.trim_end_matches('*').split_whitespace().collect();
+                words.starts_with(&prefix)
+            })
+            .map(|r| match r.effect {
+                waymark_proto::OwnEffect::Deny => "forbidden",
+                waymark_proto::OwnEffect::Ask => "prompt",
+                waymark_proto::OwnEffect::Allow => "allow",
+            })
+            .max_by_key(|d| ["allow", "prompt", "forbidden"].iter().position(|x| x == d))
+    };
+    let codex = codex_binary();
+    for cmd in [
+        "npm test --watch",
+        "npm install",
+        "git push origin main",
+        "git fetch",
+        "git status",
+        "rm -rf /",
+        "rm -r x",
+        "cargo test --release",
+        "cargo build",
+        "ls -la",
+    ] {
+        let out = std::process::Command::new(&codex)
+            .current_dir(home.path())
+            .env("CODEX_HOME", home.path().join(".codex"))
+            .args(["execpolicy", "check", "--rules"])
+            .arg(&rules)
+            .args(cmd.split_whitespace())
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{cmd}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let said: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let theirs = said["decision"].as_str();
+        assert_eq!(ours(cmd), theirs, "`{cmd}`: Codex said {said}");
+    }
+}

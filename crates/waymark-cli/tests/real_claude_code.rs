@@ -1010,6 +1010,12 @@ async fn the_runner_starts_revives_and_resumes_claude_code_for_a_phone_and_refus
         phone,
     } = world(turns).await;
     let project = setup.path("project").canonicalize().unwrap();
+    // Claude Code's own rule on the laptop, in its user settings (it refuses `curl` unasked).
+    std::fs::write(
+        setup.path("home/.claude/settings.json"),
+        r#"{"permissions": {"deny": ["Bash(curl:*)"]}}"#,
+    )
+    .unwrap();
     let Laptop {
         mut runner,
         token,
@@ -1020,6 +1026,41 @@ async fn the_runner_starts_revives_and_resumes_claude_code_for_a_phone_and_refus
     assert_eq!(
         machine["runtimes"][0]["version"], CLAUDE_CODE_VERSION,
         "{machine}"
+    );
+    // The runner read it and the phone lists it beside alice's rules; her allow rule for
+    // `curl` is named as one Claude Code never lets reach her.
+    device(
+        &phone,
+        &[
+            "rules",
+            "add",
+            "--allow",
+            "--tool",
+            "Bash",
+            "--pattern",
+            "curl https://example.com/*",
+            "--json",
+        ],
+    );
+    let rules = device(&phone, &["rules", "--json"]);
+    let own = &rules["runtime_rules"][0];
+    assert_eq!(
+        (
+            &own["machine"],
+            &own["rule"]["text"],
+            &own["rule"]["effect"]
+        ),
+        (&json!("laptop"), &json!("Bash(curl:*)"), &json!("deny")),
+        "{rules}"
+    );
+    assert_eq!(
+        own["rule"]["source"],
+        json!(setup.path("home/.claude/settings.json")),
+        "{rules}"
+    );
+    assert_eq!(
+        own["conflicts"][0]["rule_id"], rules["rules"][0]["id"],
+        "{rules}"
     );
 
     // 1. Started from the phone; approved from the phone; the run finishes.
