@@ -1304,6 +1304,35 @@ async fn a_rule_made_on_the_phone_answers_the_next_matching_approval() {
     let d = asks("npm test; rm -rf ~");
     assert_eq!(d["status"], "pending", "a wildcard never crosses `;`: {d}");
 
+    // Alice's laptop's runner reports Claude Code's own rule there, which refuses `npm test`
+    // before anyone is asked: listed below hers, and the conflict named on both cards.
+    let runner = admin(
+        &data,
+        &["runner-token", "--machine", "laptop", "--user", "alice"],
+    )["token"]
+        .as_str()
+        .expect("a runner token")
+        .to_owned();
+    let m = curl_json(
+        "PUT",
+        &format!("{url}/v1/runner/machine"),
+        &runner,
+        Some(&json!({
+            "runtimes": [{"runtime": "claude-code", "version": "2.1.328"}],
+            "directories": ["/home/alice/src"],
+            "runner_version": "0.1.0",
+            "runtime_rules": [{
+                "runtime": "claude-code",
+                "source": "/home/alice/src/shop/.claude/settings.json",
+                "text": "Bash(npm test:*)",
+                "effect": "deny",
+                "match": {"runtime": "claude-code", "tool": "Bash", "directory": "/home/alice/src/shop",
+                          "input": {"kind": "glob", "pattern": "npm test*"}},
+            }],
+        })),
+    );
+    assert_eq!(m["name"], "laptop", "{m}");
+
     // Listed again (as on opening the screen): the use counted.
     click(&c, "[data-testid=nav-inbox]").await;
     click(&c, "[data-testid=nav-rules]").await;
@@ -1313,6 +1342,28 @@ async fn a_rule_made_on_the_phone_answers_the_next_matching_approval() {
             .contains("used 1×")
     })
     .await;
+    let said = text(&c, "[data-testid=rule-conflict]").await;
+    assert!(
+        said.contains("Claude Code on laptop refuses these calls before asking"),
+        "the conflict on alice's rule: {said}"
+    );
+    assert_eq!(
+        text(&c, "[data-testid=runtime-rule-text]").await,
+        "Bash(npm test:*)"
+    );
+    assert_eq!(
+        attr(&c, "[data-testid=runtime-rule-conflict]", "data-rule")
+            .await
+            .as_deref(),
+        Some(id.as_str()),
+        "the runtime's rule names the rule it works against"
+    );
+    assert!(
+        text(&c, "[data-testid=runtime-rule-conflict]")
+            .await
+            .contains("Works against your rule: Allow Bash `npm test*` · /home/alice/src/shop"),
+        "said in the rule's own terms"
+    );
     shot(&c, "rules").await;
     click(&c, "[data-testid=rule-revoke]").await;
     click(&c, "[data-testid=rule-revoke-confirm]").await;

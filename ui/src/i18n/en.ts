@@ -404,7 +404,7 @@ export const en = {
   "rules.own.on": "on {machine}",
   "rules.own.inDirectory": "in {directory}",
   "rules.own.everywhere": "everywhere",
-  "rules.own.conflict": "⚠ Works against {id}: {says}.",
+  "rules.own.conflict": "⚠ Works against your rule: {rule}",
   "inbox.alwaysAllow": "Always allow…",
   "inbox.alwaysAllowExplain": "A rule for approvals like this one. Read and edit the pattern before signing: it is what will be allowed without asking.",
   "inbox.ruleMade": "Rule {id} made: matching approvals are answered by it until {date}. Answer this one above.",

@@ -406,7 +406,7 @@ export const zh: Record<Key, string> = {
   "rules.own.on": "在 {machine} 上",
   "rules.own.inDirectory": "位于 {directory}",
   "rules.own.everywhere": "所有目录",
-  "rules.own.conflict": "⚠ 与 {id} 冲突：{says}。",
+  "rules.own.conflict": "⚠ 与你的规则冲突：{rule}",
   "inbox.alwaysAllow": "总是允许…",
   "inbox.alwaysAllowExplain": "为类似的审批创建一条规则。签名前请阅读并编辑模式：它就是将被自动允许的内容。",
   "inbox.ruleMade": "规则 {id} 已创建：在 {date} 之前，匹配的审批将由它回答。请在上方回答本审批。",

@@ -8,7 +8,7 @@
 import { useCallback, useEffect, useState } from "react";
 import type { RuleConflictView, RulesView, RuleView, RuntimeRuleView } from "../bindings";
 import { commands, errorText } from "../data";
-import { useI18n } from "../i18n";
+import { useI18n, type T } from "../i18n";
 import { ago } from "../format";
 import { blankRule } from "../rules";
 import { day, RuleForm } from "../components/RuleForm";
@@ -123,7 +123,13 @@ function RuleCard({ rule: r, revoked, now, conflicts }: { rule: RuleView; revoke
   );
 }
 
-function RuntimeRuleCard({ rule: r }: { rule: RuntimeRuleView }) {
+/** One of our rules in a line, for a runtime's card that names it. */
+function ruleLine(r: RuleView, t: T): string {
+  const what = [r.tool, r.pattern ? `\`${r.pattern}\`` : null].filter(Boolean).join(" ") || t("rules.anything");
+  return `${t(`rules.answer.${r.answer}`)} ${what}${r.directory ? ` · ${r.directory}` : ""}`;
+}
+
+function RuntimeRuleCard({ rule: r, ours }: { rule: RuntimeRuleView; ours: RuleView[] }) {
   const { t } = useI18n();
   return (
     <li className="card rule runtime-rule" data-testid="runtime-rule" data-effect={r.effect}>
@@ -140,11 +146,14 @@ function RuntimeRuleCard({ rule: r }: { rule: RuntimeRuleView }) {
         {" · "}
         <code>{r.source}</code>
       </p>
-      {r.conflicts.map((c) => (
-        <p key={c.rule_id} className="warn small rule-conflict" data-testid="runtime-rule-conflict">
-          {t("rules.own.conflict", { id: c.rule_id, says: c.says })}
-        </p>
-      ))}
+      {r.conflicts.map((c) => {
+        const rule = ours.find((o) => o.id === c.rule_id);
+        return (
+          <p key={c.rule_id} className="warn small rule-conflict" data-testid="runtime-rule-conflict" data-rule={c.rule_id}>
+            {t("rules.own.conflict", { rule: rule ? ruleLine(rule, t) : c.rule_id })}
+          </p>
+        );
+      })}
     </li>
   );
 }
@@ -230,12 +239,12 @@ export function RulesScreen({ now }: { now?: number }) {
         ))}
       </ul>
       {list && list.runtime_rules.length > 0 && (
-        <section aria-labelledby="runtime-rules-title" data-testid="runtime-rules">
+        <section aria-labelledby="runtime-rules-title" data-testid="runtime-rules" className="runtime-rules">
           <h3 id="runtime-rules-title">{t("rules.own.title")}</h3>
           <p className="muted small">{t("rules.own.explain")}</p>
           <ul className="cards" role="list">
             {list.runtime_rules.map((r, i) => (
-              <RuntimeRuleCard key={i} rule={r} />
+              <RuntimeRuleCard key={i} rule={r} ours={rules ?? []} />
             ))}
           </ul>
         </section>

@@ -147,7 +147,7 @@ describe("the Rules screen", () => {
     expect(within(theirs[0]).getByTestId("runtime-rule-text").textContent).toBe("Bash(npm:*)");
     expect(theirs[0].textContent).toContain("on laptop");
     expect(theirs[0].textContent).toContain("everywhere");
-    expect(within(theirs[0]).getByTestId("runtime-rule-conflict").textContent).toContain("Works against rul_2");
+    expect(within(theirs[0]).getByTestId("runtime-rule-conflict").textContent).toBe("⚠ Works against your rule: Deny Bash `npm publish*`");
     expect(within(theirs[1]).getByText("Refused")).toBeTruthy();
     expect(theirs[1].textContent).toContain("in /home/alice/src/shop");
     expect(within(theirs[1]).queryByTestId("runtime-rule-conflict")).toBeNull();
