@@ -13,6 +13,7 @@ use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqliteSynchronous};
 use sqlx::{Connection, SqliteConnection};
 use waymark_server::{Config, DataDir, Running};
 
+mod approval;
 mod child;
 mod phone;
 mod postgres;
@@ -33,6 +34,7 @@ struct Args {
     #[arg(long)]
     json: bool,
     /// Run only these benchmarks (checkpoints, postgres, steer, catch-up, fan-out, phone,
+    /// approval (an approval's round trip, stage by stage, app and web companion),
     /// suite — the logged `scripts/test` runs; runner — the real Claude Code under `waymark
     /// runner`, only when named).
     #[arg(long, value_delimiter = ',')]
@@ -878,6 +880,11 @@ async fn bench(args: Args) -> Result<()> {
     }
     if want("phone") {
         phone::phone(args.quick, &mut out).await.context("phone")?;
+    }
+    if want("approval") {
+        approval::approval(args.quick, &mut out)
+            .await
+            .context("approval")?;
     }
     // Only when asked: it drives the real Claude Code for a minute or more.
     if args.only.iter().any(|o| o == "runner") {

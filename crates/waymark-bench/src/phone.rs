@@ -16,7 +16,7 @@ use serde_json::{Value, json};
 
 use crate::{Figure, Server, bench_config, server};
 
-struct Proc(Child);
+pub(crate) struct Proc(Child);
 
 impl Drop for Proc {
     fn drop(&mut self) {
@@ -29,7 +29,7 @@ fn free_port() -> Result<u16> {
     Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
 }
 
-async fn chromium(profile: &Path) -> Result<(Proc, Client)> {
+pub(crate) async fn chromium(profile: &Path) -> Result<(Proc, Client)> {
     let port = free_port()?;
     let driver =
         Command::new(std::env::var("CHROMEDRIVER").unwrap_or_else(|_| "chromedriver".into()))
@@ -68,7 +68,7 @@ async fn chromium(profile: &Path) -> Result<(Proc, Client)> {
     Ok((driver, c))
 }
 
-async fn wait_css(c: &Client, css: &str, secs: u64) -> Result<()> {
+pub(crate) async fn wait_css(c: &Client, css: &str, secs: u64) -> Result<()> {
     if let Err(e) = c
         .wait()
         .at_most(Duration::from_secs(secs))
