@@ -200,6 +200,10 @@ pub(crate) enum ClientCommand {
         /// The task's title (default: the prompt's first line).
         #[arg(long)]
         title: Option<String>,
+        /// Plan first: the runtime starts in its plan mode and asks for the plan's approval
+        /// (a plan card) before it changes anything (Claude Code, Codex).
+        #[arg(long)]
+        plan: bool,
         /// What the agent is asked to do.
         prompt: String,
     },
@@ -963,6 +967,7 @@ pub(crate) async fn run(cmd: ClientCommand, json: bool) -> CliResult {
             directory,
             gate,
             title,
+            plan,
             prompt,
         } => {
             let run = waymark_companion::StartRun {
@@ -972,6 +977,7 @@ pub(crate) async fn run(cmd: ClientCommand, json: bool) -> CliResult {
                 prompt,
                 title,
                 gate,
+                plan,
             };
             let (task, entry) = c.start_run(&run).await.map_err(failure)?;
             if entry.status == waymark_companion::OutboxStatus::Queued {

@@ -25,6 +25,8 @@ pub struct StartRun {
     pub title: Option<String>,
     /// Tools whose calls need an approval (a regex of tool names).
     pub gate: Option<String>,
+    /// Plan first: start in the runtime's plan mode (Claude Code, Codex).
+    pub plan: bool,
 }
 
 /// What the person was shown when they decided. The command is signed with exactly this: if
@@ -175,6 +177,9 @@ impl Companion {
         }
         if let Some(g) = &run.gate {
             args["gate"] = g.clone().into();
+        }
+        if run.plan {
+            args["plan"] = true.into();
         }
         let cmd = SteerCommand {
             command_id: ids::command(),

@@ -11,6 +11,9 @@ use utoipa::ToSchema;
 /// Runtimes a runner can start (the `runtime` of `start_run`).
 pub const RUNNER_RUNTIMES: &[&str] = &["claude-code", "codex", "gemini"];
 
+/// Runtimes a run can start in plan mode (`args.plan` of `start_run`).
+pub const PLAN_RUNTIMES: &[&str] = &["claude-code", "codex"];
+
 /// How long a machine counts as online after it was last heard from (ms): a runner asks for
 /// work every [`RUNNER_POLL_SECONDS`] at most, so three missed polls make it offline.
 pub const MACHINE_OFFLINE_AFTER_MS: i64 = 60_000;
@@ -168,6 +171,12 @@ pub struct RunSpec {
     /// revive on another version needs a person (admission).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub runtime_version: Option<String>,
+    /// Plan first: the run starts in the runtime's plan mode, so it reads and plans, and asks
+    /// for the plan's approval (a plan card) before it changes anything — Claude Code
+    /// `--permission-mode plan`, Codex's Plan mode. Only where the runtime has one (`args.plan`
+    /// of `start_run`). A revive resumes in the runtime's default mode.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub plan: bool,
 }
 
 /// Why a run is resumed, and what the runtime is told.

@@ -196,6 +196,7 @@ mod tests {
                 session_key: "0190-key".into(),
                 gate: None,
                 runtime_version: None,
+                plan: false,
             },
             resume: (kind == WorkKind::Resume).then(|| ResumeSpec {
                 reason: "revive".into(),

@@ -94,6 +94,11 @@ impl Spawn<'_> {
             }
             WorkKind::Start => {
                 cmd.args(["--session-id", &w.run.session_key]);
+                if w.run.plan {
+                    // Plan first: Claude Code plans, then asks with `ExitPlanMode` (a plan
+                    // card in the inbox) before it changes anything.
+                    cmd.args(["--permission-mode", "plan"]);
+                }
                 Some(w.run.prompt.clone())
             }
             _ => {

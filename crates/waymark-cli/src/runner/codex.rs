@@ -72,6 +72,9 @@ pub(crate) fn adapter_args(
                 "--prompt".into(),
                 "-".into(),
             ]);
+            if w.run.plan {
+                args.push("--plan".into());
+            }
             w.run.prompt.clone()
         }
         _ => {
@@ -116,6 +119,7 @@ mod tests {
                 session_key: "0190-key".into(),
                 gate: None,
                 runtime_version: None,
+                plan: false,
             },
             resume: (kind == WorkKind::Resume).then(|| ResumeSpec {
                 reason: "revive".into(),
@@ -159,6 +163,14 @@ mod tests {
         );
         assert_eq!(at("--task").as_deref(), Some("task_1"));
         assert_eq!(at("--prompt").as_deref(), Some("-"));
+        assert!(!args.iter().any(|a| a == "--plan"), "{args:?}");
+        let mut planned = work(WorkKind::Start, None);
+        planned.run.plan = true;
+        let (plan_args, _) = adapter_args(&codex, &planned, dir, state.path()).unwrap();
+        assert!(
+            words(&plan_args).iter().any(|a| a == "--plan"),
+            "plan first: {plan_args:?}"
+        );
         let file = PathBuf::from(at("--thread-file").unwrap());
         assert_eq!(file, thread_file(state.path(), "task_1"));
 
@@ -181,6 +193,10 @@ mod tests {
         assert_eq!(at("--message").as_deref(), Some("-"));
         assert_eq!(at("--task").as_deref(), Some("task_1"));
         assert!(at("--prompt").is_none() && at("--thread-file").is_none());
+        assert!(
+            !args.iter().any(|a| a == "--plan"),
+            "a resume is in the default mode"
+        );
         assert_eq!(text, "Waymark: this session was interrupted");
         let (_, text) =
             adapter_args(&codex, &work(WorkKind::Resume, None), dir, state.path()).unwrap();

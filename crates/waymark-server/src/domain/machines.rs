@@ -972,6 +972,18 @@ pub(crate) async fn start_run(tx: &mut Tx, v: &Verified) -> ApiResult<Result<Str
     {
         return bad("`args.gate` must be a regex of tool names of at most 200 characters".into());
     }
+    let plan = match cmd.args.get("plan") {
+        None | Some(Value::Null) => false,
+        Some(Value::Bool(b)) => *b,
+        Some(_) => return bad("`args.plan` is true or false".into()),
+    };
+    if plan && !PLAN_RUNTIMES.contains(&runtime) {
+        return bad(format!(
+            "`args.plan`: plan first is for {}; `{}` has no plan mode a runner can start it in",
+            PLAN_RUNTIMES.join(" and "),
+            clip(runtime, 64)
+        ));
+    }
     if tx.task(&task_id).await?.is_some() {
         return bad(format!(
             "a task `{task_id}` exists; a new run needs a new id"
@@ -1089,6 +1101,7 @@ pub(crate) async fn start_run(tx: &mut Tx, v: &Verified) -> ApiResult<Result<Str
         session_key,
         gate,
         runtime_version,
+        plan,
     };
     tx.insert_work(&WorkRow {
         id: ids::work(),

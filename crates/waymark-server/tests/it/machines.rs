@@ -235,6 +235,11 @@ async fn a_signed_start_run_reaches_the_runner_once_and_what_the_machine_does_no
     let item = &w["work"][0];
     assert_eq!(item["kind"], "start");
     assert_eq!(item["task_id"], task.as_str());
+    assert_eq!(
+        item["run"].get("plan"),
+        None,
+        "not planned first unless asked"
+    );
     assert_eq!(item["run"]["directory"], "/home/alice/src/app");
     assert_eq!(item["run"]["gate"], "Bash");
     let key = item["run"]["session_key"].as_str().unwrap();
@@ -310,6 +315,20 @@ async fn a_signed_start_run_reaches_the_runner_once_and_what_the_machine_does_no
             ),
             "invalid_command",
             "prompt",
+        ),
+        (
+            fresh(
+                json!({"machine": "laptop", "runtime": "gemini", "directory": "/home/alice/src", "prompt": "p", "plan": true}),
+            ),
+            "invalid_command",
+            "plan first is for claude-code and codex",
+        ),
+        (
+            fresh(
+                json!({"machine": "laptop", "runtime": "claude-code", "directory": "/home/alice/src", "prompt": "p", "plan": "yes"}),
+            ),
+            "invalid_command",
+            "`args.plan` is true or false",
         ),
         (
             start_run(&alice, &task, run_args("/home/alice/src")),
@@ -979,4 +998,20 @@ async fn a_runtime_that_dies_while_its_task_is_paused_waits_for_the_resume() {
         .await;
     assert_eq!(v["status"], "applied", "{v}");
     assert_eq!(work(&h, &l).await["work"][0]["resume"]["reason"], "resumed");
+}
+
+/// Plan first: the signed `args.plan` reaches the runner with the run, for a runtime that has a
+/// plan mode.
+#[tokio::test]
+async fn a_run_started_plan_first_says_so_to_its_runner() {
+    let h = Harness::start().await;
+    let alice = h.pair_device("alice", &["view", "steer", "approve"]).await;
+    let l = laptop(&h, &["/home/alice/src"]).await;
+    let task = waymark_proto::ids::task();
+    let mut args = run_args("/home/alice/src/app");
+    args["plan"] = json!(true);
+    let (_, v) = h.submit(&start_run(&alice, &task, args)).await;
+    assert_eq!(v["status"], "applied", "{v}");
+    let w = work(&h, &l).await;
+    assert_eq!(w["work"][0]["run"]["plan"], true, "{w}");
 }
