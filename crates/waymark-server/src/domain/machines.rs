@@ -146,7 +146,8 @@ pub(crate) async fn register(
         }
     }
     check_text("runner_version", &req.runner_version, 64, true)?;
-    crate::domain::rules::check_runtime_rules(&req.runtime_rules)?;
+    let mut req = req;
+    crate::domain::rules::check_runtime_rules(&mut req.runtime_rules)?;
     let mut tx = Tx::write(st).await?;
     let mut m = tx
         .machine(&id)

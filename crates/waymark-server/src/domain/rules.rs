@@ -618,27 +618,44 @@ async fn runtime_rules(
 }
 
 /// What a runner reports of the runtimes' own rules, checked: at most [`RUNTIME_RULES_MAX`],
-/// short texts, and a match that compiles as a rule's would, naming the rule's own runtime.
-pub(crate) fn check_runtime_rules(rules: &[RuntimeRule]) -> ApiResult<()> {
+/// each naming its runtime (in `match.runtime` too) and saying something. What a person's
+/// settings may hold is kept, not refused — a long text is clipped, and a pattern Waymark
+/// cannot compile is listed as such (an `ask`, matching nothing in particular) — so that one
+/// odd rule in a file never keeps a runner from registering.
+pub(crate) fn check_runtime_rules(rules: &mut [RuntimeRule]) -> ApiResult<()> {
+    use crate::domain::core::{check_text, invalid};
     if rules.len() > RUNTIME_RULES_MAX {
-        return Err(crate::domain::core::invalid(format!(
+        return Err(invalid(format!(
             "at most {RUNTIME_RULES_MAX} runtime rules"
         )));
     }
-    for (i, r) in rules.iter().enumerate() {
+    for (i, r) in rules.iter_mut().enumerate() {
         let at = |field: &str| format!("runtime_rules[{i}].{field}");
-        crate::domain::core::check_text(&at("runtime"), &r.runtime, 64, true)?;
-        crate::domain::core::check_text(&at("source"), &r.source, MAX_TEXT, true)?;
-        crate::domain::core::check_text(&at("text"), &r.text, MAX_TEXT, true)?;
+        check_text(&at("runtime"), &r.runtime, 64, true)?;
+        if r.source.trim().is_empty() || r.text.trim().is_empty() {
+            return Err(invalid(format!(
+                "`{}` and `{}` must not be empty",
+                at("source"),
+                at("text")
+            )));
+        }
         if r.matches.runtime.as_deref() != Some(r.runtime.as_str()) {
-            return Err(crate::domain::core::invalid(format!(
+            return Err(invalid(format!(
                 "`{}` must name the rule's runtime `{}`",
                 at("match.runtime"),
                 clip(&r.runtime, 64)
             )));
         }
-        Matcher::new(&own_spec(r))
-            .map_err(|e| crate::domain::core::invalid(format!("`{}`: {e}", at("match"))))?;
+        r.source = clip(&r.source, MAX_TEXT);
+        r.text = clip(&r.text, MAX_TEXT);
+        if let Err(e) = Matcher::new(&own_spec(r)) {
+            r.text = clip(&format!("{} (not matched: {e})", r.text), MAX_TEXT);
+            r.effect = OwnEffect::Ask;
+            r.matches = RuleMatch {
+                runtime: Some(r.runtime.clone()),
+                ..RuleMatch::default()
+            };
+        }
     }
     Ok(())
 }
@@ -1487,16 +1504,30 @@ mod tests {
     #[test]
     fn a_runners_report_of_runtime_rules_is_checked() {
         let good = claude_bash(OwnEffect::Allow, "npm");
-        assert!(check_runtime_rules(std::slice::from_ref(&good)).is_ok());
+        let mut ok = vec![good.clone()];
+        assert!(check_runtime_rules(&mut ok).is_ok());
+        assert_eq!(ok[0], good, "a good rule is kept as it is");
         let mut other = good.clone();
         other.matches.runtime = Some("codex".into());
-        assert!(check_runtime_rules(&[other]).is_err());
-        let mut relative = good.clone();
-        relative.matches.directory = Some("src".into());
-        assert!(check_runtime_rules(&[relative]).is_err());
+        assert!(check_runtime_rules(&mut [other]).is_err());
         let mut empty = good.clone();
         empty.text = " ".into();
-        assert!(check_runtime_rules(&[empty]).is_err());
-        assert!(check_runtime_rules(&vec![good; RUNTIME_RULES_MAX + 1]).is_err());
+        assert!(check_runtime_rules(&mut [empty]).is_err());
+        assert!(check_runtime_rules(&mut vec![good.clone(); RUNTIME_RULES_MAX + 1]).is_err());
+        // What a person's file may hold is kept: a pattern Waymark cannot compile is listed as
+        // such and matches nothing in particular; a long text is clipped.
+        let mut odd = good.clone();
+        odd.matches.directory = Some("src".into());
+        odd.text = "é".repeat(600);
+        let mut kept = vec![odd];
+        assert!(check_runtime_rules(&mut kept).is_ok());
+        assert_eq!(kept[0].effect, OwnEffect::Ask);
+        assert_eq!(kept[0].matches.directory, None);
+        assert!(kept[0].text.chars().count() <= MAX_TEXT + 1);
+        let mut lone = good;
+        lone.matches.input = glob("npm \\");
+        let mut kept = vec![lone];
+        check_runtime_rules(&mut kept).unwrap();
+        assert!(kept[0].text.contains("(not matched:"), "{}", kept[0].text);
     }
 }

@@ -588,11 +588,6 @@ async fn the_runtimes_own_rules_are_listed_beside_ours_and_a_conflict_is_named()
             "match.runtime",
         ),
         (
-            json!([{"runtime": "claude-code", "source": "/x", "text": "Bash", "effect": "allow",
-                 "match": {"runtime": "claude-code", "directory": "src"}}]),
-            "runtime_rules[0].match",
-        ),
-        (
             json!([{"runtime": "claude-code", "source": "/x", "text": "", "effect": "allow",
                  "match": {"runtime": "claude-code"}}]),
             "runtime_rules[0].text",
@@ -607,6 +602,26 @@ async fn the_runtimes_own_rules_are_listed_beside_ours_and_a_conflict_is_named()
     }
     let (_, v) = h.get(&token, "/v1/rules").await;
     assert_eq!(v["runtime_rules"].as_array().unwrap().len(), 1, "{v}");
+    // A rule of a person's file that Waymark cannot match never keeps the runner from
+    // registering: it is listed as not matched.
+    let (s, v) = report_own_rules(
+        &h,
+        &runner,
+        json!([{"runtime": "claude-code", "source": "/x", "text": "Read(src/**)", "effect": "allow",
+                "match": {"runtime": "claude-code", "directory": "src"}}]),
+    )
+    .await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    let (_, v) = h.get(&token, "/v1/rules").await;
+    let r = &v["runtime_rules"][0]["rule"];
+    assert_eq!(r["effect"], "ask", "{v}");
+    assert!(
+        r["text"]
+            .as_str()
+            .unwrap()
+            .starts_with("Read(src/**) (not matched:"),
+        "{v}"
+    );
 }
 
 fn push_for_test() -> Value {
