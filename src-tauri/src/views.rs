@@ -1293,6 +1293,9 @@ pub struct StartRunView {
     pub title: Option<String>,
     /// Tools whose calls need an approval (a regex of tool names; default: the runtime's).
     pub gate: Option<String>,
+    /// Plan first: the runtime starts in its plan mode and asks for the plan's approval before
+    /// it changes anything (Claude Code, Codex).
+    pub plan: bool,
 }
 
 /// A started (or queued) run: its new task and the signed command.

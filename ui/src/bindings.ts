@@ -983,6 +983,11 @@ export type StartRunView = {
 	title: string | null,
 	/**  Tools whose calls need an approval (a regex of tool names; default: the runtime's). */
 	gate: string | null,
+	/**
+	 *  Plan first: the runtime starts in its plan mode and asks for the plan's approval before
+	 *  it changes anything (Claude Code, Codex).
+	 */
+	plan: boolean,
 };
 
 /**  A started (or queued) run: its new task and the signed command. */

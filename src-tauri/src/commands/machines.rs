@@ -38,7 +38,7 @@ pub async fn start_run(
         prompt: run.prompt,
         title: blank(run.title),
         gate: blank(run.gate),
-        plan: false,
+        plan: run.plan,
     };
     let (task_id, entry) = s.companion.start_run(&run).await?;
     crate::sync::nudge(&app);

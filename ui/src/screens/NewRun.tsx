@@ -17,6 +17,9 @@ export function joinBelow(base: string, below: string): string | null {
   return parts.length ? `${base.replace(/\/+$/, "")}/${parts.join("/")}` : base;
 }
 
+/** The runtimes a run can start in plan mode (`waymark_proto::PLAN_RUNTIMES`). */
+const PLAN_RUNTIMES = ["claude-code", "codex"];
+
 function validGate(gate: string): boolean {
   if (!gate.trim()) return true;
   try {
@@ -37,6 +40,7 @@ export function NewRunScreen({ machine: initial, go }: { machine?: string; go: (
   const [prompt, setPrompt] = useState("");
   const [title, setTitle] = useState("");
   const [gate, setGate] = useState("");
+  const [plan, setPlan] = useState(false);
   const [busy, setBusy] = useState(false);
   const [error, setError] = useState<string | null>(null);
   const [started, setStarted] = useState<StartedRunView | null>(null);
@@ -55,6 +59,8 @@ export function NewRunScreen({ machine: initial, go }: { machine?: string; go: (
   }, [machines, m, runtime, base]);
 
   const directory = base ? joinBelow(base, below) : null;
+  // Plan first: only where the runtime has a plan mode a runner can start it in.
+  const canPlan = PLAN_RUNTIMES.includes(runtime);
   const problems: string[] = [];
   if (!m) problems.push(t("newRun.needMachine"));
   else if (!m.runtimes.length) problems.push(t("newRun.noRuntime", { name: m.name }));
@@ -67,7 +73,7 @@ export function NewRunScreen({ machine: initial, go }: { machine?: string; go: (
     setBusy(true);
     setError(null);
     try {
-      const r = await commands.startRun({ machine: m.name, runtime, directory, prompt, title: title.trim() || null, gate: gate.trim() || null });
+      const r = await commands.startRun({ machine: m.name, runtime, directory, prompt, title: title.trim() || null, gate: gate.trim() || null, plan: plan && canPlan });
       if (r.command.status === "rejected" || r.command.status === "expired") setError(r.command.detail ?? r.command.status);
       else setStarted(r);
     } catch (e) {
@@ -169,10 +175,20 @@ export function NewRunScreen({ machine: initial, go }: { machine?: string; go: (
           <input value={gate} onChange={(e) => setGate(e.target.value)} placeholder="Bash|Write|Edit" autoCapitalize="off" autoCorrect="off" spellCheck={false} data-testid="run-gate" />
           <span className="small muted">{t("newRun.gateHelp")}</span>
         </label>
+        {canPlan && (
+          <label className="plan-first">
+            <input type="checkbox" checked={plan} onChange={(e) => setPlan(e.target.checked)} data-testid="run-plan" />
+            <span>
+              {t("newRun.plan")}
+              <span className="small muted block">{t("newRun.planHelp")}</span>
+            </span>
+          </label>
+        )}
         {m && directory && (
           <p className="panel small" data-testid="run-summary">
             {t("newRun.summary", { runtime: runtimeName(runtime), directory, name: m.name })}
             {gate.trim() ? ` ${t("newRun.summaryGate", { gate: gate.trim() })}` : ` ${t("newRun.summaryNoGate")}`}
+            {plan && canPlan ? ` ${t("newRun.summaryPlan")}` : ""}
           </p>
         )}
         {problems.length > 0 && (prompt || below || gate) && (

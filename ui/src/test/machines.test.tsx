@@ -112,9 +112,27 @@ describe("a new run", () => {
     expect(screen.getByTestId("run-summary").textContent).toBe("You sign: run Claude Code in /home/alice/src/app on laptop with this prompt. Calls of Bash|Write wait for your approval.");
     await userEvent.click(start);
     await screen.findByTestId("run-started");
-    expect(shell.runs).toEqual([{ machine: "laptop", runtime: "claude-code", directory: "/home/alice/src/app", prompt: "make the flaky test pass", title: null, gate: "Bash|Write" } satisfies StartRunView]);
+    expect(shell.runs).toEqual([{ machine: "laptop", runtime: "claude-code", directory: "/home/alice/src/app", prompt: "make the flaky test pass", title: null, gate: "Bash|Write", plan: false } satisfies StartRunView]);
     await userEvent.click(screen.getByTestId("open-run"));
     expect(went).toBe("/threads/task_1");
+  });
+
+  it("signs plan first where the runtime has a plan mode, and offers it nowhere else", async () => {
+    shell.machines = [machine({ runtimes: [{ runtime: "claude-code", version: "2.1.328" }, { runtime: "gemini", version: "0.61.0" }] })];
+    shell.runs = [];
+    shell.answer = "applied";
+    ui(<NewRunScreen go={() => {}} />);
+    await waitFor(() => expect((screen.getByTestId("run-directory") as HTMLSelectElement).value).toBe("/home/alice/src"));
+    await userEvent.type(screen.getByTestId("run-prompt"), "move billing to the new API");
+    await userEvent.click(screen.getByTestId("run-plan"));
+    expect(screen.getByTestId("run-summary").textContent).toContain("It plans first and asks you to approve the plan before it changes anything.");
+    await userEvent.selectOptions(screen.getByTestId("run-runtime"), "gemini");
+    expect(screen.queryByTestId("run-plan")).toBeNull();
+    expect(screen.getByTestId("run-summary").textContent).not.toContain("plans first");
+    await userEvent.selectOptions(screen.getByTestId("run-runtime"), "claude-code");
+    await userEvent.click(screen.getByTestId("run-start"));
+    await screen.findByTestId("run-started");
+    expect(shell.runs).toEqual([{ machine: "laptop", runtime: "claude-code", directory: "/home/alice/src", prompt: "move billing to the new API", title: null, gate: null, plan: true } satisfies StartRunView]);
   });
 
   it("refuses before signing what would leave the directory or is no pattern", async () => {

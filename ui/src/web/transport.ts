@@ -395,6 +395,7 @@ export class WebCompanion {
     const gate = blank(run.gate);
     if (title) args.title = title;
     if (gate) args.gate = gate;
+    if (run.plan) args.plan = true;
     const taskId = `task_${commandId().replaceAll("-", "")}`;
     const cmd = newCommand({ taskId, operation: "start_run", args, expectedPlanRevision: null, user: id.user, deviceId: id.device_id });
     const env = await signCommand(await this.deviceKey(), cmd);
