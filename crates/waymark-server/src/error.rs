@@ -75,6 +75,24 @@ impl From<StoreError> for ApiError {
                 tracing::warn!(error = %e, "storage busy");
                 ApiError::new(ErrorCode::Unavailable, "storage is busy; retry shortly")
             }
+            // Nothing was written: the client keeps what it sent and sends it again (the
+            // worker SDK and the companions retry a 503), so nothing acknowledged is lost.
+            StoreError::Full(_) => {
+                tracing::error!(error = %e, "the database's disk is full: writes are refused until space is freed");
+                ApiError::new(
+                    ErrorCode::Unavailable,
+                    "the server's disk is full: nothing was written; send it again once space is freed",
+                )
+                .with("retry_after_ms", 5_000)
+            }
+            StoreError::Io(_) => {
+                tracing::error!(error = %e, "the database's disk failed a write");
+                ApiError::new(
+                    ErrorCode::Unavailable,
+                    "the server's disk failed to write (an I/O error): nothing was acknowledged; send it again shortly",
+                )
+                .with("retry_after_ms", 5_000)
+            }
             other => {
                 tracing::error!(error = %other, "storage failure");
                 ApiError::new(

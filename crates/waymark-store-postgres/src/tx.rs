@@ -36,6 +36,10 @@ pub(crate) fn db_err(e: sqlx::Error) -> StoreError {
             Some("40001" | "40P01" | "55P03" | "57014") => {
                 return StoreError::Busy(db.message().to_owned());
             }
+            // disk_full, and the insufficient_resources class around it
+            Some("53100") => return StoreError::Full(db.message().to_owned()),
+            // io_error
+            Some("58030") => return StoreError::Io(db.message().to_owned()),
             // untranslatable_character: JSONB refuses `\u0000` in strings
             Some("22P05") => {
                 return StoreError::Backend(format!(

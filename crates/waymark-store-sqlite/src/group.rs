@@ -128,6 +128,8 @@ fn copy(e: &StoreError) -> StoreError {
         StoreError::Busy(m) => StoreError::Busy(m.clone()),
         StoreError::Conflict(m) => StoreError::Conflict(m.clone()),
         StoreError::Corrupt(m) => StoreError::Corrupt(m.clone()),
+        StoreError::Full(m) => StoreError::Full(m.clone()),
+        StoreError::Io(m) => StoreError::Io(m.clone()),
         other => StoreError::Backend(other.to_string()),
     }
 }

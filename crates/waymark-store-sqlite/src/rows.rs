@@ -372,7 +372,7 @@ pub(crate) fn push_channel_row(r: &SqliteRow) -> Result<PushChannelRow> {
 }
 
 /// A database error as the store says it: a unique key is `Conflict`, a busy database
-/// `Busy`.
+/// `Busy`, a full disk `Full`, a failed write or sync `Io`.
 pub(crate) fn backend(e: sqlx::Error) -> StoreError {
     if let sqlx::Error::Database(db) = &e {
         if db.is_unique_violation() {
@@ -386,6 +386,23 @@ pub(crate) fn backend(e: sqlx::Error) -> StoreError {
         if busy {
             return StoreError::Busy(db.message().to_owned());
         }
+        // SQLITE_FULL (13) and SQLITE_IOERR (10, with its extended codes: a failed write or
+        // fsync).
+        match db
+            .code()
+            .and_then(|c| c.parse::<i64>().ok())
+            .map(|n| n & 0xff)
+        {
+            Some(13) => return StoreError::Full(db.message().to_owned()),
+            Some(10) => return StoreError::Io(db.message().to_owned()),
+            _ => {}
+        }
+    }
+    if let sqlx::Error::Io(io) = &e {
+        return match io.raw_os_error() {
+            Some(28) => StoreError::Full(io.to_string()), // ENOSPC
+            _ => StoreError::Io(io.to_string()),
+        };
     }
     if matches!(e, sqlx::Error::PoolTimedOut) {
         return StoreError::Busy("timed out waiting for a database connection".into());

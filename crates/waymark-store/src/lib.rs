@@ -40,6 +40,14 @@ pub enum StoreError {
     /// A stored value could not be decoded (corruption or a hand edit).
     #[error("corrupt row: {0}")]
     Corrupt(String),
+    /// The disk holding the database is full: the write was not made (SQLite `SQLITE_FULL`,
+    /// PostgreSQL `disk_full`). Retry once space is freed.
+    #[error("storage full: {0}")]
+    Full(String),
+    /// The disk failed a write or a sync (SQLite `SQLITE_IOERR`, PostgreSQL `io_error`): the
+    /// write was not acknowledged.
+    #[error("storage I/O error: {0}")]
+    Io(String),
     /// Anything else from the backend.
     #[error("storage: {0}")]
     Backend(String),
