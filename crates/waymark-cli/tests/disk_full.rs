@@ -6,16 +6,19 @@
 //! is freed the same write succeeds; and after a restart every acknowledged checkpoint is
 //! there — nothing acknowledged was lost, nothing refused was kept.
 
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
+use sqlx::Connection;
 
 /// The shell that holds the namespace: mounts the tmpfs, makes the user and the worker token,
 /// starts the server, and then does what the test writes into its fifo — `fill` the disk,
 /// `free` it, `restart` the server, `exit` — saying each one done in `acks`.
 const HOLDER: &str = r#"
+exec 2>> "$O/sh.err"
 set -u
 mount -t tmpfs -o size=16m tmpfs "$D"
 "$W" admin --json --data-dir "$D/data" user add alice > "$O/user.json"
@@ -41,8 +44,12 @@ struct Holder {
 }
 
 impl Drop for Holder {
+    /// Ends the holder and everything it started (its server too): they share its process
+    /// group.
     fn drop(&mut self) {
-        let _ = self.child.kill();
+        let _ = Command::new("kill")
+            .args(["-KILL", "--", &format!("-{}", self.child.id())])
+            .status();
         let _ = self.child.wait();
     }
 }
@@ -62,6 +69,7 @@ impl Holder {
             .env("W", env!("CARGO_BIN_EXE_waymark"))
             .env("WAYMARK_LOG", "warn")
             .stdin(Stdio::null())
+            .process_group(0)
             .spawn()
             .expect("unshare (util-linux) makes the namespace");
         Holder { child, out, fifo }
@@ -97,9 +105,34 @@ impl Holder {
         })
     }
 
-    fn command(&self, cmd: &str) {
+    fn command(&mut self, cmd: &str) {
         let before = self.file("acks").lines().count();
-        std::fs::write(&self.fifo, format!("{cmd}\n")).unwrap();
+        // Written when the holder reads: a holder that is gone is a failure that says why,
+        // never a test that waits forever.
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            use std::io::Write;
+            use std::os::unix::fs::OpenOptionsExt;
+            match std::fs::OpenOptions::new()
+                .write(true)
+                .custom_flags(0o4000) // O_NONBLOCK: ENXIO while nobody reads
+                .open(&self.fifo)
+            {
+                Ok(mut f) => {
+                    f.write_all(format!("{cmd}\n").as_bytes()).unwrap();
+                    break;
+                }
+                Err(e) => {
+                    let gone = self.child.try_wait().ok().flatten();
+                    assert!(
+                        gone.is_none() && Instant::now() < deadline,
+                        "the holder does not read `{cmd}` ({e}; exited: {gone:?}); it said: {}",
+                        self.file("sh.err")
+                    );
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+            }
+        }
         self.until(&format!("`{cmd}` was never done"), |h| {
             (h.file("acks").lines().count() > before).then_some(())
         });
@@ -131,7 +164,7 @@ async fn checkpoint(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_full_disk_refuses_the_write_clearly_keeps_what_was_acknowledged_and_recovers() {
     let dir = tempfile::tempdir().unwrap();
-    let h = Holder::start(dir.path());
+    let mut h = Holder::start(dir.path());
     let url = h.listening(1);
     let token = h.until("no worker token", |h| {
         let v: Value = serde_json::from_str(&h.file("worker.json")).ok()?;
@@ -244,4 +277,256 @@ async fn a_full_disk_refuses_the_write_clearly_keeps_what_was_acknowledged_and_r
         .collect();
     assert_eq!(seqs, (1..=acked).collect::<Vec<_>>(), "{detail}");
     h.command("exit");
+}
+
+/// The companion's side: the terminal client's home (its mirror and outbox) on a 16 MB tmpfs
+/// of its own, driven command by command; the server on the host.
+const CLIENT: &str = r#"
+exec 2>> "$O/sh.err"
+set -u
+mount -t tmpfs -o size=16m tmpfs "$D"
+n=0
+while true; do
+  read line < "$F"
+  set -- $line
+  cmd=$1; shift
+  case "$cmd" in
+    fill) dd if=/dev/zero of="$D/filler" bs=4k 2>/dev/null ;;
+    free) rm -f "$D/filler" ;;
+    run) n=$((n+1)); WAYMARK_HOME="$D/home" WAYMARK_KEYSTORE=file-insecure "$W" "$@" > "$O/$n.out" 2> "$O/$n.err"; echo $? > "$O/$n.rc" ;;
+    exit) echo exit >> "$O/acks"; exit 0 ;;
+  esac
+  echo "$cmd" >> "$O/acks"
+done
+"#;
+
+/// A server on the host at a fixed port (so it can come back where the client looks).
+struct HostServer {
+    child: Option<Child>,
+    data: PathBuf,
+    port: u16,
+}
+
+impl HostServer {
+    fn start(&mut self) {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_waymark"))
+            .args(["serve", "--json", "--listen"])
+            .arg(format!("127.0.0.1:{}", self.port))
+            .arg("--data-dir")
+            .arg(&self.data)
+            .env("WAYMARK_LOG", "error")
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        std::io::BufRead::read_line(
+            &mut std::io::BufReader::new(child.stdout.take().unwrap()),
+            &mut line,
+        )
+        .unwrap();
+        assert!(line.contains("listening"), "{line}");
+        self.child = Some(child);
+    }
+
+    fn stop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+impl Drop for HostServer {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+fn admin(data: &Path, args: &[&str]) -> Value {
+    let out = Command::new(env!("CARGO_BIN_EXE_waymark"))
+        .arg("admin")
+        .args(args)
+        .args(["--json", "--data-dir"])
+        .arg(data)
+        .env("WAYMARK_LOG", "error")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// The client in its namespace: `run` gives (exit code, stdout, stderr).
+struct Client(Holder);
+
+impl Client {
+    fn run(&mut self, args: &str) -> (i32, String, String) {
+        self.0.command(&format!("run {args}"));
+        let n = self.0.file("acks").lines().filter(|l| *l == "run").count();
+        let rc = self.0.file(&format!("{n}.rc")).trim().parse().unwrap_or(-1);
+        (
+            rc,
+            self.0.file(&format!("{n}.out")),
+            self.0.file(&format!("{n}.err")),
+        )
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_disk_under_the_companion_keeps_its_outbox_says_so_and_delivers_each_command_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("server");
+    admin(&data, &["user", "add", "alice"]);
+    let worker = admin(&data, &["worker-token", "--name", "w", "--user", "alice"])["token"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let url = format!("http://127.0.0.1:{port}");
+    let link = admin(&data, &["pair", "--user", "alice", "--server", &url])["link"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let mut server = HostServer {
+        child: None,
+        data: data.clone(),
+        port,
+    };
+    server.start();
+    let http = reqwest::Client::builder().no_proxy().build().unwrap();
+    let post = |path: &str, body: Value| {
+        let (http, url, token) = (http.clone(), url.clone(), worker.clone());
+        let path = path.to_owned();
+        async move {
+            let res = http
+                .post(format!("{url}{path}"))
+                .bearer_auth(&token)
+                .json(&body)
+                .send()
+                .await
+                .unwrap();
+            assert!(res.status().is_success(), "{path}: {}", res.status());
+            res.json::<Value>().await.unwrap()
+        }
+    };
+    let task = post("/v1/tasks", json!({"title": "steered from a full disk"})).await["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    post(
+        &format!("/v1/tasks/{task}/attempts"),
+        json!({"worker": "w", "lease_seconds": 3600}),
+    )
+    .await;
+
+    // The client's home on its own tmpfs (the holder's `D`).
+    let cdir = dir.path().join("client");
+    std::fs::create_dir_all(&cdir).unwrap();
+    let mut client = {
+        let (mnt, out, fifo) = (cdir.join("mnt"), cdir.join("out"), cdir.join("ctl"));
+        std::fs::create_dir_all(&mnt).unwrap();
+        std::fs::create_dir_all(&out).unwrap();
+        assert!(
+            Command::new("mkfifo")
+                .arg(&fifo)
+                .status()
+                .unwrap()
+                .success()
+        );
+        let child = Command::new("unshare")
+            .args(["--user", "--map-root-user", "--mount", "sh", "-c", CLIENT])
+            .env("D", &mnt)
+            .env("O", &out)
+            .env("F", &fifo)
+            .env("W", env!("CARGO_BIN_EXE_waymark"))
+            .env("WAYMARK_LOG", "error")
+            .stdin(Stdio::null())
+            .process_group(0)
+            .spawn()
+            .expect("unshare");
+        Client(Holder { child, out, fifo })
+    };
+    let (rc, out, err) = client.run(&format!("pair {link} --name phone --json"));
+    assert_eq!(rc, 0, "{out}{err}");
+    let (rc, out, err) = client.run("sync --json");
+    assert_eq!(rc, 0, "{out}{err}");
+
+    // The server goes away; commands signed meanwhile wait in the outbox.
+    server.stop();
+    let (_, out, err) = client.run(&format!("steer {task} pause --json"));
+    assert!(format!("{out}{err}").contains("queued"), "{out}{err}");
+
+    // The client's disk fills: commands are signed and queued while they fit; the one that
+    // does not is refused, saying so, and nothing of it is kept.
+    client.0.command("fill");
+    let mut queued = 1;
+    let refusal = loop {
+        let op = if queued % 2 == 0 { "pause" } else { "resume" };
+        let (rc, out, err) = client.run(&format!("steer {task} {op} --json"));
+        let said = format!("{out}{err}");
+        if said.contains("queued") {
+            queued += 1;
+            assert!(queued < 300, "300 commands fitted on a full disk");
+            continue;
+        }
+        assert_ne!(rc, 0, "{said}");
+        break said;
+    };
+    assert!(
+        (refusal.contains("this device's disk is full")
+            || refusal.contains("this device's disk failed a write (is it full?)"))
+            && refusal.contains("the outbox keeps what it held"),
+        "{refusal}"
+    );
+
+    // The server is back; the disk is still full: what can be delivered is, and the client
+    // says why it could not record it; then space returns and the next sync settles the rest.
+    server.start();
+    let (_, out, err) = client.run("sync --json");
+    let said = format!("{out}{err}");
+    assert!(
+        said.contains("delivered") || said.contains("the outbox keeps what it held"),
+        "a sync on a full disk: {said}"
+    );
+    client.0.command("free");
+    let (rc, out, err) = client.run("sync --json");
+    assert_eq!(rc, 0, "{out}{err}");
+    let (rc, out, err) = client.run("outbox --json");
+    assert_eq!(rc, 0, "{out}{err}");
+    let outbox: Value = serde_json::from_str(&out).unwrap();
+    let entries = outbox
+        .as_array()
+        .or_else(|| outbox["outbox"].as_array())
+        .unwrap_or_else(|| panic!("{outbox}"));
+    assert_eq!(entries.len(), queued, "every queued command kept: {outbox}");
+    assert!(
+        entries.iter().all(|e| e["status"] != "queued"),
+        "every one delivered once space returned: {outbox}"
+    );
+    client.0.command("exit");
+
+    // On the server: each queued command applied exactly once, and the refused one never.
+    server.stop();
+    let mut db = sqlx::SqliteConnection::connect(&format!(
+        "sqlite://{}?mode=ro",
+        data.join("waymark.db").display()
+    ))
+    .await
+    .unwrap();
+    let (n,): (i64,) = sqlx::query_as("SELECT count(*) FROM commands WHERE task_id = ?")
+        .bind(&task)
+        .fetch_one(&mut db)
+        .await
+        .unwrap();
+    assert_eq!(
+        n as usize, queued,
+        "each queued command reached the server once"
+    );
 }

@@ -197,7 +197,26 @@ pub struct Mirror {
 }
 
 fn db(e: sqlx::Error) -> Error {
-    Error::Mirror(e.to_string())
+    // A full disk (SQLITE_FULL, ENOSPC) or a failed write (SQLITE_IOERR) says so: the change
+    // was not made here, and what the outbox held is still there.
+    let code = match &e {
+        sqlx::Error::Database(d) => d
+            .code()
+            .and_then(|c| c.parse::<i64>().ok())
+            .map(|n| n & 0xff),
+        sqlx::Error::Io(io) if io.raw_os_error() == Some(28) => Some(13),
+        _ => None,
+    };
+    match code {
+        Some(13) => Error::Mirror(format!(
+            "this device's disk is full: nothing was changed in the mirror and the outbox keeps what it held; free some space and try again ({e})"
+        )),
+        // SQLite says a full disk this way too when it cannot grow its shared-memory file.
+        Some(10) => Error::Mirror(format!(
+            "this device's disk failed a write (is it full?): nothing was changed in the mirror and the outbox keeps what it held; free some space and try again ({e})"
+        )),
+        _ => Error::Mirror(e.to_string()),
+    }
 }
 
 fn parse<T: DeserializeOwned>(s: &str) -> Result<T, Error> {
