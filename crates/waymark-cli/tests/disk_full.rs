@@ -530,3 +530,153 @@ async fn a_full_disk_under_the_companion_keeps_its_outbox_says_so_and_delivers_e
         "each queued command reached the server once"
     );
 }
+
+/// An `fsync` that fails (`EIO`), injected under a real `waymark serve` by a preloaded shim
+/// while a flag file exists: what SQLite's own tests do with a faulty VFS, done at the libc
+/// boundary so the server's real store is what fails.
+const FAIL_SYNC: &str = r#"
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <unistd.h>
+static int failing(void) {
+    const char *flag = getenv("WAYMARK_FAIL_SYNC_FLAG");
+    return flag && access(flag, F_OK) == 0;
+}
+int fsync(int fd) {
+    if (failing()) { errno = EIO; return -1; }
+    int (*real)(int) = (int (*)(int))dlsym(RTLD_NEXT, "fsync");
+    return real(fd);
+}
+int fdatasync(int fd) {
+    if (failing()) { errno = EIO; return -1; }
+    int (*real)(int) = (int (*)(int))dlsym(RTLD_NEXT, "fdatasync");
+    return real(fd);
+}
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_fsync_is_refused_as_an_io_error_nothing_refused_is_acknowledged_and_writes_resume()
+ {
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("fail_sync.c");
+    let lib = dir.path().join("libfail_sync.so");
+    std::fs::write(&src, FAIL_SYNC).unwrap();
+    let cc = Command::new("cc")
+        .args(["-shared", "-fPIC", "-O2", "-o"])
+        .arg(&lib)
+        .arg(&src)
+        .arg("-ldl")
+        .status()
+        .expect("a C compiler (gcc) builds the shim");
+    assert!(cc.success(), "the shim compiles");
+    let flag = dir.path().join("fail-now");
+    let data = dir.path().join("data");
+    admin(&data, &["user", "add", "alice"]);
+    let token = admin(&data, &["worker-token", "--name", "w", "--user", "alice"])["token"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let serve = |data: &Path| {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_waymark"))
+            .args(["serve", "--json", "--listen", "127.0.0.1:0", "--data-dir"])
+            .arg(data)
+            .env("LD_PRELOAD", &lib)
+            .env("WAYMARK_FAIL_SYNC_FLAG", &flag)
+            .env("WAYMARK_LOG", "error")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        std::io::BufRead::read_line(
+            &mut std::io::BufReader::new(child.stdout.take().unwrap()),
+            &mut line,
+        )
+        .unwrap();
+        let v: Value = serde_json::from_str(&line).unwrap_or_else(|_| panic!("{line}"));
+        (Killed(child), v["listening"].as_str().unwrap().to_owned())
+    };
+    let (server, url) = serve(&data);
+    let http = reqwest::Client::builder().no_proxy().build().unwrap();
+    let post = |path: String, body: Value| {
+        let (http, url, token) = (http.clone(), url.clone(), token.clone());
+        async move {
+            let res = http
+                .post(format!("{url}{path}"))
+                .bearer_auth(&token)
+                .json(&body)
+                .send()
+                .await
+                .unwrap();
+            let status = res.status().as_u16();
+            (status, res.json::<Value>().await.unwrap_or(Value::Null))
+        }
+    };
+    let (_, t) = post("/v1/tasks".into(), json!({"title": "sync fails"})).await;
+    let task = t["id"].as_str().unwrap().to_owned();
+    let (_, a) = post(
+        format!("/v1/tasks/{task}/attempts"),
+        json!({"worker": "w", "lease_seconds": 3600}),
+    )
+    .await;
+    let attempt = a["id"].as_str().unwrap().to_owned();
+    let cp = |seq: i64| {
+        post(
+            format!("/v1/tasks/{task}/checkpoints"),
+            json!({"attempt_id": attempt, "fence": 1, "sequence": seq,
+                   "body": {"reason": "step_completed", "summary": format!("step {seq}")}}),
+        )
+    };
+    assert_eq!(cp(1).await.0, 201);
+
+    // The disk starts failing its syncs: the write is refused as an I/O error, never
+    // acknowledged; reads and the process stay up.
+    std::fs::write(&flag, "").unwrap();
+    let (s, v) = cp(2).await;
+    assert_eq!(s, 503, "{v}");
+    assert!(
+        v["detail"]
+            .as_str()
+            .unwrap()
+            .contains("disk failed to write (an I/O error): nothing was acknowledged"),
+        "{v}"
+    );
+    let h = http.get(format!("{url}/healthz")).send().await.unwrap();
+    assert!(h.status().is_success());
+
+    // The fault clears: the same write goes through, and the next.
+    std::fs::remove_file(&flag).unwrap();
+    for seq in 2..=3 {
+        let (s, v) = cp(seq).await;
+        assert_eq!(s, 201, "checkpoint {seq} once syncs work again: {v}");
+    }
+    drop(server);
+    let (_server, url) = serve(&data);
+    let d: Value = http
+        .get(format!("{url}/v1/tasks/{task}"))
+        .bearer_auth(&token)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let seqs: Vec<i64> = d["checkpoints"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["sequence"].as_i64().unwrap())
+        .collect();
+    assert_eq!(seqs, [1, 2, 3], "after a restart: {d}");
+}
+
+struct Killed(Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
