@@ -128,6 +128,47 @@ fn text_of(runtime: &str, path: &Path, out: &mut Vec<RuntimeRule>) -> Option<Str
     }
 }
 
+/// The file as `format` (`JSON`, `TOML`, `YAML`), `None` when there is none; a file that is
+/// there but cannot be read or parsed is reported.
+fn parsed<T>(
+    runtime: &str,
+    path: &Path,
+    format: &str,
+    parse: impl FnOnce(&str) -> Result<T, String>,
+    out: &mut Vec<RuntimeRule>,
+) -> Option<T> {
+    let text = text_of(runtime, path, out)?;
+    match parse(&text) {
+        Ok(v) => Some(v),
+        Err(e) => {
+            out.push(unreadable(runtime, path, &format!("not {format}: {e}")));
+            None
+        }
+    }
+}
+
+/// A JSON file (see [`parsed`]).
+fn json_of(runtime: &str, path: &Path, out: &mut Vec<RuntimeRule>) -> Option<serde_json::Value> {
+    parsed(
+        runtime,
+        path,
+        "JSON",
+        |t| serde_json::from_str(t).map_err(|e| e.to_string()),
+        out,
+    )
+}
+
+/// A TOML file (see [`parsed`]).
+fn toml_of(runtime: &str, path: &Path, out: &mut Vec<RuntimeRule>) -> Option<toml::Table> {
+    parsed(
+        runtime,
+        path,
+        "TOML",
+        |t| t.parse::<toml::Table>().map_err(|e| e.message().to_owned()),
+        out,
+    )
+}
+
 /// The files of `dir` whose name ends `.{ext}`, sorted (none when it is not a directory).
 fn files_in(dir: &Path, ext: &str) -> Vec<PathBuf> {
     let Ok(entries) = std::fs::read_dir(dir) else {

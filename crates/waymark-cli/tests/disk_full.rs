@@ -55,14 +55,15 @@ impl Drop for Holder {
 }
 
 impl Holder {
-    fn start(dir: &Path) -> Holder {
+    /// `script` in a user and mount namespace of its own, in a process group of its own.
+    fn start(dir: &Path, script: &str) -> Holder {
         let (mnt, out, fifo) = (dir.join("mnt"), dir.join("out"), dir.join("ctl"));
         std::fs::create_dir_all(&mnt).unwrap();
         std::fs::create_dir_all(&out).unwrap();
         let made = Command::new("mkfifo").arg(&fifo).status().unwrap();
         assert!(made.success(), "mkfifo");
         let child = Command::new("unshare")
-            .args(["--user", "--map-root-user", "--mount", "sh", "-c", HOLDER])
+            .args(["--user", "--map-root-user", "--mount", "sh", "-c", script])
             .env("D", &mnt)
             .env("O", &out)
             .env("F", &fifo)
@@ -139,69 +140,108 @@ impl Holder {
     }
 }
 
-async fn checkpoint(
-    http: &reqwest::Client,
-    url: &str,
-    token: &str,
-    task: &str,
-    attempt: &str,
-    seq: i64,
-) -> (u16, Value) {
-    // A body of 256 KiB, so the disk fills in a few dozen writes.
-    let body = json!({"attempt_id": attempt, "fence": 1, "sequence": seq,
-                      "body": {"reason": "step_completed", "summary": format!("step {seq}: {}", "x".repeat(256 * 1024))}});
-    let res = http
-        .post(format!("{url}/v1/tasks/{task}/checkpoints"))
-        .bearer_auth(token)
-        .json(&body)
-        .send()
-        .await
-        .expect("the server answers");
-    let status = res.status().as_u16();
-    (status, res.json().await.unwrap_or(Value::Null))
+/// A worker token's requests to one server.
+struct Worker {
+    http: reqwest::Client,
+    url: String,
+    token: String,
 }
+
+impl Worker {
+    fn new(url: &str, token: &str) -> Worker {
+        Worker {
+            http: reqwest::Client::builder().no_proxy().build().unwrap(),
+            url: url.to_owned(),
+            token: token.to_owned(),
+        }
+    }
+
+    async fn post(&self, path: &str, body: Value) -> (u16, Value) {
+        let res = self
+            .http
+            .post(format!("{}{path}", self.url))
+            .bearer_auth(&self.token)
+            .json(&body)
+            .send()
+            .await
+            .expect("the server answers");
+        let status = res.status().as_u16();
+        (status, res.json().await.unwrap_or(Value::Null))
+    }
+
+    async fn get(&self, path: &str) -> Value {
+        self.http
+            .get(format!("{}{path}", self.url))
+            .bearer_auth(&self.token)
+            .send()
+            .await
+            .expect("the server answers")
+            .json()
+            .await
+            .unwrap()
+    }
+
+    async fn healthy(&self) -> bool {
+        let res = self.http.get(format!("{}/healthz", self.url)).send().await;
+        res.is_ok_and(|r| r.status().is_success())
+    }
+
+    /// A new task with a running attempt (fence 1): (task, attempt).
+    async fn task_with_attempt(&self, title: &str) -> (String, String) {
+        let (s, t) = self.post("/v1/tasks", json!({"title": title})).await;
+        assert_eq!(s, 201, "{t}");
+        let task = t["id"].as_str().unwrap().to_owned();
+        let (s, a) = self
+            .post(
+                &format!("/v1/tasks/{task}/attempts"),
+                json!({"worker": "w", "lease_seconds": 3600}),
+            )
+            .await;
+        assert_eq!(s, 201, "{a}");
+        (task, a["id"].as_str().unwrap().to_owned())
+    }
+
+    /// Appends checkpoint `seq` with a summary of `pad` bytes more.
+    async fn checkpoint(&self, task: &str, attempt: &str, seq: i64, pad: usize) -> (u16, Value) {
+        let summary = format!("step {seq}{}", "x".repeat(pad));
+        self.post(
+            &format!("/v1/tasks/{task}/checkpoints"),
+            json!({"attempt_id": attempt, "fence": 1, "sequence": seq,
+                   "body": {"reason": "step_completed", "summary": summary}}),
+        )
+        .await
+    }
+
+    /// The sequences of the task's checkpoints, in order.
+    async fn sequences(&self, task: &str) -> Vec<i64> {
+        let d = self.get(&format!("/v1/tasks/{task}")).await;
+        d["checkpoints"]
+            .as_array()
+            .unwrap_or_else(|| panic!("no checkpoints: {d}"))
+            .iter()
+            .map(|c| c["sequence"].as_i64().unwrap())
+            .collect()
+    }
+}
+
+/// A body of 256 KiB, so the disk fills in a few dozen writes.
+const BIG: usize = 256 * 1024;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_full_disk_refuses_the_write_clearly_keeps_what_was_acknowledged_and_recovers() {
     let dir = tempfile::tempdir().unwrap();
-    let mut h = Holder::start(dir.path());
+    let mut h = Holder::start(dir.path(), HOLDER);
     let url = h.listening(1);
     let token = h.until("no worker token", |h| {
         let v: Value = serde_json::from_str(&h.file("worker.json")).ok()?;
         v["token"].as_str().map(str::to_owned)
     });
-    let http = reqwest::Client::builder().no_proxy().build().unwrap();
-    let post = |path: &str, body: Value| {
-        let (http, url, token) = (http.clone(), url.clone(), token.clone());
-        let path = path.to_owned();
-        async move {
-            let res = http
-                .post(format!("{url}{path}"))
-                .bearer_auth(&token)
-                .json(&body)
-                .send()
-                .await
-                .unwrap();
-            assert!(res.status().is_success(), "{path}: {}", res.status());
-            res.json::<Value>().await.unwrap()
-        }
-    };
-    let task = post("/v1/tasks", json!({"title": "fill the disk"})).await["id"]
-        .as_str()
-        .unwrap()
-        .to_owned();
-    let attempt = post(
-        &format!("/v1/tasks/{task}/attempts"),
-        json!({"worker": "w", "lease_seconds": 3600}),
-    )
-    .await["id"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let w = Worker::new(&url, &token);
+    let (task, attempt) = w.task_with_attempt("fill the disk").await;
 
     let mut acked = 0i64;
     for seq in 1..=4 {
-        let (s, v) = checkpoint(&http, &url, &token, &task, &attempt, seq).await;
+        let (s, v) = w.checkpoint(&task, &attempt, seq, BIG).await;
         assert_eq!(s, 201, "{v}");
         acked = seq;
     }
@@ -216,7 +256,7 @@ async fn a_full_disk_refuses_the_write_clearly_keeps_what_was_acknowledged_and_r
     );
     let refused = loop {
         let seq = acked + 1;
-        let (s, v) = checkpoint(&http, &url, &token, &task, &attempt, seq).await;
+        let (s, v) = w.checkpoint(&task, &attempt, seq, BIG).await;
         match s {
             201 => acked = seq,
             503 => break v,
@@ -236,46 +276,22 @@ async fn a_full_disk_refuses_the_write_clearly_keeps_what_was_acknowledged_and_r
         "{refused}"
     );
     // The process is up and reads work.
-    let health = http.get(format!("{url}/healthz")).send().await.unwrap();
-    assert!(health.status().is_success());
-    let seen: Value = http
-        .get(format!("{url}/v1/tasks/{task}"))
-        .bearer_auth(&token)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    assert!(w.healthy().await);
+    let seen = w.get(&format!("/v1/tasks/{task}")).await;
     assert_eq!(seen["task"]["id"], task.as_str(), "{seen}");
 
     // Space returns: the refused write goes through as it was, and so do the next ones.
     h.command("free");
     for seq in acked + 1..=acked + 3 {
-        let (s, v) = checkpoint(&http, &url, &token, &task, &attempt, seq).await;
+        let (s, v) = w.checkpoint(&task, &attempt, seq, BIG).await;
         assert_eq!(s, 201, "after space returned, checkpoint {seq}: {v}");
         acked = seq;
     }
 
     // Restarted, the server has every acknowledged checkpoint, in order, and nothing more.
     h.command("restart");
-    let url = h.listening(2);
-    let detail: Value = http
-        .get(format!("{url}/v1/tasks/{task}"))
-        .bearer_auth(&token)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    let seqs: Vec<i64> = detail["checkpoints"]
-        .as_array()
-        .unwrap_or_else(|| panic!("no checkpoints: {detail}"))
-        .iter()
-        .map(|c| c["sequence"].as_i64().unwrap())
-        .collect();
-    assert_eq!(seqs, (1..=acked).collect::<Vec<_>>(), "{detail}");
+    let w = Worker::new(&h.listening(2), &token);
+    assert_eq!(w.sequences(&task).await, (1..=acked).collect::<Vec<_>>());
     h.command("exit");
 }
 
@@ -300,14 +316,34 @@ while true; do
 done
 "#;
 
-/// A server on the host at a fixed port (so it can come back where the client looks).
+/// A server on the host at a fixed port (so it comes back where its clients look), with the
+/// environment given.
 struct HostServer {
     child: Option<Child>,
     data: PathBuf,
     port: u16,
+    env: Vec<(&'static str, std::ffi::OsString)>,
 }
 
 impl HostServer {
+    fn new(data: &Path, env: Vec<(&'static str, std::ffi::OsString)>) -> HostServer {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        HostServer {
+            child: None,
+            data: data.to_owned(),
+            port,
+            env,
+        }
+    }
+
+    fn url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
     fn start(&mut self) {
         let mut child = Command::new(env!("CARGO_BIN_EXE_waymark"))
             .args(["serve", "--json", "--listen"])
@@ -315,7 +351,9 @@ impl HostServer {
             .arg("--data-dir")
             .arg(&self.data)
             .env("WAYMARK_LOG", "error")
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
             .stdout(Stdio::piped())
+            .stderr(Stdio::null())
             .spawn()
             .unwrap();
         let mut line = String::new();
@@ -384,75 +422,21 @@ async fn a_full_disk_under_the_companion_keeps_its_outbox_says_so_and_delivers_e
         .as_str()
         .unwrap()
         .to_owned();
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let url = format!("http://127.0.0.1:{port}");
+    let mut server = HostServer::new(&data, Vec::new());
+    let url = server.url();
     let link = admin(&data, &["pair", "--user", "alice", "--server", &url])["link"]
         .as_str()
         .unwrap()
         .to_owned();
-    let mut server = HostServer {
-        child: None,
-        data: data.clone(),
-        port,
-    };
     server.start();
-    let http = reqwest::Client::builder().no_proxy().build().unwrap();
-    let post = |path: &str, body: Value| {
-        let (http, url, token) = (http.clone(), url.clone(), worker.clone());
-        let path = path.to_owned();
-        async move {
-            let res = http
-                .post(format!("{url}{path}"))
-                .bearer_auth(&token)
-                .json(&body)
-                .send()
-                .await
-                .unwrap();
-            assert!(res.status().is_success(), "{path}: {}", res.status());
-            res.json::<Value>().await.unwrap()
-        }
-    };
-    let task = post("/v1/tasks", json!({"title": "steered from a full disk"})).await["id"]
-        .as_str()
-        .unwrap()
-        .to_owned();
-    post(
-        &format!("/v1/tasks/{task}/attempts"),
-        json!({"worker": "w", "lease_seconds": 3600}),
-    )
-    .await;
+    let (task, _) = Worker::new(&url, &worker)
+        .task_with_attempt("steered from a full disk")
+        .await;
 
     // The client's home on its own tmpfs (the holder's `D`).
     let cdir = dir.path().join("client");
     std::fs::create_dir_all(&cdir).unwrap();
-    let mut client = {
-        let (mnt, out, fifo) = (cdir.join("mnt"), cdir.join("out"), cdir.join("ctl"));
-        std::fs::create_dir_all(&mnt).unwrap();
-        std::fs::create_dir_all(&out).unwrap();
-        assert!(
-            Command::new("mkfifo")
-                .arg(&fifo)
-                .status()
-                .unwrap()
-                .success()
-        );
-        let child = Command::new("unshare")
-            .args(["--user", "--map-root-user", "--mount", "sh", "-c", CLIENT])
-            .env("D", &mnt)
-            .env("O", &out)
-            .env("F", &fifo)
-            .env("W", env!("CARGO_BIN_EXE_waymark"))
-            .env("WAYMARK_LOG", "error")
-            .stdin(Stdio::null())
-            .process_group(0)
-            .spawn()
-            .expect("unshare");
-        Client(Holder { child, out, fifo })
-    };
+    let mut client = Client(Holder::start(&cdir, CLIENT));
     let (rc, out, err) = client.run(&format!("pair {link} --name phone --json"));
     assert_eq!(rc, 0, "{out}{err}");
     let (rc, out, err) = client.run("sync --json");
@@ -578,57 +562,17 @@ async fn a_failed_fsync_is_refused_as_an_io_error_nothing_refused_is_acknowledge
         .as_str()
         .unwrap()
         .to_owned();
-    let serve = |data: &Path| {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_waymark"))
-            .args(["serve", "--json", "--listen", "127.0.0.1:0", "--data-dir"])
-            .arg(data)
-            .env("LD_PRELOAD", &lib)
-            .env("WAYMARK_FAIL_SYNC_FLAG", &flag)
-            .env("WAYMARK_LOG", "error")
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let mut line = String::new();
-        std::io::BufRead::read_line(
-            &mut std::io::BufReader::new(child.stdout.take().unwrap()),
-            &mut line,
-        )
-        .unwrap();
-        let v: Value = serde_json::from_str(&line).unwrap_or_else(|_| panic!("{line}"));
-        (Killed(child), v["listening"].as_str().unwrap().to_owned())
-    };
-    let (server, url) = serve(&data);
-    let http = reqwest::Client::builder().no_proxy().build().unwrap();
-    let post = |path: String, body: Value| {
-        let (http, url, token) = (http.clone(), url.clone(), token.clone());
-        async move {
-            let res = http
-                .post(format!("{url}{path}"))
-                .bearer_auth(&token)
-                .json(&body)
-                .send()
-                .await
-                .unwrap();
-            let status = res.status().as_u16();
-            (status, res.json::<Value>().await.unwrap_or(Value::Null))
-        }
-    };
-    let (_, t) = post("/v1/tasks".into(), json!({"title": "sync fails"})).await;
-    let task = t["id"].as_str().unwrap().to_owned();
-    let (_, a) = post(
-        format!("/v1/tasks/{task}/attempts"),
-        json!({"worker": "w", "lease_seconds": 3600}),
-    )
-    .await;
-    let attempt = a["id"].as_str().unwrap().to_owned();
-    let cp = |seq: i64| {
-        post(
-            format!("/v1/tasks/{task}/checkpoints"),
-            json!({"attempt_id": attempt, "fence": 1, "sequence": seq,
-                   "body": {"reason": "step_completed", "summary": format!("step {seq}")}}),
-        )
-    };
+    let mut server = HostServer::new(
+        &data,
+        vec![
+            ("LD_PRELOAD", lib.clone().into()),
+            ("WAYMARK_FAIL_SYNC_FLAG", flag.clone().into()),
+        ],
+    );
+    server.start();
+    let w = Worker::new(&server.url(), &token);
+    let (task, attempt) = w.task_with_attempt("sync fails").await;
+    let cp = |seq: i64| w.checkpoint(&task, &attempt, seq, 0);
     assert_eq!(cp(1).await.0, 201);
 
     // The disk starts failing its syncs: the write is refused as an I/O error, never
@@ -643,8 +587,7 @@ async fn a_failed_fsync_is_refused_as_an_io_error_nothing_refused_is_acknowledge
             .contains("disk failed to write (an I/O error): nothing was acknowledged"),
         "{v}"
     );
-    let h = http.get(format!("{url}/healthz")).send().await.unwrap();
-    assert!(h.status().is_success());
+    assert!(w.healthy().await);
 
     // The fault clears: the same write goes through, and the next.
     std::fs::remove_file(&flag).unwrap();
@@ -652,31 +595,7 @@ async fn a_failed_fsync_is_refused_as_an_io_error_nothing_refused_is_acknowledge
         let (s, v) = cp(seq).await;
         assert_eq!(s, 201, "checkpoint {seq} once syncs work again: {v}");
     }
-    drop(server);
-    let (_server, url) = serve(&data);
-    let d: Value = http
-        .get(format!("{url}/v1/tasks/{task}"))
-        .bearer_auth(&token)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    let seqs: Vec<i64> = d["checkpoints"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|c| c["sequence"].as_i64().unwrap())
-        .collect();
-    assert_eq!(seqs, [1, 2, 3], "after a restart: {d}");
-}
-
-struct Killed(Child);
-
-impl Drop for Killed {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
+    server.stop();
+    server.start();
+    assert_eq!(w.sequences(&task).await, [1, 2, 3], "after a restart");
 }

@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 use serde_json::Value;
 use waymark_proto::{OwnEffect, RuleMatch, RuntimeRule};
 
-use super::{Places, glob, literal, plain_dir, rule, text_of, unreadable};
+use super::{Places, glob, json_of, literal, plain_dir, rule};
 
 const RUNTIME: &str = "claude-code";
 
@@ -40,15 +40,8 @@ pub(super) fn read(places: &Places, projects: &[PathBuf], out: &mut Vec<RuntimeR
 
 /// One settings file's rules; `project`: the directory they hold in.
 fn file(places: &Places, path: &Path, project: Option<&Path>, out: &mut Vec<RuntimeRule>) {
-    let Some(text) = text_of(RUNTIME, path, out) else {
+    let Some(v) = json_of(RUNTIME, path, out) else {
         return;
-    };
-    let v: Value = match serde_json::from_str(&text) {
-        Ok(v) => v,
-        Err(e) => {
-            out.push(unreadable(RUNTIME, path, &format!("not JSON: {e}")));
-            return;
-        }
     };
     let Some(perms) = v.get("permissions") else {
         return;

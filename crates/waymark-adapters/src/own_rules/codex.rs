@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 
 use waymark_proto::{OwnEffect, RuleMatch, RuntimeRule};
 
-use super::{Places, glob, literal, rule, text_of, unreadable};
+use super::{Places, glob, literal, rule, text_of, toml_of, unreadable};
 
 const RUNTIME: &str = "codex";
 /// The tool name Codex's command approvals carry (`item/commandExecution/requestApproval`).
@@ -60,19 +60,8 @@ struct Config {
 
 /// `approval_policy` of a config file (reported), and the projects it trusts.
 fn config(path: &Path, scope: Option<&str>, out: &mut Vec<RuntimeRule>) -> Config {
-    let Some(text) = text_of(RUNTIME, path, out) else {
+    let Some(v) = toml_of(RUNTIME, path, out) else {
         return Config::default();
-    };
-    let v: toml::Table = match text.parse() {
-        Ok(v) => v,
-        Err(e) => {
-            out.push(unreadable(
-                RUNTIME,
-                path,
-                &format!("not TOML: {}", e.message()),
-            ));
-            return Config::default();
-        }
     };
     let trusted = v
         .get("projects")

@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use serde_json::Value;
 use waymark_proto::{InputPattern, OwnEffect, PatternKind, RuleMatch, RuntimeRule};
 
-use super::{Places, glob, literal, rule, text_of, unreadable};
+use super::{Places, glob, json_of, literal, rule, toml_of};
 
 const RUNTIME: &str = "gemini";
 
@@ -64,15 +64,8 @@ fn entry(text: &str) -> RuleMatch {
 }
 
 fn settings(path: &Path, out: &mut Vec<RuntimeRule>) {
-    let Some(text) = text_of(RUNTIME, path, out) else {
+    let Some(v) = json_of(RUNTIME, path, out) else {
         return;
-    };
-    let v: Value = match serde_json::from_str(&text) {
-        Ok(v) => v,
-        Err(e) => {
-            out.push(unreadable(RUNTIME, path, &format!("not JSON: {e}")));
-            return;
-        }
     };
     let Some(tools) = v.get("tools") else {
         return;
@@ -103,19 +96,8 @@ fn settings(path: &Path, out: &mut Vec<RuntimeRule>) {
 
 /// One policy file's `[[rule]]`s.
 fn policy(path: &Path, out: &mut Vec<RuntimeRule>) {
-    let Some(text) = text_of(RUNTIME, path, out) else {
+    let Some(v) = toml_of(RUNTIME, path, out) else {
         return;
-    };
-    let v: toml::Table = match text.parse() {
-        Ok(v) => v,
-        Err(e) => {
-            out.push(unreadable(
-                RUNTIME,
-                path,
-                &format!("not TOML: {}", e.message()),
-            ));
-            return;
-        }
     };
     let strings = |v: Option<&toml::Value>| -> Vec<String> {
         match v {

@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use serde_json::Value;
 use waymark_proto::{OwnEffect, RuleMatch, RuntimeRule};
 
-use super::{Places, glob, rule, text_of, unreadable};
+use super::{Places, glob, rule};
 
 const RUNTIME: &str = "hermes";
 
@@ -25,17 +25,10 @@ pub(super) fn read(places: &Places, out: &mut Vec<RuntimeRule>) {
         .map(PathBuf::from)
         .unwrap_or_else(|| places.home.join(".hermes"));
     let path = home.join("config.yaml");
-    let Some(text) = text_of(RUNTIME, &path, out) else {
-        return;
-    };
-    let v: Value = match yaml_serde::from_str(&text) {
-        Ok(v) => v,
-        Err(e) => {
-            out.push(unreadable(RUNTIME, &path, &format!("not YAML: {e}")));
-            return;
-        }
-    };
-    config(&path, &v, out);
+    let yaml = |t: &str| yaml_serde::from_str::<Value>(t).map_err(|e| e.to_string());
+    if let Some(v) = super::parsed(RUNTIME, &path, "YAML", yaml, out) {
+        config(&path, &v, out);
+    }
 }
 
 fn config(path: &Path, v: &Value, out: &mut Vec<RuntimeRule>) {

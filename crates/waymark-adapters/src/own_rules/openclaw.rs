@@ -37,11 +37,8 @@ pub(super) fn read(places: &Places, out: &mut Vec<RuntimeRule>) {
         return;
     }
     let legacy = state.join("exec-approvals.json");
-    if let Some(text) = super::text_of(RUNTIME, &legacy, out) {
-        match serde_json::from_str::<Value>(&text) {
-            Ok(doc) => document(&legacy, &doc, &places.home, out),
-            Err(e) => out.push(unreadable(RUNTIME, &legacy, &format!("not JSON: {e}"))),
-        }
+    if let Some(doc) = super::json_of(RUNTIME, &legacy, out) {
+        document(&legacy, &doc, &places.home, out);
     }
 }
 

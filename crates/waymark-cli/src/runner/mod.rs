@@ -406,8 +406,10 @@ struct Runner {
     live: HashMap<String, Live>,
     exits: (mpsc::UnboundedSender<Ended>, mpsc::UnboundedReceiver<Ended>),
     inhibitor: inhibit::Inhibitor,
-    /// The runtimes' own rules on this machine, as last read and reported.
+    /// The runtimes' own rules on this machine, as last read.
     own_rules: Vec<waymark_proto::RuntimeRule>,
+    /// Whether the control plane has `own_rules` (false after a report failed).
+    own_rules_reported: bool,
 }
 
 impl Runner {
@@ -475,6 +477,7 @@ impl Runner {
             exits: mpsc::unbounded_channel(),
             inhibitor: inhibit::Inhibitor::new(opts.inhibit_sleep),
             own_rules: Vec::new(),
+            own_rules_reported: true,
         })
     }
 
@@ -550,16 +553,7 @@ impl Runner {
         let mut wait = Duration::from_millis(500);
         let mut said = false;
         loop {
-            let res: Result<Machine, CallError> = self
-                .conn
-                .call(
-                    reqwest::Method::PUT,
-                    "/v1/runner/machine",
-                    Some(json!(self.registration())),
-                    Duration::from_secs(15),
-                )
-                .await;
-            match res {
+            match self.put_registration().await {
                 Ok(m) => return Ok(m),
                 Err(CallError::Refused(e)) => {
                     return Err(Failure::new(Exit::Refused, "refused", e));
@@ -657,7 +651,7 @@ impl Runner {
                 }
                 _ = tick.tick() => self.look_at_adopted().await,
                 _ = reread.tick() => {
-                    if self.read_own_rules().await {
+                    if self.read_own_rules().await || !self.own_rules_reported {
                         self.report_own_rules().await;
                     }
                 }
@@ -671,26 +665,32 @@ impl Runner {
         }
     }
 
-    /// Reports changed own rules (a registration like the first); a failure is tried again at
-    /// the next read.
-    async fn report_own_rules(&mut self) {
-        let res: Result<Machine, CallError> = self
-            .conn
+    /// `PUT /v1/runner/machine` with what the runner found now.
+    async fn put_registration(&self) -> Result<Machine, CallError> {
+        self.conn
             .call(
                 reqwest::Method::PUT,
                 "/v1/runner/machine",
                 Some(json!(self.registration())),
                 Duration::from_secs(15),
             )
-            .await;
-        match res {
-            Ok(_) => tracing::info!(
-                rules = self.own_rules.len(),
-                "reported the runtimes' own rules"
-            ),
+            .await
+    }
+
+    /// Reports the own rules read last (a registration like the first); a failure is tried
+    /// again at the next read.
+    async fn report_own_rules(&mut self) {
+        match self.put_registration().await {
+            Ok(_) => {
+                self.own_rules_reported = true;
+                tracing::info!(
+                    rules = self.own_rules.len(),
+                    "reported the runtimes' own rules"
+                );
+            }
             Err(e) => {
+                self.own_rules_reported = false;
                 tracing::warn!(error = %e, "cannot report the runtimes' own rules; trying again later");
-                self.own_rules.clear();
             }
         }
     }

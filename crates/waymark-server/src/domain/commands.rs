@@ -694,7 +694,7 @@ pub(crate) async fn answer(
     }
     close_decision(tx, &mut d, DecisionStatus::Resolved, outcome).await?;
     if let Some(device) = tx.device(&cmd.device_id).await? {
-        deliveries::record(tx, task, &d.id, &device, DeliveryStep::Answered, None).await?;
+        deliveries::record(tx, task, &d, &device, DeliveryStep::Answered, None).await?;
     }
     // A runner's run goes on by itself: a deferred approval's runtime is resumed with the
     // answer, and once the last recovery card is answered the run is revived.

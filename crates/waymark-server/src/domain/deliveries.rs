@@ -21,15 +21,17 @@ use crate::state::AppState;
 pub(crate) const MAX_RECEIPTS: usize = 200;
 
 /// Records that `decision` reached `step` on `device`, once: the first time stands, and only
-/// that one writes a `decision.delivered` event. Returns the event's cursor when it was new.
+/// that one writes a `decision.delivered` event (and times the stage for `/metrics`). Returns
+/// the event's cursor when it was new.
 pub(crate) async fn record(
     tx: &mut Tx,
     task: &TaskRow,
-    decision_id: &str,
+    decision: &DecisionRow,
     device: &DeviceRow,
     step: DeliveryStep,
     detail: Option<String>,
 ) -> ApiResult<Option<i64>> {
+    let decision_id = decision.id.as_str();
     let row = DeliveryRow {
         decision_id: decision_id.to_owned(),
         device_id: device.id.clone(),
@@ -40,9 +42,7 @@ pub(crate) async fn record(
     if !tx.insert_delivery(&row).await? {
         return Ok(None);
     }
-    if let Some(d) = tx.decision(decision_id).await? {
-        tx.stage(step.as_str(), d.created_at);
-    }
+    tx.stage(step.as_str(), decision.created_at);
     let wire = convert::delivery(&row, &device.name);
     let cursor = emit(tx, task, EventKind::DecisionDelivered, &wire).await?;
     // Opened or answered somewhere: nobody further in line is notified.
@@ -99,7 +99,8 @@ pub(crate) async fn post_receipts(
     }
     let mut checked = Vec::with_capacity(req.receipts.len());
     for r in &req.receipts {
-        let task = match tx.decision(&r.decision_id).await? {
+        let decision = tx.decision(&r.decision_id).await?;
+        let task = match &decision {
             Some(d) => tx.task(&d.task_id).await?,
             None => None,
         };
@@ -110,16 +111,16 @@ pub(crate) async fn post_receipts(
             }
             None => false,
         };
-        match task {
-            Some(t) if visible => checked.push((t, r)),
+        match (task, decision) {
+            (Some(t), Some(d)) if visible => checked.push((t, d, r)),
             // Another user's decision reads as missing, as their tasks do (unless delegated).
             _ => return Err(ApiError::not_found("decision", &r.decision_id)),
         }
     }
     let mut recorded = 0;
     let mut cursor = None;
-    for (task, r) in &checked {
-        if let Some(c) = record(&mut tx, task, &r.decision_id, &device, r.step, None).await? {
+    for (task, d, r) in &checked {
+        if let Some(c) = record(&mut tx, task, d, &device, r.step, None).await? {
             recorded += 1;
             cursor = Some(c);
         }

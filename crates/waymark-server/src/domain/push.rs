@@ -385,11 +385,13 @@ pub(crate) async fn deliver(st: &AppState, mut c: PushChannelRow) -> ApiResult<u
     {
         let detail = format!("{} accepted the push", push_service(&c.endpoint));
         for (task_id, decision_id) in pushed {
-            if let Some(task) = tx.task(&task_id).await? {
+            if let (Some(task), Some(d)) =
+                (tx.task(&task_id).await?, tx.decision(&decision_id).await?)
+            {
                 deliveries::record(
                     &mut tx,
                     &task,
-                    &decision_id,
+                    &d,
                     &device,
                     DeliveryStep::Pushed,
                     Some(detail.clone()),

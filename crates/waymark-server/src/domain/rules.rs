@@ -528,14 +528,20 @@ pub(crate) async fn list(
     };
     let rows = tx.list_rules(&u.id, None, RULE_MAX_LIVE as i64).await?;
     let mut rules = Vec::with_capacity(rows.len());
+    // The live ones, compiled, for the conflicts with the runtimes' own rules.
+    let mut live = Vec::new();
     for r in rows {
         let spec: RuleSpec = convert::json(&r.spec, "rule")?;
+        let is_live = r.revoked_at.is_none() && r.expires_at > tx.now;
+        if is_live && let Ok(m) = Matcher::new(&spec) {
+            live.push((r.id.clone(), m));
+        }
         let device_name = tx
             .device(&r.device_id)
             .await?
             .map_or_else(|| r.device_id.clone(), |d| d.name);
         rules.push(Rule {
-            live: r.revoked_at.is_none() && r.expires_at > tx.now,
+            live: is_live,
             id: r.id,
             digest: r.digest,
             owner: u.name.clone(),
@@ -554,43 +560,19 @@ pub(crate) async fn list(
             last_used_at: r.last_used_at.map(convert::dt),
         });
     }
-    let runtime_rules = runtime_rules(&mut tx, &u.id, &rows_live(&rules)?).await?;
+    let runtime_rules = runtime_rules(&mut tx, &u.id, &live).await?;
     Ok(RuleList {
         rules,
         runtime_rules,
     })
 }
 
-/// The live rules of a listing, compiled, for [`conflicts`].
-fn rows_live(rules: &[Rule]) -> ApiResult<Vec<(String, RuleSpec)>> {
-    Ok(rules
-        .iter()
-        .filter(|r| r.live)
-        .map(|r| {
-            (
-                r.id.clone(),
-                RuleSpec {
-                    matches: r.matches.clone(),
-                    answer: r.answer,
-                    expires_at: None,
-                    note: None,
-                    allow_risky: r.allow_risky,
-                },
-            )
-        })
-        .collect())
-}
-
 /// The runtimes' own rules on `owner`'s machines, each with the live rules it works against.
 async fn runtime_rules(
     tx: &mut Tx,
     owner: &str,
-    live: &[(String, RuleSpec)],
+    ours: &[(String, Matcher)],
 ) -> ApiResult<Vec<ListedRuntimeRule>> {
-    let ours: Vec<(String, Matcher)> = live
-        .iter()
-        .filter_map(|(id, spec)| Matcher::new(spec).ok().map(|m| (id.clone(), m)))
-        .collect();
     let mut out = Vec::new();
     for m in tx.list_machines(Some(&[owner.to_owned()])).await? {
         let Some(info) = crate::domain::machines::info_of(&m) else {
