@@ -890,7 +890,8 @@ impl Rows {
                 self.messages
                     .extend(b.messages.into_iter().map(|m| (m, ev.task_id.clone())));
             }
-            EventKind::CommandApplied | EventKind::FollowupFired => {}
+            // The server's own access signal is never sent; nothing to keep if it were.
+            EventKind::CommandApplied | EventKind::FollowupFired | EventKind::AccessChanged => {}
             EventKind::CommandAcknowledged => self.acks.push(data(ev)?),
         }
         Ok(())

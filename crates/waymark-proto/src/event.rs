@@ -67,7 +67,17 @@ pub enum EventKind {
     /// by quiet hours, or escalation stopped because someone opened it.
     #[serde(rename = "decision.escalated")]
     DecisionEscalated,
+    /// Never sent on a stream: the server's word to its own streams (on every replica, through
+    /// the log they all follow) that some users' access changed — a device was revoked, a
+    /// delegation was accepted, declined or ended — so their streams re-read it at once.
+    /// Kept under the owner [`ACCESS_OWNER`]; `data`: `{"users": [user id…]}`.
+    #[serde(rename = "access.changed")]
+    AccessChanged,
 }
+
+/// The owner of [`EventKind::AccessChanged`] events: no user's id (those begin `usr_`), so no
+/// owner's stream, push or page ever carries one.
+pub const ACCESS_OWNER: &str = "~access";
 
 impl EventKind {
     /// The wire spelling, also the SSE `event:` name.
@@ -92,6 +102,7 @@ impl EventKind {
             EventKind::CommandAcknowledged => "command.acknowledged",
             EventKind::DecisionDelivered => "decision.delivered",
             EventKind::DecisionEscalated => "decision.escalated",
+            EventKind::AccessChanged => "access.changed",
         }
     }
 }
@@ -134,6 +145,7 @@ mod tests {
             EventKind::TaskCreated,
             EventKind::MessagesAppended,
             EventKind::DecisionClosed,
+            EventKind::AccessChanged,
         ] {
             assert_eq!(serde_json::to_value(k).unwrap(), k.as_str());
             assert_eq!(k.as_str().parse::<EventKind>().unwrap(), k);

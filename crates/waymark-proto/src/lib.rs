@@ -20,7 +20,7 @@ pub mod steer;
 
 pub use api::*;
 pub use error::{ErrorCode, Problem};
-pub use event::{Event, EventKind};
+pub use event::{ACCESS_OWNER, Event, EventKind};
 pub use followup::*;
 pub use machine::*;
 pub use rules::*;

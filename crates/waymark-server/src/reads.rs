@@ -203,7 +203,6 @@ fn event_stream(
     slot: crate::limits::StreamSlot,
 ) -> impl Stream<Item = Result<SseEvent, Infallible>> {
     let mut owners = caller.owner_filter().map(<[String]>::to_vec);
-    let mut checked_at = st.now_ms();
     async_stream::stream! {
         let _slot = slot;
         let _gauge = st.metrics.sse_subscriber();
@@ -222,6 +221,10 @@ fn event_stream(
         };
         tokio::pin!(ended);
         let mut last = after;
+        // Set by an access signal naming this stream's user; `signalled` is the newest such
+        // signal taken in (the access read after it is at least as new).
+        let mut recheck = false;
+        let mut signalled = 0_i64;
         loop {
             watch.borrow_and_update();
             // Ended as any stream may end (no event a client must know): it reconnects, finds
@@ -229,10 +232,11 @@ fn event_stream(
             if session_ends.is_some_and(|at| st.now_ms() >= at) {
                 break;
             }
-            // A device's access can end while it listens (revoked; a delegation ended): read
-            // it again now and then, not on every wake-up.
-            if caller.kind == CallerKind::Device && st.now_ms() - checked_at >= RECHECK_ACCESS_MS {
-                checked_at = st.now_ms();
+            // A device's access can end while it listens (revoked; a delegation ended or
+            // began): the change comes down the log as an access signal naming its user, on
+            // every replica, and the stream reads its access again before it sends more.
+            if recheck && caller.kind == CallerKind::Device {
+                recheck = false;
                 match device_access(&st, &caller).await {
                     Ok(Some(now_visible)) => owners = Some(now_visible),
                     Ok(None) => break,
@@ -243,7 +247,15 @@ fn event_stream(
                 }
             }
             // Near the head: from the shared tail, already encoded.
-            if let Some(slice) = st.tail.after(last, owners.as_deref()) {
+            if let Some(slice) = st.tail.after(last, owners.as_deref(), &caller.user_id) {
+                if let Some(at) = slice.access_at.filter(|at| *at > signalled)
+                    && caller.kind == CallerKind::Device
+                {
+                    // Nothing of this slice goes out before the access is read again.
+                    signalled = at;
+                    recheck = true;
+                    continue;
+                }
                 if last < slice.pruned {
                     let p = cursor_expired(last, slice.pruned).problem;
                     yield Ok(SseEvent::default().event("cursor_expired").data(serde_json::to_string(&p).unwrap_or_default()));
@@ -258,7 +270,13 @@ fn event_stream(
                 let page = async {
                     let mut tx = Tx::read(&st).await?;
                     let pruned = tx.pruned_through().await?;
-                    let rows = tx.events_after(last, PAGE, owners.as_deref()).await?;
+                    // A device's stream also reads the access signals (never sent).
+                    let with_signals = owners.as_ref().map(|os| {
+                        let mut os = os.clone();
+                        os.push(ACCESS_OWNER.to_owned());
+                        os
+                    });
+                    let rows = tx.events_after(last, PAGE, with_signals.as_deref()).await?;
                     Ok::<_, waymark_store::StoreError>((pruned, rows))
                 }.await;
                 let (pruned, rows) = match page {
@@ -275,7 +293,25 @@ fn event_stream(
                     break;
                 }
                 let full = rows.len() as i64 == PAGE;
+                let signal = rows
+                    .iter()
+                    .filter(|r| r.cursor > signalled)
+                    .filter(|r| crate::tail::access_users(&r.kind, &r.data).contains(&caller.user_id))
+                    .map(|r| r.cursor)
+                    .max();
+                if let Some(at) = signal
+                    && caller.kind == CallerKind::Device
+                {
+                    // Read the access again, then this page afresh with what it allows.
+                    signalled = at;
+                    recheck = true;
+                    continue;
+                }
                 for mut row in rows {
+                    if row.kind == EventKind::AccessChanged {
+                        last = row.cursor;
+                        continue;
+                    }
                     last = row.cursor;
                     // The row is ours: its data moves into the event instead of being copied.
                     let data = std::mem::take(&mut row.data);
@@ -300,10 +336,6 @@ fn event_stream(
         }
     }
 }
-
-/// How often (clock time) a device's event stream re-reads whether it may still listen and
-/// whose tasks it sees.
-const RECHECK_ACCESS_MS: i64 = 30_000;
 
 /// The owners a device's stream sees now; `None` when the device was revoked.
 async fn device_access(

@@ -15,6 +15,7 @@ use std::sync::{Arc, Once, RwLock};
 use std::time::Duration;
 
 use tokio::sync::watch;
+use waymark_proto::{ACCESS_OWNER, EventKind};
 use waymark_store::{Store, StoreError};
 
 use crate::convert;
@@ -31,6 +32,41 @@ pub(crate) struct TailEvent {
     pub(crate) kind: &'static str,
     /// The wire `Event` as JSON (the SSE `data:`).
     pub(crate) data: String,
+    /// An access signal's users (`access.changed`, never sent): their streams re-read what
+    /// they may see. Empty for every other event.
+    users: Vec<String>,
+}
+
+impl TailEvent {
+    fn of(row: waymark_store::EventRow) -> Result<TailEvent, StoreError> {
+        let mut row = row;
+        let data = std::mem::take(&mut row.data);
+        let users = access_users(&row.kind, &data);
+        let mut ev = convert::event(&row)?;
+        ev.data = data;
+        Ok(TailEvent {
+            cursor: ev.cursor,
+            owner_id: row.owner_id,
+            kind: ev.kind.as_str(),
+            data: serde_json::to_string(&ev).unwrap_or_default(),
+            users,
+        })
+    }
+}
+
+/// The users an `access.changed` event names; none for any other kind.
+pub(crate) fn access_users(kind: &EventKind, data: &serde_json::Value) -> Vec<String> {
+    if *kind != EventKind::AccessChanged {
+        return Vec::new();
+    }
+    data.get("users")
+        .and_then(|u| u.as_array())
+        .map(|us| {
+            us.iter()
+                .filter_map(|u| u.as_str().map(str::to_owned))
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 /// What the tail holds for a stream at `last`.
@@ -41,6 +77,9 @@ pub(crate) struct Slice {
     pub(crate) through: i64,
     /// Every event at or below this cursor has been pruned.
     pub(crate) pruned: i64,
+    /// The newest access signal among these events that names the stream's user: its access
+    /// changed, to be read again before any of them is sent.
+    pub(crate) access_at: Option<i64>,
 }
 
 pub(crate) struct Tail {
@@ -96,24 +135,35 @@ impl Tail {
         rx
     }
 
-    /// The events after `last` (only the given owners' when given), when the tail covers
-    /// them; `None` when the stream must read the database.
-    pub(crate) fn after(&self, last: i64, owners: Option<&[String]>) -> Option<Slice> {
+    /// The events after `last` (only the given owners' when given; never an access signal),
+    /// when the tail covers them; `None` when the stream must read the database. `user` is the
+    /// stream's user, whose access signals the slice reports.
+    pub(crate) fn after(&self, last: i64, owners: Option<&[String]>, user: &str) -> Option<Slice> {
         let s = self.read();
         if !s.ready || last < s.from {
             return None;
         }
         let start = s.events.partition_point(|e| e.cursor <= last);
+        let mut access_at = None;
         let events = s
             .events
             .range(start..)
-            .filter(|e| owners.is_none_or(|os| os.iter().any(|o| *o == e.owner_id)))
+            .filter(|e| {
+                if !e.users.is_empty() || e.owner_id == ACCESS_OWNER {
+                    if e.users.iter().any(|u| u == user) {
+                        access_at = Some(e.cursor);
+                    }
+                    return false;
+                }
+                owners.is_none_or(|os| os.iter().any(|o| *o == e.owner_id))
+            })
             .cloned()
             .collect();
         Some(Slice {
             events,
             through: last.max(s.head),
             pruned: s.pruned,
+            access_at,
         })
     }
 
@@ -149,21 +199,13 @@ impl Tail {
         loop {
             let rows = tx.events_after(head, PAGE, None).await?;
             let full = rows.len() as i64 == PAGE;
-            for mut row in rows {
+            for row in rows {
                 head = row.cursor;
-                let data = std::mem::take(&mut row.data);
-                match convert::event(&row) {
-                    Ok(mut ev) => {
-                        ev.data = data;
-                        new.push(Arc::new(TailEvent {
-                            cursor: ev.cursor,
-                            owner_id: row.owner_id,
-                            kind: ev.kind.as_str(),
-                            data: serde_json::to_string(&ev).unwrap_or_default(),
-                        }));
-                    }
+                let cursor = row.cursor;
+                match TailEvent::of(row) {
+                    Ok(ev) => new.push(Arc::new(ev)),
                     Err(e) => {
-                        tracing::error!(cursor = row.cursor, error = %e, "skipping an undecodable event");
+                        tracing::error!(cursor, error = %e, "skipping an undecodable event");
                     }
                 }
             }

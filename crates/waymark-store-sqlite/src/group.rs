@@ -181,6 +181,11 @@ impl Writer {
         self.cursor.subscribe()
     }
 
+    /// Raises the cursor watch to a commit made elsewhere (another process on the same file).
+    pub(crate) fn advance_to(&self, to: i64) {
+        advance(&self.cursor, to);
+    }
+
     /// Waits for the connection and opens a savepoint (and the outer transaction when none
     /// is open). A caller dropped half-way (its client went away) must not leave the
     /// connection in a state nobody knows:

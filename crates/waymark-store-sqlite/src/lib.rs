@@ -4,6 +4,7 @@
 //! that see consistent snapshots while writes go on. Concurrent write transactions are
 //! committed in groups (savepoints in one transaction, one fsync): see [`group`].
 
+mod follow;
 mod group;
 mod rows;
 mod tx;
@@ -13,8 +14,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use sqlx::SqlitePool;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
+use sqlx::{Connection, SqliteConnection, SqlitePool};
 use tokio::sync::watch;
 use waymark_store::*;
 
@@ -62,7 +63,7 @@ impl SqliteStore {
             .max_connections(8)
             .test_before_acquire(false)
             .acquire_timeout(Duration::from_secs(30))
-            .connect_with(base.read_only(true))
+            .connect_with(base.clone().read_only(true))
             .await
             .map_err(|e| open_err(e.to_string()))?;
         let max: i64 = sqlx::query_scalar("SELECT COALESCE(MAX(cursor), 0) FROM events")
@@ -70,10 +71,12 @@ impl SqliteStore {
             .await
             .map_err(backend)?;
         let (cursor_tx, _) = watch::channel(max);
-        Ok(SqliteStore {
-            writer: group::Writer::new(writer, cursor_tx),
-            readers,
-        })
+        let writer = group::Writer::new(writer, cursor_tx);
+        let follower = SqliteConnection::connect_with(&base.read_only(true))
+            .await
+            .map_err(|e| open_err(e.to_string()))?;
+        tokio::spawn(follow::run(follower, Arc::downgrade(&writer)));
+        Ok(SqliteStore { writer, readers })
     }
 
     /// The newest migration this build knows.

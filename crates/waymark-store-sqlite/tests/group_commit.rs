@@ -284,3 +284,22 @@ async fn what_was_acknowledged_is_there_after_the_store_goes_away_mid_write() {
     // The reopened store writes on.
     write_one(&store, "after").await.unwrap();
 }
+
+/// A commit made through another connection to the file — another process, such as `waymark
+/// admin` while `waymark serve` runs — moves this store's cursor watch too, as its own commits
+/// do: SQLite tells no one, so the store follows the file itself.
+#[tokio::test]
+async fn a_commit_from_another_process_moves_the_cursor_watch() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("waymark.db");
+    let serving = SqliteStore::open(&path).await.unwrap();
+    let other = SqliteStore::open(&path).await.unwrap();
+    let mut watch = serving.cursor_watch();
+    let before = *watch.borrow_and_update();
+    let cursor = write_one(&other, "from-elsewhere").await.unwrap();
+    assert!(cursor > before);
+    tokio::time::timeout(Duration::from_secs(5), watch.wait_for(|c| *c >= cursor))
+        .await
+        .expect("the serving store never saw the other's commit")
+        .unwrap();
+}

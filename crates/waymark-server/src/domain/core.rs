@@ -147,6 +147,25 @@ pub(crate) fn new_event(
     })
 }
 
+/// Tells the streams of every replica, through the log they all follow, that these users'
+/// access changed (a device revoked, a delegation accepted, declined or ended): each of their
+/// streams re-reads what it may see before it sends anything more. The event is the server's
+/// own ([`ACCESS_OWNER`]); no stream, push or page ever carries it.
+pub(crate) async fn access_changed(
+    tx: &mut dyn StoreTx,
+    users: &[&str],
+    now: i64,
+) -> Result<i64, StoreError> {
+    tx.append_event(&NewEvent {
+        task_id: String::new(),
+        owner_id: ACCESS_OWNER.to_owned(),
+        kind: EventKind::AccessChanged,
+        data: serde_json::json!({ "users": users }),
+        at: now,
+    })
+    .await
+}
+
 pub(crate) async fn emit_task(tx: &mut Tx, task: &TaskRow, kind: EventKind) -> ApiResult<i64> {
     let wire = task_wire(tx, task).await?;
     emit(tx, task, kind, wire).await

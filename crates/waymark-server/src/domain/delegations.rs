@@ -15,7 +15,7 @@ use waymark_store::*;
 
 use crate::auth::Caller;
 use crate::convert;
-use crate::domain::core::{Tx, invalid};
+use crate::domain::core::{Tx, access_changed, invalid};
 use crate::domain::escalation::whose;
 use crate::error::{ApiError, ApiResult};
 use crate::state::AppState;
@@ -91,7 +91,7 @@ pub(crate) async fn add(
 }
 
 /// `DELETE /v1/delegates/{name}`: `name` no longer sees this user's tasks (or an offer not yet
-/// answered is taken back); their open streams and sessions lose them with the next request.
+/// answered is taken back); their open streams lose them at once, their sessions with the next request.
 /// Escalation steps naming them skip them.
 pub(crate) async fn remove(
     st: &AppState,
@@ -109,6 +109,8 @@ pub(crate) async fn remove(
         ));
     }
     note(&mut tx, caller, "delegation.remove", &u, &d, "").await?;
+    let now = tx.now;
+    access_changed(&mut *tx, &[&d.id], now).await?;
     let out = delegates_of(&mut tx, &u).await?;
     tx.commit().await?;
     Ok(out)
@@ -132,6 +134,7 @@ pub(crate) async fn accept(
         let now = tx.now;
         tx.accept_delegation(&o.id, &u.id, now).await?;
         note(&mut tx, caller, "delegation.accept", &o, &u, "").await?;
+        access_changed(&mut *tx, &[&u.id], now).await?;
     }
     let out = delegates_of(&mut tx, &u).await?;
     tx.commit().await?;
@@ -161,6 +164,8 @@ pub(crate) async fn decline(
         ""
     };
     note(&mut tx, caller, "delegation.decline", &o, &u, was).await?;
+    let now = tx.now;
+    access_changed(&mut *tx, &[&u.id], now).await?;
     let out = delegates_of(&mut tx, &u).await?;
     tx.commit().await?;
     Ok(out)

@@ -500,6 +500,8 @@ pub async fn revoke_device(
                 tx.update_push_channel(&c).await?;
             }
         }
+        // Its open event streams end now, on every replica (not at their next look).
+        crate::domain::core::access_changed(&mut *tx, &[&d.user_id], now).await?;
     }
     let user = tx
         .user_by_id(&d.user_id)

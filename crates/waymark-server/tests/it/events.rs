@@ -207,3 +207,61 @@ async fn a_devices_stream_ends_when_its_session_does() {
     let (s, _) = h.get(&token, "/v1/events").await;
     assert_eq!(s, StatusCode::UNAUTHORIZED);
 }
+
+/// Revoking a device ends its open event stream at once — no clock moves, no event is sent —
+/// and every later session it asks for is refused.
+#[tokio::test]
+async fn a_revoked_devices_stream_ends_at_once() {
+    let h = Harness::start().await;
+    let d = h.pair_device("alice", &["view"]).await;
+    let other = h.pair_device("alice", &["view"]).await;
+    let token = h.session_token(&d).await;
+    let other_token = h.session_token(&other).await;
+    let task = h.create_task(&h.alice).await;
+    let open = |token: String| {
+        let h = &h;
+        async move {
+            let res = h
+                .http
+                .get(h.url("/v1/events"))
+                .bearer_auth(&token)
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(res.status(), StatusCode::OK);
+            res.bytes_stream().eventsource()
+        }
+    };
+    let mut stream = open(token.clone()).await;
+    let mut others = open(other_token.clone()).await;
+    for s in [&mut stream, &mut others] {
+        let ev = tokio::time::timeout(Duration::from_secs(5), s.next())
+            .await
+            .expect("the task's event")
+            .unwrap()
+            .unwrap();
+        assert!(ev.data.contains(&task), "{}", ev.data);
+    }
+    waymark_server::steer::revoke_device(&*h.server.state.store, &d.id)
+        .await
+        .unwrap();
+    let end = tokio::time::timeout(Duration::from_secs(5), stream.next())
+        .await
+        .expect("the revoked device's stream stayed open");
+    assert!(end.is_none(), "ended, not another event: {end:?}");
+    // The same user's other device listens on, and is sent nothing of the revocation.
+    let next = h.create_task(&h.alice).await;
+    let ev = tokio::time::timeout(Duration::from_secs(5), others.next())
+        .await
+        .expect("the other device's next event")
+        .unwrap()
+        .unwrap();
+    assert!(
+        ev.data.contains(&next),
+        "only the task's event: {} {}",
+        ev.event,
+        ev.data
+    );
+    let (s, _) = h.get(&token, "/v1/events").await;
+    assert_eq!(s, StatusCode::UNAUTHORIZED);
+}

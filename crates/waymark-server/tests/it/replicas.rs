@@ -408,3 +408,60 @@ async fn a_follow_up_due_while_both_replicas_run_fires_once_per_period() {
         .count();
     assert_eq!(messages, fired.len(), "one message per period");
 }
+
+/// A device revoked through one replica loses its stream on the other at once: the
+/// revocation comes down the log every replica follows, not at the stream's next look.
+#[tokio::test]
+async fn a_device_revoked_through_one_replica_loses_its_stream_on_the_other_at_once() {
+    let r = Replicas::start(2).await;
+    let d = r.pair(0).await;
+    let now = r.node(1).state.now();
+    let open = waymark_proto::SteerCommand {
+        command_id: waymark_proto::ids::command(),
+        task_id: None,
+        expected_plan_revision: None,
+        operation: Operation::OpenSession,
+        scope: vec![],
+        args: Value::Null,
+        issued_by: "user:alice".into(),
+        device_id: d.id.clone(),
+        issued_at: now,
+        expires_at: now + chrono::Duration::minutes(1),
+    };
+    let (s, v) = r
+        .post(1, &format!("/v1/devices/{}/session", d.id), d.sign(&open))
+        .await;
+    assert_eq!(s, StatusCode::CREATED, "{v}");
+    let token = v["token"].as_str().unwrap().to_owned();
+    let res = r
+        .http
+        .get(format!("{}/v1/events", r.url(1)))
+        .bearer_auth(&token)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), StatusCode::OK);
+    let mut stream = res.bytes_stream().eventsource();
+    let (task, _) = r.task(0).await;
+    let ev = tokio::time::timeout(Duration::from_secs(5), stream.next())
+        .await
+        .expect("the task's event, written through the other replica")
+        .unwrap()
+        .unwrap();
+    assert!(ev.data.contains(&task), "{}", ev.data);
+    let before = r.all_cursors().await.last().copied().unwrap();
+    waymark_server::steer::revoke_device(&*r.node(0).state.store, &d.id)
+        .await
+        .unwrap();
+    // What was written before may still arrive; then the stream ends, with nothing after.
+    while let Some(ev) = tokio::time::timeout(Duration::from_secs(5), stream.next())
+        .await
+        .expect("the stream on the other replica outlived the revocation")
+    {
+        let ev = ev.unwrap();
+        assert!(
+            ev.id.parse::<i64>().unwrap() <= before,
+            "an event after the revocation: {ev:?}"
+        );
+    }
+}
