@@ -21,10 +21,18 @@ const STAGES: &[&str] = &["pushed", "fetched", "shown", "opened", "answered", "t
 
 /// A push service on loopback that takes every push (UnifiedPush: any 2xx).
 async fn push_service() -> Result<String> {
+    push_service_counting(Arc::default()).await
+}
+
+/// [`push_service`], counting the pushes it took.
+pub(crate) async fn push_service_counting(
+    taken: Arc<std::sync::atomic::AtomicU64>,
+) -> Result<String> {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let addr = listener.local_addr()?;
     tokio::spawn(async move {
         while let Ok((mut sock, _)) = listener.accept().await {
+            let taken = taken.clone();
             tokio::spawn(async move {
                 let mut buf = vec![0u8; 64 * 1024];
                 let mut got = Vec::new();
@@ -52,6 +60,7 @@ async fn push_service() -> Result<String> {
                         }
                     }
                 }
+                taken.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 let _ = sock
                     .write_all(
                         b"HTTP/1.1 201 Created\r\ncontent-length: 0\r\nconnection: close\r\n\r\n",

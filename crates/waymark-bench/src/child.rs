@@ -96,6 +96,11 @@ impl Child {
         })
     }
 
+    /// The child's process id, while it runs.
+    pub(crate) fn pid(&self) -> Option<u32> {
+        self._proc.id()
+    }
+
     /// The child's next line.
     pub(crate) async fn line(&mut self) -> Result<String> {
         self.lines

@@ -18,6 +18,7 @@ mod child;
 mod phone;
 mod postgres;
 mod runner;
+mod soak;
 mod suite;
 mod sys;
 
@@ -43,6 +44,16 @@ struct Args {
     /// `--quick`): to tell what the size does from what the rest does.
     #[arg(long)]
     catch_up_events: Option<i64>,
+    /// The soak instead of the benchmarks (issue 32; not in CI): steady mixed load for
+    /// `--soak-minutes`, sampled each minute, printed as a table and drawn as a PNG.
+    #[arg(long)]
+    soak: bool,
+    /// How long the soak runs.
+    #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..))]
+    soak_minutes: u64,
+    /// Where the soak draws its plot (its samples go beside it, as JSON).
+    #[arg(long)]
+    soak_out: Option<std::path::PathBuf>,
     #[command(subcommand)]
     child: Option<ChildMode>,
 }
@@ -167,6 +178,11 @@ async fn serve(
 }
 
 impl Server {
+    /// The server's data dir.
+    fn dir(&self) -> &std::path::Path {
+        self._dir.path()
+    }
+
     async fn post(&self, path: &str, body: &Value) -> Result<Value> {
         let res = self
             .http
@@ -853,6 +869,10 @@ fn main() -> Result<()> {
 
 async fn bench(args: Args) -> Result<()> {
     eprintln!("load average at start: {:.2}", sys::load());
+    if args.soak {
+        let out = args.soak_out.clone().unwrap_or_else(soak::default_out);
+        return soak::soak(args.soak_minutes, &out).await.context("soak");
+    }
     let want = |name: &str| args.only.is_empty() || args.only.iter().any(|o| o == name);
     let mut out = Vec::new();
     // First, while the process holds nothing of the other benches: its server RSS is the
