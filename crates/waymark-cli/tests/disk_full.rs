@@ -16,7 +16,10 @@ use sqlx::Connection;
 
 /// The shell that holds the namespace: mounts the tmpfs, makes the user and the worker token,
 /// starts the server, and then does what the test writes into its fifo — `fill` the disk,
-/// `free` it, `restart` the server, `exit` — saying each one done in `acks`.
+/// `free` it, `restart` the server, `exit` — saying each one done in `acks`. The fifo is opened
+/// once, for reading and writing: a `read < fifo` per command could open while the test's last
+/// writer had not yet closed and read an empty line at its close (seen in CI on a loaded
+/// machine), where a held descriptor never sees an end of file.
 const HOLDER: &str = r#"
 exec 2>> "$O/sh.err"
 set -u
@@ -25,8 +28,9 @@ mount -t tmpfs -o size=16m tmpfs "$D"
 "$W" admin --json --data-dir "$D/data" worker-token --name w --user alice > "$O/worker.json"
 serve() { "$W" serve --json --listen 127.0.0.1:0 --data-dir "$D/data" >> "$O/serve.out" 2>> "$O/serve.err" & pid=$!; }
 serve
+exec 3<> "$F"
 while true; do
-  read cmd < "$F"
+  read cmd <&3
   case "$cmd" in
     fill) dd if=/dev/zero of="$D/filler" bs=4k 2>/dev/null; df -k "$D" | tail -1 > "$O/df" ;;
     free) rm -f "$D/filler" ;;
@@ -302,8 +306,9 @@ exec 2>> "$O/sh.err"
 set -u
 mount -t tmpfs -o size=16m tmpfs "$D"
 n=0
+exec 3<> "$F"
 while true; do
-  read line < "$F"
+  read line <&3
   set -- $line
   cmd=$1; shift
   case "$cmd" in
