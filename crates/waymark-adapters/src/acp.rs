@@ -31,6 +31,7 @@ use waymark_proto::{
     ApprovalDurability, AskedRuntimeDeadline, CheckpointBody, Decision, DecisionKind,
     DecisionStatus, EffectRef, EffectStatus, FinishOutcome, NewMessage, RuntimeFallback,
 };
+use waymark_worker::tree::TreeRecorder;
 use waymark_worker::{
     Client, ControlState, EffectCtx, EffectDone, ProviderError, ProviderStatus, Reconciler, Run,
     chosen_option,
@@ -338,10 +339,21 @@ async fn session(
         expire_earlier_approvals(&client, &run).await;
     }
     tracing::info!(session = %session_id, task = %run.task_id(), attempt = %run.attempt().id, "ACP session attached");
+    // A runner's run records its working tree as it goes (from the start, then after each
+    // call that changed it), for the admission of a revive.
+    let tree = args
+        .bind
+        .task
+        .is_some()
+        .then(|| Arc::new(TreeRecorder::new(cwd.to_path_buf())));
+    if let Some(t) = &tree {
+        t.after_call(&run).await;
+    }
     let (decided_tx, decided_rx) = mpsc::channel(64);
     let mut s = Session {
         peer,
         run: Arc::new(run),
+        tree,
         session_id,
         runtime: args.runtime.clone(),
         bound: args.bind.task.is_some(),
@@ -579,6 +591,8 @@ struct Session {
     /// How many tool calls the session announced (`Tool::seq`).
     tool_seq: u64,
     effects: JoinSet<Option<EffectRef>>,
+    /// A runner's run: records the working tree after each call.
+    tree: Option<Arc<TreeRecorder>>,
     /// By decision id.
     pending: HashMap<String, Pending>,
     /// By decision id.
@@ -1049,11 +1063,15 @@ impl Session {
             "approval": tool.approval,
         });
         let run = self.run.clone();
+        let tree = self.tree.clone();
         self.effects.spawn(async move {
             let res = run
                 .effect(key.clone(), effect_kind, intent)
                 .run(&NotAskable, move |_ctx| wait_for_end(rx))
                 .await;
+            if let Some(t) = tree {
+                t.after_call(&run).await;
+            }
             effect_ref(&key, res)
         });
     }

@@ -23,6 +23,7 @@ use waymark_proto::{
     ApprovalDurability, CheckpointBody, CompletedStep, DecisionKind, DecisionStatus, EffectRef,
     FinishOutcome, NewMessage,
 };
+use waymark_worker::tree::TreeRecorder;
 use waymark_worker::{Client, ControlState, Run};
 
 use crate::bridge::{self, SessionSpec};
@@ -294,6 +295,8 @@ struct Thread {
     diffs: HashMap<String, String>,
     /// Effects recorded per turn, for the turn's checkpoint.
     effects: HashMap<String, Vec<JoinHandle<Option<EffectRef>>>>,
+    /// A runner's run: records the working tree after each item.
+    tree: Option<Arc<TreeRecorder>>,
     last_message: Option<String>,
     stopping: bool,
     /// Paused in Waymark (the control state as last seen).
@@ -569,10 +572,20 @@ impl Adapter {
             }
         }
         tracing::info!(thread = id, task = run.task_id(), attempt = %run.attempt().id, "following the thread");
+        // A runner's run records its working tree as it goes (from here, then after each
+        // item that changed it), for the admission of a revive.
+        let tree = match (&self.args.task, &self.cwd) {
+            (Some(_), Some(cwd)) => Some(Arc::new(TreeRecorder::new(cwd.clone()))),
+            _ => None,
+        };
+        if let Some(t) = &tree {
+            t.after_call(&run).await;
+        }
         let watcher = tokio::spawn(watch_run(run.clone(), id.to_owned(), self.events.clone()));
         self.threads.insert(
             id.to_owned(),
             Thread {
+                tree,
                 seen_revision: run.plan_revision(),
                 run,
                 active_turn: None,
@@ -1198,6 +1211,7 @@ impl Adapter {
             kind,
             intent,
             rx,
+            t.tree.clone(),
         ));
         t.effects.entry(turn).or_default().push(handle);
     }

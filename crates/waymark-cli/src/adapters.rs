@@ -187,6 +187,10 @@ struct HookArgs {
     /// The query the http hook would carry (`gate=…&defer=true&timeout=…`).
     #[arg(long, default_value = "")]
     query: String,
+    /// Add the working tree of the hook's `cwd` (its commit and changed files' hashes) to what
+    /// is sent: a runner's runs record it after each call, for admission on a revive.
+    #[arg(long)]
+    tree: bool,
 }
 
 /// Hook events Waymark listens to; the ones that can block get the long timeout.
@@ -434,6 +438,7 @@ pub(crate) fn claude_hooks(
     query: &str,
     timeout: u64,
     command_only: bool,
+    tree: bool,
 ) -> Vec<(&'static str, Value)> {
     EVENTS
         .iter()
@@ -441,12 +446,23 @@ pub(crate) fn claude_hooks(
             // Blocking events wait for a person; the rest only report and must stay quick.
             let blocking = matches!(*event, "PermissionRequest" | "PreToolUse");
             let timeout = if blocking { timeout } else { 10 };
+            // The working tree is read on the host, so the events that record it are command
+            // hooks: the session's start and each call's end.
+            let tree = tree
+                && matches!(
+                    *event,
+                    "SessionStart" | "PostToolUse" | "PostToolUseFailure"
+                );
             // Claude Code 2.1.328 runs no `http` hook for `SessionStart` ("HTTP hooks are not
             // supported for SessionStart"): only a command hook sees the session begin.
-            let handler = if command_only || *event == "SessionStart" {
+            let handler = if command_only || tree || *event == "SessionStart" {
+                let mut command = hook_command(bin, server, token_env, query);
+                if tree {
+                    command.push_str(" --tree");
+                }
                 json!({
                     "type": "command",
-                    "command": hook_command(bin, server, token_env, query),
+                    "command": command,
                     "timeout": timeout,
                 })
             } else {
@@ -521,7 +537,8 @@ fn install(a: InstallArgs, json: bool) -> CliResult {
             ),
         ));
     };
-    for (event, group) in claude_hooks(&bin, &server, &a.token_env, &q, a.timeout, a.command) {
+    for (event, group) in claude_hooks(&bin, &server, &a.token_env, &q, a.timeout, a.command, false)
+    {
         let list = hooks
             .entry(event.to_string())
             .or_insert_with(|| Value::Array(Vec::new()));
@@ -612,6 +629,17 @@ async fn hook(a: HookArgs) -> CliResult {
     let client = client
         .build()
         .map_err(|e| Failure::new(Exit::Unreachable, "client", e.to_string()))?;
+    let mut body = body;
+    if a.tree
+        && let Some(cwd) = body.get("cwd").and_then(Value::as_str).map(PathBuf::from)
+        && let Some(tree) = waymark_worker::tree::snapshot(&cwd).await
+        && let Some(obj) = body.as_object_mut()
+    {
+        obj.insert(
+            "waymark_tree".into(),
+            serde_json::to_value(tree).unwrap_or(Value::Null),
+        );
+    }
     let mut req = client.post(&url).bearer_auth(&a.token).json(&body);
     // Claude Code runs command hooks with its own environment: its entrypoint tells the
     // server a `claude -p` run (`sdk-cli`) from an interactive session (`cli`).
@@ -628,22 +656,28 @@ async fn hook(a: HookArgs) -> CliResult {
         Ok(r) => {
             let status = r.status();
             let text = r.text().await.unwrap_or_default();
-            eprintln!("waymark: the control plane refused the hook ({status}): {text}");
-            Ok(())
+            // Exit 1: to Claude Code a hook's error that blocks nothing (only 2 blocks), and
+            // to whoever reads the exit status, a hook the control plane did not take.
+            Err(Failure::new(
+                Exit::Refused,
+                "hook_refused",
+                format!("the control plane refused the hook ({status}): {text}"),
+            ))
         }
-        Err(e) => {
+        Err(e) => Err(Failure::new(
+            Exit::Unreachable,
+            "unreachable",
             match waymark_tls_pin::find_mismatch(&e) {
-                Some(m) => eprintln!(
-                    "waymark: the control plane at {} presented the certificate {}, not the pinned {}; nothing was sent and Claude Code goes on without it",
+                Some(m) => format!(
+                    "the control plane at {} presented the certificate {}, not the pinned {}; nothing was sent and Claude Code goes on without it",
                     a.server, m.presented, m.pinned
                 ),
-                None => eprintln!(
-                    "waymark: cannot reach the control plane at {}: {e}; Claude Code goes on without it",
+                None => format!(
+                    "cannot reach the control plane at {}: {e}; Claude Code goes on without it",
                     a.server
                 ),
-            }
-            Ok(())
-        }
+            },
+        )),
     }
 }
 

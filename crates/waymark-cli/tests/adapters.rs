@@ -123,9 +123,10 @@ fn the_command_hook_forwards_claude_codes_input_and_prints_the_answer() {
     assert_eq!(answer["hookSpecificOutput"]["hookEventName"], "PreToolUse");
     assert_eq!(answer["hookSpecificOutput"]["permissionDecision"], "defer");
 
-    // A refused credential is said on stderr; Claude Code is never blocked by it.
+    // A refused credential is said on stderr and by exit 1, a hook error that blocks nothing
+    // in Claude Code (only 2 blocks).
     let out = run_hook(&s.1, "wrk_nope", "", &fixture("session_start"));
-    assert!(out.status.success());
+    assert_eq!(out.status.code(), Some(1));
     assert!(out.stdout.is_empty());
     assert!(String::from_utf8_lossy(&out.stderr).contains("refused the hook"));
 }
@@ -138,7 +139,11 @@ fn with_the_control_plane_down_the_command_hook_renders_no_decision() {
         "timeout=5",
         &fixture("permission_request"),
     );
-    assert!(out.status.success(), "fail open: exit 0");
+    assert_eq!(
+        out.status.code(),
+        Some(3),
+        "fail open: unreachable (3), never a block (2)"
+    );
     assert!(
         out.stdout.is_empty(),
         "no decision: {}",
@@ -220,7 +225,11 @@ fn workers_pin_the_servers_certificate_from_waymark_server_fp() {
         String::from_utf8_lossy(&out.stderr)
     );
     let out = hook(&wrong);
-    assert!(out.status.success(), "Claude Code is never blocked");
+    assert_eq!(
+        out.status.code(),
+        Some(3),
+        "Claude Code is never blocked (exit 2 would)"
+    );
     assert!(out.stdout.is_empty());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(

@@ -378,6 +378,27 @@ async fn world(turns: impl FnOnce(&Path) -> Vec<Turn>) -> World {
         std::fs::create_dir_all(dir.path().join(d)).unwrap();
     }
     let project = dir.path().join("project").canonicalize().unwrap();
+    // A repository, as a person's project is: a runner's run records its working tree.
+    std::fs::write(project.join("README.md"), "the project\n").unwrap();
+    for args in [
+        &["init", "-q"][..],
+        &["add", "README.md"],
+        &["commit", "-qm", "start"],
+    ] {
+        let ok = std::process::Command::new("git")
+            .args([
+                "-c",
+                "user.name=alice",
+                "-c",
+                "user.email=alice@example.invalid",
+            ])
+            .args(args)
+            .current_dir(&project)
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "git {args:?}");
+    }
     let model = FakeAnthropic::start(turns(&project)).await;
     let data = dir.path().join("data");
     admin(&data, &["user", "add", "alice"]);
@@ -1197,9 +1218,21 @@ async fn the_runner_starts_revives_and_resumes_claude_code_for_a_phone_and_refus
             "--json",
         ],
     );
-    until(&url, &admin_token, &task, "the call is confirmed", |d| {
-        d["effects"][0]["status"] == "confirmed"
-    })
+    // Claude Code's command hook read the working tree after the call: recorded with it.
+    until(
+        &url,
+        &admin_token,
+        &task,
+        "the call is confirmed and the tree it left recorded",
+        |d| {
+            d["effects"][0]["status"] == "confirmed"
+                && d["checkpoints"].as_array().unwrap().iter().any(|c| {
+                    c["body"]["materials"]["tree"]["changed"]
+                        .get("count-k")
+                        .is_some()
+                })
+        },
+    )
     .await;
     assert_eq!(lines(&project.join("count-k")), 1);
     let state: Value = serde_json::from_str(
@@ -1217,8 +1250,27 @@ async fn the_runner_starts_revives_and_resumes_claude_code_for_a_phone_and_refus
         .unwrap();
     assert!(killed.success());
     setup.model.hold_after_results(false);
+    // While the laptop was down, someone edited a file: the revive asks the phone first,
+    // naming it, and goes on only when told to.
+    std::fs::write(project.join("README.md"), "edited by hand meanwhile\n").unwrap();
     let before = setup.model.requests().len();
     runner = start_runner(&setup, &url, &token);
+    let card = pending_in_inbox(&phone, "`README.md` has changed").await;
+    assert_eq!(card["decision"]["kind"], "recovery", "{card}");
+    assert_eq!(
+        setup.model.requests().len(),
+        before,
+        "nothing resumed before the person answered"
+    );
+    device(
+        &phone,
+        &[
+            "choose",
+            card["decision"]["id"].as_str().unwrap(),
+            "resume_anyway",
+            "--json",
+        ],
+    );
     let d = until(&url, &admin_token, &task, "the revived run finishes", |d| {
         texts(d)
             .iter()

@@ -217,6 +217,27 @@ async fn the_runner_starts_revives_and_resumes_codex_for_a_phone() {
     let _cleanup = Cleanup(laptop.dir.path().to_path_buf());
     let project = laptop.path("project").canonicalize().unwrap();
     let dir = project.to_str().unwrap();
+    // A repository, as a person's project is: a runner's run records its working tree.
+    std::fs::write(project.join("README.md"), "the project\n").unwrap();
+    for args in [
+        &["init", "-q"][..],
+        &["add", "README.md"],
+        &["commit", "-qm", "start"],
+    ] {
+        let ok = Command::new("git")
+            .args([
+                "-c",
+                "user.name=alice",
+                "-c",
+                "user.email=alice@example.invalid",
+            ])
+            .args(args)
+            .current_dir(&project)
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "git {args:?}");
+    }
     let data = laptop.path("data");
     let phone = laptop.path("phone");
     admin(&data, &["user", "add", "alice"]);
@@ -300,6 +321,15 @@ async fn the_runner_starts_revives_and_resumes_codex_for_a_phone() {
     assert_eq!(d["attempts"].as_array().unwrap().len(), 1, "{d}");
     assert_eq!(d["effects"][0]["kind"], "codex.commandExecution");
     assert_eq!(d["effects"][0]["status"], "confirmed");
+    assert!(
+        d["checkpoints"].as_array().unwrap().iter().any(|c| {
+            c["body"]["reason"] == "working_tree"
+                && c["body"]["materials"]["tree"]["commit"]
+                    .as_str()
+                    .is_some_and(|c| c.len() == 40)
+        }),
+        "the adapter recorded the run's working tree: {d}"
+    );
     let said = texts(&d);
     assert!(
         said.iter().any(|t| t == "system: laptop started the run"),

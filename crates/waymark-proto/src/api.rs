@@ -76,6 +76,93 @@ pub struct Materials {
     /// Commit or version.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub commit: Option<String>,
+    /// The working tree as its host saw it (a runner's runs: after each call and when the
+    /// runtime ended), so a revive can tell a tree someone changed meanwhile.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tree: Option<WorkingTree>,
+}
+
+/// A git working tree as its host saw it: the commit checked out and what differs from it.
+/// Hashes, never contents: the control plane learns which files changed, not what is in them.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct WorkingTree {
+    /// `HEAD`'s commit (none in a repository without one).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(max_length = 64)]
+    pub commit: Option<String>,
+    /// sha256 of the commit and every changed path with its content's hash: equal digests,
+    /// equal trees (as far as git sees them: ignored files are not looked at).
+    #[schema(max_length = 64)]
+    pub digest: String,
+    /// Changed paths (tracked or not, against `commit`, from the repository's root) and a
+    /// short hash of each one's content, or `deleted`; at most [`WorkingTree::MAX_PATHS`].
+    #[serde(default)]
+    pub changed: std::collections::BTreeMap<String, String>,
+    /// More paths changed than `changed` holds (the digest covers them all).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub truncated: bool,
+}
+
+impl WorkingTree {
+    /// How many changed paths a tree lists.
+    pub const MAX_PATHS: usize = 200;
+
+    /// What differs from `was` (the tree at the last checkpoint) in this tree, for people:
+    /// `None` when they are the same.
+    pub fn differences_from(&self, was: &WorkingTree) -> Option<String> {
+        if self.digest == was.digest {
+            return None;
+        }
+        let short = |c: &Option<String>| {
+            c.as_deref()
+                .map_or_else(|| "no commit".to_owned(), |c| c.chars().take(12).collect())
+        };
+        let mut parts = Vec::new();
+        if self.commit != was.commit {
+            parts.push(format!(
+                "HEAD moved from {} to {}",
+                short(&was.commit),
+                short(&self.commit)
+            ));
+        }
+        let mut paths: Vec<&str> = Vec::new();
+        for (path, hash) in &self.changed {
+            if was.changed.get(path) != Some(hash) {
+                paths.push(path);
+            }
+        }
+        for path in was.changed.keys() {
+            if !self.changed.contains_key(path) {
+                paths.push(path);
+            }
+        }
+        paths.sort_unstable();
+        paths.dedup();
+        const NAMED: usize = 8;
+        if !paths.is_empty() {
+            let mut named = paths
+                .iter()
+                .take(NAMED)
+                .map(|p| format!("`{p}`"))
+                .collect::<Vec<_>>()
+                .join(", ");
+            if paths.len() > NAMED {
+                named.push_str(&format!(" and {} more", paths.len() - NAMED));
+            }
+            parts.push(format!(
+                "{} {} changed",
+                named,
+                if paths.len() == 1 { "has" } else { "have" }
+            ));
+        } else if self.commit == was.commit {
+            // Both lists full, or one was cut: the digests alone tell.
+            parts.push("files beyond the listed ones changed".to_owned());
+        }
+        Some(format!(
+            "the working tree is not as the last checkpoint left it: {}",
+            parts.join("; ")
+        ))
+    }
 }
 
 /// `POST /v1/tasks`.
@@ -1999,5 +2086,74 @@ mod form_tests {
         f.questions[1].id = "q1".into();
         assert!(f.check().unwrap_err().contains("appears twice"));
         assert!(QuestionForm { questions: vec![] }.check().is_err());
+    }
+}
+
+#[cfg(test)]
+mod tree_tests {
+    use super::WorkingTree;
+
+    fn tree(commit: &str, changed: &[(&str, &str)], digest: &str) -> WorkingTree {
+        WorkingTree {
+            commit: Some(commit.into()),
+            digest: digest.into(),
+            changed: changed
+                .iter()
+                .map(|(p, h)| ((*p).to_owned(), (*h).to_owned()))
+                .collect(),
+            truncated: false,
+        }
+    }
+
+    #[test]
+    fn the_same_tree_has_no_differences() {
+        let a = tree("abc", &[("src/a.rs", "11")], "d1");
+        assert_eq!(a.differences_from(&a.clone()), None);
+    }
+
+    #[test]
+    fn differences_name_the_moved_head_and_each_path_changed_added_or_restored() {
+        let was = tree(
+            "0123456789abcdef",
+            &[("src/a.rs", "11"), ("notes.md", "22")],
+            "d1",
+        );
+        let now = tree(
+            "fedcba9876543210",
+            &[("src/a.rs", "33"), ("new.txt", "44")],
+            "d2",
+        );
+        let said = now.differences_from(&was).unwrap();
+        assert_eq!(
+            said,
+            "the working tree is not as the last checkpoint left it: HEAD moved from \
+             0123456789ab to fedcba987654; `new.txt`, `notes.md`, `src/a.rs` have changed"
+        );
+        let one = tree("0123456789abcdef", &[("src/a.rs", "11")], "d3");
+        assert!(
+            one.differences_from(&was)
+                .unwrap()
+                .ends_with("`notes.md` has changed"),
+            "a change undone is a change"
+        );
+    }
+
+    #[test]
+    fn many_paths_are_counted_and_a_cut_list_still_tells_by_digest() {
+        let was = tree("c", &[], "d1");
+        let many: Vec<(String, String)> =
+            (0..12).map(|i| (format!("f{i:02}"), "h".into())).collect();
+        let refs: Vec<(&str, &str)> = many.iter().map(|(p, h)| (p.as_str(), h.as_str())).collect();
+        let said = tree("c", &refs, "d2").differences_from(&was).unwrap();
+        assert!(said.ends_with("`f07` and 4 more have changed"), "{said}");
+        let cut = WorkingTree {
+            truncated: true,
+            ..tree("c", &[], "d3")
+        };
+        assert!(
+            cut.differences_from(&was)
+                .unwrap()
+                .ends_with("files beyond the listed ones changed")
+        );
     }
 }

@@ -228,6 +228,10 @@ pub struct RunExited {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(max_length = 2000)]
     pub detail: Option<String>,
+    /// The run's working tree as the runner sees it now, checked against the one the last
+    /// checkpoint recorded before the run is revived.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tree: Option<crate::WorkingTree>,
 }
 
 /// The answer to [`RunExited`]: what the control plane does about it.

@@ -118,6 +118,9 @@ struct HookInput {
     permission_suggestions: Option<Value>,
     #[serde(default)]
     message: Option<String>,
+    /// The working tree of `cwd`, added by the command hook of a runner's run (`--tree`).
+    #[serde(default)]
+    waymark_tree: Option<WorkingTree>,
 }
 
 /// The task and live attempt of one Claude Code session.
@@ -203,6 +206,7 @@ pub(crate) async fn hook(
                 format!("Claude Code session started ({how})"),
             )
             .await?;
+            record_tree(&st, &caller, &s, &input).await?;
             json!({})
         }
         "UserPromptSubmit" => {
@@ -276,6 +280,7 @@ pub(crate) async fn hook(
         }
         "PostToolUse" | "PostToolUseFailure" => {
             finish_tool(&st, &caller, &s, &input, event == "PostToolUse").await?;
+            record_tree(&st, &caller, &s, &input).await?;
             json!({})
         }
         "PermissionRequest" => {
@@ -285,7 +290,13 @@ pub(crate) async fn hook(
                 .map(Out);
         }
         "PreCompact" | "PostCompact" => {
-            checkpoint(&st, &caller, &s, &input).await?;
+            let reason = format!(
+                "{} ({})",
+                input.hook_event_name,
+                input.trigger.as_deref().unwrap_or("auto")
+            );
+            let summary = input.compact_summary.as_ref().map(|x| truncate(x, 60_000));
+            checkpoint(&st, &caller, &s, reason, summary, None).await?;
             json!({})
         }
         "Notification" => {
@@ -591,11 +602,43 @@ async fn finish_tool(
     .map(drop)
 }
 
-async fn checkpoint(
+/// Records the working tree a runner's command hook read, when it differs from the last
+/// checkpoint's: the tree a revive's admission compares the host's with.
+async fn record_tree(
     st: &AppState,
     caller: &Caller,
     s: &Session,
     input: &HookInput,
+) -> ApiResult<()> {
+    let Some(tree) = &input.waymark_tree else {
+        return Ok(());
+    };
+    let last = {
+        let mut tx = Tx::read(st).await?;
+        tx.last_checkpoint(&s.task_id).await?
+    };
+    let recorded = last
+        .and_then(|c| serde_json::from_value::<CheckpointBody>(c.body).ok())
+        .and_then(|b| b.materials)
+        .and_then(|m| m.tree);
+    if recorded.is_some_and(|r| r.digest == tree.digest) {
+        return Ok(());
+    }
+    let materials = Materials {
+        tree: Some(tree.clone()),
+        ..Materials::default()
+    };
+    let reason = format!("working_tree ({})", input.hook_event_name);
+    checkpoint(st, caller, s, reason, None, Some(materials)).await
+}
+
+async fn checkpoint(
+    st: &AppState,
+    caller: &Caller,
+    s: &Session,
+    reason: String,
+    summary: Option<String>,
+    materials: Option<Materials>,
 ) -> ApiResult<()> {
     let (sequence, plan_revision) = {
         let mut tx = Tx::read(st).await?;
@@ -606,11 +649,6 @@ async fn checkpoint(
         let revision = tx.task(&s.task_id).await?.map_or(1, |t| t.plan_revision);
         (last + 1, revision)
     };
-    let reason = format!(
-        "{} ({})",
-        input.hook_event_name,
-        input.trigger.as_deref().unwrap_or("auto")
-    );
     checkpoints::append_checkpoint(
         st,
         caller,
@@ -622,7 +660,8 @@ async fn checkpoint(
             body: CheckpointBody {
                 reason,
                 plan_revision,
-                summary: input.compact_summary.as_ref().map(|x| truncate(x, 60_000)),
+                summary,
+                materials,
                 ..CheckpointBody::default()
             },
         },

@@ -14,6 +14,7 @@ mod effect;
 mod error;
 mod retry;
 mod run;
+pub mod tree;
 
 pub use client::{Client, ClientBuilder, SERVER_FP_ENV};
 pub use effect::{

@@ -8,6 +8,7 @@ use serde_json::{Map, Value, json};
 use sha2::{Digest, Sha256};
 use tokio::sync::oneshot;
 use waymark_proto::{EffectRef, EffectStatus};
+use waymark_worker::tree::TreeRecorder;
 use waymark_worker::{EffectCtx, Error, ProviderError, ProviderStatus, Reconciler, Run};
 
 /// How an item ended, as Codex said.
@@ -147,6 +148,7 @@ pub(super) async fn record(
     kind: &'static str,
     intent: Value,
     done: oneshot::Receiver<Outcome>,
+    tree: Option<Arc<TreeRecorder>>,
 ) -> Option<EffectRef> {
     let res = run
         .effect(key.clone(), kind, intent)
@@ -164,6 +166,9 @@ pub(super) async fn record(
             }
         })
         .await;
+    if let Some(t) = tree {
+        t.after_call(&run).await;
+    }
     match res {
         Ok(done) => Some(EffectRef {
             effect_id: done.effect.id,

@@ -473,7 +473,9 @@ fn count(
             Some("PreToolUse") if done.contains(call) => {
                 seen.entry(call.to_owned()).or_default()[2] += 1;
             }
-            Some("PostToolUse") if e["status"] == 200 => {
+            // Taken by the control plane: an http hook's 200, a command hook's exit 0 (the
+            // hook command exits 1 when the control plane refused it, 3 when unreachable).
+            Some("PostToolUse") if e["status"] == 200 || e["status"] == 0 => {
                 done.insert(call.to_owned());
                 acked.count += 1;
                 match d.effects.iter().find(|x| x.idempotency_key == key) {

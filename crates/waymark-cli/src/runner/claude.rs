@@ -53,6 +53,7 @@ impl Spawn<'_> {
             &query,
             self.approval_timeout,
             false,
+            true,
         ) {
             hooks.insert(event.to_owned(), serde_json::Value::Array(vec![group]));
         }

@@ -180,6 +180,10 @@ pub(crate) fn check_directory(dir: &str, allowed: &[PathBuf]) -> Result<PathBuf,
 struct State {
     runs: BTreeMap<String, RunRecord>,
     done: VecDeque<Acted>,
+    /// The directory of each run started or resumed here, newest last: where its working tree
+    /// is read when its process ends, for admission on the revive.
+    #[serde(default)]
+    dirs: VecDeque<(String, PathBuf)>,
 }
 
 /// A work item acted on, and what the runner reported of it.
@@ -213,6 +217,22 @@ impl State {
         let tmp = path.with_extension("tmp");
         std::fs::write(&tmp, serde_json::to_vec_pretty(self)?)?;
         std::fs::rename(tmp, path)
+    }
+
+    fn remember_dir(&mut self, task: &str, dir: &Path) {
+        self.dirs.retain(|(t, _)| t != task);
+        self.dirs.push_back((task.to_owned(), dir.to_owned()));
+        while self.dirs.len() > DONE_KEPT {
+            self.dirs.pop_front();
+        }
+    }
+
+    fn dir_of(&self, task: &str) -> Option<&Path> {
+        self.dirs
+            .iter()
+            .rev()
+            .find(|(t, _)| t == task)
+            .map(|(_, d)| d.as_path())
     }
 
     fn acted(&mut self, a: Acted) {
@@ -739,6 +759,7 @@ impl Runner {
                 code: None,
                 signal: None,
                 detail: Some("ended while the runner was not watching it".into()),
+                tree: None,
             };
             self.ended(&task, how).await;
         }
@@ -746,10 +767,13 @@ impl Runner {
 
     /// A runtime process ended: forget it, and tell the control plane, which decides whether
     /// the run needs recovering.
-    async fn ended(&mut self, task: &str, how: RunExited) {
+    async fn ended(&mut self, task: &str, mut how: RunExited) {
         self.live.remove(task);
         self.state.runs.remove(task);
         self.save();
+        if let Some(dir) = self.state.dir_of(task) {
+            how.tree = waymark_worker::tree::snapshot(dir).await;
+        }
         match self.conn.exited(task, &how).await {
             Ok(h) => tracing::info!(task, action = %h.action, "{}", h.detail),
             // Not reported now: the control plane lists the task as running until it is.
@@ -771,6 +795,7 @@ impl Runner {
                 detail: Some(
                     "not running on this machine: the runner found no process for it (the machine restarted, or the runtime ended while the runner was away)".into(),
                 ),
+                tree: None,
             };
             self.ended(task, how).await;
         }
@@ -819,6 +844,7 @@ impl Runner {
             WorkKind::Stop => Ok(self.stop(&w.task_id).await),
             WorkKind::Start | WorkKind::Resume => {
                 let (name, dir, mut child) = self.spawn(w)?;
+                self.state.remember_dir(&w.task_id, &dir);
                 let pid = child.id().unwrap_or(0);
                 let start_ticks = process_start(pid).unwrap_or(0);
                 self.state
@@ -836,12 +862,14 @@ impl Runner {
                                 code: status.code(),
                                 signal: status.signal(),
                                 detail: None,
+                                tree: None,
                             }
                         }
                         Err(e) => RunExited {
                             code: None,
                             signal: None,
                             detail: Some(format!("cannot wait for it: {e}")),
+                            tree: None,
                         },
                     };
                     let _ = tx.send((task, how));

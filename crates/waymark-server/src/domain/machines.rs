@@ -16,7 +16,7 @@ use crate::auth::Caller;
 use crate::convert;
 use crate::domain::core::*;
 use crate::domain::devices::{Rejection, Verified, has_scope, reject};
-use crate::domain::recovery::{admission, freeze, refuse_admission, resumed_anyway};
+use crate::domain::recovery::{self, admission, freeze, refuse_admission, resumed_anyway};
 use crate::error::{ApiError, ApiResult};
 use crate::state::AppState;
 
@@ -551,6 +551,18 @@ pub(crate) async fn exited(
             detail: format!("the task is {}", task.state),
         });
     }
+    // What the tree shows, beside each call in doubt: changed since the last call recorded,
+    // or as it was left.
+    let tree_now = match (
+        recovery::recorded_tree(&tx.list_checkpoints(&task.id).await?),
+        &req.tree,
+    ) {
+        (Some(was), Some(now)) => Some(
+            now.differences_from(&was)
+                .unwrap_or_else(|| "the working tree is as the last checkpoint left it".to_owned()),
+        ),
+        _ => None,
+    };
     let mut frozen = Vec::new();
     let decisions = tx.list_decisions(&task.id).await?;
     for mut e in tx.list_effects(&task.id).await? {
@@ -582,9 +594,13 @@ pub(crate) async fn exited(
             convert::effect(&e)?,
         )
         .await?;
-        let evidence = format!(
+        let mut evidence = format!(
             "the runtime process ended ({how}) after the call started and before it reported back"
         );
+        if let Some(t) = &tree_now {
+            evidence.push_str("; ");
+            evidence.push_str(t);
+        }
         frozen.push(freeze(&mut tx, &e, Some(&evidence)).await?);
     }
     say(
@@ -633,7 +649,10 @@ pub(crate) async fn exited(
         worker: caller.name.clone(),
         lease_seconds: None,
         manifest_digest: None,
-        materials: None,
+        materials: req.tree.clone().map(|tree| Materials {
+            tree: Some(tree),
+            ..Materials::default()
+        }),
     };
     let mut reasons = admission(&mut tx, &task, &req_attempt).await?;
     if let Some(changed) = runtime_changed(&mut tx, &task).await? {

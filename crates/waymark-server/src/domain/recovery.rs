@@ -72,6 +72,17 @@ pub(crate) fn outcome_option(d: &DecisionRow) -> Option<String> {
         .map(str::to_owned)
 }
 
+/// The working tree the newest checkpoint that recorded one saw (a runner's runs record it
+/// after each call that changed it).
+pub(crate) fn recorded_tree(checkpoints: &[CheckpointRow]) -> Option<WorkingTree> {
+    checkpoints.iter().rev().find_map(|c| {
+        serde_json::from_value::<CheckpointBody>(c.body.clone())
+            .ok()?
+            .materials?
+            .tree
+    })
+}
+
 /// The admission checks of a resumed task. Empty when admitted.
 /// Whether a person said "resume anyway" to the newest admission card since the last attempt
 /// started: admitted once, whatever the checks say.
@@ -144,6 +155,13 @@ pub(crate) async fn admission(
         reasons.push(format!(
             "the materials changed: the checkpoint was written at {was}, the worker has {now}"
         ));
+    }
+    if let (Some(was), Some(now)) = (
+        recorded_tree(&checkpoints),
+        req.materials.as_ref().and_then(|m| m.tree.as_ref()),
+    ) && let Some(differs) = now.differences_from(&was)
+    {
+        reasons.push(differs);
     }
     let now = tx.now;
     // A pending step written under an older plan revision was superseded by a replan: the

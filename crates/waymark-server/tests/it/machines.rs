@@ -1015,3 +1015,148 @@ async fn a_run_started_plan_first_says_so_to_its_runner() {
     let w = work(&h, &l).await;
     assert_eq!(w["work"][0]["run"]["plan"], true, "{w}");
 }
+
+fn tree(commit: &str, changed: &[(&str, &str)]) -> Value {
+    let changed: serde_json::Map<String, Value> = changed
+        .iter()
+        .map(|(p, h)| ((*p).to_owned(), json!(h)))
+        .collect();
+    let digest = format!("{commit}:{}", Value::Object(changed.clone()));
+    json!({"commit": commit, "digest": digest, "changed": changed})
+}
+
+/// A runner's command hooks record the working tree after each call (a checkpoint when it
+/// changed); a revive compares the tree the runner sees then with it. Untouched: resumed at
+/// once. Changed by someone meanwhile: a person decides, told which files changed, and a call
+/// in doubt carries what the tree shows.
+#[tokio::test]
+async fn a_revive_checks_the_working_tree_against_the_last_call_recorded() {
+    let h = Harness::start().await;
+    let alice = h.pair_device("alice", &["view", "steer"]).await;
+    let l = laptop(&h, &["/home/alice/src"]).await;
+    let (task, key) = started(&h, &l, &alice).await;
+    let clean = tree("c0ffee", &[]);
+    let edited = tree("c0ffee", &[("src/cart.rs", "aa11")]);
+    let mut start = event(&key, "SessionStart", json!({"source": "startup"}));
+    start["waymark_tree"] = clean.clone();
+    hook(&h, &l.token, "", start).await;
+    hook(&h, &l.token, "", bash(&key, "PreToolUse", "t1", "fix cart")).await;
+    let mut post = bash(&key, "PostToolUse", "t1", "fix cart");
+    post["waymark_tree"] = edited.clone();
+    hook(&h, &l.token, "", post).await;
+    // A read changes nothing: no checkpoint for it.
+    hook(
+        &h,
+        &l.token,
+        "",
+        bash(&key, "PreToolUse", "t2", "cat cart.rs"),
+    )
+    .await;
+    let mut post = bash(&key, "PostToolUse", "t2", "cat cart.rs");
+    post["waymark_tree"] = edited.clone();
+    hook(&h, &l.token, "", post).await;
+    let (_, cps) = h.get(&h.alice, &format!("/v1/tasks/{task}")).await;
+    let trees: Vec<&Value> = cps["checkpoints"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{cps}"))
+        .iter()
+        .filter_map(|c| c["body"]["materials"]["tree"].as_object().map(|_| c))
+        .collect();
+    assert_eq!(
+        trees.len(),
+        2,
+        "the start and the edit, not the read: {cps}"
+    );
+    assert_eq!(trees[1]["body"]["materials"]["tree"], edited);
+
+    // Cut off; the tree is as the last call left it: resumed at once.
+    let (_, v) = h
+        .post(
+            &l.token,
+            &format!("/v1/runner/tasks/{task}/exited"),
+            json!({"signal": 9, "tree": edited}),
+        )
+        .await;
+    assert_eq!(v["action"], "resume", "{v}");
+    let w = work(&h, &l).await;
+    report(&h, &l, w["work"][0]["id"].as_str().unwrap(), "done", "").await;
+    let mut start = event(&key, "SessionStart", json!({"source": "resume"}));
+    start["waymark_tree"] = edited.clone();
+    hook(&h, &l.token, "", start).await;
+
+    // Cut off again; meanwhile someone checked out another commit and edited a file.
+    let foreign = tree("beef00", &[("src/cart.rs", "bb22"), ("README.md", "cc33")]);
+    let (_, v) = h
+        .post(
+            &l.token,
+            &format!("/v1/runner/tasks/{task}/exited"),
+            json!({"detail": "not running on this machine", "tree": foreign}),
+        )
+        .await;
+    assert_eq!(v["action"], "needs_human", "{v}");
+    let said = v["detail"].as_str().unwrap();
+    assert!(
+        said.contains(
+            "the working tree is not as the last checkpoint left it: HEAD moved from c0ffee to beef00; `README.md`, `src/cart.rs` have changed"
+        ),
+        "{said}"
+    );
+    assert_eq!(work(&h, &l).await["work"], json!([]), "nothing resumes yet");
+    let (_, d) = h.get(&h.alice, &format!("/v1/tasks/{task}")).await;
+    let card = d["decisions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|x| x["kind"] == "recovery" && x["status"] == "pending")
+        .unwrap_or_else(|| panic!("an admission card: {d}"))
+        .clone();
+    assert!(
+        card["question"].as_str().unwrap().contains("`src/cart.rs`"),
+        "{card}"
+    );
+    let rev = h.revision(&task).await;
+    let cmd = alice.command(
+        &task,
+        Some(rev),
+        Operation::ChooseOption,
+        json!({"decision_id": card["id"], "option": "resume_anyway"}),
+    );
+    let (_, v) = h.submit(&alice.sign(&cmd)).await;
+    assert_eq!(v["status"], "applied", "{v}");
+    let w = work(&h, &l).await;
+    assert_eq!(w["work"][0]["kind"], "resume", "{w}");
+    report(&h, &l, w["work"][0]["id"].as_str().unwrap(), "done", "").await;
+    let mut start = event(&key, "SessionStart", json!({"source": "resume"}));
+    start["waymark_tree"] = foreign.clone();
+    hook(&h, &l.token, "", start).await;
+
+    // Cut off in a call: its card says what the tree shows.
+    hook(
+        &h,
+        &l.token,
+        "",
+        bash(&key, "PreToolUse", "t3", "rm -rf build"),
+    )
+    .await;
+    let (_, v) = h
+        .post(
+            &l.token,
+            &format!("/v1/runner/tasks/{task}/exited"),
+            json!({"signal": 9, "tree": foreign}),
+        )
+        .await;
+    assert_eq!(v["action"], "needs_human", "{v}");
+    let (_, d) = h.get(&h.alice, &format!("/v1/tasks/{task}")).await;
+    let card = d["decisions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|x| x["kind"] == "recovery" && x["status"] == "pending")
+        .unwrap_or_else(|| panic!("a card for the call: {d}"))
+        .clone();
+    assert!(
+        card.to_string()
+            .contains("the working tree is as the last checkpoint left it"),
+        "{card}"
+    );
+}

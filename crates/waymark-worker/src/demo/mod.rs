@@ -409,6 +409,7 @@ impl Demo {
                 materials: Materials {
                     repo: Some(repo.path.display().to_string()),
                     commit: Some(head.clone()),
+                    tree: None,
                 },
                 external_key: None,
             })
@@ -575,6 +576,7 @@ impl Demo {
                 materials: Some(Materials {
                     repo: None,
                     commit: done.commit.clone(),
+                    tree: None,
                 }),
                 summary: Some(summary),
             })
