@@ -178,6 +178,11 @@ pub enum AcpError {
         "the agent does not offer `session/load` (no `loadSession` capability): session `{0}` cannot be taken up again"
     )]
     CannotLoad(String),
+    /// `session/load` answered, but took up no session (nothing answered, nothing replayed).
+    #[error(
+        "the agent holds no session `{0}` (its `session/load` answered nothing and replayed nothing)"
+    )]
+    NoSuchSession(String),
     /// `--session-file` could not be written.
     #[error("cannot record the session's id in `{path}`: {reason}")]
     SessionFile {
@@ -284,40 +289,34 @@ async fn session(
         );
     }
     let mut incoming = incoming;
+    // A session taken up again, or — for a runner's run whose agent no longer has it — a new
+    // one, saying why (the resume note that is the turn's text tells it what the record holds).
+    let mut lost = None;
     let session_id = match &args.bind.session {
         Some(id) => {
-            if init["agentCapabilities"]["loadSession"].as_bool() != Some(true) {
-                return Err(AcpError::CannotLoad(id.clone()));
+            let loaded = if init["agentCapabilities"]["loadSession"].as_bool() != Some(true) {
+                Err(AcpError::CannotLoad(id.clone()))
+            } else {
+                load(&peer, &mut incoming, id, cwd, &shutdown).await
+            };
+            match loaded {
+                Ok(replayed) => {
+                    tracing::info!(session = %id, replayed, "ACP session loaded");
+                    id.clone()
+                }
+                Err(AcpError::Stopped) => return Err(AcpError::Stopped),
+                Err(e) if args.bind.task.is_some() => {
+                    tracing::warn!(session = %id, error = %e, "the session cannot be loaded; a new one takes over");
+                    lost = Some(format!(
+                        "{} could not take up its session `{id}` again ({e}): the run goes on in a new session, told what the record holds",
+                        args.runtime
+                    ));
+                    new_session(args, &peer, cwd, &shutdown).await?
+                }
+                Err(e) => return Err(e),
             }
-            let replayed = load(&peer, &mut incoming, id, cwd, &shutdown).await?;
-            tracing::info!(session = %id, replayed, "ACP session loaded");
-            id.clone()
         }
-        None => {
-            let new = handshake(
-                &peer,
-                "session/new",
-                json!({"cwd": cwd.display().to_string(), "mcpServers": []}),
-                &shutdown,
-            )
-            .await?;
-            let id = new
-                .get("sessionId")
-                .and_then(Value::as_str)
-                .filter(|s| !s.is_empty() && !s.contains(char::is_whitespace))
-                .ok_or(AcpError::Protocol {
-                    step: "session/new",
-                    what: "a `sessionId`",
-                })?
-                .to_owned();
-            if let Some(path) = &args.bind.session_file {
-                write_session_file(path, &id).map_err(|e| AcpError::SessionFile {
-                    path: path.display().to_string(),
-                    reason: e.to_string(),
-                })?;
-            }
-            id
-        }
+        None => new_session(args, &peer, cwd, &shutdown).await?,
     };
     let title = args
         .title
@@ -368,12 +367,51 @@ async fn session(
         decided_tx,
         decided_rx,
     };
+    if let Some(why) = lost {
+        s.record(vec![NewMessage {
+            role: "system".into(),
+            text: why,
+        }])
+        .await;
+    }
     s.drive(incoming, args.prompt.clone(), shutdown).await
 }
 
 /// Why an approval an earlier adapter left pending expires when its session is taken up again.
 const EARLIER_CONNECTION: &str = "the agent connection that asked is gone (its adapter ended \
      without answering); the agent asks again if it still wants to";
+
+/// `session/new` in `cwd`; its id is written to `--session-file` before the first prompt.
+async fn new_session(
+    args: &AcpArgs,
+    peer: &Peer,
+    cwd: &std::path::Path,
+    shutdown: &CancellationToken,
+) -> Result<String, AcpError> {
+    let new = handshake(
+        peer,
+        "session/new",
+        json!({"cwd": cwd.display().to_string(), "mcpServers": []}),
+        shutdown,
+    )
+    .await?;
+    let id = new
+        .get("sessionId")
+        .and_then(Value::as_str)
+        .filter(|s| !s.is_empty() && !s.contains(char::is_whitespace))
+        .ok_or(AcpError::Protocol {
+            step: "session/new",
+            what: "a `sessionId`",
+        })?
+        .to_owned();
+    if let Some(path) = &args.bind.session_file {
+        write_session_file(path, &id).map_err(|e| AcpError::SessionFile {
+            path: path.display().to_string(),
+            reason: e.to_string(),
+        })?;
+    }
+    Ok(id)
+}
 
 /// `session/load`: the agent replays the session's history as `session/update` notifications
 /// before it answers. That history is already in the record (or was lost with a killed
@@ -395,7 +433,7 @@ async fn load(
     loop {
         tokio::select! {
             r = &mut request => {
-                r?;
+                let answer = r?;
                 // ACP asks for the history before the answer, but Gemini CLI 0.61 streams it
                 // without waiting (`session.streamHistory(...)` is not awaited before it
                 // answers), so its replay goes on around and after the answer: what comes
@@ -406,11 +444,22 @@ async fn load(
                 {
                     replayed += drop_replayed(peer, m).await;
                 }
+                if !holds_session(&answer, replayed) {
+                    return Err(AcpError::NoSuchSession(session_id.to_owned()));
+                }
                 return Ok(replayed);
             }
             Some(m) = incoming.recv() => replayed += drop_replayed(peer, m).await,
         }
     }
+}
+
+/// Whether a load's answer took up a session: an agent that holds none may still answer with
+/// success — Hermes 0.19 answers `{}` for an id it does not know, then refuses every prompt —
+/// so an empty answer with nothing replayed is no session. (A session it holds answers with
+/// its modes and models, and replays at least the prompt it began with.)
+fn holds_session(answer: &Value, replayed: u64) -> bool {
+    replayed > 0 || !answer.as_object().is_some_and(Map::is_empty)
 }
 
 /// One message that came during `session/load`: a notification is history (counted); a request

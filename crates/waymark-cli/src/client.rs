@@ -187,7 +187,8 @@ pub(crate) enum ClientCommand {
         /// The machine (`waymark machines` lists them).
         #[arg(long)]
         machine: String,
-        /// The runtime (`claude-code`, `codex`, `gemini`: what the machine's runner found).
+        /// The runtime (`claude-code`, `codex`, `gemini`, `opencode`, `copilot`, `hermes`: what the
+        /// machine's runner found).
         #[arg(long, default_value = "claude-code")]
         runtime: String,
         /// The directory on that machine (absolute; one it allows, or under one).

@@ -9,7 +9,14 @@ use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
 /// Runtimes a runner can start (the `runtime` of `start_run`).
-pub const RUNNER_RUNTIMES: &[&str] = &["claude-code", "codex", "gemini"];
+pub const RUNNER_RUNTIMES: &[&str] = &[
+    "claude-code",
+    "codex",
+    "gemini",
+    "opencode",
+    "copilot",
+    "hermes",
+];
 
 /// Runtimes a run can start in plan mode (`args.plan` of `start_run`).
 pub const PLAN_RUNTIMES: &[&str] = &["claude-code", "codex"];

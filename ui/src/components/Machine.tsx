@@ -9,7 +9,7 @@ import { ago, clock } from "../format";
 
 /** People's names for the runtimes a runner starts. */
 export function runtimeName(runtime: string): string {
-  const names: Record<string, string> = { "claude-code": "Claude Code", codex: "Codex", hermes: "Hermes Agent", gemini: "Gemini CLI", "gemini-cli": "Gemini CLI", opencode: "OpenCode", openclaw: "OpenClaw" };
+  const names: Record<string, string> = { "claude-code": "Claude Code", codex: "Codex", hermes: "Hermes Agent", gemini: "Gemini CLI", "gemini-cli": "Gemini CLI", opencode: "OpenCode", copilot: "Copilot CLI", openclaw: "OpenClaw" };
   return names[runtime] ?? runtime;
 }
 

@@ -151,14 +151,14 @@ impl FakeModel {
         self.requests.lock().unwrap().clone()
     }
 
-    /// How many `run_shell_command` calls the Gemini API side asked for so far (a call the
-    /// model was told is done, and not asked again, shows here).
+    /// How many shell calls the model asked for so far, on either side (a call the model was
+    /// told is done, and not asked again, shows here).
     pub fn gemini_calls(&self) -> usize {
         self.gemini.calls.load(Ordering::SeqCst)
     }
 
-    /// While on, a Gemini API request that carries a tool's result gets no answer (the run is
-    /// held after a confirmed call, before its turn ends).
+    /// While on, a request that carries a tool's result gets no final answer (the run is held
+    /// after a confirmed call, before its turn ends).
     pub fn hold_after_results(&self, on: bool) {
         self.gemini.hold.store(on, Ordering::SeqCst);
     }
@@ -227,6 +227,19 @@ async fn serve(
             } else {
                 reply_to(&request, turns, shape)
             };
+            if matches!(reply, Reply::Answer(_))
+                && offers_tools
+                && request["messages"]
+                    .as_array()
+                    .is_some_and(|m| m.iter().any(|m| m["role"] == "tool"))
+            {
+                while gemini.hold.load(Ordering::SeqCst) {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            }
+            if let Reply::Exec { .. } = reply {
+                gemini.calls.fetch_add(1, Ordering::SeqCst);
+            }
             if request["stream"].as_bool().unwrap_or(false) {
                 respond(&mut stream, "200 OK", "text/event-stream", &sse(&reply)).await
             } else {
@@ -316,18 +329,26 @@ fn reply_to(request: &Value, turns: &[Turn], shape: Shape) -> Reply {
         Value::String(s) => s.clone(),
         other => other.to_string(),
     };
-    let prompt_at = messages
-        .iter()
-        .rposition(|m| m["role"] == "user" && !text(m).contains("OPENCLAW_INTERNAL_CONTEXT"));
-    let Some(at) = prompt_at else {
+    let is_prompt =
+        |m: &Value| m["role"] == "user" && !text(m).contains("OPENCLAW_INTERNAL_CONTEXT");
+    if !messages.iter().any(is_prompt) {
         return Reply::Answer("There is no prompt to answer.".into());
-    };
-    let prompt = text(&messages[at]);
-    let Some((index, turn)) = turns
-        .iter()
-        .enumerate()
-        .find(|(_, t)| prompt.contains(&t.prompt))
-    else {
+    }
+    // The newest prompt of a scripted turn: a later user message that is none (a resume note,
+    // a follow-up) continues the turn it came after.
+    let found = messages.iter().enumerate().rev().find_map(|(at, m)| {
+        let prompt = text(m);
+        is_prompt(m)
+            .then(|| {
+                turns
+                    .iter()
+                    .enumerate()
+                    .find(|(_, t)| prompt.contains(&t.prompt))
+            })
+            .flatten()
+            .map(|(index, turn)| (at, index, turn))
+    });
+    let Some((at, index, turn)) = found else {
         return Reply::Answer("The fake model has no turn for this prompt.".into());
     };
     if messages[at..].iter().any(|m| m["role"] == "tool") {

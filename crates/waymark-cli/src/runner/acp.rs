@@ -1,7 +1,9 @@
-//! Starting and resuming an ACP agent for a runner (Gemini CLI, `gemini --acp`): this binary's
+//! Starting and resuming an ACP agent for a runner (Gemini CLI `gemini --acp`, OpenCode
+//! `opencode acp`, GitHub Copilot CLI `copilot --acp`, Hermes Agent `hermes acp`): this binary's
 //! own ACP adapter bound to the task `start_run` made, with the machine's token; a start opens
 //! a new session and keeps its id on this machine, a resume loads that session again
 //! (`session/load`) and prompts in it with the note or the follow-up — the text always on stdin.
+//! Each agent's load was measured before it was offered here (`docs/runner.md`).
 
 use std::path::{Path, PathBuf};
 
@@ -12,6 +14,66 @@ pub(crate) const GEMINI: &str = "gemini";
 
 /// What a resume without a message (an answer to a deferred approval) tells the agent.
 pub(crate) const RESUME_PROMPT: &str = "Continue from where you left off.";
+
+/// The ACP agents a runner starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Kind {
+    Gemini,
+    OpenCode,
+    Copilot,
+    Hermes,
+}
+
+impl Kind {
+    /// The kind of a run's runtime name, when it is an ACP agent a runner starts.
+    pub(crate) fn of(runtime: &str) -> Option<Kind> {
+        match runtime {
+            GEMINI => Some(Kind::Gemini),
+            "opencode" => Some(Kind::OpenCode),
+            "copilot" => Some(Kind::Copilot),
+            "hermes" => Some(Kind::Hermes),
+            _ => None,
+        }
+    }
+
+    /// The runtime name its runs carry (the adapter's `--runtime`).
+    pub(crate) fn runtime(self) -> &'static str {
+        match self {
+            Kind::Gemini => GEMINI,
+            Kind::OpenCode => "opencode",
+            Kind::Copilot => "copilot",
+            Kind::Hermes => "hermes",
+        }
+    }
+
+    /// For people.
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Kind::Gemini => "Gemini CLI",
+            Kind::OpenCode => "OpenCode",
+            Kind::Copilot => "Copilot CLI",
+            Kind::Hermes => "Hermes Agent",
+        }
+    }
+
+    /// Its command on the PATH (and the runner's flag for its binary).
+    pub(crate) fn command(self) -> &'static str {
+        match self {
+            Kind::Gemini => "gemini",
+            Kind::OpenCode => "opencode",
+            Kind::Copilot => "copilot",
+            Kind::Hermes => "hermes",
+        }
+    }
+
+    /// What makes the binary speak ACP on its stdio.
+    fn acp_args(self) -> &'static [&'static str] {
+        match self {
+            Kind::Gemini | Kind::Copilot => &["--acp"],
+            Kind::OpenCode | Kind::Hermes => &["acp"],
+        }
+    }
+}
 
 /// An ACP agent found on this machine.
 #[derive(Debug, Clone)]
@@ -27,20 +89,20 @@ pub(crate) struct AcpAgent {
 }
 
 impl AcpAgent {
-    /// Gemini CLI: `explicit`, else `gemini` on the PATH; its version from `gemini --version`
-    /// (`0.61.0`).
-    pub(crate) async fn gemini(explicit: Option<&Path>) -> Option<AcpAgent> {
+    /// The agent of `kind`: `explicit`, else its command on the PATH; its version from
+    /// `--version` (`0.61.0`, `1.18.33`, `GitHub Copilot CLI 1.0.102.`, `Hermes Agent v0.19.0`).
+    pub(crate) async fn find(kind: Kind, explicit: Option<&Path>) -> Option<AcpAgent> {
         let bin = match explicit {
             Some(p) => p.to_path_buf(),
-            None => super::on_path("gemini")?,
+            None => super::on_path(kind.command())?,
         };
         let version = super::version_of(&bin).await?;
         Some(AcpAgent {
-            runtime: GEMINI,
-            name: "Gemini CLI",
+            runtime: kind.runtime(),
+            name: kind.name(),
             bin,
             version,
-            acp_args: &["--acp"],
+            acp_args: kind.acp_args(),
         })
     }
 
@@ -164,7 +226,14 @@ pub(crate) fn adapter_args(
                     session_file(state_dir, &w.task_id).display()
                 )
             })?;
-            args.extend(["--session".into(), session.into()]);
+            // The session file again: where the agent no longer holds the session, the
+            // adapter opens a new one (saying so) and records its id for the next resume.
+            args.extend([
+                "--session".into(),
+                session.into(),
+                "--session-file".into(),
+                session_file(state_dir, &w.task_id).into(),
+            ]);
             if let Some(at) = load_not_before(agent, state_dir, &w.task_id, chrono::Utc::now()) {
                 args.extend(["--not-before".into(), at.to_rfc3339().into()]);
             }
@@ -259,7 +328,11 @@ mod tests {
         let args = words(&args);
         assert_eq!(at(&args, "--session").as_deref(), Some("7c1f-session"));
         assert_eq!(at(&args, "--task").as_deref(), Some("task_1"));
-        assert!(at(&args, "--session-file").is_none());
+        assert_eq!(
+            at(&args, "--session-file").map(PathBuf::from),
+            Some(file.clone()),
+            "a new session, should the agent have lost this one, is recorded there"
+        );
         assert_eq!(text, "Waymark: this session was interrupted");
         let (_, text) =
             adapter_args(&agent, &work(WorkKind::Resume, None), dir, state.path()).unwrap();

@@ -82,6 +82,18 @@ pub(crate) struct RunnerOpts {
     /// ACP adapter, which starts `gemini --acp`.
     #[arg(long, env = "WAYMARK_GEMINI")]
     gemini: Option<PathBuf>,
+    /// The OpenCode binary (default: `opencode` on the PATH); `opencode acp` through this
+    /// binary's ACP adapter.
+    #[arg(long, env = "WAYMARK_OPENCODE")]
+    opencode: Option<PathBuf>,
+    /// The GitHub Copilot CLI binary (default: `copilot` on the PATH); `copilot --acp` through
+    /// this binary's ACP adapter.
+    #[arg(long, env = "WAYMARK_COPILOT")]
+    copilot: Option<PathBuf>,
+    /// The Hermes Agent binary (default: `hermes` on the PATH); `hermes acp` through this
+    /// binary's ACP adapter.
+    #[arg(long, env = "WAYMARK_HERMES")]
+    hermes: Option<PathBuf>,
     /// How long a held approval waits for an answer before Claude Code decides alone (seconds;
     /// a `claude -p` run denies then). The card offers to make it wait durably instead.
     #[arg(long, default_value_t = 600)]
@@ -270,20 +282,51 @@ fn marked_runs() -> Vec<(String, RunRecord)> {
         if rest.split(' ').nth(2).and_then(|g| g.parse::<u32>().ok()) != Some(pid) {
             continue;
         }
-        // Another user's processes cannot be read: only this runner's own are found.
-        let Ok(environ) = std::fs::read(format!("/proc/{pid}/environ")) else {
-            continue;
-        };
-        let task = environ
-            .split(|b| *b == 0)
-            .filter_map(|v| std::str::from_utf8(v).ok())
-            .find_map(|v| v.strip_prefix(&prefix))
-            .map(str::to_owned);
-        if let (Some(task), Some(start_ticks)) = (task, process_start(pid)) {
+        if let (Some(task), Some(start_ticks)) = (run_mark_of(pid, &prefix), process_start(pid)) {
             found.push((task, RunRecord { pid, start_ticks }));
         }
     }
     found
+}
+
+/// The task a process carries in [`RUN_MARK`]. Another user's processes cannot be read: only
+/// this runner's own are found.
+fn run_mark_of(pid: u32, prefix: &str) -> Option<String> {
+    let environ = std::fs::read(format!("/proc/{pid}/environ")).ok()?;
+    environ
+        .split(|b| *b == 0)
+        .filter_map(|v| std::str::from_utf8(v).ok())
+        .find_map(|v| v.strip_prefix(prefix))
+        .map(str::to_owned)
+}
+
+/// Ends (`SIGKILL`) every process still alive that a run started, wherever it went: a shell
+/// command outlives its agent's `-9` (OpenCode, Copilot CLI and Hermes Agent run commands
+/// outside their process group, Hermes in a session of its own), and would go on acting with
+/// nobody to report it. Found by the [`RUN_MARK`] every process of the run inherits. How many.
+async fn end_leftovers(task: &str) -> usize {
+    let prefix = format!("{RUN_MARK}=");
+    let me = std::process::id();
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return 0;
+    };
+    let left: Vec<String> = dir
+        .flatten()
+        .filter_map(|e| e.file_name().to_string_lossy().parse::<u32>().ok())
+        .filter(|pid| *pid != me && process_start(*pid).is_some())
+        .filter(|pid| run_mark_of(*pid, &prefix).as_deref() == Some(task))
+        .map(|pid| pid.to_string())
+        .collect();
+    if left.is_empty() {
+        return 0;
+    }
+    let _ = tokio::process::Command::new("kill")
+        .arg("-KILL")
+        .args(&left)
+        .stderr(std::process::Stdio::null())
+        .status()
+        .await;
+    left.len()
 }
 
 /// The start time of process `pid` (ticks since boot), if it is alive and not a zombie.
@@ -418,7 +461,7 @@ struct Runner {
     state: State,
     claude: Option<claude::Claude>,
     codex: Option<codex::Codex>,
-    /// The ACP agents found (Gemini CLI).
+    /// The ACP agents found (Gemini CLI, OpenCode, Copilot CLI, Hermes Agent).
     acp: Vec<acp::AcpAgent>,
     approval_timeout: u64,
     server_fp: Option<String>,
@@ -474,10 +517,15 @@ impl Runner {
             .map_err(|e| Failure::new(Exit::Usage, "client", e.to_string()))?;
         let claude = claude::Claude::find(opts.claude.as_deref()).await;
         let codex = codex::Codex::find(opts.codex.as_deref()).await;
-        let acp = acp::AcpAgent::gemini(opts.gemini.as_deref())
-            .await
-            .into_iter()
-            .collect();
+        let mut acp = Vec::new();
+        for (kind, explicit) in [
+            (acp::Kind::Gemini, &opts.gemini),
+            (acp::Kind::OpenCode, &opts.opencode),
+            (acp::Kind::Copilot, &opts.copilot),
+            (acp::Kind::Hermes, &opts.hermes),
+        ] {
+            acp.extend(acp::AcpAgent::find(kind, explicit.as_deref()).await);
+        }
         Ok(Runner {
             conn: Conn {
                 http,
@@ -563,7 +611,7 @@ impl Runner {
             found.push(format!("{} {}", a.name, version(&a.version)));
         }
         if found.is_empty() {
-            return "no runtime found (Claude Code: `claude` not on the PATH, --claude PATH; Codex: `codex` not on the PATH, --codex PATH; Gemini CLI: `gemini` not on the PATH, --gemini PATH)".into();
+            return "no runtime found (Claude Code: `claude` not on the PATH, --claude PATH; Codex: `codex` not on the PATH, --codex PATH; Gemini CLI, OpenCode, Copilot CLI, Hermes Agent: `gemini`, `opencode`, `copilot`, `hermes` not on the PATH, --gemini/--opencode/--copilot/--hermes PATH)".into();
         }
         found.join(", ")
     }
@@ -771,6 +819,18 @@ impl Runner {
         self.live.remove(task);
         self.state.runs.remove(task);
         self.save();
+        if how.code != Some(0) {
+            let n = end_leftovers(task).await;
+            if n > 0 {
+                tracing::warn!(task, n, "ended what the run had started and left running");
+                let said =
+                    format!("{n} process(es) it had started were still running and were ended");
+                how.detail = Some(match how.detail.take() {
+                    Some(d) => format!("{d}; {said}"),
+                    None => said,
+                });
+            }
+        }
         if let Some(dir) = self.state.dir_of(task) {
             how.tree = waymark_worker::tree::snapshot(dir).await;
         }
@@ -922,11 +982,15 @@ impl Runner {
                     .map_err(|e| Refusal::Failed(format!("Codex did not start: {e}")))?;
                 Ok(("Codex", dir, child))
             }
-            acp::GEMINI => {
-                let Some(agent) = self.acp.iter().find(|a| a.runtime == acp::GEMINI) else {
-                    return Err(Refusal::NotAllowed(
-                        "Gemini CLI is not installed on this machine (no `gemini` on the runner's PATH; `--gemini PATH`)".into(),
-                    ));
+            runtime if acp::Kind::of(runtime).is_some() => {
+                let kind = acp::Kind::of(runtime).unwrap_or(acp::Kind::Gemini);
+                let Some(agent) = self.acp.iter().find(|a| a.runtime == runtime) else {
+                    return Err(Refusal::NotAllowed(format!(
+                        "{} is not installed on this machine (no `{}` on the runner's PATH; `--{} PATH`)",
+                        kind.name(),
+                        kind.command(),
+                        kind.command()
+                    )));
                 };
                 let dir = dir()?;
                 let failed =
@@ -996,7 +1060,15 @@ impl Runner {
             .await;
         for _ in 0..100 {
             if process_start(l.pid).is_none() {
-                return format!("ended its process (pid {})", l.pid);
+                let n = end_leftovers(task).await;
+                return if n > 0 {
+                    format!(
+                        "ended its process (pid {}) and {n} it had started outside it",
+                        l.pid
+                    )
+                } else {
+                    format!("ended its process (pid {})", l.pid)
+                };
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
@@ -1004,6 +1076,7 @@ impl Runner {
             .args(["-KILL", "--", &group])
             .status()
             .await;
+        let _ = end_leftovers(task).await;
         format!("killed its process (pid {}) after a 10 s grace", l.pid)
     }
 }
@@ -1054,11 +1127,18 @@ async fn version_of(bin: &Path) -> Option<Option<String>> {
     Some(version_in(&String::from_utf8_lossy(&out.stdout)))
 }
 
-/// The first word that starts with a digit: `2.1.328 (Claude Code)`, `codex-cli 0.169.0`.
+/// The first word that starts with a digit (or `v` and a digit), without the `v` and a
+/// sentence's full stop: `2.1.328 (Claude Code)`, `codex-cli 0.169.0`, `GitHub Copilot CLI
+/// 1.0.102.`, `Hermes Agent v0.19.0 (2026.7.20)`.
 fn version_in(text: &str) -> Option<String> {
     text.split_whitespace()
+        .map(|w| {
+            w.strip_prefix('v')
+                .filter(|r| r.starts_with(|c: char| c.is_ascii_digit()))
+                .unwrap_or(w)
+        })
         .find(|w| w.starts_with(|c: char| c.is_ascii_digit()))
-        .map(str::to_owned)
+        .map(|w| w.trim_end_matches(['.', ',']).to_owned())
 }
 
 /// A run's log, `<state dir>/logs/<task>.log`, appended to by every start and resume.
@@ -1123,7 +1203,50 @@ mod tests {
             version_in("codex-cli 0.169.0\n").as_deref(),
             Some("0.169.0")
         );
-        assert_eq!(version_in("no version here"), None);
+        assert_eq!(
+            version_in("GitHub Copilot CLI 1.0.102.\n").as_deref(),
+            Some("1.0.102")
+        );
+        assert_eq!(
+            version_in("Hermes Agent v0.19.0 (2026.7.20)\n").as_deref(),
+            Some("0.19.0")
+        );
+        assert_eq!(version_in("opencode 1.18.33").as_deref(), Some("1.18.33"));
+        assert_eq!(version_in("no version here, vim"), None);
+    }
+
+    #[tokio::test]
+    async fn what_a_run_started_outside_its_group_is_ended_with_it_and_nothing_else() {
+        // A command its agent started in a session of its own, as Hermes Agent does.
+        let mut theirs = std::process::Command::new("setsid")
+            .args(["sleep", "60"])
+            .env(RUN_MARK, "task_left_behind")
+            .spawn()
+            .unwrap();
+        let mut other = std::process::Command::new("sleep")
+            .arg("60")
+            .env(RUN_MARK, "task_still_running")
+            .spawn()
+            .unwrap();
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while run_mark_of(theirs.id(), &format!("{RUN_MARK}=")).is_none() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "setsid never ran sleep"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert_eq!(end_leftovers("task_left_behind").await, 1);
+        let status = theirs.wait().unwrap();
+        use std::os::unix::process::ExitStatusExt;
+        assert_eq!(status.signal(), Some(9), "{status:?}");
+        assert!(
+            other.try_wait().unwrap().is_none(),
+            "another run's process lives on"
+        );
+        assert_eq!(end_leftovers("task_left_behind").await, 0);
+        let _ = other.kill();
+        let _ = other.wait();
     }
 
     #[test]

@@ -72,8 +72,15 @@ pub(crate) fn files(opts: &RunnerOpts, bin: &std::path::Path) -> Result<(String,
     if let Some(c) = &opts.codex {
         exec.extend(["--codex".into(), unit_word(&c.to_string_lossy())]);
     }
-    if let Some(g) = &opts.gemini {
-        exec.extend(["--gemini".into(), unit_word(&g.to_string_lossy())]);
+    for (flag, bin) in [
+        ("--gemini", &opts.gemini),
+        ("--opencode", &opts.opencode),
+        ("--copilot", &opts.copilot),
+        ("--hermes", &opts.hermes),
+    ] {
+        if let Some(b) = bin {
+            exec.extend([flag.into(), unit_word(&b.to_string_lossy())]);
+        }
     }
     exec.extend([
         "--approval-timeout".into(),
@@ -244,6 +251,9 @@ mod tests {
             claude: None,
             codex: Some("/opt/codex/bin/codex".into()),
             gemini: Some("/opt/gemini/bin/gemini".into()),
+            opencode: None,
+            copilot: None,
+            hermes: Some("/opt/hermes/bin/hermes".into()),
             approval_timeout: 600,
             inhibit_sleep: true,
         };
@@ -260,6 +270,10 @@ mod tests {
         );
         assert!(
             unit.contains(" --gemini \"/opt/gemini/bin/gemini\" "),
+            "{unit}"
+        );
+        assert!(
+            unit.contains(" --hermes \"/opt/hermes/bin/hermes\" ") && !unit.contains("--opencode"),
             "{unit}"
         );
         assert!(unit.contains(" --inhibit-sleep"), "{unit}");

@@ -511,11 +511,16 @@ pub(crate) async fn exited(
             "this runner did not start the task: only the runs it started are recovered through it",
         ));
     }
-    let how = match (req.code, req.signal) {
+    let mut how = match (req.code, req.signal) {
         (_, Some(s)) => format!("signal {s}"),
         (Some(c), None) => format!("exit status {c}"),
         (None, None) => req.detail.clone().unwrap_or_else(|| "gone".into()),
     };
+    if let (Some(d), true) = (&req.detail, req.code.is_some() || req.signal.is_some()) {
+        // What the runner adds to an exit: e.g. that what the run had started outside its
+        // process group was still running, and was ended.
+        how = format!("{how}; {d}");
+    }
     let now = tx.now;
     let mut cut = false;
     for mut a in tx.list_attempts(&task.id).await? {
