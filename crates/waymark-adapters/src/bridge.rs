@@ -116,23 +116,34 @@ pub async fn open_approval(
     run.open_approval(
         intent,
         summary,
-        ApprovalOptions {
-            durability: Some(durability),
-            choices: choices
-                .iter()
-                .map(|c| DecisionOption {
-                    id: c.id.clone(),
-                    label: c.label.clone(),
-                    gives_up: c.gives_up.clone(),
-                    cost: None,
-                })
-                .collect(),
-            expires_in,
-            runtime_deadline,
-            ..ApprovalOptions::default()
-        },
+        approval_options(durability, choices, expires_in, runtime_deadline),
     )
     .await
+}
+
+/// What [`open_approval`] asks with, for an adapter that adds to it (e.g. the effect the
+/// approval is for).
+pub fn approval_options(
+    durability: ApprovalDurability,
+    choices: &[Choice],
+    expires_in: Option<Duration>,
+    runtime_deadline: Option<AskedRuntimeDeadline>,
+) -> ApprovalOptions {
+    ApprovalOptions {
+        durability: Some(durability),
+        choices: choices
+            .iter()
+            .map(|c| DecisionOption {
+                id: c.id.clone(),
+                label: c.label.clone(),
+                gives_up: c.gives_up.clone(),
+                cost: None,
+            })
+            .collect(),
+        expires_in,
+        runtime_deadline,
+        ..ApprovalOptions::default()
+    }
 }
 
 /// The runtime took the answer (e.g. Codex's `serverRequest/resolved`).

@@ -556,11 +556,19 @@ impl Adapter {
         let reported_tokens = detail.task.usage.tokens;
         // Codex holds an approval only while the connection that asked lives, and this attempt
         // started because the one before it ended: what that one left pending (its adapter was
-        // killed) nobody can answer any more. Expired, never approved; Codex asks again.
+        // killed) nobody can answer any more. Expired, never approved; Codex asks again. A
+        // runner's run keeps its command approvals: when Codex asks for the same command again,
+        // the card the person has answers it (`approval::earlier_decision`), and what is not
+        // asked again expires when the turn ends.
+        let keeps = self.args.task.is_some();
         for d in detail.decisions.iter().filter(|d| {
             d.kind == DecisionKind::Approval
                 && d.status == DecisionStatus::Pending
                 && d.durability == Some(ApprovalDurability::ConnectionBound)
+                && !(keeps
+                    && d.intent
+                        .as_ref()
+                        .is_some_and(|i| i["method"] == approval::COMMAND_APPROVAL))
         }) {
             match run.expire_decision(&d.id, EARLIER_CONNECTION).await {
                 Ok(_) => {
@@ -992,6 +1000,8 @@ impl Adapter {
                     request_id: id.clone(),
                     method,
                     item: conn.items.get(&item_key).map(|p| p.item.clone()),
+                    effect: conn.items.get(&item_key).map(|p| p.effect.clone()),
+                    adopt: self.args.task.is_some(),
                     params,
                     closed: conn.closed.clone(),
                     resolved: resolved.clone(),
@@ -1187,10 +1197,11 @@ impl Adapter {
             return;
         }
         let (done, rx) = oneshot::channel();
+        let (declared, effect) = watch::channel(None);
         let intent = items::intent(&item);
         conn.items
-            .insert(key.clone(), items::Pending { done, item });
-        self.spawn_effect(thread, &key, kind, intent, rx);
+            .insert(key.clone(), items::Pending { done, item, effect });
+        self.spawn_effect(thread, &key, kind, intent, rx, declared);
     }
 
     fn spawn_effect(
@@ -1200,6 +1211,7 @@ impl Adapter {
         kind: &'static str,
         intent: Value,
         rx: oneshot::Receiver<items::Outcome>,
+        declared: watch::Sender<Option<String>>,
     ) {
         let Some(t) = self.threads.get_mut(thread) else {
             return;
@@ -1212,6 +1224,7 @@ impl Adapter {
             intent,
             rx,
             t.tree.clone(),
+            declared,
         ));
         t.effects.entry(turn).or_default().push(handle);
     }
@@ -1273,7 +1286,8 @@ impl Adapter {
                         // Started before we followed the thread: declare and close it at once.
                         let (done, rx) = oneshot::channel();
                         let _ = done.send(outcome);
-                        self.spawn_effect(thread, &key, kind, items::intent(&item), rx);
+                        let (declared, _) = watch::channel(None);
+                        self.spawn_effect(thread, &key, kind, items::intent(&item), rx, declared);
                     }
                 }
             }
@@ -1323,6 +1337,9 @@ impl Adapter {
         let run = t.run.clone();
         let handles = t.effects.remove(&turn).unwrap_or_default();
         let diff = t.diffs.remove(&turn).filter(|d| !d.trim().is_empty());
+        if self.args.task.is_some() {
+            approval::expire_unasked(&run).await;
+        }
         let last_message = t.last_message.clone();
         let mut effects = Vec::new();
         for h in handles {

@@ -509,11 +509,12 @@ async fn the_runner_starts_revives_and_resumes_codex_for_a_phone() {
     );
     assert_eq!(model.calls(), calls);
 
-    // 4. Codex and the runner killed while Codex waits for an approval: the record cannot tell
-    // whether the call ran (the approval is not tied to it), so a recovery card asks and
-    // nothing resumes until the person answers; "it did not happen" resumes the same thread
-    // with the note, the approval the dead connection held is expired (never approved), and
-    // the call never runs.
+    // 4. Codex and the runner killed while Codex waits for an approval: the approval is tied to
+    // its item, which Codex runs only once accepted, so the call is known not to have run — no
+    // recovery card; the runner resumes the thread at once, and the card the phone already has
+    // stays the person's. Codex (told the call did not run) asks for the command again, and the
+    // adapter answers it from that card: no second card; approved on the phone, it runs once.
+    model.retry_aborted(true);
     let task = start_run(&phone, dir, "runner: killed while asking");
     let asked = pending_in_inbox(&phone, "count-p").await;
     let runs: Value = serde_json::from_str(
@@ -530,32 +531,41 @@ async fn the_runner_starts_revives_and_resumes_codex_for_a_phone() {
     assert!(killed.success());
     let calls = model.calls();
     runner = laptop.runner(&url, &token);
-    let d = until(&url, &admin_token, &task, "a recovery card", |d| {
-        d["task"]["state"] == "needs_human"
-    })
-    .await;
-    assert_eq!(
-        d["attempts"].as_array().unwrap().len(),
-        1,
-        "nothing resumes before the person answers: {d}"
-    );
-    let card = pending_in_inbox(&phone, "Did the codex.commandExecution").await;
-    assert_eq!(card["decision"]["kind"], "recovery", "{card}");
-    let before = model.requests().len();
-    device(
-        &phone,
-        &[
-            "choose",
-            card["decision"]["id"].as_str().unwrap(),
-            "mark_not_started",
-            "--json",
-        ],
-    );
     let d = until(
         &url,
         &admin_token,
         &task,
-        "the answered run finishes",
+        "the run resumed, and Codex asking again",
+        |d| d["attempts"].as_array().unwrap().len() == 2 && model.calls() > calls,
+    )
+    .await;
+    eprintln!("asked again after the revive at {:?}", started.elapsed());
+    let decisions = d["decisions"].as_array().unwrap();
+    assert!(
+        !decisions.iter().any(|x| x["kind"] == "recovery"),
+        "no recovery card: the call waited for a person and never ran: {d}"
+    );
+    assert_eq!(
+        decisions.len(),
+        1,
+        "no second card for the same command: {d}"
+    );
+    assert_eq!(decisions[0]["id"], asked["decision"]["id"]);
+    assert_eq!(decisions[0]["status"], "pending", "{d}");
+    let first = d["effects"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["id"] == decisions[0]["effect_id"])
+        .unwrap_or_else(|| panic!("the approval is tied to its item's effect: {d}"));
+    assert_eq!(first["status"], "failed", "closed as not run: {first}");
+    assert_eq!(lines(&counts.join("count-p")), 0, "nothing ran unanswered");
+    approve(&phone, &asked);
+    let d = until(
+        &url,
+        &admin_token,
+        &task,
+        "the approved run finishes",
         |d| {
             let attempts = d["attempts"].as_array().unwrap();
             attempts.len() == 2
@@ -566,31 +576,25 @@ async fn the_runner_starts_revives_and_resumes_codex_for_a_phone() {
         },
     )
     .await;
-    eprintln!("recovered run finished at {:?}", started.elapsed());
+    eprintln!("answered run finished at {:?}", started.elapsed());
+    model.retry_aborted(false);
+    assert_eq!(
+        lines(&counts.join("count-p")),
+        1,
+        "the call ran once, as approved"
+    );
     let held = d["decisions"]
         .as_array()
         .unwrap()
         .iter()
         .find(|x| x["id"] == asked["decision"]["id"])
         .unwrap();
-    assert_eq!(held["status"], "expired", "{held}");
+    assert_eq!(held["status"], "resolved", "{held}");
+    assert_eq!(held["outcome"]["option"], "approve", "{held}");
     assert_eq!(
-        held["outcome"]["option"],
-        Value::Null,
-        "never approved: {held}"
+        held["delivery"]["state"], "acknowledged",
+        "Codex took the answer: {held}"
     );
-    assert_eq!(lines(&counts.join("count-p")), 0, "the call never ran");
-    assert_eq!(model.calls(), calls, "the model did not ask for it again");
-    model_received(&model, before, "the note in the same thread", |r| {
-        let users = user_texts(r);
-        users
-            .iter()
-            .any(|t| t.contains("runner: killed while asking"))
-            && users
-                .iter()
-                .any(|t| t.contains("a person answered the recovery questions"))
-    })
-    .await;
 
     // 5. Paused from the phone under a pending approval: the adapter interrupts Codex's turn
     // and holds (the approval expires, the call does not run, the process lives on with its

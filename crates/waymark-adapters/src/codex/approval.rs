@@ -6,8 +6,11 @@
 use std::sync::{Arc, OnceLock};
 
 use serde_json::{Value, json};
+use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
-use waymark_proto::{ApprovalDurability, DecisionStatus, DeliveryState, ErrorCode};
+use waymark_proto::{
+    ApprovalDurability, Decision, DecisionKind, DecisionStatus, DeliveryState, ErrorCode,
+};
 use waymark_worker::{Run, chosen_option};
 
 use crate::bridge::{self, Choice};
@@ -288,7 +291,72 @@ pub(super) struct Job {
     pub(super) item_done: CancellationToken,
     pub(super) withdrawn: Closed,
     pub(super) sent: Sent,
+    /// The item's effect, once declared (the approval is tied to it).
+    pub(super) effect: Option<watch::Receiver<Option<String>>>,
+    /// A runner's run: a request an earlier connection asked and a person may have answered
+    /// since is answered from that decision (see [`earlier_decision`]).
+    pub(super) adopt: bool,
 }
+
+/// How long an approval waits for its item's effect to be declared, to be tied to it.
+const EFFECT_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// The decision an earlier connection of this run opened for the same command in the same
+/// directory, still the person's to answer or answered and not yet delivered: Codex holds an
+/// approval only while its connection lives, so a run revived after its adapter died asks
+/// again — and the card the person already has (perhaps answered from the phone meanwhile)
+/// answers it, instead of a second card. Command approvals only: a file change is asked anew.
+async fn earlier_decision(job: &Job) -> Option<Decision> {
+    if job.method != COMMAND_APPROVAL {
+        return None;
+    }
+    let detail = job.run.client().task(job.run.task_id()).await.ok()?;
+    let started = job.run.attempt().started_at;
+    let (command, cwd) = (job.params.get("command"), job.params.get("cwd"));
+    command?;
+    detail.decisions.into_iter().rev().find(|d| {
+        let intent = d.intent.as_ref();
+        d.kind == DecisionKind::Approval
+            && d.durability == Some(ApprovalDurability::ConnectionBound)
+            && d.created_at < started
+            && (d.status == DecisionStatus::Pending
+                || (d.status == DecisionStatus::Resolved
+                    && d.delivery
+                        .as_ref()
+                        .is_some_and(|x| x.state == DeliveryState::Pending)))
+            && intent.is_some_and(|i| {
+                i["method"] == COMMAND_APPROVAL
+                    && i["params"].get("command") == command
+                    && i["params"].get("cwd") == cwd
+            })
+    })
+}
+
+/// After a turn of a runner's run: what an earlier connection asked and Codex did not ask for
+/// again is expired (never approved) — nobody is left to take its answer.
+pub(super) async fn expire_unasked(run: &Run) {
+    let Ok(detail) = run.client().task(run.task_id()).await else {
+        return;
+    };
+    let started = run.attempt().started_at;
+    for d in detail.decisions.iter().filter(|d| {
+        d.kind == DecisionKind::Approval
+            && d.status == DecisionStatus::Pending
+            && d.durability == Some(ApprovalDurability::ConnectionBound)
+            && d.created_at < started
+    }) {
+        match run.expire_decision(&d.id, UNASKED).await {
+            Ok(_) => {
+                tracing::info!(decision = %d.id, "expired an approval Codex did not ask for again")
+            }
+            Err(e) => tracing::debug!(decision = %d.id, error = %e, "not expired"),
+        }
+    }
+}
+
+/// Why an approval an earlier connection held expires once a turn ends without it.
+const UNASKED: &str =
+    "the connection that asked is gone, and the revived run did not ask for this call again";
 
 /// Opens the approval, waits for a person (or the end of the connection, or Codex resolving
 /// it elsewhere), answers Codex, and reports whether Codex took the answer.
@@ -300,17 +368,37 @@ pub(super) async fn carry(job: Job) {
         intent["item"] = item.clone();
     }
     let summary = summary(&job.method, &job.params, job.item.as_ref());
-    let opened = bridge::open_approval(
-        &job.run,
-        intent,
-        &summary,
-        ApprovalDurability::ConnectionBound,
-        &choices,
-        None,
-        // Codex keeps it open as long as the connection lives: no deadline of its own.
-        None,
-    )
-    .await;
+    let earlier = if job.adopt {
+        earlier_decision(&job).await
+    } else {
+        None
+    };
+    let opened = match earlier {
+        Some(d) => {
+            tracing::info!(decision = %d.id, request = %job.request_id, "Codex asks again for a call an earlier connection asked: answered from the same decision");
+            Ok(d)
+        }
+        None => {
+            let effect_id = match job.effect.clone() {
+                Some(mut rx) => tokio::time::timeout(EFFECT_WAIT, rx.wait_for(Option::is_some))
+                    .await
+                    .ok()
+                    .and_then(|r| r.ok().and_then(|v| (*v).clone())),
+                None => None,
+            };
+            let options = waymark_worker::ApprovalOptions {
+                effect_id,
+                // Codex keeps it open as long as the connection lives: no deadline of its own.
+                ..bridge::approval_options(
+                    ApprovalDurability::ConnectionBound,
+                    &choices,
+                    None,
+                    None,
+                )
+            };
+            job.run.open_approval(intent, &summary, options).await
+        }
+    };
     let decision = match opened {
         Ok(d) => d,
         Err(e) => {

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use serde_json::{Map, Value, json};
 use sha2::{Digest, Sha256};
-use tokio::sync::oneshot;
+use tokio::sync::{oneshot, watch};
 use waymark_proto::{EffectRef, EffectStatus};
 use waymark_worker::tree::TreeRecorder;
 use waymark_worker::{EffectCtx, Error, ProviderError, ProviderStatus, Reconciler, Run};
@@ -28,6 +28,8 @@ pub(super) struct Pending {
     pub(super) done: oneshot::Sender<Outcome>,
     /// The item as `item/started` showed it.
     pub(super) item: Value,
+    /// The item's effect, once declared: an approval for the item is tied to it.
+    pub(super) effect: watch::Receiver<Option<String>>,
 }
 
 /// The effect kind of an item type, for the types that change something.
@@ -149,20 +151,24 @@ pub(super) async fn record(
     intent: Value,
     done: oneshot::Receiver<Outcome>,
     tree: Option<Arc<TreeRecorder>>,
+    declared: watch::Sender<Option<String>>,
 ) -> Option<EffectRef> {
     let res = run
         .effect(key.clone(), kind, intent)
-        .run(&NotAnswerable, |_ctx| async move {
-            match done.await {
-                Ok(Outcome::Completed(receipt)) => Ok(receipt),
-                Ok(Outcome::Failed(reason)) => Err(ProviderError::Failed {
-                    compensable: false,
-                    reason,
-                }),
-                Ok(Outcome::Unknown(reason)) => Err(ProviderError::Unknown { reason }),
-                Err(_) => Err(ProviderError::Unknown {
-                    reason: "the adapter stopped following the item before it ended".into(),
-                }),
+        .run(&NotAnswerable, move |ctx| {
+            let _ = declared.send(Some(ctx.effect_id.clone()));
+            async move {
+                match done.await {
+                    Ok(Outcome::Completed(receipt)) => Ok(receipt),
+                    Ok(Outcome::Failed(reason)) => Err(ProviderError::Failed {
+                        compensable: false,
+                        reason,
+                    }),
+                    Ok(Outcome::Unknown(reason)) => Err(ProviderError::Unknown { reason }),
+                    Err(_) => Err(ProviderError::Unknown {
+                        reason: "the adapter stopped following the item before it ended".into(),
+                    }),
+                }
             }
         })
         .await;

@@ -31,6 +31,7 @@ pub struct FakeResponses {
     requests: Arc<Mutex<Vec<Value>>>,
     calls: Arc<AtomicUsize>,
     hold: Arc<AtomicBool>,
+    retry_aborted: Arc<AtomicBool>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -42,6 +43,7 @@ struct Shared {
     kept: Arc<Mutex<Vec<Value>>>,
     calls: Arc<AtomicUsize>,
     hold: Arc<AtomicBool>,
+    retry_aborted: Arc<AtomicBool>,
 }
 
 impl Drop for FakeResponses {
@@ -69,11 +71,13 @@ impl FakeResponses {
             kept: Arc::new(Mutex::new(Vec::new())),
             calls: Arc::new(AtomicUsize::new(0)),
             hold: Arc::new(AtomicBool::new(false)),
+            retry_aborted: Arc::new(AtomicBool::new(false)),
         });
-        let (requests, calls, hold) = (
+        let (requests, calls, hold, retry_aborted) = (
             shared.kept.clone(),
             shared.calls.clone(),
             shared.hold.clone(),
+            shared.retry_aborted.clone(),
         );
         let task = tokio::spawn(async move {
             loop {
@@ -93,8 +97,15 @@ impl FakeResponses {
             requests,
             calls,
             hold,
+            retry_aborted,
             task,
         }
+    }
+
+    /// While on, a call Codex closed as `aborted` (its connection died before it ran) is no
+    /// result: the model asks for the call again, as a model told it did not run would.
+    pub fn retry_aborted(&self, on: bool) {
+        self.retry_aborted.store(on, Ordering::SeqCst);
     }
 
     /// How many `exec_command` calls the model made so far.
@@ -148,7 +159,12 @@ async fn serve(stream: TcpStream, shared: &Shared) -> std::io::Result<()> {
     let item = if shared.planner {
         planner_reply(&request, n)
     } else {
-        reply_to(&request, &shared.turns, n)
+        reply_to(
+            &request,
+            &shared.turns,
+            n,
+            shared.retry_aborted.load(Ordering::SeqCst),
+        )
     };
     if item["type"] == "function_call" {
         shared.calls.fetch_add(1, Ordering::SeqCst);
@@ -181,7 +197,7 @@ fn has_output(request: &Value) -> bool {
 }
 
 /// The output item to send: the `exec_command` call, or the answer once the call has an output.
-fn reply_to(request: &Value, turns: &[Turn], n: usize) -> Value {
+fn reply_to(request: &Value, turns: &[Turn], n: usize, retry_aborted: bool) -> Value {
     let input = request["input"].as_array().cloned().unwrap_or_default();
     let found = input.iter().enumerate().rev().find_map(|(at, item)| {
         if item["type"] != "message" || item["role"] != "user" {
@@ -201,9 +217,13 @@ fn reply_to(request: &Value, turns: &[Turn], n: usize) -> Value {
     let Some((at, index, turn)) = found else {
         return answer("The fake model has no turn for this prompt.");
     };
+    let aborted = |i: &Value| {
+        let o = &i["output"];
+        o.as_str().or_else(|| o["content"].as_str()).map(str::trim) == Some("aborted")
+    };
     if input[at..]
         .iter()
-        .any(|i| i["type"] == "function_call_output")
+        .any(|i| i["type"] == "function_call_output" && !(retry_aborted && aborted(i)))
     {
         return answer(&turn.answer);
     }

@@ -576,14 +576,30 @@ pub(crate) async fn exited(
         {
             continue;
         }
-        let waited = decisions.iter().any(|d| {
+        let waited = decisions.iter().find(|d| {
             d.effect_id.as_deref() == Some(e.id.as_str())
                 && d.kind == DecisionKind::Approval
                 && d.status == DecisionStatus::Pending
         });
-        if waited {
+        if let Some(d) = waited {
             // It waited for a person: it never ran. The approval stays; the resumed run asks
-            // for the call again and is answered from it.
+            // for the call again and is answered from it. A runtime that held it only on its
+            // connection (Codex) asks under a new item, so this one is closed as not run.
+            if d.durability == Some(ApprovalDurability::ConnectionBound) {
+                e.status = EffectStatus::Failed;
+                e.receipt = Some(serde_json::json!({
+                    "error": format!("not run: the runtime process ended ({how}) while the call waited for a person's answer; the answer still decides when the run asks again"),
+                }));
+                e.updated_at = now;
+                tx.update_effect(&e).await?;
+                emit(
+                    &mut tx,
+                    &task,
+                    EventKind::EffectUpdated,
+                    convert::effect(&e)?,
+                )
+                .await?;
+            }
             continue;
         }
         e.status = EffectStatus::Unknown;
