@@ -1324,7 +1324,7 @@ impl Session {
         tracing::info!(decision = decision_id, status = %d.status, ?answer, "answering the agent");
         let wrote = self.peer.respond(&p.rpc_id, body).await;
         let allowed = matches!(&answer, Answer::Select(_))
-            && chosen_option(&d).is_some_and(|o| o.starts_with("approve"));
+            && chosen_option(&d).and_then(waymark_proto::option_grants) == Some(true);
         if !allowed {
             let reason = match d.status {
                 DecisionStatus::Expired => "the approval expired".to_owned(),

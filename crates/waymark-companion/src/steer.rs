@@ -241,7 +241,7 @@ impl Companion {
         // approve or a deny carrying that option, so it stays bound to the intent digest.
         let op = match (op, option) {
             (Operation::ChooseOption, Some(o)) if d.kind == DecisionKind::Approval => {
-                if o == "deny" || o.starts_with("deny_") {
+                if waymark_proto::option_grants(o) == Some(false) {
                     Operation::Deny
                 } else {
                     Operation::Approve

@@ -10,6 +10,21 @@ use crate::state::{
     FinishOutcome, Operation, RuntimeFallback, TaskState,
 };
 
+/// Whether an approval's option grants the call (`approve`, `approve_…`), refuses it (`deny`,
+/// `deny_…`), or is no approval option at all (`None`: `approvex`, `denylist`, `approve_`).
+/// The one definition: the server, the SDK, the adapters and the companion ask this, and the
+/// UI's `optionGrants` follows the same case table (`ui/src/web/fixtures/option-grants.json`,
+/// which both sides' tests read).
+pub fn option_grants(option: &str) -> Option<bool> {
+    match option {
+        "approve" => Some(true),
+        "deny" => Some(false),
+        o if o.len() > "approve_".len() && o.starts_with("approve_") => Some(true),
+        o if o.len() > "deny_".len() && o.starts_with("deny_") => Some(false),
+        _ => None,
+    }
+}
+
 /// One step of a task's plan (a DAG through `depends_on`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct PlanStep {
@@ -844,7 +859,7 @@ impl Closing {
             (Some(r), ClosingThen::RuntimeAsksItself) => {
                 format!("{r} will ask in its own prompt {when}")
             }
-            (_, ClosingThen::Default(o)) if o == "deny" || o.starts_with("deny_") => {
+            (_, ClosingThen::Default(o)) if option_grants(o) == Some(false) => {
                 format!("{o} applies {when}: the call does not run")
             }
             (_, ClosingThen::Default(o)) => format!("{o} applies {when}"),
@@ -2155,5 +2170,27 @@ mod tree_tests {
                 .unwrap()
                 .ends_with("files beyond the listed ones changed")
         );
+    }
+}
+
+#[cfg(test)]
+mod option_tests {
+    #[test]
+    fn every_case_of_the_shared_table_grants_refuses_or_is_no_option() {
+        let table: serde_json::Value = serde_json::from_str(include_str!(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../ui/src/web/fixtures/option-grants.json"
+        )))
+        .unwrap();
+        let cases = table["cases"].as_array().unwrap();
+        assert!(cases.len() > 10);
+        for case in cases {
+            let option = case[0].as_str().unwrap();
+            assert_eq!(
+                super::option_grants(option),
+                case[1].as_bool(),
+                "`{option}`"
+            );
+        }
     }
 }

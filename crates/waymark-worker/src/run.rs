@@ -421,7 +421,7 @@ pub fn chosen_option(decision: &Decision) -> Option<&str> {
 pub fn approved_intent(decision: &Decision) -> Option<&Value> {
     let outcome = decision.outcome.as_ref()?;
     let option = outcome.option.as_deref()?;
-    let grants = option == "approve" || option.starts_with("approve_");
+    let grants = waymark_proto::option_grants(option) == Some(true);
     if decision.status != DecisionStatus::Resolved || !grants {
         return None;
     }

@@ -15,6 +15,7 @@ import { MachineNote } from "./Machine";
 import { QuestionForm } from "./QuestionForm";
 import { day, RuleForm } from "./RuleForm";
 import { ruleFromIntent } from "../rules";
+import { optionGrants } from "../options";
 import { Receipts } from "./Receipts";
 import { formOf } from "../web/sign";
 import type { RowProps } from "../windowed";
@@ -376,7 +377,8 @@ export function InboxCard({
           ) : null)}
         {d.kind === "approval" &&
           confirming != null &&
-          confirming.action.startsWith("approve_") &&
+          confirming.action !== "approve" &&
+          optionGrants(confirming.action) === true &&
           d.options
             .filter((o) => o.id === confirming.action)
             .map((o) => (
@@ -401,7 +403,7 @@ export function InboxCard({
               .filter((o) => o.id !== "approve" && o.id !== "deny")
               .map((o) => (
                 <li key={o.id} className="option">
-                  <button type="button" className={o.id.startsWith("deny") ? "danger" : "secondary"} disabled={locked} onClick={() => (o.id.startsWith("deny") ? send("deny", o.id) : setConfirming({ action: o.id, seen: shownBy(item) }))} data-testid={`option-${o.id}`}>
+                  <button type="button" className={optionGrants(o.id) === false ? "danger" : "secondary"} disabled={locked} onClick={() => (optionGrants(o.id) === false ? send("deny", o.id) : setConfirming({ action: o.id, seen: shownBy(item) }))} data-testid={`option-${o.id}`}>
                     {o.label}
                   </button>
                   {o.gives_up && <span className="small">{t("inbox.givesUp", { what: o.gives_up })}</span>}

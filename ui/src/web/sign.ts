@@ -3,6 +3,7 @@
 import canonicalize from "canonicalize";
 import type { DecisionKind, NewRuleView, Operation } from "../bindings";
 import { base64url, type DeviceKey } from "./keys";
+import { optionGrants } from "../options";
 
 /** A steer command as `waymark_proto::steer::SteerCommand` serialises: absent fields are
  * omitted, never `null` (the server verifies over the JSON it receives). */
@@ -282,7 +283,7 @@ export function answerArgs(
   const args: Record<string, unknown> = { decision_id: decision.id };
   let op = operation;
   if (op === "choose_option" && option !== null && decision.kind === "approval") {
-    op = option === "deny" || option.startsWith("deny_") ? "deny" : "approve";
+    op = optionGrants(option) === false ? "deny" : "approve";
   }
   const checkOption = (o: string) => {
     if (decision.options.some((x) => x.id === o)) return;

@@ -114,15 +114,10 @@ pub(crate) fn approval_options(given: &[DecisionOption]) -> ApiResult<Vec<Decisi
     Ok(given.to_vec())
 }
 
-/// Whether an approval option grants (`approve`, `approve_…`) or refuses (`deny`, `deny_…`).
+/// Whether an approval option grants (`approve`, `approve_…`) or refuses (`deny`, `deny_…`):
+/// [`waymark_proto::option_grants`].
 pub(crate) fn approval_grants(option: &str) -> Option<bool> {
-    match option {
-        "approve" => Some(true),
-        "deny" => Some(false),
-        o if o.starts_with("approve_") && o.len() > 8 => Some(true),
-        o if o.starts_with("deny_") && o.len() > 5 => Some(false),
-        _ => None,
-    }
+    waymark_proto::option_grants(option)
 }
 
 /// An approval's intent as a person edited it before approving, checked: the runtime takes a
