@@ -39,6 +39,43 @@ pub struct OpenClawArgs {
     /// `connect.client.mode`: one of the modes the gateway knows.
     #[arg(long, default_value = "backend", value_name = "MODE")]
     pub client_mode: String,
+    /// Follow one run instead of mirroring every session: bind the gateway session
+    /// `--session-key` to this existing task (the one a runner's `start_run` made), send one
+    /// turn into it (`--message`), follow that turn to its end, hand the task back open (a
+    /// follow-up or a revive sends the next turn into the same session), and exit.
+    #[arg(long, value_name = "TASK", requires_all = ["session_key", "message", "turn_key"])]
+    pub task: Option<String>,
+    /// The run's gateway session key (with `--task`); see [`run_session_key`].
+    #[arg(long, value_name = "KEY", requires = "task")]
+    pub session_key: Option<String>,
+    /// The turn's text, `-` to read it from stdin (with `--task`).
+    #[arg(long, value_name = "TEXT", requires = "task")]
+    pub message: Option<String>,
+    /// The turn's idempotency key (with `--task`): the gateway takes a turn sent twice with
+    /// one key once, so a resend after a lost connection is no second turn.
+    #[arg(long, value_name = "KEY", requires = "task")]
+    pub turn_key: Option<String>,
+    /// The working directory of the turn (`agent.cwd`, with `--task`): where its commands
+    /// run. Its working tree is recorded after each tool call, for a revive's admission.
+    #[arg(long, value_name = "DIR", requires = "task")]
+    pub cwd: Option<PathBuf>,
+}
+
+/// The gateway session key of a runner's run of `task` under OpenClaw's agent `agent`: the
+/// key the runner binds the run to, and that the mirroring adapter leaves to it.
+pub fn run_session_key(agent: &str, task: &str) -> String {
+    format!("agent:{agent}:{RUN_SESSION_PREFIX}{task}")
+}
+
+/// The last part of every runner run's session key.
+const RUN_SESSION_PREFIX: &str = "waymark-run-";
+
+/// Whether `key` is a runner's run (followed by its own adapter, never mirrored as a session
+/// of its own).
+fn is_run_session(key: &str) -> bool {
+    key.rsplit(':')
+        .next()
+        .is_some_and(|last| last.starts_with(RUN_SESSION_PREFIX))
 }
 
 /// Why the adapter stopped.
@@ -55,6 +92,13 @@ pub enum OpenClawError {
         /// What is wrong.
         reason: String,
     },
+    /// The gateway refused the run's turn (`agent`), for good.
+    #[error("the OpenClaw gateway refused the turn: {0}")]
+    TurnRefused(String),
+    /// The turn the adapter followed is gone: the gateway restarted under it. The attempt is
+    /// left as it was, so the runner's report of this exit revives the run.
+    #[error("the OpenClaw turn was cut off: {0}")]
+    TurnLost(String),
     /// The gateway answered `connect` with `ok:false`.
     #[error("the OpenClaw gateway refused device `{device_id}`: {message} ({code}) — {hint}")]
     Refused {
@@ -95,7 +139,18 @@ pub async fn run(
     };
     let key = DeviceKey::load_or_create(&key_path)?;
     tracing::info!(device = %key.device_id(), key = %key_path.display(), "OpenClaw device identity");
+    let bound = match (args.task, args.session_key, args.message, args.turn_key) {
+        (Some(task), Some(key), Some(message), Some(turn_key)) => Some(adapter::Bound {
+            task,
+            key,
+            message,
+            turn_key,
+            cwd: args.cwd,
+        }),
+        _ => None,
+    };
     let settings = adapter::Settings {
+        bound,
         gateway: args.gateway.clone(),
         gateway_token: args.gateway_token.filter(|t| !t.is_empty()),
         client: gateway::ClientInfo {

@@ -211,6 +211,11 @@ impl Adapter {
             device_key: Some(w.key_path()),
             client_id: "gateway-client".into(),
             client_mode: "backend".into(),
+            task: None,
+            session_key: None,
+            message: None,
+            turn_key: None,
+            cwd: None,
         };
         let handle = tokio::spawn(openclaw::run(args, w.cp.client.clone(), shutdown.clone()));
         Adapter { shutdown, handle }

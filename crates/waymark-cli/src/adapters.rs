@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use clap::{Args, Subcommand, ValueEnum};
 use serde_json::{Map, Value, json};
+use tokio::signal::unix::{SignalKind, signal};
 
 use crate::output::{CliResult, Exit, Failure, emit};
 
@@ -90,18 +91,30 @@ impl Conn {
 }
 
 /// Runs a long-lived adapter until it ends or Ctrl-C (then it stops cleanly: pending
-/// approvals are expired, the attempt released).
+/// approvals are expired, the attempt released) — or, with `on_term`, `SIGTERM` too.
 async fn long_lived<E: std::fmt::Display>(
     conn: Conn,
+    on_term: bool,
     run: impl AsyncFnOnce(waymark_worker::Client, tokio_util::sync::CancellationToken) -> Result<(), E>,
 ) -> CliResult {
     let client = conn.client().await?;
     let shutdown = tokio_util::sync::CancellationToken::new();
     let on_signal = shutdown.clone();
     tokio::spawn(async move {
-        if tokio::signal::ctrl_c().await.is_ok() {
-            on_signal.cancel();
+        let mut term = on_term
+            .then(|| signal(SignalKind::terminate()).ok())
+            .flatten();
+        let terminated = async {
+            match term.as_mut() {
+                Some(t) => t.recv().await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            r = tokio::signal::ctrl_c() => if r.is_err() { return },
+            Some(()) = terminated => {}
         }
+        on_signal.cancel();
     });
     run(client, shutdown)
         .await
@@ -220,13 +233,16 @@ pub(crate) async fn run(args: AdaptersArgs, json: bool) -> CliResult {
         Runtime::Codex { conn, mut args } => {
             from_stdin(&mut args.prompt, "--prompt")?;
             from_stdin(&mut args.message, "--message")?;
-            long_lived(conn, async |c, s| {
+            long_lived(conn, false, async |c, s| {
                 waymark_adapters::codex::run(args, c, s).await
             })
             .await
         }
-        Runtime::Openclaw { conn, args } => {
-            long_lived(conn, async |c, s| {
+        Runtime::Openclaw { conn, mut args } => {
+            from_stdin(&mut args.message, "--message")?;
+            // A runner ends a run's adapter with `SIGTERM` (and kills it after a grace): the
+            // OpenClaw run lives on in the gateway, so the adapter aborts a cancelled one there.
+            long_lived(conn, true, async |c, s| {
                 waymark_adapters::openclaw::run(args, c, s).await
             })
             .await
@@ -235,13 +251,13 @@ pub(crate) async fn run(args: AdaptersArgs, json: bool) -> CliResult {
             let mut prompt = Some(std::mem::take(&mut args.prompt));
             from_stdin(&mut prompt, "--prompt")?;
             args.prompt = prompt.unwrap_or_default();
-            long_lived(conn, async |c, s| {
+            long_lived(conn, false, async |c, s| {
                 waymark_adapters::acp::run(args, c, s).await
             })
             .await
         }
         Runtime::Hermes { conn, args } => {
-            long_lived(conn, async |c, s| {
+            long_lived(conn, false, async |c, s| {
                 waymark_adapters::hermes::run(args, c, s).await
             })
             .await

@@ -187,7 +187,7 @@ pub(crate) enum ClientCommand {
         /// The machine (`waymark machines` lists them).
         #[arg(long)]
         machine: String,
-        /// The runtime (`claude-code`, `codex`, `gemini`, `opencode`, `copilot`, `hermes`: what the
+        /// The runtime (`claude-code`, `codex`, `gemini`, `opencode`, `copilot`, `hermes`, `openclaw`: what the
         /// machine's runner found).
         #[arg(long, default_value = "claude-code")]
         runtime: String,

@@ -23,6 +23,7 @@
 mod fake_anthropic;
 #[path = "real_claude_code/hook_recorder.rs"]
 mod hook_recorder;
+mod runner_world;
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -379,26 +380,7 @@ async fn world(turns: impl FnOnce(&Path) -> Vec<Turn>) -> World {
     }
     let project = dir.path().join("project").canonicalize().unwrap();
     // A repository, as a person's project is: a runner's run records its working tree.
-    std::fs::write(project.join("README.md"), "the project\n").unwrap();
-    for args in [
-        &["init", "-q"][..],
-        &["add", "README.md"],
-        &["commit", "-qm", "start"],
-    ] {
-        let ok = std::process::Command::new("git")
-            .args([
-                "-c",
-                "user.name=alice",
-                "-c",
-                "user.email=alice@example.invalid",
-            ])
-            .args(args)
-            .current_dir(&project)
-            .status()
-            .unwrap()
-            .success();
-        assert!(ok, "git {args:?}");
-    }
+    runner_world::git_project(&project);
     let model = FakeAnthropic::start(turns(&project)).await;
     let data = dir.path().join("data");
     admin(&data, &["user", "add", "alice"]);

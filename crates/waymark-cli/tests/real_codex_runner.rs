@@ -218,26 +218,7 @@ async fn the_runner_starts_revives_and_resumes_codex_for_a_phone() {
     let project = laptop.path("project").canonicalize().unwrap();
     let dir = project.to_str().unwrap();
     // A repository, as a person's project is: a runner's run records its working tree.
-    std::fs::write(project.join("README.md"), "the project\n").unwrap();
-    for args in [
-        &["init", "-q"][..],
-        &["add", "README.md"],
-        &["commit", "-qm", "start"],
-    ] {
-        let ok = Command::new("git")
-            .args([
-                "-c",
-                "user.name=alice",
-                "-c",
-                "user.email=alice@example.invalid",
-            ])
-            .args(args)
-            .current_dir(&project)
-            .status()
-            .unwrap()
-            .success();
-        assert!(ok, "git {args:?}");
-    }
+    git_project(&project);
     let data = laptop.path("data");
     let phone = laptop.path("phone");
     admin(&data, &["user", "add", "alice"]);

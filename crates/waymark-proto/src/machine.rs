@@ -16,6 +16,7 @@ pub const RUNNER_RUNTIMES: &[&str] = &[
     "opencode",
     "copilot",
     "hermes",
+    "openclaw",
 ];
 
 /// Runtimes a run can start in plan mode (`args.plan` of `start_run`).

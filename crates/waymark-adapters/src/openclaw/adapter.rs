@@ -53,10 +53,55 @@ const INTERNAL_QUEUED: usize = 256;
 /// What the adapter was started with, resolved.
 #[derive(Debug, Clone)]
 pub(super) struct Settings {
+    /// Following one run (`--task`) rather than mirroring every session.
+    pub(super) bound: Option<Bound>,
     pub(super) gateway: String,
     pub(super) gateway_token: Option<String>,
     pub(super) client: ClientInfo,
 }
+
+/// One runner's run: the task `start_run` made, the gateway session it runs in, and the turn
+/// to send into it.
+#[derive(Debug, Clone)]
+pub(super) struct Bound {
+    pub(super) task: String,
+    pub(super) key: String,
+    pub(super) message: String,
+    pub(super) turn_key: String,
+    pub(super) cwd: Option<std::path::PathBuf>,
+}
+
+/// Where the bound run's turn is.
+#[derive(Debug, Clone, PartialEq)]
+enum Turn {
+    /// Not sent yet (or its sending was cut off before the gateway answered: sent again with
+    /// the same idempotency key, so it is one turn).
+    Unsent,
+    /// The gateway accepted it as `run_id`, on the gateway process `boot`.
+    Running {
+        run_id: String,
+        boot: Option<String>,
+    },
+    /// Over, as the gateway said (`ok`, `error`, `aborted`…): what to say of it.
+    Over(String),
+}
+
+/// The statuses a turn has while it is not over (`agent.wait` and the send methods answer
+/// them; a send again while it runs is `in_flight`).
+const TURN_UNDER_WAY: [&str; 6] = [
+    "timeout",
+    "pending",
+    "accepted",
+    "started",
+    "in_flight",
+    "queued",
+];
+
+/// How long a bound run's adapter lets its tool calls' records settle at the turn's end.
+const SETTLE: Duration = Duration::from_secs(10);
+
+/// How often the bound run's turn is asked after (`agent.wait` with no wait).
+const TURN_POLL: Duration = Duration::from_secs(1);
 
 /// A session's place in the adapter.
 enum Slot {
@@ -169,6 +214,8 @@ enum Internal {
 enum End {
     Stop,
     Lost(Lost),
+    /// The bound run's turn is over: hand the task back open and exit.
+    TurnOver,
 }
 
 pub(super) struct Adapter {
@@ -184,12 +231,33 @@ pub(super) struct Adapter {
     tx: mpsc::Sender<Internal>,
     rx: mpsc::Receiver<Internal>,
     background: JoinSet<()>,
+    /// Tool calls being mirrored (and working trees being recorded): a bound run's adapter
+    /// lets them settle before it hands the task back.
+    mirrors: JoinSet<()>,
+    /// The bound run's turn (unused when mirroring every session).
+    turn: Turn,
+    /// Why the gateway (or the control plane) refused the bound run's turn.
+    refused: Option<String>,
+    /// The gateway process the connection is on (`hello-ok`'s `server.bootId`): a turn
+    /// accepted by another one is gone.
+    boot: Option<String>,
+    /// Records the bound run's working tree after each tool call.
+    tree: Option<Arc<waymark_worker::tree::TreeRecorder>>,
 }
 
 impl Adapter {
     pub(super) fn new(settings: Settings, key: DeviceKey, client: Client) -> Adapter {
         let (tx, rx) = mpsc::channel(INTERNAL_QUEUED);
+        let tree = settings
+            .bound
+            .as_ref()
+            .and_then(|b| b.cwd.clone())
+            .map(|d| Arc::new(waymark_worker::tree::TreeRecorder::new(d)));
         Adapter {
+            tree,
+            turn: Turn::Unsent,
+            refused: None,
+            boot: None,
             settings,
             key,
             client,
@@ -199,6 +267,7 @@ impl Adapter {
             tx,
             rx,
             background: JoinSet::new(),
+            mirrors: JoinSet::new(),
         }
     }
 
@@ -256,7 +325,7 @@ impl Adapter {
             dropped_device_token = false;
             tracing::info!(gateway = %self.settings.gateway, "connected to the OpenClaw gateway");
             match self.serve(&mut conn, &shutdown).await {
-                End::Stop => {
+                End::Stop | End::TurnOver => {
                     conn.close().await;
                     break Ok(());
                 }
@@ -269,8 +338,33 @@ impl Adapter {
                 }
             }
         };
-        self.stop().await;
+        let result = match result {
+            Ok(()) => match &self.turn {
+                // Cut off under a restarted gateway: the attempt is left to the runner's report.
+                Turn::Running { .. } if self.turn_lost() => Err(OpenClawError::TurnLost(
+                    "the OpenClaw gateway restarted during the turn".into(),
+                )),
+                _ => Ok(()),
+            },
+            e => e,
+        };
+        let result = match (result, self.refused.clone()) {
+            (Ok(()), Some(why)) => Err(OpenClawError::TurnRefused(why)),
+            (r, _) => r,
+        };
+        match &result {
+            Err(OpenClawError::TurnLost(why)) => {
+                tracing::warn!(%why, "leaving the attempt for the runner to revive the run");
+                self.background.abort_all();
+            }
+            _ => self.stop().await,
+        }
         result
+    }
+
+    /// Whether the bound run's turn was accepted by a gateway process that is gone.
+    fn turn_lost(&self) -> bool {
+        matches!(&self.turn, Turn::Running { boot: Some(b), .. } if self.boot.as_ref().is_some_and(|now| now != b))
     }
 
     fn refused(&self, e: GatewayError) -> OpenClawError {
@@ -309,6 +403,10 @@ impl Adapter {
         let hello = conn
             .handshake(&self.key, &self.settings.client, creds, HANDSHAKE_TIMEOUT)
             .await?;
+        self.boot = hello
+            .pointer("/server/bootId")
+            .and_then(Value::as_str)
+            .map(str::to_owned);
         if let Some(auth) = hello.get("auth")
             && let Ok(token) = serde_json::from_value::<StoredToken>(auth.clone())
             && creds.device_token.as_deref() != Some(token.device_token.as_str())
@@ -346,8 +444,18 @@ impl Adapter {
         if let Err(l) = self.backfill(conn).await {
             return End::Lost(l);
         }
+        let mut poll = tokio::time::interval(TURN_POLL);
+        poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             self.tidy();
+            if self.turn_lost() {
+                return End::Stop;
+            }
+            // Over once what the gateway sent before it said so is handled (the turn's last
+            // message comes before `agent.wait` answers that it ended).
+            if matches!(self.turn, Turn::Over(_)) && conn.buffered.is_empty() {
+                return End::TurnOver;
+            }
             if let Some(f) = conn.buffered.pop_front() {
                 if let Err(l) = self.on_frame(conn, f).await {
                     return End::Lost(l);
@@ -363,8 +471,17 @@ impl Adapter {
                 }
                 continue;
             }
+            let bound = self.settings.bound.is_some();
             let step = tokio::select! {
-                _ = shutdown.cancelled() => return End::Stop,
+                _ = shutdown.cancelled() => {
+                    // The runner ends a cancelled run with `SIGTERM`: its turn is aborted in
+                    // the gateway first, where it would otherwise go on.
+                    if bound && let Err(l) = self.abort_if_cancelled(conn).await {
+                        return End::Lost(l);
+                    }
+                    return End::Stop;
+                }
+                _ = poll.tick(), if bound => self.check_turn(conn).await,
                 f = conn.recv() => match f {
                     Ok(f) => self.on_frame(conn, f).await,
                     Err(l) => Err(l),
@@ -454,6 +571,11 @@ impl Adapter {
         {
             tracing::warn!(error = %e, "`sessions.subscribe` failed");
         }
+        // A runner's run is followed from the start, before its session exists in the gateway:
+        // its turn's messages and tools are subscribed to before the turn is sent.
+        if let Some(b) = self.settings.bound.clone() {
+            self.session(&b.key, None).await;
+        }
         let live: Vec<String> = self
             .sessions
             .iter()
@@ -472,7 +594,148 @@ impl Adapter {
                 tracing::debug!(error = %e, %key, "`sessions.messages.subscribe` failed");
             }
         }
-        self.send_owed(conn).await
+        self.send_owed(conn).await?;
+        self.check_turn(conn).await
+    }
+
+    /// The bound run's turn: sent once its session is followed, then asked after while it
+    /// runs (`agent.wait` without waiting), until it is over.
+    async fn check_turn(&mut self, conn: &mut Conn) -> Result<(), Lost> {
+        let Some(b) = self.settings.bound.clone() else {
+            return Ok(());
+        };
+        match self.sessions.get(&b.key) {
+            Some(Slot::Live(_)) => {}
+            Some(Slot::Detached {
+                reason,
+                retry_at: None,
+            }) => {
+                if self.turn == Turn::Unsent {
+                    self.refused = Some(format!("the run cannot go on: {reason}"));
+                }
+                self.turn = Turn::Over(reason.clone());
+                return Ok(());
+            }
+            Some(Slot::Cancelled { abort_sent: true }) => {
+                self.turn = Turn::Over("aborted".into());
+                return Ok(());
+            }
+            Some(Slot::Cancelled { abort_sent: false }) => return Ok(()),
+            // Not attached yet (a previous lease is waited out, or a passing failure).
+            _ => {
+                self.session(&b.key, None).await;
+                return Ok(());
+            }
+        }
+        match self.turn.clone() {
+            Turn::Unsent => {
+                // The first turn makes the session, in the run's directory (`sessions.create`
+                // keeps it as the session's working directory; `agent` takes none); later
+                // turns go into it (`chat.send`). Making it again would reset its history.
+                let exists = matches!(
+                    conn.call("sessions.describe", json!({"key": b.key}), CALL_TIMEOUT)
+                        .await?,
+                    Ok(v) if v.get("session").is_some_and(Value::is_object)
+                );
+                let (method, params) = if exists {
+                    (
+                        "chat.send",
+                        json!({
+                            "sessionKey": b.key,
+                            "message": b.message,
+                            "idempotencyKey": b.turn_key,
+                            "deliver": false,
+                        }),
+                    )
+                } else {
+                    let mut p = json!({
+                        "key": b.key,
+                        "message": b.message,
+                        "idempotencyKey": b.turn_key,
+                    });
+                    if let Some(cwd) = &b.cwd {
+                        p["cwd"] = json!(cwd);
+                    }
+                    ("sessions.create", p)
+                };
+                match conn.call(method, params, CALL_TIMEOUT).await? {
+                    Ok(v) => {
+                        if let Some(e) = v.get("runError").filter(|e| !e.is_null()) {
+                            let why = str_of(e, &["message"]).unwrap_or_else(|| e.to_string());
+                            tracing::warn!(%method, error = %why, "the gateway made the session but did not start the turn");
+                            self.refused = Some(why.clone());
+                            self.turn = Turn::Over(format!("refused: {why}"));
+                            return Ok(());
+                        }
+                        let status = str_of(&v, &["status"]).unwrap_or_default();
+                        let run_id = str_of(&v, &["runId"]).unwrap_or_else(|| b.turn_key.clone());
+                        tracing::info!(key = %b.key, %method, %run_id, %status, "sent the run's turn");
+                        self.turn =
+                            if status.is_empty() || TURN_UNDER_WAY.contains(&status.as_str()) {
+                                Turn::Running {
+                                    run_id,
+                                    boot: self.boot.clone(),
+                                }
+                            } else {
+                                Turn::Over(status)
+                            };
+                    }
+                    // Sent again at the next poll, with the same key.
+                    Err(e) if e.is_transient() => {
+                        tracing::warn!(%method, error = %e, "the gateway cannot take the turn yet; trying again")
+                    }
+                    Err(e) => {
+                        tracing::warn!(%method, error = %e, "the gateway refused the turn");
+                        self.refused = Some(e.to_string());
+                        self.turn = Turn::Over(format!("refused: {e}"));
+                    }
+                }
+            }
+            Turn::Running { run_id, .. } => {
+                match conn
+                    .call(
+                        "agent.wait",
+                        json!({"runId": run_id, "timeoutMs": 0}),
+                        CALL_TIMEOUT,
+                    )
+                    .await?
+                {
+                    Ok(v) => {
+                        let status = str_of(&v, &["status"]).unwrap_or_default();
+                        if !TURN_UNDER_WAY.contains(&status.as_str()) {
+                            let what = match str_of(&v, &["error", "stopReason"]) {
+                                Some(why) => format!("{status}: {why}"),
+                                None => status,
+                            };
+                            tracing::info!(key = %b.key, %run_id, %what, "the run's turn is over");
+                            self.turn = Turn::Over(what);
+                        }
+                    }
+                    Err(e) => tracing::debug!(error = %e, "`agent.wait` failed; asking again"),
+                }
+            }
+            Turn::Over(_) => {}
+        }
+        Ok(())
+    }
+
+    /// When the bound run's task was cancelled: its turn is aborted in the gateway.
+    async fn abort_if_cancelled(&mut self, conn: &mut Conn) -> Result<(), Lost> {
+        let Some(b) = self.settings.bound.clone() else {
+            return Ok(());
+        };
+        if matches!(
+            self.sessions.get(&b.key),
+            Some(Slot::Cancelled { abort_sent: true })
+        ) {
+            return Ok(());
+        }
+        if let Ok(d) = self.client.task(&b.task).await
+            && d.task.state == TaskState::Cancelled
+        {
+            self.send_abort(conn, &b.key).await?;
+        }
+        Ok(())
     }
 
     /// Re-sends answers, steers and aborts the gateway has not taken yet (an answer is
@@ -622,6 +885,17 @@ impl Adapter {
     /// The session's run, attaching it (task found by its key, attempt started) on first
     /// sight; `None` when it is not mirrored.
     async fn session(&mut self, key: &str, row: Option<&Value>) -> Option<Arc<Run>> {
+        // Following one run: only its session. Mirroring: every session but runners' runs,
+        // which their own adapters follow.
+        let bound = self.settings.bound.clone();
+        match &bound {
+            Some(b) if b.key != key => return None,
+            None if super::is_run_session(key) => {
+                tracing::trace!(%key, "a Waymark runner's run: its own adapter follows it");
+                return None;
+            }
+            _ => {}
+        }
         match self.sessions.get(key) {
             Some(Slot::Live(s)) => return Some(s.run.clone()),
             Some(Slot::Detached {
@@ -647,7 +921,11 @@ impl Adapter {
             title,
             goal,
         };
-        let run = match bridge::attach(&self.client, &spec, WORKER, WAIT_FOR_LEASE).await {
+        let attached = match &bound {
+            Some(b) => bridge::start(&self.client, &b.task, WORKER, WAIT_FOR_LEASE).await,
+            None => bridge::attach(&self.client, &spec, WORKER, WAIT_FOR_LEASE).await,
+        };
+        let run = match attached {
             Ok(run) => Arc::new(run),
             Err(e) => {
                 let retry_at = match &e {
@@ -666,6 +944,11 @@ impl Adapter {
             }
         };
         tracing::info!(%key, task = %run.task_id(), attempt = %run.attempt().id, "mirroring an OpenClaw session");
+        // A runner's run records its working tree from the start (then after each tool call),
+        // for the admission of a revive.
+        if let Some(t) = &self.tree {
+            t.after_call(&run).await;
+        }
         let mut session = Session {
             run: run.clone(),
             ledger: HashMap::new(),
@@ -779,6 +1062,12 @@ impl Adapter {
         let slot = match state {
             Ok(TaskState::Cancelled) => {
                 tracing::info!(%key, task = %task_id, "the task was cancelled; aborting the OpenClaw session");
+                Slot::Cancelled { abort_sent: false }
+            }
+            // A runner's run stops at a pause: its turn is aborted (the session is kept, and
+            // the resume sends the next turn into it), as a cancel's is.
+            Ok(TaskState::Paused) if self.settings.bound.is_some() => {
+                tracing::info!(%key, task = %task_id, "the task was paused; stopping the run's turn");
                 Slot::Cancelled { abort_sent: false }
             }
             Ok(s) if s.is_terminal() || s == TaskState::Paused => Slot::Detached {
@@ -1228,6 +1517,7 @@ impl Adapter {
     /// Drops finished background tasks and closed approvals the gateway no longer holds.
     fn tidy(&mut self) {
         bridge::reap(&mut self.background);
+        bridge::reap(&mut self.mirrors);
         let now = now_ms();
         self.closed.retain(|_, until| *until > now);
     }
@@ -1256,10 +1546,14 @@ impl Adapter {
                 let (tx, rx) = oneshot::channel();
                 s.tools.insert(effect_key.clone(), tx);
                 let intent = tool_intent(&ev.name, &ev.key, &ev.run_id, &ev.call, ev.args.as_ref());
-                self.background
+                self.mirrors
                     .spawn(mirror_tool(run, effect_key, ev.name, intent, rx));
             }
             Some(end) => {
+                if let Some(t) = &self.tree {
+                    let (t, run) = (t.clone(), run.clone());
+                    self.mirrors.spawn(async move { t.after_call(&run).await });
+                }
                 if let Some(tx) = s.tools.remove(&effect_key) {
                     let _ = tx.send(Ended::Reported(end));
                 } else {
@@ -1267,7 +1561,7 @@ impl Adapter {
                     let (tx, rx) = oneshot::channel();
                     let _ = tx.send(Ended::Reported(end));
                     let intent = tool_intent(&ev.name, &ev.key, &ev.run_id, &ev.call, None);
-                    self.background
+                    self.mirrors
                         .spawn(mirror_tool(run, effect_key, ev.name, intent, rx));
                 }
             }
@@ -1332,17 +1626,42 @@ impl Adapter {
 
     /// Hands every session back (the task stays open for the next adapter).
     async fn stop(&mut self) {
+        // A bound run's turn is over: what it called has ended and is being recorded.
+        if self.settings.bound.is_some() {
+            let settled = tokio::time::timeout(SETTLE, async {
+                while self.mirrors.join_next().await.is_some() {}
+            })
+            .await;
+            if settled.is_err() {
+                tracing::warn!("tool calls were still being recorded when the adapter stopped");
+            }
+        }
+        self.mirrors.abort_all();
         self.background.abort_all();
         for (key, slot) in self.sessions.drain() {
             let Slot::Live(s) = slot else {
                 continue;
             };
-            let note = "the OpenClaw adapter stopped; the session goes on in OpenClaw";
-            if let Err(e) = s
-                .run
-                .finish(FinishOutcome::Released, Some(note.into()))
-                .await
-            {
+            if let Some(why) = &self.refused {
+                let text = format!("OpenClaw did not run the turn: {why}");
+                if let Err(e) = s
+                    .run
+                    .messages(vec![NewMessage {
+                        role: "system".into(),
+                        text,
+                    }])
+                    .await
+                {
+                    tracing::warn!(%key, error = %e, "cannot say why the turn did not run");
+                }
+            }
+            let note = match &self.turn {
+                Turn::Over(how) if self.settings.bound.is_some() => format!(
+                    "the OpenClaw turn ended ({how}); the session stays open in OpenClaw for what comes next"
+                ),
+                _ => "the OpenClaw adapter stopped; the session goes on in OpenClaw".to_owned(),
+            };
+            if let Err(e) = s.run.finish(FinishOutcome::Released, Some(note)).await {
                 tracing::debug!(%key, error = %e, "cannot hand the session back");
             }
         }
@@ -1775,6 +2094,7 @@ mod tests {
     async fn tidying_keeps_only_running_tasks_and_approvals_the_gateway_may_still_list() {
         let dir = tempfile::tempdir().unwrap();
         let settings = Settings {
+            bound: None,
             gateway: "ws://127.0.0.1:1".into(),
             gateway_token: None,
             client: ClientInfo {

@@ -5,6 +5,7 @@
 
 pub mod fake_model;
 pub mod fake_responses;
+pub mod openclaw_gateway;
 pub mod real_acp;
 
 use std::time::Duration;

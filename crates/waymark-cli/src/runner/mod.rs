@@ -9,6 +9,7 @@ mod acp;
 mod claude;
 mod codex;
 mod inhibit;
+mod openclaw;
 mod service;
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
@@ -94,6 +95,20 @@ pub(crate) struct RunnerOpts {
     /// binary's ACP adapter.
     #[arg(long, env = "WAYMARK_HERMES")]
     hermes: Option<PathBuf>,
+    /// The OpenClaw gateway runs may be started on (`ws://127.0.0.1:18789`), a service its
+    /// owner runs: each run is a session of its own there, followed by this binary's OpenClaw
+    /// adapter. Without it OpenClaw is not offered.
+    #[arg(long, env = "WAYMARK_OPENCLAW_GATEWAY", value_name = "URL")]
+    openclaw_gateway: Option<String>,
+    /// The gateway's shared token (its `gateway.auth.token`), when it has one.
+    #[arg(long, env = "OPENCLAW_GATEWAY_TOKEN", hide_env_values = true)]
+    openclaw_token: Option<String>,
+    /// The OpenClaw agent whose sessions the runs are.
+    #[arg(long, default_value = "main", value_name = "ID")]
+    openclaw_agent: String,
+    /// The OpenClaw binary, for its version (default: `openclaw` on the PATH).
+    #[arg(long, env = "WAYMARK_OPENCLAW")]
+    openclaw: Option<PathBuf>,
     /// How long a held approval waits for an answer before Claude Code decides alone (seconds;
     /// a `claude -p` run denies then). The card offers to make it wait durably instead.
     #[arg(long, default_value_t = 600)]
@@ -463,6 +478,8 @@ struct Runner {
     codex: Option<codex::Codex>,
     /// The ACP agents found (Gemini CLI, OpenCode, Copilot CLI, Hermes Agent).
     acp: Vec<acp::AcpAgent>,
+    /// The OpenClaw gateway runs start on, when one was named.
+    openclaw: Option<openclaw::OpenClaw>,
     approval_timeout: u64,
     server_fp: Option<String>,
     name: Option<String>,
@@ -498,6 +515,7 @@ impl Runner {
             .and_then(|()| std::fs::create_dir_all(state_dir.join("claude")))
             .and_then(|()| std::fs::create_dir_all(state_dir.join("codex")))
             .and_then(|()| std::fs::create_dir_all(state_dir.join("acp")))
+            .and_then(|()| std::fs::create_dir_all(state_dir.join("openclaw")))
             .map_err(|e| {
                 Failure::new(
                     Exit::Usage,
@@ -526,6 +544,24 @@ impl Runner {
         ] {
             acp.extend(acp::AcpAgent::find(kind, explicit.as_deref()).await);
         }
+        if let Some(g) = &opts.openclaw_gateway
+            && !(g.starts_with("ws://") || g.starts_with("wss://"))
+        {
+            return Err(Failure::new(
+                Exit::Usage,
+                "bad_openclaw_gateway",
+                format!(
+                    "--openclaw-gateway `{g}` must start with ws:// (the gateway's WebSocket URL, e.g. ws://127.0.0.1:18789)"
+                ),
+            ));
+        }
+        let openclaw = openclaw::OpenClaw::find(
+            opts.openclaw_gateway.as_deref(),
+            opts.openclaw_token.clone(),
+            &opts.openclaw_agent,
+            opts.openclaw.as_deref(),
+        )
+        .await;
         Ok(Runner {
             conn: Conn {
                 http,
@@ -538,6 +574,7 @@ impl Runner {
             claude,
             codex,
             acp,
+            openclaw,
             approval_timeout: opts.approval_timeout.clamp(5, 86_400),
             server_fp: opts.server_fp,
             name: opts.name,
@@ -568,8 +605,12 @@ impl Runner {
             runtime: a.runtime.into(),
             version: a.version.clone(),
         });
+        let openclaw = self.openclaw.iter().map(|o| MachineRuntime {
+            runtime: "openclaw".into(),
+            version: o.version.clone(),
+        });
         RegisterMachine {
-            runtimes: claude.chain(codex).chain(acp).collect(),
+            runtimes: claude.chain(codex).chain(acp).chain(openclaw).collect(),
             directories: self
                 .allowed
                 .iter()
@@ -610,8 +651,11 @@ impl Runner {
         for a in &self.acp {
             found.push(format!("{} {}", a.name, version(&a.version)));
         }
+        if let Some(o) = &self.openclaw {
+            found.push(format!("OpenClaw {} on {}", version(&o.version), o.gateway));
+        }
         if found.is_empty() {
-            return "no runtime found (Claude Code: `claude` not on the PATH, --claude PATH; Codex: `codex` not on the PATH, --codex PATH; Gemini CLI, OpenCode, Copilot CLI, Hermes Agent: `gemini`, `opencode`, `copilot`, `hermes` not on the PATH, --gemini/--opencode/--copilot/--hermes PATH)".into();
+            return "no runtime found (Claude Code: `claude` not on the PATH, --claude PATH; Codex: `codex` not on the PATH, --codex PATH; Gemini CLI, OpenCode, Copilot CLI, Hermes Agent: `gemini`, `opencode`, `copilot`, `hermes` not on the PATH, --gemini/--opencode/--copilot/--hermes PATH; OpenClaw: --openclaw-gateway URL)".into();
         }
         found.join(", ")
     }
@@ -981,6 +1025,19 @@ impl Runner {
                     .adapter(w, args, text, &dir, Vec::new())
                     .map_err(|e| Refusal::Failed(format!("Codex did not start: {e}")))?;
                 Ok(("Codex", dir, child))
+            }
+            "openclaw" => {
+                let Some(oc) = &self.openclaw else {
+                    return Err(Refusal::NotAllowed(
+                        "OpenClaw is not offered on this machine (its runner names no gateway: `--openclaw-gateway ws://…`)".into(),
+                    ));
+                };
+                let dir = dir()?;
+                let (args, text, env) = openclaw::adapter_args(oc, w, &dir, &self.state_dir);
+                let child = self
+                    .adapter(w, args, text, &dir, env)
+                    .map_err(|e| Refusal::Failed(format!("OpenClaw did not start: {e}")))?;
+                Ok(("OpenClaw", dir, child))
             }
             runtime if acp::Kind::of(runtime).is_some() => {
                 let kind = acp::Kind::of(runtime).unwrap_or(acp::Kind::Gemini);

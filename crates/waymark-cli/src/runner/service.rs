@@ -77,10 +77,15 @@ pub(crate) fn files(opts: &RunnerOpts, bin: &std::path::Path) -> Result<(String,
         ("--opencode", &opts.opencode),
         ("--copilot", &opts.copilot),
         ("--hermes", &opts.hermes),
+        ("--openclaw", &opts.openclaw),
     ] {
         if let Some(b) = bin {
             exec.extend([flag.into(), unit_word(&b.to_string_lossy())]);
         }
+    }
+    if let Some(g) = &opts.openclaw_gateway {
+        exec.extend(["--openclaw-gateway".into(), unit_word(g)]);
+        exec.extend(["--openclaw-agent".into(), unit_word(&opts.openclaw_agent)]);
     }
     exec.extend([
         "--approval-timeout".into(),
@@ -119,6 +124,10 @@ pub(crate) fn files(opts: &RunnerOpts, bin: &std::path::Path) -> Result<(String,
     );
     if let Some(fp) = &opts.server_fp {
         env.push_str(&format!("{}={fp}\n", waymark_worker::SERVER_FP_ENV));
+    }
+    // The gateway's token, like the machine's, stays out of the unit.
+    if let Some(t) = opts.openclaw_token.as_ref().filter(|t| !t.is_empty()) {
+        env.push_str(&format!("OPENCLAW_GATEWAY_TOKEN={t}\n"));
     }
     Ok((unit, env))
 }
@@ -254,6 +263,10 @@ mod tests {
             opencode: None,
             copilot: None,
             hermes: Some("/opt/hermes/bin/hermes".into()),
+            openclaw_gateway: Some("ws://127.0.0.1:18789".into()),
+            openclaw_token: Some("oc_secret".into()),
+            openclaw_agent: "main".into(),
+            openclaw: None,
             approval_timeout: 600,
             inhibit_sleep: true,
         };
@@ -277,6 +290,14 @@ mod tests {
             "{unit}"
         );
         assert!(unit.contains(" --inhibit-sleep"), "{unit}");
+        assert!(
+            unit.contains(" --openclaw-gateway \"ws://127.0.0.1:18789\" --openclaw-agent \"main\""),
+            "{unit}"
+        );
+        assert!(
+            !unit.contains("oc_secret") && env.contains("OPENCLAW_GATEWAY_TOKEN=oc_secret\n"),
+            "the gateway's token stays out of the unit: {unit}"
+        );
         assert!(
             !unit.contains("wmk_w_secret"),
             "the token stays out of the unit"

@@ -237,6 +237,31 @@ pub async fn until(
     }
 }
 
+/// Makes `dir` a git repository with one commit (a `README.md`), as a person's project is: a
+/// runner's run records its working tree there.
+pub fn git_project(dir: &Path) {
+    std::fs::write(dir.join("README.md"), "the project\n").unwrap();
+    for args in [
+        &["init", "-q"][..],
+        &["add", "README.md"],
+        &["commit", "-qm", "start"],
+    ] {
+        let ok = Command::new("git")
+            .args([
+                "-c",
+                "user.name=alice",
+                "-c",
+                "user.email=alice@example.invalid",
+            ])
+            .args(args)
+            .current_dir(dir)
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "git {args:?}");
+    }
+}
+
 pub fn lines(path: &Path) -> usize {
     std::fs::read_to_string(path).map_or(0, |t| t.lines().count())
 }
