@@ -126,7 +126,8 @@ fn carries_result(request: &Value) -> bool {
 /// is not made again — with a new attempt and fence. A follow-up reaches the same session at
 /// its time. A directory that leads out of what the laptop allows is refused by its runner with
 /// the reason, and nothing runs. The gateway killed and started again under a turn: the run is
-/// revived in its session on the new gateway process, the confirmed call not made again.
+/// revived in its session on the new gateway process, the confirmed call not made again. A run
+/// cancelled from the phone is aborted in the gateway too.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_runner_starts_revives_and_resumes_openclaw_runs_for_a_phone() {
     let started = Instant::now();
@@ -149,6 +150,11 @@ async fn the_runner_starts_revives_and_resumes_openclaw_runs_for_a_phone() {
             prompt: "runner: count once, then be killed".into(),
             command: "mktemp count-k.XXXXXX".into(),
             answer: "Revived run finished.".into(),
+        },
+        Turn {
+            prompt: "runner: wait to be cancelled".into(),
+            command: "mktemp count-c.XXXXXX".into(),
+            answer: "This turn should have been aborted.".into(),
         },
         Turn {
             prompt: "runner: the gateway goes away".into(),
@@ -401,7 +407,63 @@ async fn the_runner_starts_revives_and_resumes_openclaw_runs_for_a_phone() {
     assert!(d["attempts"].as_array().unwrap().is_empty(), "{d}");
     assert_eq!(model.requests().len(), requests, "nothing reached OpenClaw");
 
-    // 5. The gateway itself killed under a turn, after a confirmed call, and started again by
+    // 5. Cancelled from the phone under a pending approval: the adapter (ended by the runner
+    // with `SIGTERM`) aborts the turn in the gateway, where it would otherwise go on; the call
+    // never runs and no card is left waiting.
+    let task = start_run(&phone, "openclaw", dir, "runner: wait to be cancelled");
+    pending_in_inbox(&phone, "count-c").await;
+    let pid = runner_runs(&laptop.path().join("runner-state"))["runs"][&task]["pid"]
+        .as_u64()
+        .unwrap();
+    let group_alive = || {
+        std::process::Command::new("kill")
+            .args(["-0", "--", &format!("-{pid}")])
+            .stderr(Stdio::null())
+            .status()
+            .unwrap()
+            .success()
+    };
+    assert!(group_alive());
+    device(&phone, &["steer", &task, "cancel", "--yes", "--json"]);
+    let d = until(&url, &admin_token, &task, "the run is cancelled", |d| {
+        d["task"]["state"] == "cancelled"
+    })
+    .await;
+    let deadline = Instant::now() + RUN;
+    while group_alive() {
+        assert!(
+            Instant::now() < deadline,
+            "the cancelled run's adapter never ended"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    eprintln!("cancelled run ended at {:?}", started.elapsed());
+    assert!(
+        d["decisions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|x| x["status"] != "pending"),
+        "no card is left waiting: {d}"
+    );
+    assert_eq!(made(&project, "count-c"), 0, "the call never ran");
+    // The gateway aborted the session's turn: its lane says so.
+    let lane = format!("lane=session:agent:main:waymark-run-{task}");
+    let deadline = Instant::now() + RUN;
+    while !gw
+        .log_text()
+        .lines()
+        .any(|l| l.contains(&lane) && l.contains("This operation was aborted"))
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the gateway never aborted the run's turn:\n{}",
+            gw.log_tail()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+
+    // 6. The gateway itself killed under a turn, after a confirmed call, and started again by
     // its owner: the adapter finds another gateway process (its boot id), leaves the attempt,
     // and the runner's report revives the run in the same session, which the gateway kept.
     model.hold_after_results(true);
