@@ -28,9 +28,9 @@ mod runner_world;
 
 use std::path::PathBuf;
 use std::process::Stdio;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use fake_model::{FakeModel, Shape, Turn};
+use fake_model::{FakeModel, Shape, Turn, carries_result, user_texts};
 use runner_world::*;
 use serde_json::{Value, json};
 
@@ -221,42 +221,6 @@ fn answered(d: &Value, text: &str) -> bool {
         .any(|m| m["role"] == "assistant" && m["text"].as_str().is_some_and(|t| t.trim() == text))
 }
 
-/// The user texts of a chat-completions request, in order.
-fn user_texts(request: &Value) -> Vec<String> {
-    request["messages"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter(|m| m["role"] == "user")
-        .map(|m| match &m["content"] {
-            Value::String(s) => s.clone(),
-            other => other.to_string(),
-        })
-        .collect()
-}
-
-fn carries_result(request: &Value) -> bool {
-    request["messages"]
-        .as_array()
-        .is_some_and(|m| m.iter().any(|m| m["role"] == "tool"))
-}
-
-async fn model_received(
-    model: &FakeModel,
-    from: usize,
-    what: &str,
-    check: impl Fn(&Value) -> bool,
-) -> Value {
-    let deadline = Instant::now() + RUN;
-    loop {
-        if let Some(r) = model.requests()[from..].iter().find(|r| check(r)) {
-            return r.clone();
-        }
-        assert!(Instant::now() < deadline, "the model never received {what}");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-}
-
 async fn starts_revives_and_resumes(agent: &'static Agent) {
     let started = Instant::now();
     let scratch = tempfile::tempdir().unwrap();
@@ -343,22 +307,18 @@ async fn starts_revives_and_resumes(agent: &'static Agent) {
         dir,
         "runner: count once, then be killed",
     );
-    let item = pending_in_inbox(&phone, "count-k").await;
-    approve(&phone, &item);
-    until(&url, &admin_token, &task, "the call is confirmed", |d| {
-        d["effects"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .any(|e| e["status"] == "confirmed")
-    })
-    .await;
-    model_received(&model, 0, "the call's result (held)", |r| {
-        user_texts(r)
-            .iter()
-            .any(|t| t.contains("runner: count once, then be killed"))
-            && carries_result(r)
-    })
+    confirmed_and_held(
+        &phone,
+        (&url, &admin_token, &task),
+        "count-k",
+        || model.requests(),
+        |r| {
+            user_texts(r)
+                .iter()
+                .any(|t| t.contains("runner: count once, then be killed"))
+                && carries_result(r)
+        },
+    )
     .await;
     assert_eq!(lines(&counts.join("count-k")), 1);
     let calls = model.gemini_calls();
@@ -385,30 +345,17 @@ async fn starts_revives_and_resumes(agent: &'static Agent) {
         calls,
         "the model did not ask for it again"
     );
-    let fences: Vec<(&str, i64)> = d["attempts"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|a| (a["state"].as_str().unwrap(), a["fence"].as_i64().unwrap()))
-        .collect();
-    assert_eq!(fences[0], ("revoked", 1), "{fences:?}");
-    assert_eq!(
-        fences.last().unwrap().1,
-        2,
-        "a new attempt and fence: {fences:?}"
-    );
-    assert!(
-        texts(&d)
-            .iter()
-            .any(|t| t == "system: laptop resumed the run"),
-        "{:?}",
-        texts(&d)
-    );
-    let resumed = model_received(&model, before, "Waymark's note", |r| {
-        user_texts(r)
-            .iter()
-            .any(|t| t.contains("Waymark: this session was interrupted"))
-    })
+    assert_revived(&d);
+    let resumed = model_received(
+        || model.requests(),
+        before,
+        "Waymark's note",
+        |r| {
+            user_texts(r)
+                .iter()
+                .any(|t| t.contains("Waymark: this session was interrupted"))
+        },
+    )
     .await;
     let users = user_texts(&resumed);
     let prompt_at = users
@@ -433,35 +380,13 @@ async fn starts_revives_and_resumes(agent: &'static Agent) {
     );
 
     // 3. A follow-up reaches the same session at its time.
-    let followup = |text: &str| {
-        let (url, admin_token, task, text) = (
-            url.clone(),
-            admin_token.clone(),
-            task.clone(),
-            text.to_owned(),
-        );
-        async move {
-            let res = reqwest::Client::new()
-                .post(format!("{url}/v1/tasks/{task}/followups"))
-                .bearer_auth(&admin_token)
-                .json(&json!({"schedule": {"after": "PT1S"}, "message": text}))
-                .send()
-                .await
-                .unwrap();
-            assert_eq!(res.status(), 201);
-        }
-    };
-    let before = model.requests().len();
-    followup("runner: the follow-up says look again").await;
-    model_received(&model, before, "the follow-up in the same session", |r| {
-        let users = user_texts(r);
-        users
-            .iter()
-            .any(|t| t.contains("runner: the follow-up says look again"))
-            && users
-                .iter()
-                .any(|t| t.contains("runner: count once, then be killed"))
-    })
+    followup_reaches_session(
+        (&url, &admin_token, &task),
+        "runner: the follow-up says look again",
+        "runner: count once, then be killed",
+        || model.requests(),
+        user_texts,
+    )
     .await;
     until(
         &url,
@@ -486,12 +411,23 @@ async fn starts_revives_and_resumes(agent: &'static Agent) {
     let lost = "0b6f3c1e-7d2a-4c55-9e61-5a1f0c2d9b77";
     std::fs::write(session_file_of(&laptop, &task), format!("{lost}\n")).unwrap();
     let before = model.requests().len();
-    followup("runner: a follow-up after the session was lost").await;
-    let fresh = model_received(&model, before, "the follow-up in a new session", |r| {
-        user_texts(r)
-            .iter()
-            .any(|t| t.contains("runner: a follow-up after the session was lost"))
-    })
+    followup(
+        &url,
+        &admin_token,
+        &task,
+        "runner: a follow-up after the session was lost",
+    )
+    .await;
+    let fresh = model_received(
+        || model.requests(),
+        before,
+        "the follow-up in a new session",
+        |r| {
+            user_texts(r)
+                .iter()
+                .any(|t| t.contains("runner: a follow-up after the session was lost"))
+        },
+    )
     .await;
     assert!(
         !user_texts(&fresh)

@@ -1221,9 +1221,8 @@ async fn the_runner_starts_revives_and_resumes_claude_code_for_a_phone_and_refus
         &std::fs::read_to_string(setup.path("runner-state/state.json")).unwrap(),
     )
     .unwrap();
-    let pid = state["runs"][&task]["pid"]
-        .as_u64()
-        .expect("the runner recorded the run's process");
+    let pid = runner_world::live_run_group(&state["runs"][&task])
+        .expect("the runner recorded the run's process, and it runs");
     let _ = runner.0.kill();
     let _ = runner.0.wait();
     let killed = Command::new("kill")
@@ -1264,25 +1263,7 @@ async fn the_runner_starts_revives_and_resumes_claude_code_for_a_phone_and_refus
         1,
         "the confirmed call did not run again"
     );
-    let attempts: Vec<(&str, i64)> = d["attempts"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|a| (a["state"].as_str().unwrap(), a["fence"].as_i64().unwrap()))
-        .collect();
-    assert_eq!(attempts[0], ("revoked", 1), "{attempts:?}");
-    assert_eq!(
-        attempts.last().unwrap().1,
-        2,
-        "a new attempt and fence: {attempts:?}"
-    );
-    assert!(
-        texts(&d)
-            .iter()
-            .any(|t| t == "system: laptop resumed the run"),
-        "{:?}",
-        texts(&d)
-    );
+    runner_world::assert_revived(&d);
     let noted = setup.model.requests()[before..].iter().any(|r| {
         r["messages"]
             .to_string()

@@ -21,7 +21,7 @@ mod fake_responses;
 mod runner_world;
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use fake_model::Turn;
@@ -66,20 +66,6 @@ fn codex_binary() -> PathBuf {
 /// `waymark run --runtime codex` from the phone: the new task's id.
 fn start_run(phone: &Path, dir: &str, prompt: &str) -> String {
     runner_world::start_run(phone, "codex", dir, prompt)
-}
-
-/// Waits until the fake model has received a request that `check` holds of.
-async fn model_received(
-    model: &FakeResponses,
-    from: usize,
-    what: &str,
-    check: impl Fn(&Value) -> bool,
-) {
-    let deadline = Instant::now() + RUN;
-    while !model.requests()[from..].iter().any(&check) {
-        assert!(Instant::now() < deadline, "the model never received {what}");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
 }
 
 /// The user messages of a Responses request, in order.
@@ -347,29 +333,21 @@ async fn the_runner_starts_revives_and_resumes_codex_for_a_phone() {
         d["effects"][0]["status"] == "confirmed"
     })
     .await;
-    model_received(&model, 0, "the call's output (held)", |r| {
-        user_texts(r)
-            .iter()
-            .any(|t| t.contains("runner: count once, then be killed"))
-            && r["input"].to_string().contains("function_call_output")
-    })
+    model_received(
+        || model.requests(),
+        0,
+        "the call's output (held)",
+        |r| {
+            user_texts(r)
+                .iter()
+                .any(|t| t.contains("runner: count once, then be killed"))
+                && r["input"].to_string().contains("function_call_output")
+        },
+    )
     .await;
     assert_eq!(lines(&counts.join("count-k")), 1);
     let calls = model.calls();
-    let runs: Value = serde_json::from_str(
-        &std::fs::read_to_string(laptop.path("runner-state/state.json")).unwrap(),
-    )
-    .unwrap();
-    let pid = runs["runs"][&task]["pid"]
-        .as_u64()
-        .expect("the runner recorded the run's process");
-    let _ = runner.0.kill();
-    let _ = runner.0.wait();
-    let killed = Command::new("kill")
-        .args(["-KILL", "--", &format!("-{pid}")])
-        .status()
-        .unwrap();
-    assert!(killed.success());
+    kill_run_and_runner(runner, &laptop.path("runner-state"), &task);
     model.hold_after_results(false);
     let before = model.requests().len();
     eprintln!("killed at {:?}", started.elapsed());
@@ -393,23 +371,7 @@ async fn the_runner_starts_revives_and_resumes_codex_for_a_phone() {
         calls,
         "the model did not ask for the call again"
     );
-    let attempts: Vec<(&str, i64)> = d["attempts"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|a| (a["state"].as_str().unwrap(), a["fence"].as_i64().unwrap()))
-        .collect();
-    assert_eq!(attempts[0], ("revoked", 1), "{attempts:?}");
-    assert_eq!(
-        attempts.last().unwrap().1,
-        2,
-        "a new attempt and fence: {attempts:?}"
-    );
-    let said = texts(&d);
-    assert!(
-        said.iter().any(|t| t == "system: laptop resumed the run"),
-        "{said:?}"
-    );
+    assert_revived(&d);
     assert!(
         said.iter()
             .any(|t| t.starts_with("user: Waymark: this session was interrupted")),
@@ -450,26 +412,30 @@ async fn the_runner_starts_revives_and_resumes_codex_for_a_phone() {
 
     // 3. A follow-up on the run: at its time the runner resumes the same thread with it.
     let before = model.requests().len();
-    let res = reqwest::Client::new()
-        .post(format!("{url}/v1/tasks/{task}/followups"))
-        .bearer_auth(&admin_token)
-        .json(&json!({"schedule": {"after": "PT1S"}, "message": "runner: the follow-up says look again"}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(res.status(), 201);
-    model_received(&model, before, "the follow-up in the same thread", |r| {
-        let users = user_texts(r);
-        users
-            .iter()
-            .any(|t| t.contains("runner: the follow-up says look again"))
-            && users
+    followup(
+        &url,
+        &admin_token,
+        &task,
+        "runner: the follow-up says look again",
+    )
+    .await;
+    model_received(
+        || model.requests(),
+        before,
+        "the follow-up in the same thread",
+        |r| {
+            let users = user_texts(r);
+            users
                 .iter()
-                .any(|t| t.contains("runner: count once, then be killed"))
-            && users
-                .iter()
-                .any(|t| t.contains("Waymark: this session was interrupted"))
-    })
+                .any(|t| t.contains("runner: the follow-up says look again"))
+                && users
+                    .iter()
+                    .any(|t| t.contains("runner: count once, then be killed"))
+                && users
+                    .iter()
+                    .any(|t| t.contains("Waymark: this session was interrupted"))
+        },
+    )
     .await;
     until(
         &url,
@@ -498,18 +464,7 @@ async fn the_runner_starts_revives_and_resumes_codex_for_a_phone() {
     model.retry_aborted(true);
     let task = start_run(&phone, dir, "runner: killed while asking");
     let asked = pending_in_inbox(&phone, "count-p").await;
-    let runs: Value = serde_json::from_str(
-        &std::fs::read_to_string(laptop.path("runner-state/state.json")).unwrap(),
-    )
-    .unwrap();
-    let pid = runs["runs"][&task]["pid"].as_u64().unwrap();
-    let _ = runner.0.kill();
-    let _ = runner.0.wait();
-    let killed = Command::new("kill")
-        .args(["-KILL", "--", &format!("-{pid}")])
-        .status()
-        .unwrap();
-    assert!(killed.success());
+    kill_run_and_runner(runner, &laptop.path("runner-state"), &task);
     let calls = model.calls();
     runner = laptop.runner(&url, &token);
     let d = until(
@@ -653,33 +608,14 @@ async fn the_runner_starts_revives_and_resumes_codex_for_a_phone() {
     // started end (their process group is gone), the call never ran.
     let task = start_run(&phone, dir, "runner: wait to be cancelled");
     pending_in_inbox(&phone, "count-c").await;
-    let runs: Value = serde_json::from_str(
-        &std::fs::read_to_string(laptop.path("runner-state/state.json")).unwrap(),
+    let d = cancel_from_phone(
+        &phone,
+        &laptop.path("runner-state"),
+        &url,
+        &admin_token,
+        &task,
     )
-    .unwrap();
-    let pid = runs["runs"][&task]["pid"].as_u64().unwrap();
-    let group_alive = || {
-        Command::new("kill")
-            .args(["-0", "--", &format!("-{pid}")])
-            .stderr(Stdio::null())
-            .status()
-            .unwrap()
-            .success()
-    };
-    assert!(group_alive());
-    device(&phone, &["steer", &task, "cancel", "--yes", "--json"]);
-    let d = until(&url, &admin_token, &task, "the run is cancelled", |d| {
-        d["task"]["state"] == "cancelled"
-    })
     .await;
-    let deadline = Instant::now() + RUN;
-    while group_alive() {
-        assert!(
-            Instant::now() < deadline,
-            "the cancelled run's processes never ended"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
     eprintln!("cancelled run ended at {:?}", started.elapsed());
     assert_eq!(lines(&counts.join("count-c")), 0, "the call never ran");
     assert!(

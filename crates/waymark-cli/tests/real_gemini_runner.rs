@@ -22,7 +22,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use fake_model::{FakeModel, Turn};
+use fake_model::{FakeModel, Turn, carries_result, user_texts};
 use runner_world::*;
 use serde_json::{Value, json};
 
@@ -118,45 +118,6 @@ impl Laptop {
     fn state(&self) -> PathBuf {
         self.path("runner-state")
     }
-}
-
-/// Waits until the fake model has received a request, from the `from`th on, that `check` holds
-/// of.
-async fn model_received(
-    model: &FakeModel,
-    from: usize,
-    what: &str,
-    check: impl Fn(&Value) -> bool,
-) {
-    let deadline = Instant::now() + RUN;
-    while !model.requests()[from..].iter().any(&check) {
-        assert!(Instant::now() < deadline, "the model never received {what}");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-}
-
-/// The user texts of a Gemini API request, in order.
-fn user_texts(request: &Value) -> Vec<String> {
-    request["contents"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter(|c| c["role"] == "user")
-        .map(|c| {
-            c["parts"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .filter_map(|p| p["text"].as_str())
-                .collect::<Vec<_>>()
-                .join("\n")
-        })
-        .filter(|t| !t.is_empty())
-        .collect()
-}
-
-fn carries_result(request: &Value) -> bool {
-    request["contents"].to_string().contains("functionResponse")
 }
 
 /// Kills, with `-9`, only the agent of the task's run — every process of the run's group but
@@ -293,18 +254,18 @@ async fn the_runner_starts_revives_and_resumes_gemini_cli_for_a_phone() {
     // runner revives the run in the same session.
     model.hold_after_results(true);
     let task = start_run(&phone, "gemini", dir, "runner: count once, then be killed");
-    let item = pending_in_inbox(&phone, "count-k").await;
-    approve(&phone, &item);
-    until(&url, &admin_token, &task, "the call is confirmed", |d| {
-        d["effects"][0]["status"] == "confirmed"
-    })
-    .await;
-    model_received(&model, 0, "the call's result (held)", |r| {
-        user_texts(r)
-            .iter()
-            .any(|t| t.contains("runner: count once, then be killed"))
-            && carries_result(r)
-    })
+    confirmed_and_held(
+        &phone,
+        (&url, &admin_token, &task),
+        "count-k",
+        || model.requests(),
+        |r| {
+            user_texts(r)
+                .iter()
+                .any(|t| t.contains("runner: count once, then be killed"))
+                && carries_result(r)
+        },
+    )
     .await;
     assert_eq!(lines(&counts.join("count-k")), 1);
     let calls = model.gemini_calls();
@@ -333,23 +294,7 @@ async fn the_runner_starts_revives_and_resumes_gemini_cli_for_a_phone() {
         calls,
         "the model did not ask for the call again"
     );
-    let attempts: Vec<(&str, i64)> = d["attempts"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|a| (a["state"].as_str().unwrap(), a["fence"].as_i64().unwrap()))
-        .collect();
-    assert_eq!(attempts[0], ("revoked", 1), "{attempts:?}");
-    assert_eq!(
-        attempts.last().unwrap().1,
-        2,
-        "a new attempt and fence: {attempts:?}"
-    );
-    let said = texts(&d);
-    assert!(
-        said.iter().any(|t| t == "system: laptop resumed the run"),
-        "{said:?}"
-    );
+    assert_revived(&d);
     assert_eq!(
         said.iter()
             .filter(|t| *t == "user: runner: count once, then be killed")
@@ -389,24 +334,13 @@ async fn the_runner_starts_revives_and_resumes_gemini_cli_for_a_phone() {
     );
 
     // 3. A follow-up on the run: at its time the runner loads the same session with it.
-    let before = model.requests().len();
-    let res = reqwest::Client::new()
-        .post(format!("{url}/v1/tasks/{task}/followups"))
-        .bearer_auth(&admin_token)
-        .json(&json!({"schedule": {"after": "PT1S"}, "message": "runner: the follow-up says look again"}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(res.status(), 201);
-    model_received(&model, before, "the follow-up in the same session", |r| {
-        let users = user_texts(r);
-        users
-            .iter()
-            .any(|t| t.contains("runner: the follow-up says look again"))
-            && users
-                .iter()
-                .any(|t| t.contains("runner: count once, then be killed"))
-    })
+    followup_reaches_session(
+        (&url, &admin_token, &task),
+        "runner: the follow-up says look again",
+        "runner: count once, then be killed",
+        || model.requests(),
+        user_texts,
+    )
     .await;
     until(
         &url,

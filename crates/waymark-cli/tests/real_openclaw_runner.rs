@@ -23,7 +23,7 @@ use std::path::Path;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use fake_model::{FakeModel, Turn};
+use fake_model::{FakeModel, Turn, carries_result, user_texts};
 use openclaw_gateway::{GATEWAY_TOKEN, Gateway, Home, OPENCLAW_VERSION, runtime};
 use runner_world::*;
 use serde_json::{Value, json};
@@ -67,21 +67,6 @@ fn runner(laptop: &Path, url: &str, token: &str, home: &Home) -> RunnerProcess {
     RunnerProcess(c.spawn().expect("waymark runner starts"))
 }
 
-/// Waits until the fake model has received a request, from the `from`th on, that `check` holds
-/// of.
-async fn model_received(
-    model: &FakeModel,
-    from: usize,
-    what: &str,
-    check: impl Fn(&Value) -> bool,
-) {
-    let deadline = Instant::now() + RUN;
-    while !model.requests()[from..].iter().any(&check) {
-        assert!(Instant::now() < deadline, "the model never received {what}");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-}
-
 /// How many files named `<prefix>.…` the run's calls made in `dir`: each run of a call makes
 /// one (`mktemp`; OpenClaw refuses to ask about a command with a redirection, which it cannot
 /// bind to what it approves).
@@ -95,26 +80,6 @@ fn made(dir: &Path, prefix: &str) -> usize {
                 .starts_with(&format!("{prefix}."))
         })
         .count()
-}
-
-/// The user texts of a chat-completions request, in order.
-fn user_texts(request: &Value) -> Vec<String> {
-    request["messages"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter(|m| m["role"] == "user")
-        .map(|m| match &m["content"] {
-            Value::String(s) => s.clone(),
-            other => other.to_string(),
-        })
-        .collect()
-}
-
-fn carries_result(request: &Value) -> bool {
-    request["messages"]
-        .as_array()
-        .is_some_and(|m| m.iter().any(|m| m["role"] == "tool"))
 }
 
 /// A person with only a phone starts OpenClaw on the laptop through its runner, in a directory
@@ -257,20 +222,18 @@ async fn the_runner_starts_revives_and_resumes_openclaw_runs_for_a_phone() {
         dir,
         "runner: count once, then be killed",
     );
-    let item = pending_in_inbox(&phone, "count-k").await;
-    approve(&phone, &item);
-    until(&url, &admin_token, &task, "the call is confirmed", |d| {
-        d["effects"]
-            .as_array()
-            .is_some_and(|e| e.iter().any(|e| e["status"] == "confirmed"))
-    })
-    .await;
-    model_received(&model, 0, "the call's result (held)", |r| {
-        user_texts(r)
-            .iter()
-            .any(|t| t.contains("runner: count once, then be killed"))
-            && carries_result(r)
-    })
+    confirmed_and_held(
+        &phone,
+        (&url, &admin_token, &task),
+        "count-k",
+        || model.requests(),
+        |r| {
+            user_texts(r)
+                .iter()
+                .any(|t| t.contains("runner: count once, then be killed"))
+                && carries_result(r)
+        },
+    )
     .await;
     assert_eq!(made(&project, "count-k"), 1);
     let calls = model.gemini_calls();
@@ -295,23 +258,7 @@ async fn the_runner_starts_revives_and_resumes_openclaw_runs_for_a_phone() {
         calls,
         "the model did not ask for the call again"
     );
-    let attempts: Vec<(&str, i64)> = d["attempts"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|a| (a["state"].as_str().unwrap(), a["fence"].as_i64().unwrap()))
-        .collect();
-    assert_eq!(attempts[0], ("revoked", 1), "{attempts:?}");
-    assert_eq!(
-        attempts.last().unwrap().1,
-        2,
-        "a new attempt and fence: {attempts:?}"
-    );
-    let said = texts(&d);
-    assert!(
-        said.iter().any(|t| t == "system: laptop resumed the run"),
-        "{said:?}"
-    );
+    assert_revived(&d);
     // The same session: the note's request carries the earlier conversation (the first prompt
     // and the call's result) and then the note.
     let resumed = model.requests()[before..]
@@ -344,24 +291,13 @@ async fn the_runner_starts_revives_and_resumes_openclaw_runs_for_a_phone() {
     );
 
     // 3. A follow-up on the run: at its time the runner sends it into the same session.
-    let before = model.requests().len();
-    let res = reqwest::Client::new()
-        .post(format!("{url}/v1/tasks/{task}/followups"))
-        .bearer_auth(&admin_token)
-        .json(&json!({"schedule": {"after": "PT1S"}, "message": "runner: the follow-up says look again"}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(res.status(), 201);
-    model_received(&model, before, "the follow-up in the same session", |r| {
-        let users = user_texts(r);
-        users
-            .iter()
-            .any(|t| t.contains("runner: the follow-up says look again"))
-            && users
-                .iter()
-                .any(|t| t.contains("runner: count once, then be killed"))
-    })
+    followup_reaches_session(
+        (&url, &admin_token, &task),
+        "runner: the follow-up says look again",
+        "runner: count once, then be killed",
+        || model.requests(),
+        user_texts,
+    )
     .await;
     until(
         &url,
@@ -412,31 +348,14 @@ async fn the_runner_starts_revives_and_resumes_openclaw_runs_for_a_phone() {
     // never runs and no card is left waiting.
     let task = start_run(&phone, "openclaw", dir, "runner: wait to be cancelled");
     pending_in_inbox(&phone, "count-c").await;
-    let pid = runner_runs(&laptop.path().join("runner-state"))["runs"][&task]["pid"]
-        .as_u64()
-        .unwrap();
-    let group_alive = || {
-        std::process::Command::new("kill")
-            .args(["-0", "--", &format!("-{pid}")])
-            .stderr(Stdio::null())
-            .status()
-            .unwrap()
-            .success()
-    };
-    assert!(group_alive());
-    device(&phone, &["steer", &task, "cancel", "--yes", "--json"]);
-    let d = until(&url, &admin_token, &task, "the run is cancelled", |d| {
-        d["task"]["state"] == "cancelled"
-    })
+    let d = cancel_from_phone(
+        &phone,
+        &laptop.path().join("runner-state"),
+        &url,
+        &admin_token,
+        &task,
+    )
     .await;
-    let deadline = Instant::now() + RUN;
-    while group_alive() {
-        assert!(
-            Instant::now() < deadline,
-            "the cancelled run's adapter never ended"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
     eprintln!("cancelled run ended at {:?}", started.elapsed());
     assert!(
         d["decisions"]
@@ -468,20 +387,18 @@ async fn the_runner_starts_revives_and_resumes_openclaw_runs_for_a_phone() {
     // and the runner's report revives the run in the same session, which the gateway kept.
     model.hold_after_results(true);
     let task = start_run(&phone, "openclaw", dir, "runner: the gateway goes away");
-    let item = pending_in_inbox(&phone, "count-g").await;
-    approve(&phone, &item);
-    until(&url, &admin_token, &task, "the call is confirmed", |d| {
-        d["effects"]
-            .as_array()
-            .is_some_and(|e| e.iter().any(|e| e["status"] == "confirmed"))
-    })
-    .await;
-    model_received(&model, 0, "the call's result (held)", |r| {
-        user_texts(r)
-            .iter()
-            .any(|t| t.contains("runner: the gateway goes away"))
-            && carries_result(r)
-    })
+    confirmed_and_held(
+        &phone,
+        (&url, &admin_token, &task),
+        "count-g",
+        || model.requests(),
+        |r| {
+            user_texts(r)
+                .iter()
+                .any(|t| t.contains("runner: the gateway goes away"))
+                && carries_result(r)
+        },
+    )
     .await;
     let calls = model.gemini_calls();
     drop(gw);
@@ -553,15 +470,20 @@ async fn the_runner_starts_revives_and_resumes_openclaw_runs_for_a_phone() {
         calls,
         "the model did not ask for it again"
     );
-    model_received(&model, before, "the note in the kept session", |r| {
-        let users = user_texts(r);
-        users
-            .iter()
-            .any(|t| t.contains("Waymark: this session was interrupted"))
-            && users
+    model_received(
+        || model.requests(),
+        before,
+        "the note in the kept session",
+        |r| {
+            let users = user_texts(r);
+            users
                 .iter()
-                .any(|t| t.contains("runner: the gateway goes away"))
-    })
+                .any(|t| t.contains("Waymark: this session was interrupted"))
+                && users
+                    .iter()
+                    .any(|t| t.contains("runner: the gateway goes away"))
+        },
+    )
     .await;
 
     drop(runner_proc);

@@ -466,6 +466,46 @@ fn gemini_reply(request: &Value, turns: &[Turn]) -> Value {
     })
 }
 
+/// The user texts of a request the fake was sent, in order: a chat-completions request's `user`
+/// messages, or a Gemini API request's `user` contents.
+pub fn user_texts(request: &Value) -> Vec<String> {
+    if let Some(contents) = request["contents"].as_array() {
+        return contents
+            .iter()
+            .filter(|c| c["role"] == "user")
+            .map(|c| {
+                c["parts"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|p| p["text"].as_str())
+                    .collect::<Vec<_>>()
+                    .join("\n")
+            })
+            .filter(|t| !t.is_empty())
+            .collect();
+    }
+    request["messages"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|m| m["role"] == "user")
+        .map(|m| match &m["content"] {
+            Value::String(s) => s.clone(),
+            other => other.to_string(),
+        })
+        .collect()
+}
+
+/// Whether a request the fake was sent carries a tool's result (a `tool` message, or a Gemini
+/// `functionResponse`).
+pub fn carries_result(request: &Value) -> bool {
+    carries_function_response(request)
+        || request["messages"]
+            .as_array()
+            .is_some_and(|m| m.iter().any(|m| m["role"] == "tool"))
+}
+
 fn carries_function_response(request: &Value) -> bool {
     request["contents"].as_array().is_some_and(|cs| {
         cs.iter().any(|c| {

@@ -104,30 +104,9 @@ pub(crate) fn adapter_args(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use waymark_proto::{ResumeSpec, RunSpec, WorkState};
 
     fn work(kind: WorkKind, message: Option<&str>) -> Work {
-        Work {
-            id: "wrk_1".into(),
-            task_id: "task_1".into(),
-            kind,
-            state: WorkState::Pending,
-            run: RunSpec {
-                runtime: "codex".into(),
-                directory: "/src/app".into(),
-                prompt: "make the test pass".into(),
-                session_key: "0190-key".into(),
-                gate: None,
-                runtime_version: None,
-                plan: false,
-            },
-            resume: (kind == WorkKind::Resume).then(|| ResumeSpec {
-                reason: "revive".into(),
-                message: message.map(str::to_owned),
-            }),
-            created_at: chrono::Utc::now(),
-            detail: None,
-        }
+        crate::runner::tests::work_item("codex", kind, message)
     }
 
     fn words(args: &[std::ffi::OsString]) -> Vec<String> {

@@ -1215,6 +1215,33 @@ fn private_dir(dir: &Path) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use waymark_proto::{ResumeSpec, RunSpec, WorkState};
+
+    /// A work item of `runtime`'s, for the runtimes' argument tests: a start, or a resume with
+    /// `message`.
+    pub(crate) fn work_item(runtime: &str, kind: WorkKind, message: Option<&str>) -> Work {
+        Work {
+            id: "wrk_1".into(),
+            task_id: "task_1".into(),
+            kind,
+            state: WorkState::Pending,
+            run: RunSpec {
+                runtime: runtime.into(),
+                directory: "/src/app".into(),
+                prompt: "make the test pass".into(),
+                session_key: "0190-key".into(),
+                gate: None,
+                runtime_version: None,
+                plan: false,
+            },
+            resume: (kind == WorkKind::Resume).then(|| ResumeSpec {
+                reason: "revive".into(),
+                message: message.map(str::to_owned),
+            }),
+            created_at: chrono::Utc::now(),
+            detail: None,
+        }
+    }
 
     #[test]
     fn only_directories_under_an_allowed_one_are_used_wherever_a_link_leads() {

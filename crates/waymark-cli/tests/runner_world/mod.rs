@@ -262,6 +262,98 @@ pub fn git_project(dir: &Path) {
     }
 }
 
+/// Waits until the fake model has received a request, from the `from`th of `requests()` on,
+/// that `check` holds of; that request.
+pub async fn model_received(
+    requests: impl Fn() -> Vec<Value>,
+    from: usize,
+    what: &str,
+    check: impl Fn(&Value) -> bool,
+) -> Value {
+    let deadline = Instant::now() + RUN;
+    loop {
+        if let Some(r) = requests()[from..].iter().find(|r| check(r)) {
+            return r.clone();
+        }
+        assert!(Instant::now() < deadline, "the model never received {what}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// A follow-up on `task` a second from now, with `message` (as its owner schedules it).
+pub async fn followup(server: &str, token: &str, task: &str, message: &str) {
+    let res = reqwest::Client::new()
+        .post(format!("{server}/v1/tasks/{task}/followups"))
+        .bearer_auth(token)
+        .json(&serde_json::json!({"schedule": {"after": "PT1S"}, "message": message}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 201);
+}
+
+/// Approves from the phone the call whose card names `what`, then waits until the call is
+/// confirmed and the model has a request `held` holds of (its result, held there by the fake):
+/// a run to cut off after a confirmed call.
+pub async fn confirmed_and_held(
+    phone: &Path,
+    (server, token, task): (&str, &str, &str),
+    what: &str,
+    requests: impl Fn() -> Vec<Value>,
+    held: impl Fn(&Value) -> bool,
+) {
+    let item = pending_in_inbox(phone, what).await;
+    approve(phone, &item);
+    until(server, token, task, "the call is confirmed", |d| {
+        d["effects"]
+            .as_array()
+            .is_some_and(|e| e.iter().any(|e| e["status"] == "confirmed"))
+    })
+    .await;
+    model_received(requests, 0, "the call's result (held)", held).await;
+}
+
+/// A follow-up on a task (`(server, token, task)`) and the model request that brings it into the
+/// run's own session: one whose user texts carry both the follow-up and `earlier`, a prompt the
+/// session had before; that request.
+pub async fn followup_reaches_session(
+    (server, token, task): (&str, &str, &str),
+    message: &str,
+    earlier: &str,
+    requests: impl Fn() -> Vec<Value>,
+    user_texts: impl Fn(&Value) -> Vec<String>,
+) -> Value {
+    let before = requests().len();
+    followup(server, token, task, message).await;
+    model_received(requests, before, "the follow-up in the same session", |r| {
+        let users = user_texts(r);
+        users.iter().any(|t| t.contains(message)) && users.iter().any(|t| t.contains(earlier))
+    })
+    .await
+}
+
+/// What a revive leaves in the record: the first attempt revoked at fence 1, the newest at
+/// fence 2, and the run said to be resumed.
+pub fn assert_revived(d: &Value) {
+    let attempts: Vec<(&str, i64)> = d["attempts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| (a["state"].as_str().unwrap(), a["fence"].as_i64().unwrap()))
+        .collect();
+    assert_eq!(attempts[0], ("revoked", 1), "{attempts:?}");
+    assert_eq!(
+        attempts.last().unwrap().1,
+        2,
+        "a new attempt and fence: {attempts:?}"
+    );
+    let said = texts(d);
+    assert!(
+        said.iter().any(|t| t == "system: laptop resumed the run"),
+        "{said:?}"
+    );
+}
+
 pub fn lines(path: &Path) -> usize {
     std::fs::read_to_string(path).map_or(0, |t| t.lines().count())
 }
@@ -271,17 +363,66 @@ pub fn runner_runs(state: &Path) -> Value {
     serde_json::from_str(&std::fs::read_to_string(state.join("state.json")).unwrap()).unwrap()
 }
 
+/// The process group of a run the runner recorded (`{pid, start_ticks}`), if that process still
+/// runs: a pid the system has since given to another process (pids wrap quickly on a busy
+/// machine) is not the run's, and is never killed for it.
+pub fn live_run_group(run: &Value) -> Option<u64> {
+    let pid = run["pid"].as_u64()?;
+    let ticks = run["start_ticks"].as_u64()?;
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name is in parentheses and may hold spaces: fields follow the last `)`.
+    let rest = stat.get(stat.rfind(')')? + 2..)?;
+    let started: u64 = rest.split(' ').nth(19)?.parse().ok()?;
+    (started == ticks).then_some(pid)
+}
+
 /// Kills the runner and, with `-9`, the process group of the task's run.
 pub fn kill_run_and_runner(runner: RunnerProcess, state: &Path, task: &str) {
-    let pid = runner_runs(state)["runs"][task]["pid"]
-        .as_u64()
-        .expect("the runner recorded the run's process");
+    let pid = live_run_group(&runner_runs(state)["runs"][task])
+        .expect("the runner recorded the run's process, and it runs");
     drop(runner);
     let killed = Command::new("kill")
         .args(["-KILL", "--", &format!("-{pid}")])
         .status()
         .unwrap();
     assert!(killed.success());
+}
+
+/// Whether the process group `pid` leads still has a process.
+pub fn group_alive(pid: u64) -> bool {
+    Command::new("kill")
+        .args(["-0", "--", &format!("-{pid}")])
+        .stderr(Stdio::null())
+        .status()
+        .unwrap()
+        .success()
+}
+
+/// Cancels the task's run from the phone: it is running (its process group alive), the task
+/// ends `cancelled`, and the run's process group is gone; the task's detail then.
+pub async fn cancel_from_phone(
+    phone: &Path,
+    state: &Path,
+    server: &str,
+    token: &str,
+    task: &str,
+) -> Value {
+    let pid = live_run_group(&runner_runs(state)["runs"][task])
+        .expect("the runner recorded the run's process, and it runs");
+    device(phone, &["steer", task, "cancel", "--yes", "--json"]);
+    let d = until(server, token, task, "the run is cancelled", |d| {
+        d["task"]["state"] == "cancelled"
+    })
+    .await;
+    let deadline = Instant::now() + RUN;
+    while group_alive(pid) {
+        assert!(
+            Instant::now() < deadline,
+            "the cancelled run's processes never ended"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    d
 }
 
 /// `waymark runner`, killed with `-9` when dropped.
@@ -323,7 +464,7 @@ impl Drop for Cleanup {
             .and_then(|t| serde_json::from_str(&t).ok())
             .unwrap_or_default();
         for r in runs["runs"].as_object().into_iter().flatten() {
-            if let Some(pid) = r.1["pid"].as_u64() {
+            if let Some(pid) = live_run_group(r.1) {
                 let _ = Command::new("kill")
                     .args(["-KILL", "--", &format!("-{pid}")])
                     .stderr(Stdio::null())
