@@ -18,7 +18,6 @@ use waymark_server::{Config, DataDir};
 use waymark_worker::demo::{self, DemoConfig, Progress, Scenario};
 
 use crate::error::AppError;
-use crate::state::Shared;
 
 /// The control plane running in this process.
 pub struct Embedded {
@@ -45,7 +44,11 @@ fn embedded_err(what: &str) -> impl Fn(String) -> AppError + '_ {
 }
 
 /// Starts the control plane in `dir` and makes sure this app is paired with it.
-pub async fn start(shared: &Shared, dir: &Path) -> Result<String, AppError> {
+pub async fn start(
+    c: &waymark_companion::Companion,
+    slot: &tokio::sync::Mutex<Option<Embedded>>,
+    dir: &Path,
+) -> Result<String, AppError> {
     let data = DataDir::new(dir);
     let any: SocketAddr = "127.0.0.1:0".parse().expect("an address");
     let last = data
@@ -68,7 +71,6 @@ pub async fn start(shared: &Shared, dir: &Path) -> Result<String, AppError> {
             .map_err(|e| embedded_err("cannot start the embedded control plane")(e.to_string()))?,
     };
     let url = running.url();
-    let c = &shared.companion;
     let before = c.identity().await?;
     let paired_here = match &before {
         Some(id) if id.server == url => c.keystore().and_then(|k| k.load(&id.device_id)).is_ok(),
@@ -91,7 +93,7 @@ pub async fn start(shared: &Shared, dir: &Path) -> Result<String, AppError> {
             c.mirror().replace_all(0, &[]).await?;
         }
     }
-    *shared.embedded.lock().await = Some(Embedded {
+    *slot.lock().await = Some(Embedded {
         running,
         dir: dir.to_path_buf(),
     });
@@ -100,11 +102,11 @@ pub async fn start(shared: &Shared, dir: &Path) -> Result<String, AppError> {
 
 /// Runs the demo agent against the embedded control plane; progress goes to `say`.
 pub async fn run_demo(
-    shared: Arc<Shared>,
+    slot: &tokio::sync::Mutex<Option<Embedded>>,
     say: Arc<dyn Fn(String) + Send + Sync>,
 ) -> Result<(), AppError> {
     let (url, store, dir) = {
-        let guard = shared.embedded.lock().await;
+        let guard = slot.lock().await;
         let e = guard.as_ref().ok_or_else(|| {
             AppError::new(
                 "embedded",

@@ -28,7 +28,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use tauri::{AppHandle, Manager};
-use tauri_specta::{ErrorHandlingMode, Event as _, collect_commands, collect_events};
+use tauri_specta::{ErrorHandlingMode, collect_commands, collect_events};
 use waymark_companion::Companion;
 
 pub use error::{AppError, AppResult};
@@ -113,36 +113,11 @@ pub fn bindings(mode: &str, path: &Path) -> Result<String, String> {
     }
 }
 
-/// Shows the main window and sends the UI to `route` (remembered until the UI asks, in case
-/// it is not listening yet).
-pub fn navigate(app: &AppHandle, route: &str, confirm: Option<String>) {
-    send(
-        app,
-        Navigate {
-            route: route.into(),
-            confirm,
-            link: None,
-        },
-    );
-}
-
-fn send(app: &AppHandle, n: Navigate) {
-    if let Some(w) = app.get_webview_window("main") {
-        let _ = w.unminimize();
-        let _ = w.show();
-        let _ = w.set_focus();
-    }
-    if let Some(s) = app.try_state::<AppState>() {
-        s.set_pending(n.clone());
-    }
-    let _ = n.emit(app);
-}
-
 /// A `waymark://pair?…` link opens the Pairing screen with the link filled in; pairing waits
 /// for the person's click.
 fn open_link(app: &AppHandle, link: &str) {
     if link.starts_with("waymark://pair") {
-        send(
+        events::send(
             app,
             Navigate {
                 route: "/pairing".into(),
@@ -160,10 +135,10 @@ pub(crate) fn spawn_demo(app: AppHandle, shared: AppState) {
     let say: Arc<dyn Fn(String) + Send + Sync> = Arc::new(move |line: String| {
         tracing::info!(target: "waymark_app::demo", "{line}");
         say_shared.set_demo(line);
-        let _ = StatusChanged {}.emit(&say_app);
+        events::status_changed(&say_app);
     });
     tauri::async_runtime::spawn(async move {
-        if let Err(e) = embedded::run_demo(shared, say).await {
+        if let Err(e) = embedded::run_demo(&shared.embedded, say).await {
             tracing::warn!(error = %e, "the demo agent stopped");
         }
     });
@@ -191,7 +166,7 @@ async fn startup(app: AppHandle, shared: AppState, data: PathBuf, opts: Options)
     if opts.remote || (chosen_remote && !opts.demo) {
         shared.set_mode(Mode::Remote);
     } else {
-        match embedded::start(&shared, &data.join("server")).await {
+        match embedded::start(&shared.companion, &shared.embedded, &data.join("server")).await {
             Ok(url) => {
                 tracing::info!(%url, "embedded control plane");
                 let _ = c.mirror().set_meta("app.mode", "embedded").await;
@@ -208,8 +183,7 @@ async fn startup(app: AppHandle, shared: AppState, data: PathBuf, opts: Options)
             }
         }
     }
-    let _ = StatusChanged {}.emit(&app);
-    let _ = MirrorChanged {}.emit(&app);
+    events::nudge(&app);
 }
 
 /// The binary's entry: `--bindings` or the app.
@@ -247,7 +221,7 @@ pub fn run() {
     #[cfg(desktop)]
     {
         app = app.plugin(tauri_plugin_single_instance::init(|app, argv, _cwd| {
-            navigate(app, "/inbox", None);
+            events::navigate(app, "/inbox", None);
             for a in argv.iter().filter(|a| a.starts_with("waymark://")) {
                 open_link(app, a);
             }
@@ -266,6 +240,7 @@ pub fn run() {
             let companion = tauri::async_runtime::block_on(Companion::open(&home))?;
             let shared: AppState = Arc::new(Shared::new(companion));
             app.manage(shared.clone());
+            app.manage(events::Pending::default());
             if let Some(window) = app.get_webview_window("main") {
                 webview::tune(&window);
             }

@@ -105,35 +105,6 @@ pub fn show(app: AppHandle, shared: Arc<Shared>, n: Notification) {
     }
 }
 
-/// The desktop notification shown for each open decision (its id on the notification
-/// server).
-#[derive(Debug, Default)]
-pub struct Shown(std::sync::Mutex<std::collections::HashMap<String, u32>>);
-
-impl Shown {
-    /// Remembers the notification shown for a decision (a newer one replaces it).
-    pub fn remember(&self, decision: String, notification: u32) {
-        self.0
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(decision, notification);
-    }
-
-    /// Forgets, and returns, the notifications of the decisions among `decisions` that are no
-    /// longer open (each `(id, open)`).
-    pub fn take_closed<'a>(
-        &self,
-        decisions: impl IntoIterator<Item = (&'a str, bool)>,
-    ) -> Vec<(String, u32)> {
-        let mut shown = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        decisions
-            .into_iter()
-            .filter(|(_, open)| !open)
-            .filter_map(|(id, _)| shown.remove_entry(id))
-            .collect()
-    }
-}
-
 /// Withdraws the notification of a decision that closed (answered in the window or on
 /// another device, by a rule, its default or the runtime): the notification server is asked
 /// to replace it by a quiet one without actions and to close that — what the freedesktop
@@ -176,9 +147,9 @@ async fn perform(app: AppHandle, shared: Arc<Shared>, what: Act) {
     use waymark_proto::Operation;
     match what {
         Act::Nothing => {}
-        Act::Open(route) => crate::navigate(&app, &route, None),
+        Act::Open(route) => crate::events::navigate(&app, &route, None),
         Act::Confirm { decision, action } => {
-            crate::navigate(&app, &format!("/inbox/{decision}"), Some(action))
+            crate::events::navigate(&app, &format!("/inbox/{decision}"), Some(action))
         }
         Act::Answer {
             decision,
@@ -197,9 +168,9 @@ async fn perform(app: AppHandle, shared: Arc<Shared>, what: Act) {
             if let Err(e) = &r {
                 tracing::warn!(error = %e, "answering from a notification failed");
                 // Let the person see why, where they can act on it.
-                crate::navigate(&app, &format!("/inbox/{decision}"), None);
+                crate::events::navigate(&app, &format!("/inbox/{decision}"), None);
             }
-            crate::sync::nudge(&app);
+            crate::events::nudge(&app);
         }
     }
 }
@@ -275,7 +246,7 @@ mod tests {
 
     #[test]
     fn only_a_shown_decision_that_closed_is_withdrawn_and_only_once() {
-        let shown = Shown::default();
+        let shown = crate::state::Shown::default();
         shown.remember("dec_1".into(), 7);
         shown.remember("dec_2".into(), 8);
         // dec_1 still open, dec_2 closed, dec_3 closed but never shown here.

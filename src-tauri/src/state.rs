@@ -48,11 +48,9 @@ pub struct Shared {
     fatal: Mutex<Option<String>>,
     /// Wakes the sync loop after pairing, so it follows the new identity.
     pub repaired: Notify,
-    /// Where the UI should go when it next asks (a link or action that came before it loaded).
-    pending: Mutex<Option<crate::events::Navigate>>,
     /// The desktop notification shown for each decision still open, so it is withdrawn when
     /// the decision closes.
-    pub shown: crate::notifications::Shown,
+    pub shown: Shown,
 }
 
 impl Shared {
@@ -67,8 +65,7 @@ impl Shared {
             demo: Mutex::new(None),
             fatal: Mutex::new(None),
             repaired: Notify::new(),
-            pending: Mutex::new(None),
-            shown: crate::notifications::Shown::default(),
+            shown: Shown::default(),
         }
     }
 
@@ -101,19 +98,6 @@ impl Shared {
     pub fn mark_live(&self) {
         self.live_at
             .store(chrono::Utc::now().timestamp_millis(), Ordering::Relaxed);
-    }
-
-    /// Remembers where to go, for a UI that is not listening yet.
-    pub fn set_pending(&self, n: crate::events::Navigate) {
-        *self.pending.lock().unwrap_or_else(|e| e.into_inner()) = Some(n);
-    }
-
-    /// Takes the remembered destination.
-    pub fn take_pending(&self) -> Option<crate::events::Navigate> {
-        self.pending
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .take()
     }
 
     /// Records the demo agent's progress.
@@ -174,3 +158,32 @@ impl Shared {
 
 /// The handle commands get.
 pub type AppState = Arc<Shared>;
+
+/// The desktop notification shown for each open decision (its id on the notification
+/// server).
+#[derive(Debug, Default)]
+pub struct Shown(std::sync::Mutex<std::collections::HashMap<String, u32>>);
+
+impl Shown {
+    /// Remembers the notification shown for a decision (a newer one replaces it).
+    pub fn remember(&self, decision: String, notification: u32) {
+        self.0
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(decision, notification);
+    }
+
+    /// Forgets, and returns, the notifications of the decisions among `decisions` that are no
+    /// longer open (each `(id, open)`).
+    pub fn take_closed<'a>(
+        &self,
+        decisions: impl IntoIterator<Item = (&'a str, bool)>,
+    ) -> Vec<(String, u32)> {
+        let mut shown = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        decisions
+            .into_iter()
+            .filter(|(_, open)| !open)
+            .filter_map(|(id, _)| shown.remove_entry(id))
+            .collect()
+    }
+}

@@ -11,11 +11,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tauri::AppHandle;
-use tauri_specta::Event as _;
 use tokio::sync::watch;
 use waymark_companion::{Error, Look, Touched};
 
-use crate::events::{MirrorChanged, StatusChanged};
 use crate::state::Shared;
 
 /// Starts the sync loop, the link watcher and the notification consumer.
@@ -45,7 +43,7 @@ pub fn spawn(app: AppHandle, shared: Arc<Shared>) {
                 Some(Err(e)) => {
                     tracing::warn!(error = %e, "sync stopped");
                     shared.set_fatal(Some(e.to_string()));
-                    let _ = StatusChanged {}.emit(&app);
+                    crate::events::status_changed(&app);
                     tokio::select! {
                         _ = tokio::time::sleep(Duration::from_secs(10)) => {}
                         _ = shared.repaired.notified() => {}
@@ -71,7 +69,7 @@ async fn watch_link(app: AppHandle, shared: Arc<Shared>, touched: Arc<Touched>) 
             touched.all();
         }
         was_connected = connected;
-        let _ = StatusChanged {}.emit(&app);
+        crate::events::status_changed(&app);
         if rx.changed().await.is_err() {
             return;
         }
@@ -87,8 +85,7 @@ async fn consume(app: AppHandle, shared: Arc<Shared>, touched: Arc<Touched>) {
             Look::Overflowed => (None, false),
             Look::Tasks(ids) => (Some(ids), false),
         };
-        let _ = MirrorChanged {}.emit(&app);
-        let _ = StatusChanged {}.emit(&app);
+        crate::events::nudge(&app);
         if let Err(e) = look(&app, &shared, threads, quiet_finished).await {
             tracing::warn!(error = %e, "notification pass failed");
         }
@@ -140,10 +137,4 @@ async fn look(
     let pending = mirror.inbox().await?.len();
     crate::tray::update(app, pending, shared.muted());
     Ok(())
-}
-
-/// Tells the UI to re-read the mirror and the status (after a command changed the outbox).
-pub fn nudge(app: &AppHandle) {
-    let _ = MirrorChanged {}.emit(app);
-    let _ = StatusChanged {}.emit(app);
 }

@@ -36,11 +36,11 @@ mod desktop {
             .menu(&menu)
             .tooltip("Waymark")
             .on_menu_event(|app, ev| match ev.id.as_ref() {
-                "open_inbox" => crate::navigate(app, "/inbox", None),
+                "open_inbox" => crate::events::navigate(app, "/inbox", None),
                 "mute" => {
                     let shared = app.state::<AppState>();
                     shared.mute_for(if shared.muted() { 0 } else { 60 });
-                    crate::sync::nudge(app);
+                    crate::events::nudge(app);
                     let shared = shared.inner().clone();
                     let app = app.clone();
                     tauri::async_runtime::spawn(async move {

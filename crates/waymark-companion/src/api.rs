@@ -8,7 +8,7 @@ use futures::{Stream, StreamExt};
 use serde::de::DeserializeOwned;
 use waymark_proto::*;
 
-use crate::Error;
+use crate::error::Error;
 
 #[derive(Clone)]
 pub(crate) struct Api {

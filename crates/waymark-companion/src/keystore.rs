@@ -9,7 +9,7 @@ use std::sync::Arc;
 use ed25519_dalek::SigningKey;
 use keyring_core::{CredentialStore, Entry};
 
-use crate::Error;
+use crate::error::Error;
 
 const SERVICE: &str = "waymark-device";
 

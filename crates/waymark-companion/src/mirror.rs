@@ -11,7 +11,7 @@ use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, S
 use sqlx::{Row, SqlitePool};
 use waymark_proto::*;
 
-use crate::Error;
+use crate::error::Error;
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../../migrations/companion");
 

@@ -5,6 +5,8 @@
 use serde::{Deserialize, Serialize};
 use waymark_proto::*;
 
+use crate::companion::Companion;
+use crate::error::Error;
 use crate::mirror::{StageStatus, ThreadDetail};
 use crate::steer::Seen;
 
@@ -371,6 +373,72 @@ pub fn for_thread_with(thread: &ThreadDetail, stats: &[(String, DiffStat)]) -> V
         });
     }
     out
+}
+
+impl Companion {
+    /// The notifications a thread deserves now, from the mirror alone: decisions with their
+    /// intent, outputs (with the diff stat of cached diffs) and verification; a finished task
+    /// with what it delivered. With `dedup`, each is returned once per device.
+    pub async fn notifications(
+        &self,
+        task_id: &str,
+        dedup: bool,
+    ) -> Result<Vec<Notification>, Error> {
+        let Some(thread) = self.mirror.thread(task_id).await? else {
+            return Ok(Vec::new());
+        };
+        let mut stats = Vec::new();
+        for a in &thread.artifacts {
+            let is_diff = a.media_type.contains("diff")
+                || a.name.ends_with(".diff")
+                || a.name.ends_with(".patch");
+            if is_diff && let Some(bytes) = self.mirror.blob(&a.sha256).await? {
+                stats.push((
+                    a.sha256.clone(),
+                    diff_stat(&String::from_utf8_lossy(&bytes)),
+                ));
+            }
+        }
+        // Under the user's escalation policy a decision notifies only the devices its steps
+        // reached so far; a later step reaching this one raises it then. Another user's task
+        // (they delegated their decisions to this one) notifies only the decisions a step of
+        // theirs sent here, and says whose it is.
+        let identity = self.identity().await?;
+        let me = identity.as_ref().map(|i| i.device_id.as_str());
+        let foreign = identity
+            .as_ref()
+            .is_some_and(|i| !thread.task.owner.is_empty() && thread.task.owner != i.user);
+        let mut out = Vec::new();
+        for mut n in for_thread_with(&thread, &stats) {
+            let decision = n
+                .decision_id
+                .as_deref()
+                .and_then(|id| thread.decisions.iter().find(|d| d.id == id));
+            let reaches = match (decision, me) {
+                (Some(d), Some(me)) if foreign => reaches_delegate(d, me),
+                (Some(d), Some(me)) => reaches(d, me),
+                (None, _) => !foreign,
+                (Some(_), None) => true,
+            };
+            if !reaches {
+                continue;
+            }
+            if foreign {
+                n.title = format!("For {}: {}", thread.task.owner, n.title);
+            }
+            // A reminder is shown again, once per reminder.
+            if let (Some(d), Some(me)) = (decision, me)
+                && let Some(r) = reminder_for(d, me)
+            {
+                n.key = format!("{}:reminder:{r}", n.key);
+                n.title = format!("Reminder: {}", n.title);
+            }
+            if !dedup || self.mirror.first_notification(&n.key).await? {
+                out.push(n);
+            }
+        }
+        Ok(out)
+    }
 }
 
 #[cfg(test)]

@@ -8,7 +8,9 @@ use serde::{Deserialize, Serialize};
 use waymark_proto::*;
 
 use crate::api::Api;
-use crate::{Companion, Error, Keystore};
+use crate::companion::Companion;
+use crate::error::Error;
+use crate::keystore::Keystore;
 
 /// Who this device is.
 #[derive(Debug, Clone, Serialize, Deserialize)]

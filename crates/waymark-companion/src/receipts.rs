@@ -8,7 +8,8 @@
 use waymark_proto::*;
 
 use crate::api::Api;
-use crate::{Companion, Error};
+use crate::companion::Companion;
+use crate::error::Error;
 
 impl Companion {
     /// Tells the server that these decisions reached `step` (`fetched`, `shown`, `opened`) on

@@ -9,7 +9,8 @@ use chrono::Utc;
 use serde_json::json;
 use waymark_proto::*;
 
-use crate::{COMMAND_LIFETIME, Companion, Error};
+use crate::companion::{COMMAND_LIFETIME, Companion};
+use crate::error::Error;
 
 /// A rule to make: what the person was shown, signed as `args.rule`.
 #[derive(Debug, Clone, PartialEq, Eq)]

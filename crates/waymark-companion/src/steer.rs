@@ -7,8 +7,11 @@ use chrono::Utc;
 use serde::{Deserialize, Serialize};
 use waymark_proto::*;
 
+use crate::companion::{COMMAND_LIFETIME, Companion};
+use crate::error::Error;
+use crate::keystore::Keystore;
 use crate::mirror::{OutboxEntry, OutboxStatus};
-use crate::{COMMAND_LIFETIME, Companion, Error, Identity, Keystore};
+use crate::pairing::Identity;
 
 /// A run to start on a machine: what the person signs (`start_run`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -11,25 +11,9 @@ use tokio::sync::watch;
 use waymark_proto::*;
 
 use crate::api::Api;
+use crate::companion::{Companion, LinkHealth};
+use crate::error::Error;
 use crate::mirror::OutboxEntry;
-use crate::{Companion, Error};
-
-/// The link between this device and its server.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct LinkHealth {
-    /// A stream is open.
-    pub connected: bool,
-    /// Since when the engine has been trying to reconnect (unix ms).
-    pub reconnecting_since: Option<i64>,
-    /// Server time of the last event applied (unix ms).
-    pub last_event_at: Option<i64>,
-    /// When the mirror last caught up (unix ms).
-    pub last_sync_at: Option<i64>,
-    /// The last call reached the server.
-    pub server_reachable: bool,
-    /// The last error, for people.
-    pub last_error: Option<String>,
-}
 
 /// What a sync did.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -346,4 +330,29 @@ fn reconnect_delays() -> backon::ExponentialBackoff {
         .with_jitter()
         .without_max_times()
         .build()
+}
+
+impl Companion {
+    /// A blob from the cache, else from the server (then cached).
+    pub async fn blob(&self, sha256: &str) -> Result<Vec<u8>, Error> {
+        if let Some(b) = self.mirror.blob(sha256).await? {
+            return Ok(b);
+        }
+        let (id, api) = self.require_identity().await?;
+        let fetched = async {
+            let token = self.token(&id, &api).await?;
+            api.blob(&token, sha256).await
+        }
+        .await;
+        match fetched {
+            Ok(data) => {
+                self.mirror
+                    .put_blob(sha256, &data, BLOB_CACHE_BYTES)
+                    .await?;
+                Ok(data)
+            }
+            Err(Error::Unreachable(_)) => Err(Error::BlobMissing(sha256.to_owned())),
+            Err(e) => Err(e),
+        }
+    }
 }

@@ -16,6 +16,11 @@ use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
 use rustls::{CertificateError, DigitallySignedStruct, SignatureScheme};
 use sha2::{Digest, Sha256};
 
+/// The environment variable that pins the control plane's TLS certificate by its fingerprint
+/// (`sha256:<hex>`, as `waymark serve` prints it): read by the worker SDK's
+/// `ClientBuilder::pin_from_env` and by the `waymark` commands that run workers (`--server-fp`).
+pub const SERVER_FP_ENV: &str = "WAYMARK_SERVER_FP";
+
 /// Why a pin cannot be used.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum PinError {

@@ -1,5 +1,5 @@
 //! The HTTP client of API v1: one place that sends, retries what is safe to retry, and turns
-//! `application/problem+json` into typed errors. [`crate::Run`] builds on it.
+//! `application/problem+json` into typed errors. `Run` builds on it.
 
 use std::time::Duration;
 
@@ -11,7 +11,7 @@ use url::Url;
 use waymark_proto::{CreateTask, Decision, ErrorCode, Health, Problem, Task, TaskDetail};
 
 use crate::error::{Error, Result};
-use crate::run::{AttemptOptions, Run};
+use waymark_tls_pin::SERVER_FP_ENV;
 
 /// Timeout of an ordinary request.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
@@ -40,11 +40,6 @@ impl Payload {
             .map_err(|e| Error::Transport(format!("the request does not serialise: {e}")))
     }
 }
-
-/// The environment variable that pins the control plane's TLS certificate by its fingerprint
-/// (`sha256:<hex>`, as `waymark serve` prints it), read by [`ClientBuilder::pin_from_env`] and
-/// by the `waymark` commands that run workers (`--server-fp`).
-pub const SERVER_FP_ENV: &str = "WAYMARK_SERVER_FP";
 
 /// A client of one control plane with one worker token. Cheap to clone.
 #[derive(Debug, Clone)]
@@ -203,13 +198,6 @@ impl Client {
             Some(wait + REQUEST_TIMEOUT),
         )
         .await
-    }
-
-    /// Starts an attempt on a task (a new one, or one to resume): acquires the lease, loads the
-    /// task's last checkpoint so [`Run::checkpoint`] continues the chain, and starts the
-    /// heartbeat.
-    pub async fn start_attempt(&self, task_id: &str, options: AttemptOptions) -> Result<Run> {
-        Run::start(self.clone(), task_id, options).await
     }
 
     /// Sends a request, retrying with backoff what [`Resend`] allows, and decodes the reply.

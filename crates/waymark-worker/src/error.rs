@@ -76,7 +76,7 @@ pub enum Error {
     /// The server presented a TLS certificate other than the pinned one; nothing was sent.
     #[error(
         "the control plane's certificate does not match the pinned one ({pinned}); it presented {presented} — nothing was sent. If its certificate was replaced on purpose, pin the new fingerprint (the `TLS:` line `waymark serve` prints) with `{env}` or `--server-fp`",
-        env = crate::client::SERVER_FP_ENV
+        env = waymark_tls_pin::SERVER_FP_ENV
     )]
     CertificateMismatch {
         /// The pin (`sha256:<hex>`).

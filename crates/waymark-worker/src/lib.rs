@@ -16,7 +16,7 @@ mod retry;
 mod run;
 pub mod tree;
 
-pub use client::{Client, ClientBuilder, SERVER_FP_ENV};
+pub use client::{Client, ClientBuilder};
 pub use effect::{
     EffectCall, EffectCtx, EffectDone, ProviderError, ProviderStatus, Reconciler, Resolution,
 };
@@ -24,3 +24,4 @@ pub use error::{Error, Result};
 pub use retry::{DELIVER_PARTIAL, Exhausted, PartialDelivery, RETRY_AGAIN, Retried};
 pub use run::{ApprovalOptions, AttemptOptions, ControlState, Run, approved_intent, chosen_option};
 pub use tokio_util::sync::CancellationToken;
+pub use waymark_tls_pin::SERVER_FP_ENV;

@@ -2,7 +2,7 @@
 //! flaky test, a tool that times out) is tried again up to a bound — transport failures are
 //! not counted here, the client already retries those. Past the bound the agent gets an
 //! [`Exhausted`] it turns into a human decision ([`Exhausted::decision`]) or a partial
-//! delivery ([`PartialDelivery`], finished with [`crate::Run::deliver_partially`]) that lists
+//! delivery ([`PartialDelivery`], finished with [`Run::deliver_partially`]) that lists
 //! what was and was not verified — never a silent "done".
 
 use std::future::Future;
@@ -165,7 +165,7 @@ impl Run {
     pub async fn deliver_partially(
         &self,
         delivery: &PartialDelivery,
-    ) -> crate::Result<waymark_proto::Attempt> {
+    ) -> crate::error::Result<waymark_proto::Attempt> {
         self.finish(
             waymark_proto::FinishOutcome::PartiallyDelivered,
             Some(delivery.summary()),

@@ -449,6 +449,15 @@ impl Drop for Run {
     }
 }
 
+impl Client {
+    /// Starts an attempt on a task (a new one, or one to resume): acquires the lease, loads the
+    /// task's last checkpoint so [`Run::checkpoint`] continues the chain, and starts the
+    /// heartbeat.
+    pub async fn start_attempt(&self, task_id: &str, options: AttemptOptions) -> Result<Run> {
+        Run::start(self.clone(), task_id, options).await
+    }
+}
+
 impl Run {
     pub(crate) async fn start(
         client: Client,

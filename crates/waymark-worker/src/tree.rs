@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use sha2::{Digest, Sha256};
 use waymark_proto::{CheckpointBody, Materials, WorkingTree};
 
-use crate::Run;
+use crate::run::Run;
 
 /// Records a run's working tree after each call, in a checkpoint, when it changed since the
 /// last one recorded here — what an adapter a runner started does, so that a revive can be

@@ -59,7 +59,7 @@ pub async fn approve_edited(
         .companion
         .approve_edited(&decision_id, part, None, &seen.into())
         .await;
-    crate::sync::nudge(&app);
+    crate::events::nudge(&app);
     super::queued_ok(&s, &task, r).await
 }
 
@@ -101,6 +101,6 @@ pub async fn decide(
             &seen.into(),
         )
         .await;
-    crate::sync::nudge(&app);
+    crate::events::nudge(&app);
     super::queued_ok(&s, &task, r).await
 }

@@ -41,7 +41,7 @@ pub async fn start_run(
         plan: run.plan,
     };
     let (task_id, entry) = s.companion.start_run(&run).await?;
-    crate::sync::nudge(&app);
+    crate::events::nudge(&app);
     Ok(StartedRunView {
         task_id,
         command: entry.into(),

@@ -38,7 +38,7 @@ pub async fn pair_device(
     s.companion.mirror().set_meta("app.mode", "remote").await?;
     s.set_mode(Mode::Remote);
     s.repaired.notify_one();
-    crate::sync::nudge(&app);
+    crate::events::nudge(&app);
     Ok(s.status().await?)
 }
 
@@ -137,6 +137,6 @@ pub async fn answer_delegation(
         true => s.companion.accept_delegation(owner).await?,
         false => s.companion.decline_delegation(owner).await?,
     };
-    crate::sync::nudge(&app);
+    crate::events::nudge(&app);
     Ok(d.into())
 }

@@ -27,7 +27,7 @@ pub async fn mute_notifications(
     minutes: i32,
 ) -> AppResult<StatusView> {
     s.mute_for(i64::from(minutes));
-    crate::sync::nudge(&app);
+    crate::events::nudge(&app);
     Ok(s.status().await?)
 }
 
@@ -43,6 +43,8 @@ pub async fn start_demo(app: AppHandle, s: State<'_, AppState>) -> AppResult<()>
 /// Where to go first: a deep link or notification action that came before the UI listened.
 #[tauri::command]
 #[specta::specta]
-pub async fn take_pending_route(s: State<'_, AppState>) -> AppResult<Option<Navigate>> {
-    Ok(s.take_pending())
+pub async fn take_pending_route(
+    s: State<'_, crate::events::Pending>,
+) -> AppResult<Option<Navigate>> {
+    Ok(s.take())
 }

@@ -35,7 +35,7 @@ pub async fn steer(
             seen_revision,
         )
         .await;
-    crate::sync::nudge(&app);
+    crate::events::nudge(&app);
     super::queued_ok(&s, &task_id, r).await
 }
 
@@ -57,6 +57,6 @@ pub async fn list_outbox(s: State<'_, AppState>) -> AppResult<Vec<OutboxView>> {
 #[specta::specta]
 pub async fn sync_now(app: AppHandle, s: State<'_, AppState>) -> AppResult<SyncView> {
     let r = s.companion.sync_once().await;
-    crate::sync::nudge(&app);
+    crate::events::nudge(&app);
     Ok(r?.into())
 }

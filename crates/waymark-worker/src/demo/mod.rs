@@ -22,10 +22,11 @@ use serde_json::{Value, json};
 use waymark_proto::digest::json_digest;
 use waymark_proto::*;
 
+use crate::client::Client;
 use crate::deploy_service::{DeployClient, DeployServiceError};
 use crate::effect::{ProviderError, Resolution};
+use crate::error::Error;
 use crate::run::{ApprovalOptions, AttemptOptions, Run, chosen_option};
-use crate::{Client, Error};
 
 pub use budget::{BudgetChoice, BudgetPlan};
 use budget::{Ledger, TOKENS_DELIVER, TOKENS_FIX, TOKENS_REPRODUCE};
@@ -81,7 +82,7 @@ pub struct DemoConfig {
     /// Control plane URL.
     pub server: String,
     /// The fingerprint (`sha256:<hex>`) of the control plane's certificate, to trust it alone
-    /// (see [`crate::ClientBuilder::pin`]).
+    /// (see `ClientBuilder::pin`).
     pub server_fp: Option<String>,
     /// Worker token.
     pub token: String,
