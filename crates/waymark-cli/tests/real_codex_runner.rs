@@ -372,6 +372,7 @@ async fn the_runner_starts_revives_and_resumes_codex_for_a_phone() {
         "the model did not ask for the call again"
     );
     assert_revived(&d);
+    let said = texts(&d);
     assert!(
         said.iter()
             .any(|t| t.starts_with("user: Waymark: this session was interrupted")),

@@ -295,6 +295,7 @@ async fn the_runner_starts_revives_and_resumes_gemini_cli_for_a_phone() {
         "the model did not ask for the call again"
     );
     assert_revived(&d);
+    let said = texts(&d);
     assert_eq!(
         said.iter()
             .filter(|t| *t == "user: runner: count once, then be killed")
