@@ -388,17 +388,7 @@ async fn starts_revives_and_resumes(agent: &'static Agent) {
         user_texts,
     )
     .await;
-    until(
-        &url,
-        &admin_token,
-        &task,
-        "the follow-up's turn ends",
-        |d| {
-            let attempts = d["attempts"].as_array().unwrap();
-            attempts.len() >= 3 && attempts.last().unwrap()["state"] == "finished"
-        },
-    )
-    .await;
+    newest_finished(&url, &admin_token, &task, 3, "the follow-up's turn ends").await;
     eprintln!("follow-up delivered at {:?}", started.elapsed());
     assert_eq!(
         lines(&counts.join("count-k")),

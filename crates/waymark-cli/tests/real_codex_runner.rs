@@ -380,29 +380,11 @@ async fn the_runner_starts_revives_and_resumes_codex_for_a_phone() {
     );
     // The same Codex thread: the resumed turn's request carries the earlier conversation (the
     // first prompt and the call's output) and then the note.
-    let resumed = model.requests()[before..]
-        .iter()
-        .find(|r| {
-            user_texts(r)
-                .iter()
-                .any(|t| t.contains("Waymark: this session was interrupted"))
-        })
-        .cloned()
-        .expect("the resumed Codex sent the model Waymark's note");
-    let users = user_texts(&resumed);
-    let prompt_at = users
-        .iter()
-        .position(|t| t.contains("runner: count once, then be killed"))
-        .expect("the earlier prompt is in the resumed thread");
-    let note_at = users
-        .iter()
-        .position(|t| t.contains("Waymark: this session was interrupted"))
-        .unwrap();
-    assert!(prompt_at < note_at, "{users:#?}");
-    assert!(
-        users[note_at].contains("count-k"),
-        "the note names the confirmed call: {}",
-        users[note_at]
+    let resumed = note_in_session(
+        &model.requests()[before..],
+        "runner: count once, then be killed",
+        "count-k",
+        user_texts,
     );
     assert!(
         resumed["input"]
@@ -438,17 +420,7 @@ async fn the_runner_starts_revives_and_resumes_codex_for_a_phone() {
         },
     )
     .await;
-    until(
-        &url,
-        &admin_token,
-        &task,
-        "the follow-up's turn ends",
-        |d| {
-            let attempts = d["attempts"].as_array().unwrap();
-            attempts.len() >= 3 && attempts.last().unwrap()["state"] == "finished"
-        },
-    )
-    .await;
+    newest_finished(&url, &admin_token, &task, 3, "the follow-up's turn ends").await;
     eprintln!("follow-up delivered at {:?}", started.elapsed());
     assert_eq!(
         lines(&counts.join("count-k")),

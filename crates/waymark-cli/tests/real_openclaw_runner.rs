@@ -242,11 +242,7 @@ async fn the_runner_starts_revives_and_resumes_openclaw_runs_for_a_phone() {
     let before = model.requests().len();
     eprintln!("killed at {:?}", started.elapsed());
     runner_proc = runner(laptop.path(), &url, &token, &home);
-    let d = until(&url, &admin_token, &task, "the revived run finishes", |d| {
-        let attempts = d["attempts"].as_array().unwrap();
-        attempts.len() >= 2 && attempts.last().unwrap()["state"] == "finished"
-    })
-    .await;
+    let d = newest_finished(&url, &admin_token, &task, 2, "the revived run finishes").await;
     eprintln!("revived run finished at {:?}", started.elapsed());
     assert_eq!(
         made(&project, "count-k"),
@@ -261,29 +257,11 @@ async fn the_runner_starts_revives_and_resumes_openclaw_runs_for_a_phone() {
     assert_revived(&d);
     // The same session: the note's request carries the earlier conversation (the first prompt
     // and the call's result) and then the note.
-    let resumed = model.requests()[before..]
-        .iter()
-        .find(|r| {
-            user_texts(r)
-                .iter()
-                .any(|t| t.contains("Waymark: this session was interrupted"))
-        })
-        .cloned()
-        .expect("the revived run sent the model Waymark's note");
-    let users = user_texts(&resumed);
-    let prompt_at = users
-        .iter()
-        .position(|t| t.contains("runner: count once, then be killed"))
-        .expect("the earlier prompt is in the session");
-    let note_at = users
-        .iter()
-        .position(|t| t.contains("Waymark: this session was interrupted"))
-        .unwrap();
-    assert!(prompt_at < note_at, "{users:#?}");
-    assert!(
-        users[note_at].contains("count-k"),
-        "the note names the confirmed call: {}",
-        users[note_at]
+    let resumed = note_in_session(
+        &model.requests()[before..],
+        "runner: count once, then be killed",
+        "count-k",
+        user_texts,
     );
     assert!(
         carries_result(&resumed),
@@ -299,17 +277,7 @@ async fn the_runner_starts_revives_and_resumes_openclaw_runs_for_a_phone() {
         user_texts,
     )
     .await;
-    until(
-        &url,
-        &admin_token,
-        &task,
-        "the follow-up's turn ends",
-        |d| {
-            let attempts = d["attempts"].as_array().unwrap();
-            attempts.len() >= 3 && attempts.last().unwrap()["state"] == "finished"
-        },
-    )
-    .await;
+    newest_finished(&url, &admin_token, &task, 3, "the follow-up's turn ends").await;
     eprintln!("follow-up delivered at {:?}", started.elapsed());
     assert_eq!(
         made(&project, "count-k"),
@@ -450,11 +418,7 @@ async fn the_runner_starts_revives_and_resumes_openclaw_runs_for_a_phone() {
             ],
         );
     }
-    let d = until(&url, &admin_token, &task, "the revived run finishes", |d| {
-        let attempts = d["attempts"].as_array().unwrap();
-        attempts.len() >= 2 && attempts.last().unwrap()["state"] == "finished"
-    })
-    .await;
+    let d = newest_finished(&url, &admin_token, &task, 2, "the revived run finishes").await;
     eprintln!(
         "revived on the restarted gateway at {:?}",
         started.elapsed()

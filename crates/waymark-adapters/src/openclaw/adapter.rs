@@ -84,6 +84,8 @@ enum Turn {
     },
     /// Over, as the gateway said (`ok`, `error`, `aborted`…): what to say of it.
     Over(String),
+    /// Never run: the gateway refused it, or the run could not go on — why.
+    Refused(String),
 }
 
 /// The statuses a turn has while it is not over (`agent.wait` and the send methods answer
@@ -236,8 +238,6 @@ pub(super) struct Adapter {
     mirrors: JoinSet<()>,
     /// The bound run's turn (unused when mirroring every session).
     turn: Turn,
-    /// Why the gateway (or the control plane) refused the bound run's turn.
-    refused: Option<String>,
     /// The gateway process the connection is on (`hello-ok`'s `server.bootId`): a turn
     /// accepted by another one is gone.
     boot: Option<String>,
@@ -256,7 +256,6 @@ impl Adapter {
         Adapter {
             tree,
             turn: Turn::Unsent,
-            refused: None,
             boot: None,
             settings,
             key,
@@ -338,18 +337,12 @@ impl Adapter {
                 }
             }
         };
-        let result = match result {
-            Ok(()) => match &self.turn {
-                // Cut off under a restarted gateway: the attempt is left to the runner's report.
-                Turn::Running { .. } if self.turn_lost() => Err(OpenClawError::TurnLost(
-                    "the OpenClaw gateway restarted during the turn".into(),
-                )),
-                _ => Ok(()),
-            },
-            e => e,
-        };
-        let result = match (result, self.refused.clone()) {
-            (Ok(()), Some(why)) => Err(OpenClawError::TurnRefused(why)),
+        let result = match (result, &self.turn) {
+            // Cut off under a restarted gateway: the attempt is left to the runner's report.
+            (Ok(()), Turn::Running { .. }) if self.turn_lost() => Err(OpenClawError::TurnLost(
+                "the OpenClaw gateway restarted during the turn".into(),
+            )),
+            (Ok(()), Turn::Refused(why)) => Err(OpenClawError::TurnRefused(why.clone())),
             (r, _) => r,
         };
         match &result {
@@ -453,7 +446,7 @@ impl Adapter {
             }
             // Over once what the gateway sent before it said so is handled (the turn's last
             // message comes before `agent.wait` answers that it ended).
-            if matches!(self.turn, Turn::Over(_)) && conn.buffered.is_empty() {
+            if matches!(self.turn, Turn::Over(_) | Turn::Refused(_)) && conn.buffered.is_empty() {
                 return End::TurnOver;
             }
             if let Some(f) = conn.buffered.pop_front() {
@@ -610,10 +603,11 @@ impl Adapter {
                 reason,
                 retry_at: None,
             }) => {
-                if self.turn == Turn::Unsent {
-                    self.refused = Some(format!("the run cannot go on: {reason}"));
-                }
-                self.turn = Turn::Over(reason.clone());
+                self.turn = if self.turn == Turn::Unsent {
+                    Turn::Refused(format!("the run cannot go on: {reason}"))
+                } else {
+                    Turn::Over(reason.clone())
+                };
                 return Ok(());
             }
             Some(Slot::Cancelled { abort_sent: true }) => {
@@ -663,8 +657,7 @@ impl Adapter {
                         if let Some(e) = v.get("runError").filter(|e| !e.is_null()) {
                             let why = str_of(e, &["message"]).unwrap_or_else(|| e.to_string());
                             tracing::warn!(%method, error = %why, "the gateway made the session but did not start the turn");
-                            self.refused = Some(why.clone());
-                            self.turn = Turn::Over(format!("refused: {why}"));
+                            self.turn = Turn::Refused(why);
                             return Ok(());
                         }
                         let status = str_of(&v, &["status"]).unwrap_or_default();
@@ -686,8 +679,7 @@ impl Adapter {
                     }
                     Err(e) => {
                         tracing::warn!(%method, error = %e, "the gateway refused the turn");
-                        self.refused = Some(e.to_string());
-                        self.turn = Turn::Over(format!("refused: {e}"));
+                        self.turn = Turn::Refused(e.to_string());
                     }
                 }
             }
@@ -714,7 +706,7 @@ impl Adapter {
                     Err(e) => tracing::debug!(error = %e, "`agent.wait` failed; asking again"),
                 }
             }
-            Turn::Over(_) => {}
+            Turn::Over(_) | Turn::Refused(_) => {}
         }
         Ok(())
     }
@@ -1642,7 +1634,7 @@ impl Adapter {
             let Slot::Live(s) = slot else {
                 continue;
             };
-            if let Some(why) = &self.refused {
+            if let Turn::Refused(why) = &self.turn {
                 let text = format!("OpenClaw did not run the turn: {why}");
                 if let Err(e) = s
                     .run
@@ -1658,6 +1650,9 @@ impl Adapter {
             let note = match &self.turn {
                 Turn::Over(how) if self.settings.bound.is_some() => format!(
                     "the OpenClaw turn ended ({how}); the session stays open in OpenClaw for what comes next"
+                ),
+                Turn::Refused(why) => format!(
+                    "the OpenClaw turn did not run ({why}); the session stays open in OpenClaw"
                 ),
                 _ => "the OpenClaw adapter stopped; the session goes on in OpenClaw".to_owned(),
             };

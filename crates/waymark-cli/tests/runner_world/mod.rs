@@ -332,6 +332,51 @@ pub async fn followup_reaches_session(
     .await
 }
 
+/// Among `requests`, the one that brought Waymark's resume note into the run's own session:
+/// its user texts (`user_texts`) hold `earlier`, a prompt the session had, before the note, and
+/// the note names `call`, the confirmed call. That request.
+pub fn note_in_session(
+    requests: &[Value],
+    earlier: &str,
+    call: &str,
+    user_texts: impl Fn(&Value) -> Vec<String>,
+) -> Value {
+    const NOTE: &str = "Waymark: this session was interrupted";
+    let resumed = requests
+        .iter()
+        .find(|r| user_texts(r).iter().any(|t| t.contains(NOTE)))
+        .cloned()
+        .expect("the revived run sent the model Waymark's note");
+    let users = user_texts(&resumed);
+    let prompt_at = users
+        .iter()
+        .position(|t| t.contains(earlier))
+        .expect("the earlier prompt is in the session");
+    let note_at = users.iter().position(|t| t.contains(NOTE)).unwrap();
+    assert!(prompt_at < note_at, "{users:#?}");
+    assert!(
+        users[note_at].contains(call),
+        "the note names the confirmed call: {}",
+        users[note_at]
+    );
+    resumed
+}
+
+/// Waits until the task has `attempts` attempts or more and the newest has finished.
+pub async fn newest_finished(
+    server: &str,
+    token: &str,
+    task: &str,
+    attempts: usize,
+    what: &str,
+) -> Value {
+    until(server, token, task, what, |d| {
+        let a = d["attempts"].as_array().unwrap();
+        a.len() >= attempts && a.last().unwrap()["state"] == "finished"
+    })
+    .await
+}
+
 /// What a revive leaves in the record: the first attempt revoked at fence 1, the newest at
 /// fence 2, and the run said to be resumed.
 pub fn assert_revived(d: &Value) {
