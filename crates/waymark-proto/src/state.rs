@@ -30,6 +30,32 @@ str_enum! {
 }
 
 impl TaskState {
+    /// The states in which a task whose live lease ran out becomes `recovery_candidate`: a
+    /// worker was running it or waiting on a person. Never while paused or cancelled, nor when
+    /// it already waits for recovery. The one list: the lease sweeper checks it and both store
+    /// backends select by it (`lease_sweepable_sql`).
+    pub const LEASE_SWEEPABLE: [TaskState; 5] = [
+        TaskState::Queued,
+        TaskState::Running,
+        TaskState::Verifying,
+        TaskState::WaitingApproval,
+        TaskState::WaitingHuman,
+    ];
+
+    /// Whether the lease sweeper takes a task in this state ([`TaskState::LEASE_SWEEPABLE`]).
+    pub fn lease_sweepable(self) -> bool {
+        Self::LEASE_SWEEPABLE.contains(&self)
+    }
+
+    /// [`TaskState::LEASE_SWEEPABLE`] as an SQL list of string literals, for `state IN (…)`.
+    pub fn lease_sweepable_sql() -> String {
+        Self::LEASE_SWEEPABLE
+            .iter()
+            .map(|s| format!("'{}'", s.as_str()))
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+
     /// Terminal states never change again.
     pub fn is_terminal(self) -> bool {
         matches!(

@@ -1013,34 +1013,22 @@ fn chosen(d: &DecisionRow) -> Option<String> {
     if d.status != DecisionStatus::Resolved {
         return None;
     }
-    d.outcome
-        .as_ref()
-        .and_then(|o| o.get("option"))
-        .and_then(Value::as_str)
-        .map(str::to_owned)
+    d.outcome.as_ref().and_then(|o| o.option.clone())
 }
 
 /// The tool input a person approved in place of Claude Code's own, when they edited it.
 fn edited_input(d: &DecisionRow) -> Option<Value> {
     d.outcome
         .as_ref()?
-        .get("edited_intent")?
+        .edited_intent
+        .as_ref()?
         .get("input")
         .cloned()
 }
 
 fn reason_of(d: &DecisionRow) -> String {
-    let by = d
-        .outcome
-        .as_ref()
-        .and_then(|o| o.get("by"))
-        .and_then(Value::as_str)
-        .unwrap_or("someone");
-    let text = d
-        .outcome
-        .as_ref()
-        .and_then(|o| o.get("text"))
-        .and_then(Value::as_str);
+    let by = d.outcome.as_ref().map_or("someone", |o| o.by.as_str());
+    let text = d.outcome.as_ref().and_then(|o| o.text.as_deref());
     match text {
         Some(t) => format!("{by} via Waymark: {t}"),
         None => format!("decided by {by} via Waymark (decision {})", d.id),
@@ -1161,8 +1149,7 @@ async fn close_unrun_effects(
                 let why = d
                     .outcome
                     .as_ref()
-                    .and_then(|o| o.get("text"))
-                    .and_then(Value::as_str)
+                    .and_then(|o| o.text.as_deref())
                     .unwrap_or("no answer in time");
                 format!(
                     "not run: the approval expired ({why}); Claude Code went on without the call ({event})"
@@ -1355,13 +1342,7 @@ async fn settle_deliveries(
         tx.list_decisions(&s.task_id)
             .await?
             .into_iter()
-            .filter(|d| {
-                d.delivery
-                    .as_ref()
-                    .and_then(|v| v.get("state"))
-                    .and_then(Value::as_str)
-                    == Some(DeliveryState::Pending.as_str())
-            })
+            .filter(|d| d.delivery.as_ref().map(|v| v.state) == Some(DeliveryState::Pending))
             .collect()
     };
     if waiting.is_empty() {
@@ -1389,8 +1370,7 @@ async fn settle_deliveries(
                 let edited = d
                     .outcome
                     .as_ref()
-                    .and_then(|o| o.get("edited_intent_digest"))
-                    .and_then(Value::as_str);
+                    .and_then(|o| o.edited_intent_digest.as_deref());
                 this_call.is_some()
                     && (d.intent_digest == this_call || edited == this_call.as_deref())
             }

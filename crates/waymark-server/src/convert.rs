@@ -39,11 +39,11 @@ pub(crate) fn task(t: &s::TaskRow, owner: &str) -> R<p::Task> {
         goal: t.goal.clone(),
         runtime: t.runtime.clone(),
         state: t.state,
-        plan: json(&t.plan, "plan")?,
+        plan: t.plan.clone(),
         plan_revision: t.plan_revision,
-        budget: json(&t.budget, "budget")?,
-        usage: json(&t.usage, "usage")?,
-        materials: json(&t.materials, "materials")?,
+        budget: t.budget.clone(),
+        usage: t.usage.clone(),
+        materials: t.materials.clone(),
         session_id: t.session_id.clone(),
         fence: t.fence,
         outcome_summary: t.outcome_summary.clone(),
@@ -76,11 +76,7 @@ pub(crate) fn attempt(a: &s::AttemptRow) -> R<p::Attempt> {
         started_at: dt(a.started_at),
         ended_at: a.ended_at.map(dt),
         outcome: a.outcome,
-        released: a
-            .released
-            .as_ref()
-            .and_then(|v| serde_json::from_value(v.clone()).ok())
-            .unwrap_or_default(),
+        released: a.released.clone().unwrap_or_default(),
     })
 }
 
@@ -127,7 +123,7 @@ pub(crate) fn decision(d: &s::DecisionRow) -> R<p::Decision> {
         status: d.status,
         step: d.step.clone(),
         question: d.question.clone(),
-        options: json(&d.options, "decision options")?,
+        options: d.options.clone(),
         default_option: d.default_option.clone(),
         intent: d.intent.clone(),
         intent_digest: d.intent_digest.clone(),
@@ -136,29 +132,13 @@ pub(crate) fn decision(d: &s::DecisionRow) -> R<p::Decision> {
         risky: d.risky,
         expires_at: dt(d.expires_at),
         created_at: dt(d.created_at),
-        outcome: d
-            .outcome
-            .as_ref()
-            .map(|o| json(o, "decision outcome"))
-            .transpose()?,
+        outcome: d.outcome.clone(),
         durability: d.durability,
-        delivery: d
-            .delivery
-            .as_ref()
-            .map(|x| json(x, "decision delivery"))
-            .transpose()?,
+        delivery: d.delivery.clone(),
         editable: d.editable.clone(),
         deliveries: Vec::new(),
-        runtime_deadline: d
-            .runtime_deadline
-            .as_ref()
-            .map(|x| json(x, "runtime deadline"))
-            .transpose()?,
-        escalation: d
-            .escalation
-            .as_ref()
-            .map(|x| json(x, "decision escalation"))
-            .transpose()?,
+        runtime_deadline: d.runtime_deadline.clone(),
+        escalation: d.escalation.clone(),
         form: form_of(d)?,
     })
 }
@@ -231,7 +211,7 @@ pub(crate) fn device(d: &s::DeviceRow, user: &str) -> R<p::Device> {
         id: d.id.clone(),
         user: user.to_owned(),
         name: d.name.clone(),
-        scopes: json(&d.scopes, "device scopes")?,
+        scopes: d.scopes.clone(),
         public_key: d.public_key.clone(),
         created_at: dt(d.created_at),
         revoked_at: d.revoked_at.map(dt),

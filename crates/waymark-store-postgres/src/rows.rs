@@ -3,6 +3,7 @@
 
 use std::str::FromStr;
 
+use serde::de::DeserializeOwned;
 use serde_json::Value;
 use sqlx::postgres::PgRow;
 use sqlx::{Postgres, Row};
@@ -16,12 +17,16 @@ where
         .map_err(|e| StoreError::Corrupt(format!("column `{col}`: {e}")))
 }
 
-fn get_json(row: &PgRow, col: &str) -> Result<Value> {
-    get(row, col)
+/// A JSONB column as the type it holds (`decode_json_value`: JSON not of that shape is
+/// corruption).
+fn get_json<T: DeserializeOwned>(row: &PgRow, col: &str) -> Result<T> {
+    decode_json_value(col, get::<Value>(row, col)?)
 }
 
-fn get_json_opt(row: &PgRow, col: &str) -> Result<Option<Value>> {
-    get(row, col)
+fn get_json_opt<T: DeserializeOwned>(row: &PgRow, col: &str) -> Result<Option<T>> {
+    get::<Option<Value>>(row, col)?
+        .map(|v| decode_json_value(col, v))
+        .transpose()
 }
 
 /// A column holding one of an enum's values (`decode_enum`: unknown is corruption).
@@ -116,7 +121,7 @@ pub(crate) fn attempt_row(r: &PgRow) -> Result<AttemptRow> {
         started_at: get(r, "started_at")?,
         ended_at: get(r, "ended_at")?,
         outcome: get_enum_opt(r, "outcome")?,
-        released: get(r, "released")?,
+        released: get_json_opt(r, "released")?,
     })
 }
 

@@ -1,9 +1,12 @@
 //! One transaction on PostgreSQL: every `StoreTx` method as one or two statements. The crate
 //! docs say which locks a method takes and why.
 
+use std::sync::LazyLock;
+
 use async_trait::async_trait;
 use serde_json::Value;
 use sqlx::postgres::{PgArguments, PgRow};
+use sqlx::types::Json;
 use sqlx::{Postgres, Transaction};
 use tokio::sync::watch;
 use waymark_store::*;
@@ -249,11 +252,11 @@ impl StoreTx for PgTx {
             .bind(&t.goal)
             .bind(&t.runtime)
             .bind(t.state.as_str())
-            .bind(&t.plan)
+            .bind(Json(&t.plan))
             .bind(t.plan_revision)
-            .bind(&t.budget)
-            .bind(&t.usage)
-            .bind(&t.materials)
+            .bind(Json(&t.budget))
+            .bind(Json(&t.usage))
+            .bind(Json(&t.materials))
             .bind(&t.session_id)
             .bind(t.fence)
             .bind(&t.outcome_summary)
@@ -289,11 +292,11 @@ impl StoreTx for PgTx {
             .bind(&t.goal)
             .bind(&t.runtime)
             .bind(t.state.as_str())
-            .bind(&t.plan)
+            .bind(Json(&t.plan))
             .bind(t.plan_revision)
-            .bind(&t.budget)
-            .bind(&t.usage)
-            .bind(&t.materials)
+            .bind(Json(&t.budget))
+            .bind(Json(&t.usage))
+            .bind(Json(&t.materials))
             .bind(t.fence)
             .bind(&t.outcome_summary)
             .bind(t.updated_at)
@@ -375,7 +378,7 @@ impl StoreTx for PgTx {
             .bind(a.started_at)
             .bind(a.ended_at)
             .bind(a.outcome.map(|x| x.as_str()))
-            .bind(&a.released),
+            .bind(a.released.as_ref().map(Json)),
         )
         .await
     }
@@ -399,7 +402,7 @@ impl StoreTx for PgTx {
             .bind(a.state.as_str())
             .bind(a.ended_at)
             .bind(a.outcome.map(|x| x.as_str()))
-            .bind(&a.released)
+            .bind(a.released.as_ref().map(Json))
             .bind(&a.id),
         )
         .await
@@ -407,17 +410,17 @@ impl StoreTx for PgTx {
     }
 
     async fn expired_leases(&mut self, now_ms: i64) -> Result<Vec<AttemptRow>> {
-        self.all(
-            sqlx::query(
+        static SQL: LazyLock<String> = LazyLock::new(|| {
+            format!(
                 "SELECT a.* FROM attempts a JOIN tasks t ON t.id = a.task_id
                  WHERE a.state = 'active' AND a.expires_at <= $1
-                   AND t.state IN ('queued', 'running', 'verifying', 'waiting_approval', 'waiting_human')
+                   AND t.state IN ({})
                  ORDER BY a.expires_at, a.id",
+                TaskState::lease_sweepable_sql()
             )
-            .bind(now_ms),
-            attempt_row,
-        )
-        .await
+        });
+        self.all(sqlx::query(SQL.as_str()).bind(now_ms), attempt_row)
+            .await
     }
 
     async fn list_attempts(&mut self, task_id: &str) -> Result<Vec<AttemptRow>> {
@@ -653,7 +656,7 @@ impl StoreTx for PgTx {
             .bind(d.status.as_str())
             .bind(&d.step)
             .bind(&d.question)
-            .bind(&d.options)
+            .bind(Json(&d.options))
             .bind(&d.default_option)
             .bind(&d.intent)
             .bind(&d.intent_digest)
@@ -662,12 +665,12 @@ impl StoreTx for PgTx {
             .bind(d.risky)
             .bind(d.expires_at)
             .bind(d.created_at)
-            .bind(&d.outcome)
+            .bind(d.outcome.as_ref().map(Json))
             .bind(d.durability.map(|x| x.as_str()))
-            .bind(&d.delivery)
+            .bind(d.delivery.as_ref().map(Json))
             .bind(&d.editable)
-            .bind(&d.runtime_deadline)
-            .bind(&d.escalation)
+            .bind(d.runtime_deadline.as_ref().map(Json))
+            .bind(d.escalation.as_ref().map(Json))
             .bind(d.escalate_at),
         )
         .await
@@ -690,12 +693,12 @@ impl StoreTx for PgTx {
             )
             .bind(d.status.as_str())
             .bind(d.expires_at)
-            .bind(&d.outcome)
-            .bind(&d.delivery)
-            .bind(&d.escalation)
+            .bind(d.outcome.as_ref().map(Json))
+            .bind(d.delivery.as_ref().map(Json))
+            .bind(d.escalation.as_ref().map(Json))
             .bind(d.escalate_at)
             .bind(d.durability.map(|x| x.as_str()))
-            .bind(&d.runtime_deadline)
+            .bind(d.runtime_deadline.as_ref().map(Json))
             .bind(&d.id),
         )
         .await
@@ -735,18 +738,22 @@ impl StoreTx for PgTx {
         .await
     }
 
-    async fn escalation_policy(&mut self, user_id: &str) -> Result<Option<Value>> {
-        sqlx::query_scalar("SELECT policy FROM escalation_policies WHERE user_id = $1")
-            .bind(user_id)
-            .fetch_optional(&mut *self.tx)
-            .await
-            .map_err(db_err)
+    async fn escalation_policy(&mut self, user_id: &str) -> Result<Option<EscalationPolicy>> {
+        let value: Option<Value> =
+            sqlx::query_scalar("SELECT policy FROM escalation_policies WHERE user_id = $1")
+                .bind(user_id)
+                .fetch_optional(&mut *self.tx)
+                .await
+                .map_err(db_err)?;
+        value
+            .map(|v| decode_json_value("escalation_policies.policy", v))
+            .transpose()
     }
 
     async fn put_escalation_policy(
         &mut self,
         user_id: &str,
-        policy: &Value,
+        policy: &EscalationPolicy,
         now_ms: i64,
     ) -> Result<()> {
         self.exec(
@@ -756,7 +763,7 @@ impl StoreTx for PgTx {
                    updated_at = excluded.updated_at",
             )
             .bind(user_id)
-            .bind(policy)
+            .bind(Json(policy))
             .bind(now_ms),
         )
         .await
@@ -1129,7 +1136,7 @@ impl StoreTx for PgTx {
             .bind(&d.user_id)
             .bind(&d.name)
             .bind(&d.public_key)
-            .bind(&d.scopes)
+            .bind(Json(&d.scopes))
             .bind(d.created_at)
             .bind(d.revoked_at)
             .bind(d.last_seen_at),
@@ -1164,7 +1171,7 @@ impl StoreTx for PgTx {
                  WHERE id = $5",
             )
             .bind(&d.name)
-            .bind(&d.scopes)
+            .bind(Json(&d.scopes))
             .bind(d.revoked_at)
             .bind(d.last_seen_at)
             .bind(&d.id),
@@ -1214,7 +1221,7 @@ impl StoreTx for PgTx {
             )
             .bind(&p.code_hash)
             .bind(&p.user_id)
-            .bind(&p.scopes)
+            .bind(Json(&p.scopes))
             .bind(p.created_at)
             .bind(p.expires_at)
             .bind(p.used_at)

@@ -80,11 +80,11 @@ fn task(id: &str, owner: &str) -> TaskRow {
         goal: "g".into(),
         runtime: None,
         state: TaskState::Queued,
-        plan: json!([]),
+        plan: Vec::new(),
         plan_revision: 1,
-        budget: json!({}),
-        usage: json!({}),
-        materials: json!({}),
+        budget: Budget::default(),
+        usage: Usage::default(),
+        materials: Materials::default(),
         session_id: format!("ses_{id}"),
         fence: 0,
         outcome_summary: None,
@@ -157,6 +157,42 @@ async fn a_value_no_enum_knows_is_corruption_never_a_default() {
     assert!(matches!(err, StoreError::Corrupt(_)), "{err}");
     assert!(err.to_string().contains("`state`"), "{err}");
     assert!(err.to_string().contains("sideways"), "{err}");
+    db.drop_db(&[&store]).await;
+}
+
+/// A JSON column is read as the type it holds: a usage that is not one is corruption, never a
+/// zero spend (which would reopen a spent budget).
+#[tokio::test]
+async fn a_json_value_not_of_its_type_is_corruption_never_a_default() {
+    let db = TestDb::new().await;
+    let store = db.store().await;
+    seed(&store).await;
+    let mut conn = db.conn().await;
+    for (col, value) in [
+        (
+            "usage",
+            r#"{"tokens": "many", "cost_usd": 1.0, "wall_seconds": 0}"#,
+        ),
+        ("plan", r#"{"id": "not a list"}"#),
+    ] {
+        sqlx::query(&format!(
+            "UPDATE tasks SET {col} = $1::jsonb WHERE id = 'task_1'"
+        ))
+        .bind(value)
+        .execute(&mut conn)
+        .await
+        .unwrap();
+        let err = store
+            .read()
+            .await
+            .unwrap()
+            .task("task_1")
+            .await
+            .unwrap_err();
+        assert!(matches!(err, StoreError::Corrupt(_)), "{col}: {err}");
+        assert!(err.to_string().contains(&format!("`{col}`")), "{err}");
+    }
+    conn.close().await.unwrap();
     db.drop_db(&[&store]).await;
 }
 
@@ -644,16 +680,32 @@ async fn json_values_round_trip_exactly() {
     let store = db.store().await;
     let mut tx = store.write().await.unwrap();
     tx.insert_user(&user("usr_alice")).await.unwrap();
+    // A typed column: every float and string comes back as written.
     let mut t = task("task_j", "usr_alice");
-    t.plan = json!([
+    t.plan = vec![PlanStep {
+        id: "ü".into(),
+        title: "quote \" backslash \\ tab \t emoji 🦀".into(),
+        depends_on: vec!["a".into()],
+    }];
+    t.usage.cost_usd = 0.30000000000000004;
+    tx.insert_task(&t).await.unwrap();
+    // A column kept as given (event data; checkpoint bodies and intents are digested as sent).
+    let data = json!([
         {"id": "ü", "z": 1, "a": [0.1, -0.0, 1e-7, 1e20, 3.0, 12345678901234567890u64, -9007199254740993i64]},
         {"text": "quote \" backslash \\ tab \t emoji 🦀", "null": null, "nested": {"b": true, "a": false}}
     ]);
-    t.usage = json!({"cost_usd": 0.30000000000000004, "tokens": 0});
-    tx.insert_task(&t).await.unwrap();
+    let cursor = tx
+        .append_event(&NewEvent {
+            data: data.clone(),
+            ..event("task_j", 1)
+        })
+        .await
+        .unwrap();
     tx.commit().await.unwrap();
     let mut r = store.read().await.unwrap();
     assert_eq!(r.task("task_j").await.unwrap(), Some(t));
+    let events = r.events_after(cursor - 1, 1, None).await.unwrap();
+    assert_eq!(events[0].data, data);
     drop(r);
     db.drop_db(&[&store]).await;
 }

@@ -291,4 +291,51 @@ mod tests {
         assert!(err.to_string().contains("`state`"), "{err}");
         assert!(err.to_string().contains("sideways"), "{err}");
     }
+
+    /// A JSON column is read as the type it holds: a usage that is not one is corruption,
+    /// never a zero spend (which would reopen a spent budget), and the row is left as it is.
+    #[tokio::test]
+    async fn a_json_value_not_of_its_type_is_corruption_never_a_default() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("waymark.db");
+        let store = SqliteStore::open(&path).await.unwrap();
+        waymark_store::story::seed_one_task(&store, "task_1").await;
+        let pool = SqlitePool::connect_with(SqliteConnectOptions::new().filename(&path))
+            .await
+            .unwrap();
+        for (col, value) in [
+            (
+                "usage",
+                r#"{"tokens": "many", "cost_usd": 1.0, "wall_seconds": 0}"#,
+            ),
+            ("plan", r#"{"id": "not a list"}"#),
+            ("budget", "not json"),
+        ] {
+            let good: String = sqlx::query_scalar(&format!("SELECT {col} FROM tasks"))
+                .fetch_one(&pool)
+                .await
+                .unwrap();
+            sqlx::query(&format!("UPDATE tasks SET {col} = ? WHERE id = 'task_1'"))
+                .bind(value)
+                .execute(&pool)
+                .await
+                .unwrap();
+            let err = store
+                .read()
+                .await
+                .unwrap()
+                .task("task_1")
+                .await
+                .unwrap_err();
+            assert!(matches!(err, StoreError::Corrupt(_)), "{col}: {err}");
+            assert!(err.to_string().contains(&format!("`{col}`")), "{err}");
+            sqlx::query(&format!("UPDATE tasks SET {col} = ? WHERE id = 'task_1'"))
+                .bind(good)
+                .execute(&pool)
+                .await
+                .unwrap();
+        }
+        pool.close().await;
+        assert!(store.read().await.unwrap().task("task_1").await.is_ok());
+    }
 }

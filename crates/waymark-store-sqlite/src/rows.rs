@@ -3,13 +3,15 @@
 
 use std::str::FromStr;
 
-use serde_json::Value;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
 use sqlx::sqlite::SqliteRow;
 use sqlx::{Row, Sqlite};
 use waymark_store::*;
 
-pub(crate) fn json_text(v: &Value) -> String {
-    v.to_string()
+/// A JSON column's text. The values written are the store's own rows, which always serialise.
+pub(crate) fn json_text<T: Serialize + ?Sized>(v: &T) -> String {
+    serde_json::to_string(v).expect("a stored value serialises as JSON")
 }
 
 pub(crate) fn get<'r, T>(row: &'r SqliteRow, col: &str) -> Result<T>
@@ -20,18 +22,15 @@ where
         .map_err(|e| StoreError::Corrupt(format!("column `{col}`: {e}")))
 }
 
-pub(crate) fn get_json(row: &SqliteRow, col: &str) -> Result<Value> {
-    let s: String = get(row, col)?;
-    Value::from_str(&s).map_err(|e| StoreError::Corrupt(format!("column `{col}` is not JSON: {e}")))
+/// A JSON column as the type it holds (`decode_json`: text that is not one is corruption).
+pub(crate) fn get_json<T: DeserializeOwned>(row: &SqliteRow, col: &str) -> Result<T> {
+    decode_json(col, &get::<String>(row, col)?)
 }
 
-pub(crate) fn get_json_opt(row: &SqliteRow, col: &str) -> Result<Option<Value>> {
-    let s: Option<String> = get(row, col)?;
-    s.map(|s| {
-        Value::from_str(&s)
-            .map_err(|e| StoreError::Corrupt(format!("column `{col}` is not JSON: {e}")))
-    })
-    .transpose()
+pub(crate) fn get_json_opt<T: DeserializeOwned>(row: &SqliteRow, col: &str) -> Result<Option<T>> {
+    get::<Option<String>>(row, col)?
+        .map(|s| decode_json(col, &s))
+        .transpose()
 }
 
 /// A column holding one of an enum's values (`decode_enum`: unknown is corruption).

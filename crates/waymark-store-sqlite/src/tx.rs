@@ -1,8 +1,9 @@
 //! One transaction on SQLite: every `StoreTx` method as one or two statements, on a read-only
 //! reader (a snapshot) or as a member of the writer's current group.
 
+use std::sync::LazyLock;
+
 use async_trait::async_trait;
-use serde_json::Value;
 use sqlx::sqlite::SqliteRow;
 use sqlx::{Sqlite, SqliteConnection, Transaction};
 use waymark_store::*;
@@ -347,17 +348,17 @@ impl StoreTx for SqliteTx {
     }
 
     async fn expired_leases(&mut self, now_ms: i64) -> Result<Vec<AttemptRow>> {
-        self.all(
-            sqlx::query(
+        static SQL: LazyLock<String> = LazyLock::new(|| {
+            format!(
                 "SELECT a.* FROM attempts a JOIN tasks t ON t.id = a.task_id
                  WHERE a.state = 'active' AND a.expires_at <= ?
-                   AND t.state IN ('queued', 'running', 'verifying', 'waiting_approval', 'waiting_human')
+                   AND t.state IN ({})
                  ORDER BY a.expires_at, a.id",
+                TaskState::lease_sweepable_sql()
             )
-            .bind(now_ms),
-            attempt_row,
-        )
-        .await
+        });
+        self.all(sqlx::query(SQL.as_str()).bind(now_ms), attempt_row)
+            .await
     }
 
     async fn insert_checkpoint(&mut self, c: &CheckpointRow) -> Result<()> {
@@ -654,24 +655,21 @@ impl StoreTx for SqliteTx {
         .await
     }
 
-    async fn escalation_policy(&mut self, user_id: &str) -> Result<Option<Value>> {
+    async fn escalation_policy(&mut self, user_id: &str) -> Result<Option<EscalationPolicy>> {
         let text: Option<String> =
             sqlx::query_scalar("SELECT policy FROM escalation_policies WHERE user_id = ?")
                 .bind(user_id)
                 .fetch_optional(self.db())
                 .await
                 .map_err(backend)?;
-        text.map(|t| {
-            serde_json::from_str(&t)
-                .map_err(|e| StoreError::Corrupt(format!("escalation policy: {e}")))
-        })
-        .transpose()
+        text.map(|t| decode_json("escalation_policies.policy", &t))
+            .transpose()
     }
 
     async fn put_escalation_policy(
         &mut self,
         user_id: &str,
-        policy: &Value,
+        policy: &EscalationPolicy,
         now_ms: i64,
     ) -> Result<()> {
         self.exec(

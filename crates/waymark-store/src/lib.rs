@@ -201,13 +201,13 @@ pub trait StoreTx: Send {
     async fn due_decisions(&mut self, now_ms: i64) -> Result<Vec<DecisionRow>>;
     /// Pending decisions whose escalation moves by `now_ms`, soonest first.
     async fn due_escalations(&mut self, now_ms: i64) -> Result<Vec<DecisionRow>>;
-    /// A user's escalation policy (JSON `EscalationPolicy`).
-    async fn escalation_policy(&mut self, user_id: &str) -> Result<Option<serde_json::Value>>;
+    /// A user's escalation policy.
+    async fn escalation_policy(&mut self, user_id: &str) -> Result<Option<EscalationPolicy>>;
     /// Sets (or replaces) a user's escalation policy.
     async fn put_escalation_policy(
         &mut self,
         user_id: &str,
-        policy: &serde_json::Value,
+        policy: &EscalationPolicy,
         now_ms: i64,
     ) -> Result<()>;
     /// Removes a user's escalation policy; returns whether there was one.
@@ -413,4 +413,20 @@ where
     value
         .parse()
         .map_err(|e| StoreError::Corrupt(format!("column `{col}`: {e}")))
+}
+
+/// A stored JSON column's text as the type it holds (`col` names the column): text that is not
+/// JSON, or JSON not of that shape, is corruption, never a default — a usage reset to zero
+/// would reopen a spent budget. Each backend reads the text (or its JSON type), this decides
+/// what it means.
+pub fn decode_json<T: serde::de::DeserializeOwned>(col: &str, text: &str) -> Result<T> {
+    serde_json::from_str(text).map_err(|e| StoreError::Corrupt(format!("column `{col}`: {e}")))
+}
+
+/// As [`decode_json`], for a backend whose driver already parsed the JSON.
+pub fn decode_json_value<T: serde::de::DeserializeOwned>(
+    col: &str,
+    value: serde_json::Value,
+) -> Result<T> {
+    serde_json::from_value(value).map_err(|e| StoreError::Corrupt(format!("column `{col}`: {e}")))
 }

@@ -1,12 +1,19 @@
 //! Storage rows. Times are unix milliseconds (server clock); structured columns are JSON;
-//! states, statuses, kinds and operations are the domain's enums, so a backend that reads a
-//! value it does not know says so (`StoreError::Corrupt`) instead of passing a string on.
+//! states, statuses, kinds and operations are the domain's enums, and the JSON columns the
+//! rules read are the wire types they hold, so a backend that reads a value it does not know
+//! says so (`StoreError::Corrupt`) instead of passing a string or a default on. Columns kept
+//! as `Value` are kept exactly as given: intents and checkpoint bodies are digested as sent,
+//! event data is whatever its event says.
 
 use serde_json::Value;
 pub use waymark_proto::{
     ApprovalDurability, AttemptState, CatchUp, CommandStatus, DecisionKind, DecisionStatus,
     DeliveryStep, EffectStatus, EventKind, FinishOutcome, FollowupState, Operation, PushKind,
     RuleAnswer, TaskState, WorkKind, WorkState,
+};
+pub use waymark_proto::{
+    Budget, DecisionOption, DecisionOutcome, Delivery, Escalation, EscalationPolicy, Materials,
+    PlanStep, RuntimeDeadline, Usage,
 };
 
 /// What a bearer token is for.
@@ -94,15 +101,13 @@ pub struct TaskRow {
     pub goal: String,
     pub runtime: Option<String>,
     pub state: TaskState,
-    /// JSON array of plan steps.
-    pub plan: Value,
+    /// The plan's steps.
+    pub plan: Vec<PlanStep>,
     pub plan_revision: i64,
-    /// JSON budget.
-    pub budget: Value,
-    /// JSON usage totals.
-    pub usage: Value,
-    /// JSON materials.
-    pub materials: Value,
+    pub budget: Budget,
+    /// Spend reported so far.
+    pub usage: Usage,
+    pub materials: Materials,
     pub session_id: String,
     /// The newest attempt's fence (0 before the first).
     pub fence: i64,
@@ -139,8 +144,8 @@ pub struct AttemptRow {
     pub started_at: i64,
     pub ended_at: Option<i64>,
     pub outcome: Option<FinishOutcome>,
-    /// JSON array of temporary resources the worker reported released.
-    pub released: Option<Value>,
+    /// Temporary resources the worker reported released (`None`: none reported).
+    pub released: Option<Vec<String>>,
 }
 
 /// A link of a task's checkpoint chain.
@@ -206,8 +211,7 @@ pub struct DecisionRow {
     pub status: DecisionStatus,
     pub step: Option<String>,
     pub question: String,
-    /// JSON array of options.
-    pub options: Value,
+    pub options: Vec<DecisionOption>,
     pub default_option: Option<String>,
     pub intent: Option<Value>,
     pub intent_digest: Option<String>,
@@ -216,18 +220,18 @@ pub struct DecisionRow {
     pub risky: bool,
     pub expires_at: i64,
     pub created_at: i64,
-    /// JSON outcome once closed.
-    pub outcome: Option<Value>,
+    /// How it was closed, once it is.
+    pub outcome: Option<DecisionOutcome>,
     /// For approvals held by a runtime: how the runtime holds it.
     pub durability: Option<ApprovalDurability>,
-    /// JSON `Delivery`: whether the runtime took the answer.
-    pub delivery: Option<Value>,
+    /// Whether the runtime took the answer.
+    pub delivery: Option<Delivery>,
     /// The JSON pointer of the intent's part a person may edit before approving.
     pub editable: Option<String>,
-    /// JSON `RuntimeDeadline`: when the runtime holding it decides on its own, and how.
-    pub runtime_deadline: Option<Value>,
-    /// JSON `Escalation`: where it stands in its user's escalation policy.
-    pub escalation: Option<Value>,
+    /// When the runtime holding it decides on its own, and how.
+    pub runtime_deadline: Option<RuntimeDeadline>,
+    /// Where it stands in its user's escalation policy.
+    pub escalation: Option<Escalation>,
     /// When its escalation moves next (unix ms); `None` when it will not.
     pub escalate_at: Option<i64>,
 }
@@ -319,8 +323,8 @@ pub struct DeviceRow {
     pub name: String,
     /// base64url Ed25519 public key.
     pub public_key: String,
-    /// JSON array of scopes.
-    pub scopes: Value,
+    /// What it may do (`read`, `steer`, `approve`…).
+    pub scopes: Vec<String>,
     pub created_at: i64,
     pub revoked_at: Option<i64>,
     /// When it was last heard from (a read session, a receipt).
@@ -342,8 +346,8 @@ pub struct DeliveryRow {
 pub struct PairingRow {
     pub code_hash: String,
     pub user_id: String,
-    /// JSON array of scopes.
-    pub scopes: Value,
+    /// What it may do (`read`, `steer`, `approve`…).
+    pub scopes: Vec<String>,
     pub created_at: i64,
     pub expires_at: i64,
     pub used_at: Option<i64>,

@@ -2,9 +2,15 @@
 //! never drifts from the first. Backends call [`run_store_story`] from their own tests with a
 //! fresh, empty store.
 
-use serde_json::json;
+use serde::de::DeserializeOwned;
+use serde_json::{Value, json};
 
 use crate::*;
+
+/// A typed column's value, written as the JSON it is stored as.
+fn typed<T: DeserializeOwned>(v: Value) -> T {
+    serde_json::from_value(v).expect("a story value of its column's type")
+}
 
 fn user(id: &str, name: &str) -> UserRow {
     UserRow {
@@ -22,11 +28,11 @@ fn task(id: &str, owner: &str) -> TaskRow {
         goal: "green CI, staging deployed".into(),
         runtime: Some("story".into()),
         state: TaskState::Queued,
-        plan: json!([{"id": "fix"}, {"id": "deploy", "depends_on": ["fix"]}]),
+        plan: typed(json!([{"id": "fix"}, {"id": "deploy", "depends_on": ["fix"]}])),
         plan_revision: 1,
-        budget: json!({"max_tokens": 1000}),
-        usage: json!({"tokens": 0, "cost_usd": 0.0, "wall_seconds": 0}),
-        materials: json!({"repo": "r", "commit": "c"}),
+        budget: typed(json!({"max_tokens": 1000})),
+        usage: Usage::default(),
+        materials: typed(json!({"repo": "r", "commit": "c"})),
         session_id: format!("ses_{id}"),
         fence: 0,
         outcome_summary: None,
@@ -215,14 +221,14 @@ pub async fn run_store_story(store: &dyn Store) {
     let mut tx = store.write().await.unwrap();
     t.state = TaskState::Running;
     t.fence = 1;
-    t.usage = json!({"tokens": 5, "cost_usd": 0.25, "wall_seconds": 3});
+    t.usage = typed(json!({"tokens": 5, "cost_usd": 0.25, "wall_seconds": 3}));
     t.updated_at = 12;
     t.parent_id = Some("task_2".into());
     tx.update_task(&t).await.unwrap();
     attempt.state = AttemptState::Finished;
     attempt.ended_at = Some(99);
     attempt.outcome = Some(FinishOutcome::Completed);
-    attempt.released = Some(json!(["worktree:/tmp/w"]));
+    attempt.released = Some(vec!["worktree:/tmp/w".into()]);
     tx.update_attempt(&attempt).await.unwrap();
     tx.commit().await.unwrap();
 
@@ -340,7 +346,7 @@ pub async fn run_store_story(store: &dyn Store) {
         status: DecisionStatus::Pending,
         step: Some("deploy".into()),
         question: "deploy to staging?".into(),
-        options: json!([{"id": "approve", "label": "Approve", "gives_up": ""}]),
+        options: typed(json!([{"id": "approve", "label": "Approve", "gives_up": ""}])),
         default_option: Some("deny".into()),
         intent: Some(json!({"target": "staging"})),
         intent_digest: Some("sha256:i".into()),
@@ -353,10 +359,13 @@ pub async fn run_store_story(store: &dyn Store) {
         durability: None,
         delivery: None,
         editable: None,
-        runtime_deadline: Some(
+        runtime_deadline: Some(typed(
             json!({"runtime": "Hermes", "at": "2026-12-02T00:00:00Z", "then": "denies"}),
-        ),
-        escalation: Some(json!({"step": 0, "notified": []})),
+        )),
+        escalation: Some(typed(json!({
+            "notified": [],
+            "next": {"step": 0, "at": "2026-12-02T00:00:00Z", "devices": ["phone"]}
+        }))),
         escalate_at: Some(300),
     };
     tx.insert_decision(&d).await.unwrap();
@@ -368,7 +377,10 @@ pub async fn run_store_story(store: &dyn Store) {
     assert!(tx.due_escalations(299).await.unwrap().is_empty());
     assert_eq!(tx.due_escalations(300).await.unwrap(), vec![d.clone()]);
     // escalation moves with the decision's other mutable columns
-    d.escalation = Some(json!({"step": 1, "notified": []}));
+    d.escalation = Some(typed(json!({
+        "notified": [{"step": 0, "device_id": "dev_1", "device_name": "phone", "at": "2026-12-02T00:00:00Z"}],
+        "stopped": "opened on phone"
+    })));
     d.escalate_at = None;
     // …and a switch to a durable wait drops the runtime's deadline (`defer`)
     d.durability = Some(ApprovalDurability::Durable);
@@ -377,15 +389,18 @@ pub async fn run_store_story(store: &dyn Store) {
     assert!(tx.due_escalations(10_000).await.unwrap().is_empty());
     // a user's escalation policy: none, set, replaced, removed
     assert_eq!(tx.escalation_policy("usr_a").await.unwrap(), None);
-    tx.put_escalation_policy("usr_a", &json!({"steps": [1]}), 7)
+    let policy = |after: u32| -> EscalationPolicy {
+        typed(json!({"steps": [{"after_minutes": after, "devices": ["dev_1"]}]}))
+    };
+    tx.put_escalation_policy("usr_a", &policy(1), 7)
         .await
         .unwrap();
-    tx.put_escalation_policy("usr_a", &json!({"steps": [2]}), 8)
+    tx.put_escalation_policy("usr_a", &policy(2), 8)
         .await
         .unwrap();
     assert_eq!(
         tx.escalation_policy("usr_a").await.unwrap(),
-        Some(json!({"steps": [2]}))
+        Some(policy(2))
     );
     assert!(tx.delete_escalation_policy("usr_a").await.unwrap());
     assert!(!tx.delete_escalation_policy("usr_a").await.unwrap());
@@ -433,7 +448,9 @@ pub async fn run_store_story(store: &dyn Store) {
         vec![deleg("usr_a", "usr_b", 5, Some(7))]
     );
     d.status = DecisionStatus::Expired;
-    d.outcome = Some(json!({"option": "deny", "by": "default"}));
+    d.outcome = Some(typed(
+        json!({"option": "deny", "by": "default", "at": "2026-12-02T00:00:00Z"}),
+    ));
     tx.update_decision(&d).await.unwrap();
     tx.commit().await.unwrap();
     let mut r = store.read().await.unwrap();
@@ -640,7 +657,7 @@ pub async fn run_store_story(store: &dyn Store) {
         user_id: "usr_a".into(),
         name: "alice's phone".into(),
         public_key: "pk1".into(),
-        scopes: json!(["view", "steer"]),
+        scopes: vec!["view".into(), "steer".into()],
         created_at: 90,
         revoked_at: None,
         last_seen_at: None,
@@ -723,7 +740,7 @@ pub async fn run_store_story(store: &dyn Store) {
     let mut pairing = PairingRow {
         code_hash: "ph".into(),
         user_id: "usr_a".into(),
-        scopes: json!(["view"]),
+        scopes: vec!["view".into()],
         created_at: 1,
         expires_at: 2,
         used_at: None,

@@ -103,8 +103,7 @@ pub(super) fn answered_input(
 }
 
 fn answers_of(d: &DecisionRow) -> Option<BTreeMap<String, FormAnswer>> {
-    let a = d.outcome.as_ref()?.get("answers")?;
-    serde_json::from_value(a.clone()).ok()
+    d.outcome.as_ref()?.answers.clone()
 }
 
 /// What the hook answers once a question's decision is closed: `allow` with the answers, or
@@ -335,8 +334,7 @@ fn plan_answer(d: &DecisionRow, input: &HookInput) -> Value {
     let feedback = d
         .outcome
         .as_ref()
-        .and_then(|o| o.get("text"))
-        .and_then(Value::as_str)
+        .and_then(|o| o.text.as_deref())
         .filter(|t| !t.trim().is_empty());
     let reason = match (d.status, feedback) {
         (DecisionStatus::Resolved, Some(f)) => {

@@ -6,7 +6,7 @@ use serde_json::json;
 use waymark_proto::*;
 use waymark_store::{DecisionRow, TaskRow};
 
-use crate::domain::core::{Tx, to_value};
+use crate::domain::core::Tx;
 use crate::error::ApiResult;
 
 /// The longest a budget decision waits: the default bound of every decision's expiry.
@@ -57,32 +57,23 @@ pub(crate) fn spent(budget: &Budget, usage: &Usage) -> (f64, Vec<String>) {
     (frac, parts)
 }
 
-/// The budget decision to open now, if spend crossed a threshold not asked about yet (the
-/// highest one crossed, so a big jump asks once).
-pub(crate) async fn crossed(tx: &mut Tx, task: &TaskRow) -> ApiResult<Option<DecisionRow>> {
-    let budget: Budget = serde_json::from_value(task.budget.clone()).unwrap_or_default();
-    let usage: Usage = serde_json::from_value(task.usage.clone()).unwrap_or_default();
-    let (frac, parts) = spent(&budget, &usage);
-    let thresholds = budget.thresholds.clone().unwrap_or_else(|| vec![0.8, 1.0]);
-    let Some(threshold) = thresholds
+/// The highest threshold (of the budget's, default 80% and 100%) that `spent` (a fraction of
+/// the tightest limit) reached; `None` below them all. Thresholds of zero or less never count.
+pub(crate) fn highest_crossed(budget: &Budget, spent: f64) -> Option<f64> {
+    budget
+        .thresholds
+        .as_deref()
+        .unwrap_or(&[0.8, 1.0])
         .iter()
         .copied()
-        .filter(|t| *t > 0.0 && frac >= *t)
+        .filter(|t| *t > 0.0 && spent >= *t)
         .reduce(f64::max)
-    else {
-        return Ok(None);
-    };
-    let asked = tx.list_decisions(&task.id).await?.into_iter().any(|d| {
-        d.kind == DecisionKind::Budget
-            && d.intent
-                .as_ref()
-                .and_then(|i| i.get("threshold"))
-                .and_then(|t| t.as_f64())
-                .is_some_and(|t| t >= threshold)
-    });
-    if asked || task.state.is_terminal() {
-        return Ok(None);
-    }
+}
+
+/// A budget decision's options (the worker's, else the defaults) and the one that applies
+/// when nobody answers: the budget's own when it is one of them, else `deliver_patch`, else
+/// the last.
+pub(crate) fn choices(budget: &Budget) -> (Vec<DecisionOption>, Option<String>) {
     let options = if budget.options.is_empty() {
         default_options()
     } else {
@@ -99,6 +90,29 @@ pub(crate) async fn crossed(tx: &mut Tx, task: &TaskRow) -> ApiResult<Option<Dec
                 .map(|o| o.id.clone())
         })
         .or_else(|| options.last().map(|o| o.id.clone()));
+    (options, default)
+}
+
+/// The budget decision to open now, if spend crossed a threshold not asked about yet (the
+/// highest one crossed, so a big jump asks once).
+pub(crate) async fn crossed(tx: &mut Tx, task: &TaskRow) -> ApiResult<Option<DecisionRow>> {
+    let (budget, usage) = (&task.budget, &task.usage);
+    let (frac, parts) = spent(budget, usage);
+    let Some(threshold) = highest_crossed(budget, frac) else {
+        return Ok(None);
+    };
+    let asked = tx.list_decisions(&task.id).await?.into_iter().any(|d| {
+        d.kind == DecisionKind::Budget
+            && d.intent
+                .as_ref()
+                .and_then(|i| i.get("threshold"))
+                .and_then(|t| t.as_f64())
+                .is_some_and(|t| t >= threshold)
+    });
+    if asked || task.state.is_terminal() {
+        return Ok(None);
+    }
+    let (options, default) = choices(budget);
     let now = tx.now;
     Ok(Some(DecisionRow {
         id: ids::decision(),
@@ -111,7 +125,7 @@ pub(crate) async fn crossed(tx: &mut Tx, task: &TaskRow) -> ApiResult<Option<Dec
             threshold * 100.0,
             parts.join(", ")
         ),
-        options: to_value(&options),
+        options,
         default_option: default,
         intent: Some(json!({"threshold": threshold, "usage": usage, "spent_fraction": frac})),
         intent_digest: None,
@@ -131,4 +145,65 @@ pub(crate) async fn crossed(tx: &mut Tx, task: &TaskRow) -> ApiResult<Option<Dec
         escalation: None,
         escalate_at: None,
     }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn budget(v: serde_json::Value) -> Budget {
+        serde_json::from_value(v).unwrap()
+    }
+
+    fn usage(tokens: u64, cost_usd: f64, wall_seconds: u64) -> Usage {
+        Usage {
+            tokens,
+            cost_usd,
+            wall_seconds,
+        }
+    }
+
+    #[test]
+    fn spent_is_the_tightest_limit_and_names_each() {
+        let b = budget(json!({"max_tokens": 1000, "max_cost_usd": 2.0, "max_wall_seconds": 100}));
+        let (frac, parts) = spent(&b, &usage(500, 1.8, 10));
+        assert!((frac - 0.9).abs() < 1e-9, "{frac}");
+        assert_eq!(
+            parts,
+            ["500 of 1000 tokens", "$1.80 of $2.00", "10s of 100s"]
+        );
+        // No limits, or limits of zero: nothing is spent of anything.
+        assert_eq!(spent(&Budget::default(), &usage(9, 9.0, 9)), (0.0, vec![]));
+        let zero = budget(json!({"max_tokens": 0, "max_cost_usd": 0.0}));
+        assert_eq!(spent(&zero, &usage(9, 9.0, 9)).0, 0.0);
+    }
+
+    #[test]
+    fn the_highest_threshold_crossed_is_asked_once() {
+        let b = Budget::default();
+        assert_eq!(highest_crossed(&b, 0.79), None);
+        assert_eq!(highest_crossed(&b, 0.8), Some(0.8));
+        // A jump past both asks about the higher only.
+        assert_eq!(highest_crossed(&b, 1.7), Some(1.0));
+        let own = budget(json!({"thresholds": [0.5, 0.0, -1.0, 0.9]}));
+        assert_eq!(highest_crossed(&own, 0.0), None);
+        assert_eq!(highest_crossed(&own, 0.6), Some(0.5));
+        assert_eq!(highest_crossed(&own, 0.95), Some(0.9));
+    }
+
+    #[test]
+    fn a_budget_decision_defaults_to_what_its_budget_says_else_deliver_patch_else_the_last() {
+        let (options, default) = choices(&Budget::default());
+        assert_eq!(options, default_options());
+        assert_eq!(default.as_deref(), Some("deliver_patch"));
+        assert!(
+            options.iter().all(|o| !o.gives_up.is_empty()),
+            "each says what it gives up"
+        );
+        let opt = |id: &str| json!({"id": id, "label": id, "gives_up": "x"});
+        let own = budget(json!({"options": [opt("a"), opt("b")], "default_option": "a"}));
+        assert_eq!(choices(&own).1.as_deref(), Some("a"));
+        let unknown = budget(json!({"options": [opt("a"), opt("b")], "default_option": "zz"}));
+        assert_eq!(choices(&unknown).1.as_deref(), Some("b"));
+    }
 }

@@ -60,7 +60,7 @@ pub(crate) async fn append_checkpoint(
             digest: checkpoint_digest(&task.id, req.sequence, &req.attempt_id, req.fence, &body, prev.as_deref()),
             body,
             prev_digest: prev,
-            created_at: st.now_ms(),
+            created_at: tx.now,
         };
         let wire = convert::checkpoint(&row);
         let event = new_event(&tx, &task, EventKind::CheckpointAppended, &wire)?;

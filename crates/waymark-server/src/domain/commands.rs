@@ -138,6 +138,7 @@ pub(crate) async fn apply(
             res.cursor = Some(emit(&mut tx, &task, EventKind::TaskUpdated, wire).await?);
         }
     }
+    let now = tx.now;
     tx.insert_command(&CommandRow {
         command_id: cmd.command_id.clone(),
         task_id: cmd.task_id.clone(),
@@ -147,7 +148,7 @@ pub(crate) async fn apply(
         envelope: serde_json::to_value(env).unwrap_or_default(),
         status: res.status,
         result: serde_json::to_value(&res).unwrap_or_default(),
-        created_at: st.now_ms(),
+        created_at: now,
     })
     .await?;
     // Staged before the commit, marked after it: a stream woken by the commit waits for the
@@ -367,7 +368,7 @@ pub(crate) async fn decide(
         }
         Operation::Replan | Operation::SuspendAndReplan => {
             match plan {
-                Some(Ok(steps)) => task.plan = serde_json::to_value(steps).unwrap_or_default(),
+                Some(Ok(steps)) => task.plan = steps,
                 Some(Err(r)) => return Ok(Err(r)),
                 None => {}
             }
@@ -594,9 +595,7 @@ pub(crate) async fn answer(
             let opt = match cmd.args.get("option").and_then(Value::as_str) {
                 None => if grant { "approve" } else { "deny" }.to_owned(),
                 Some(o) => {
-                    let options: Vec<DecisionOption> =
-                        serde_json::from_value(d.options.clone()).unwrap_or_default();
-                    if !options.iter().any(|x| x.id == o) || approval_grants(o) != Some(grant) {
+                    if !d.options.iter().any(|x| x.id == o) || approval_grants(o) != Some(grant) {
                         return Ok(Err(reject(
                             RejectReason::InvalidCommand,
                             format!(
@@ -642,9 +641,7 @@ pub(crate) async fn answer(
                     "`args.option` is required",
                 )));
             };
-            let options: Vec<DecisionOption> =
-                serde_json::from_value(d.options.clone()).unwrap_or_default();
-            if !options.iter().any(|o| o.id == opt) {
+            if !d.options.iter().any(|o| o.id == opt) {
                 return Ok(Err(reject(
                     RejectReason::InvalidCommand,
                     format!("`{opt}` is not an option of this decision"),

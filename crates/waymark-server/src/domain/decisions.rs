@@ -22,7 +22,9 @@ use crate::state::AppState;
 /// before the expiry sweep closes the approval as the runtime would have.
 pub(crate) const RUNTIME_REPORT_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
 
-pub(crate) fn expiry_ms(st: &AppState, seconds: Option<u64>) -> ApiResult<i64> {
+/// When a decision asked at `now` for `seconds` (the default when none) expires, or why it may
+/// not wait that long.
+pub(crate) fn expiry_ms(st: &AppState, now: i64, seconds: Option<u64>) -> ApiResult<i64> {
     let c = &st.config;
     let want = seconds
         .map(std::time::Duration::from_secs)
@@ -33,7 +35,7 @@ pub(crate) fn expiry_ms(st: &AppState, seconds: Option<u64>) -> ApiResult<i64> {
             c.decision_expiry_max.as_secs()
         )));
     }
-    Ok(st.now_ms() + want.as_millis() as i64)
+    Ok(now + want.as_millis() as i64)
 }
 
 /// Moves a task into a waiting state when a decision opens.
@@ -219,13 +221,13 @@ pub(crate) async fn close_decision(
     decision.status = status;
     if decision.durability.is_some() && status == DecisionStatus::Resolved {
         // Answered here; it counts once the runtime's adapter reports the runtime took it.
-        decision.delivery = Some(to_value(&Delivery {
+        decision.delivery = Some(Delivery {
             state: DeliveryState::Pending,
             detail: None,
             at: outcome.at,
-        }));
+        });
     }
-    decision.outcome = Some(to_value(&outcome));
+    decision.outcome = Some(outcome.clone());
     tx.update_decision(decision).await?;
     let mut task = tx
         .task(&decision.task_id)
@@ -283,7 +285,7 @@ fn runtime_deadline(
     can_wait: bool,
     now: i64,
     expires_at: &mut i64,
-) -> ApiResult<Value> {
+) -> ApiResult<RuntimeDeadline> {
     check_text("runtime_deadline.runtime", &r.runtime, 64, true)?;
     if r.in_seconds > st.config.decision_expiry_max.as_secs() {
         return Err(invalid(format!(
@@ -293,12 +295,12 @@ fn runtime_deadline(
     }
     let at = now + r.in_seconds as i64 * 1000;
     *expires_at = (*expires_at).min(at + RUNTIME_REPORT_GRACE.as_millis() as i64);
-    Ok(to_value(&RuntimeDeadline {
+    Ok(RuntimeDeadline {
         runtime: r.runtime.clone(),
         at: chrono::DateTime::from_timestamp_millis(at).unwrap_or_default(),
         then: r.then,
         can_wait,
-    }))
+    })
 }
 
 /// Opens an approval bound to the intent digest and the plan revision. `can_wait`: the
@@ -343,7 +345,7 @@ pub(crate) async fn request_approval(
     }
     let options = approval_options(&req.options)?;
     let now = st.now_ms();
-    let mut expires_at = expiry_ms(st, req.expires_in_seconds)?;
+    let mut expires_at = expiry_ms(st, now, req.expires_in_seconds)?;
     let runtime_deadline = req
         .runtime_deadline
         .as_ref()
@@ -375,7 +377,7 @@ pub(crate) async fn request_approval(
             status: DecisionStatus::Pending,
             step: req.step.clone(),
             question: req.summary.clone(),
-            options: to_value(&options),
+            options,
             default_option: Some(default),
             intent: Some(req.intent.clone()),
             intent_digest: Some(digest),
@@ -417,13 +419,13 @@ async fn open_ruled(
 ) -> ApiResult<Made<Decision>> {
     row.status = DecisionStatus::Resolved;
     if row.durability.is_some() {
-        row.delivery = Some(to_value(&Delivery {
+        row.delivery = Some(Delivery {
             state: DeliveryState::Pending,
             detail: None,
             at: outcome.at,
-        }));
+        });
     }
-    row.outcome = Some(to_value(&outcome));
+    row.outcome = Some(outcome);
     tx.insert_decision(&row).await?;
     let wire = convert::decision(&row)?;
     let cursor = emit(tx, task, EventKind::DecisionClosed, &wire).await?;
@@ -520,7 +522,7 @@ pub(crate) async fn request_decision_with(
             "`default_option` `{d}` is not one of the options"
         )));
     }
-    let mut expires_at = expiry_ms(st, req.expires_in_seconds)?;
+    let mut expires_at = expiry_ms(st, now, req.expires_in_seconds)?;
     let runtime_deadline = asked
         .runtime_deadline
         .as_ref()
@@ -538,7 +540,7 @@ pub(crate) async fn request_decision_with(
             status: DecisionStatus::Pending,
             step: req.step.clone(),
             question: req.question.clone(),
-            options: to_value(&req.options),
+            options: req.options.clone(),
             default_option: req.default_option.clone(),
             intent: intent.clone(),
             intent_digest: intent_digest.clone(),
@@ -590,7 +592,7 @@ pub(crate) async fn admin_resolve(
             .with("status", d.status)
             .on_task(&task.id));
         }
-        if d.expires_at <= st.now_ms() {
+        if d.expires_at <= tx.now {
             return Err(ApiError::new(
                 ErrorCode::DecisionClosed,
                 format!("decision `{}` has expired", d.id),
@@ -608,13 +610,11 @@ pub(crate) async fn admin_resolve(
             .with("current_revision", task.plan_revision)
             .on_task(&task.id));
         }
-        let options: Vec<DecisionOption> =
-            serde_json::from_value(d.options.clone()).unwrap_or_default();
         match &req.option {
-            Some(o) if !options.iter().any(|x| &x.id == o) => {
+            Some(o) if !d.options.iter().any(|x| &x.id == o) => {
                 return Err(invalid(format!("`{o}` is not an option of this decision")));
             }
-            None if !options.is_empty() => {
+            None if !d.options.is_empty() => {
                 return Err(invalid("choose one of the decision's options"));
             }
             None if req.text.as_deref().is_none_or(|t| t.trim().is_empty()) => {
@@ -626,7 +626,7 @@ pub(crate) async fn admin_resolve(
             option: req.option.clone(),
             text: req.text.clone(),
             by: "admin".into(),
-            at: st.now(),
+            at: tx.now_utc(),
             edited_intent: None,
             edited_intent_digest: None,
             answers: None,
@@ -661,11 +661,7 @@ pub(crate) async fn report_delivery(
         let task = task_for(&mut tx, caller, &task_id).await?;
         optional_fence(&mut tx, &task, &req.attempt_id, req.fence).await?;
         let mut d = runtime_decision(&mut tx, &task, &decision_id).await?;
-        let current: Option<Delivery> = d
-            .delivery
-            .as_ref()
-            .and_then(|v| serde_json::from_value(v.clone()).ok());
-        match current.map(|c| c.state) {
+        match d.delivery.as_ref().map(|c| c.state) {
             Some(DeliveryState::Pending) => {}
             Some(s) if s == req.state => {
                 let cursor = tx.max_cursor().await?;
@@ -693,11 +689,11 @@ pub(crate) async fn report_delivery(
                 .on_task(&task.id));
             }
         }
-        d.delivery = Some(to_value(&Delivery {
+        d.delivery = Some(Delivery {
             state: req.state,
             detail: req.detail.clone(),
-            at: st.now(),
-        }));
+            at: tx.now_utc(),
+        });
         tx.update_decision(&d).await?;
         if req.state == DeliveryState::Acknowledged {
             tx.stage("taken", d.created_at);
@@ -741,7 +737,7 @@ pub(crate) async fn expire_held(
             option: None,
             text: Some(req.reason.clone()),
             by: "runtime".into(),
-            at: st.now(),
+            at: tx.now_utc(),
             edited_intent: None,
             edited_intent_digest: None,
             answers: None,
@@ -814,16 +810,12 @@ pub(crate) const HOOK_TIMED_OUT: &str = "the hook's timeout came first; Claude C
 /// first; a runtime that denies (Hermes, OpenClaw) is said to have denied. Either way no option
 /// is recorded, as when the runtime's adapter closes it (`expire`): nothing here chose one.
 /// Returns the outcome's words; `None`: Waymark's expiry came first, and its default applies.
-pub(crate) fn closed_by_runtime(d: &DecisionRow) -> ApiResult<Option<String>> {
-    let deadline: Option<RuntimeDeadline> = d
+pub(crate) fn closed_by_runtime(d: &DecisionRow) -> Option<String> {
+    let reached = d
         .runtime_deadline
         .as_ref()
-        .map(|v| convert::json(v, "runtime deadline"))
-        .transpose()?;
-    let reached = deadline
-        .as_ref()
         .filter(|r| r.at.timestamp_millis() <= d.expires_at);
-    Ok(match reached {
+    match reached {
         Some(r) if r.then == RuntimeFallback::Denies => Some(format!(
             "{}'s own deadline came first: {} denied the call; nothing ran",
             r.runtime, r.runtime
@@ -834,7 +826,7 @@ pub(crate) fn closed_by_runtime(d: &DecisionRow) -> ApiResult<Option<String>> {
             r.runtime, r.runtime
         )),
         None => None,
-    })
+    }
 }
 
 /// Applies the default of every pending decision whose expiry has passed. Returns how many.
@@ -872,15 +864,15 @@ pub(crate) async fn expire_overdue(st: &AppState, id: &str) -> ApiResult<bool> {
     let Some(mut d) = tx.decision(id).await? else {
         return Ok(false);
     };
-    if d.status != DecisionStatus::Pending || d.expires_at > st.now_ms() {
+    if d.status != DecisionStatus::Pending || d.expires_at > tx.now {
         return Ok(false);
     }
-    let outcome = match closed_by_runtime(&d)? {
+    let outcome = match closed_by_runtime(&d) {
         Some(text) => DecisionOutcome {
             option: None,
             text: Some(text),
             by: "runtime".into(),
-            at: st.now(),
+            at: tx.now_utc(),
             edited_intent: None,
             edited_intent_digest: None,
             answers: None,
@@ -890,7 +882,7 @@ pub(crate) async fn expire_overdue(st: &AppState, id: &str) -> ApiResult<bool> {
             option: d.default_option.clone(),
             text: None,
             by: "default".into(),
-            at: st.now(),
+            at: tx.now_utc(),
             edited_intent: None,
             edited_intent_digest: None,
             answers: None,
@@ -954,12 +946,7 @@ pub(crate) async fn defer_to_runtime(
             "the intent digest you saw is not the one the agent asked about",
         )));
     }
-    let deadline: Option<RuntimeDeadline> = d
-        .runtime_deadline
-        .as_ref()
-        .map(|v| convert::json(v, "runtime deadline"))
-        .transpose()?;
-    let Some(deadline) = deadline.filter(|r| r.can_wait) else {
+    let Some(deadline) = d.runtime_deadline.clone().filter(|r| r.can_wait) else {
         return Ok(Err(reject(
             RejectReason::WrongOperation,
             "this approval's runtime cannot wait for the answer across its exit; approve or deny it",
@@ -980,4 +967,109 @@ pub(crate) async fn defer_to_runtime(
         "{} waits for the answer: its run stops here; resume it once you decided",
         deadline.runtime
     )))
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::domain::fixtures::approval;
+
+    fn editable() -> DecisionRow {
+        let mut d = approval(json!({"tool": "Bash", "input": {"command": "rm -rf build"}}));
+        d.editable = Some("/input/command".into());
+        d
+    }
+
+    fn signed(v: &Value) -> String {
+        waymark_proto::digest::json_digest(v).unwrap()
+    }
+
+    #[test]
+    fn an_edit_of_the_editable_part_signed_as_edited_is_taken() {
+        let edited = json!({"tool": "Bash", "input": {"command": "rm -rf build/tmp"}});
+        let (intent, digest) = checked_edit(&editable(), &edited, Some(&signed(&edited)))
+            .unwrap()
+            .expect("changed");
+        assert_eq!(intent, edited);
+        assert_eq!(digest, signed(&edited));
+        // The same intent as asked is no edit.
+        let same = editable().intent.unwrap();
+        assert_eq!(
+            checked_edit(&editable(), &same, Some(&signed(&same))),
+            Ok(None)
+        );
+    }
+
+    #[test]
+    fn an_edit_elsewhere_of_another_type_or_signed_otherwise_is_refused() {
+        let reason = |d: &DecisionRow, e: Value, digest: Option<String>| {
+            checked_edit(d, &e, digest.as_deref()).unwrap_err().0
+        };
+        let other_part = json!({"tool": "Write", "input": {"command": "rm -rf build"}});
+        assert_eq!(
+            reason(&editable(), other_part.clone(), Some(signed(&other_part))),
+            RejectReason::InvalidCommand
+        );
+        let retyped = json!({"tool": "Bash", "input": {"command": ["rm"]}});
+        assert_eq!(
+            reason(&editable(), retyped.clone(), Some(signed(&retyped))),
+            RejectReason::InvalidCommand
+        );
+        let missing = json!({"tool": "Bash", "input": {}});
+        assert_eq!(
+            reason(&editable(), missing.clone(), Some(signed(&missing))),
+            RejectReason::InvalidCommand
+        );
+        let edited = json!({"tool": "Bash", "input": {"command": "ls"}});
+        assert_eq!(
+            reason(
+                &editable(),
+                edited.clone(),
+                Some(signed(&json!({"other": 1})))
+            ),
+            RejectReason::DigestMismatch
+        );
+        assert_eq!(
+            reason(&editable(), edited.clone(), None),
+            RejectReason::DigestMismatch
+        );
+        // A runtime that takes the intent only as asked takes no edit at all.
+        let fixed = approval(json!({"tool": "Bash", "input": {"command": "rm -rf build"}}));
+        assert_eq!(
+            reason(&fixed, edited.clone(), Some(signed(&edited))),
+            RejectReason::InvalidCommand
+        );
+    }
+
+    #[test]
+    fn a_runtimes_deadline_closes_as_the_runtime_decided() {
+        let mut d = approval(json!({"tool": "Bash"}));
+        assert_eq!(
+            closed_by_runtime(&d),
+            None,
+            "no deadline: our default applies"
+        );
+        let deadline = |at_ms: i64, then| RuntimeDeadline {
+            runtime: "Hermes".into(),
+            at: chrono::DateTime::from_timestamp_millis(at_ms).unwrap(),
+            then,
+            can_wait: false,
+        };
+        d.runtime_deadline = Some(deadline(20_000, RuntimeFallback::Denies));
+        assert_eq!(closed_by_runtime(&d), None, "our expiry (10 s) comes first");
+        d.runtime_deadline = Some(deadline(5_000, RuntimeFallback::Denies));
+        assert!(
+            closed_by_runtime(&d)
+                .unwrap()
+                .contains("Hermes denied the call")
+        );
+        d.runtime_deadline = Some(deadline(5_000, RuntimeFallback::AsksItself));
+        assert!(
+            closed_by_runtime(&d)
+                .unwrap()
+                .contains("asks in its own prompt")
+        );
+    }
 }

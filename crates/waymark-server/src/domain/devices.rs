@@ -2,7 +2,6 @@
 //! path every signed envelope takes — algorithm, shape, device, revocation, signature over the
 //! canonical bytes received, then the clock — before anything reads a task.
 
-use serde_json::json;
 use waymark_proto::digest::{canonical_json, sha256_hex};
 use waymark_proto::signing;
 use waymark_proto::*;
@@ -115,7 +114,7 @@ pub(crate) async fn pair(st: &AppState, req: PairDevice) -> ApiResult<Device> {
             ErrorCode::PairingCodeUsed,
             format!("a code of `{user}` used already"),
         ))
-    } else if pairing.expires_at <= st.now_ms() {
+    } else if pairing.expires_at <= tx.now {
         Some((
             ErrorCode::PairingCodeExpired,
             format!("a code of `{user}` expired"),
@@ -128,13 +127,13 @@ pub(crate) async fn pair(st: &AppState, req: PairDevice) -> ApiResult<Device> {
         return Err(refused_pairing(st, why, &detail).await);
     }
     let device = DeviceRow {
-        last_seen_at: Some(st.now_ms()),
+        last_seen_at: Some(tx.now),
         id: ids::device(),
         user_id: pairing.user_id.clone(),
         name: name.to_owned(),
         public_key: signing::public_key_b64(&key),
         scopes: pairing.scopes.clone(),
-        created_at: st.now_ms(),
+        created_at: tx.now,
         revoked_at: None,
     };
     match tx.insert_device(&device).await {
@@ -146,7 +145,7 @@ pub(crate) async fn pair(st: &AppState, req: PairDevice) -> ApiResult<Device> {
         }
         r => r?,
     }
-    pairing.used_at = Some(st.now_ms());
+    pairing.used_at = Some(tx.now);
     pairing.device_id = Some(device.id.clone());
     tx.update_pairing(&pairing).await?;
     tx.commit().await?;
@@ -317,10 +316,7 @@ pub(crate) fn required_scope(op: Operation) -> &'static str {
 }
 
 pub(crate) fn has_scope(device: &DeviceRow, scope: &str) -> bool {
-    device
-        .scopes
-        .as_array()
-        .is_some_and(|a| a.iter().any(|s| s == scope))
+    device.scopes.iter().any(|s| s == scope)
 }
 
 /// Opens a device read session from a signed `open_session`: `Ok(Err(result))` is a refusal
@@ -382,15 +378,16 @@ pub(crate) async fn open_session(
         .await;
     }
     let token = new_secret(CallerKind::Device);
-    let expires_at = st.now_ms() + SESSION_MS;
+    let now = tx.now;
+    let expires_at = now + SESSION_MS;
     // Heard from now: a device that opens read sessions is not stale.
     let mut device = v.device.clone();
-    device.last_seen_at = Some(st.now_ms());
+    device.last_seen_at = Some(now);
     tx.update_device(&device).await?;
     tx.insert_device_session(&DeviceSessionRow {
         token_hash: secret_hash(&token),
         device_id: v.device.id.clone(),
-        created_at: st.now_ms(),
+        created_at: now,
         expires_at,
     })
     .await?;
@@ -409,7 +406,7 @@ pub(crate) async fn open_session(
         envelope: serde_json::to_value(env).unwrap_or_default(),
         status: CommandStatus::Applied,
         result: serde_json::to_value(&res).unwrap_or_default(),
-        created_at: st.now_ms(),
+        created_at: now,
     })
     .await?;
     tx.commit().await?;
@@ -452,7 +449,7 @@ pub async fn create_pairing(
     tx.insert_pairing(&PairingRow {
         code_hash: code_hash(&key, &code),
         user_id: user.id,
-        scopes: json!(scopes),
+        scopes: scopes.to_vec(),
         created_at: now,
         expires_at: now + ttl_ms,
         used_at: None,

@@ -60,7 +60,7 @@ pub(crate) async fn declare_effect(
             )
             .on_task(&task.id));
         }
-        let now = st.now_ms();
+        let now = tx.now;
         let row = EffectRow {
             id: ids::effect(),
             task_id: task.id.clone(),
@@ -153,7 +153,7 @@ pub(crate) async fn update_effect(
         }
         effect.attempt_id = req.attempt_id.clone();
         effect.fence = req.fence;
-        effect.updated_at = st.now_ms();
+        effect.updated_at = tx.now;
         tx.update_effect(&effect).await?;
         let wire = convert::effect(&effect)?;
         let cursor = emit(&mut tx, &task, EventKind::EffectUpdated, &wire).await?;

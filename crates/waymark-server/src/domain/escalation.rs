@@ -11,7 +11,7 @@ use waymark_store::*;
 
 use crate::auth::{Caller, CallerKind};
 use crate::convert;
-use crate::domain::core::{Tx, emit, invalid, to_value};
+use crate::domain::core::{Tx, emit, invalid};
 use crate::domain::delegations;
 use crate::error::{ApiError, ApiResult};
 use crate::state::AppState;
@@ -171,8 +171,7 @@ pub(crate) async fn put_policy(
         }
     }
     let now = tx.now;
-    tx.put_escalation_policy(&u.id, &to_value(&policy), now)
-        .await?;
+    tx.put_escalation_policy(&u.id, &policy, now).await?;
     tx.commit().await?;
     Ok(policy)
 }
@@ -196,11 +195,7 @@ pub(crate) async fn delete_policy(
 }
 
 async fn policy_of(tx: &mut Tx, user_id: &str) -> ApiResult<Option<EscalationPolicy>> {
-    Ok(tx
-        .escalation_policy(user_id)
-        .await?
-        .map(|v| convert::json(&v, "escalation policy"))
-        .transpose()?)
+    Ok(tx.escalation_policy(user_id).await?)
 }
 
 /// The quiet hours' start and end times and zone, or why they do not parse.
@@ -305,7 +300,7 @@ async fn advance(
         {
             esc.held_until = Some(end);
             row.escalate_at = Some(end.timestamp_millis());
-            row.escalation = Some(to_value(&*esc));
+            row.escalation = Some(esc.clone());
             return Ok(());
         }
         esc.held_until = None;
@@ -355,7 +350,7 @@ async fn advance(
                 esc.held_until = Some(end);
                 esc.next_reminder = Some(at);
                 row.escalate_at = Some(end.timestamp_millis());
-                row.escalation = Some(to_value(&*esc));
+                row.escalation = Some(esc.clone());
                 return Ok(());
             }
             esc.held_until = None;
@@ -372,7 +367,7 @@ async fn advance(
         .chain(esc.next_reminder)
         .min()
         .map(|at| at.timestamp_millis());
-    row.escalation = Some(to_value(&*esc));
+    row.escalation = Some(esc.clone());
     Ok(())
 }
 
@@ -483,14 +478,6 @@ async fn people_devices(
     Ok(out)
 }
 
-fn escalation_of(row: &DecisionRow) -> ApiResult<Option<Escalation>> {
-    Ok(row
-        .escalation
-        .as_ref()
-        .map(|v| convert::json(v, "decision escalation"))
-        .transpose()?)
-}
-
 /// Someone opened (or answered) the decision on `device`: nobody further is notified.
 pub(crate) async fn seen(
     tx: &mut Tx,
@@ -502,7 +489,7 @@ pub(crate) async fn seen(
     let Some(mut row) = tx.decision(decision_id).await? else {
         return Ok(None);
     };
-    let Some(mut esc) = escalation_of(&row)? else {
+    let Some(mut esc) = row.escalation.clone() else {
         return Ok(None);
     };
     if row.status != DecisionStatus::Pending || esc.stopped.is_some() || esc.next.is_none() {
@@ -521,7 +508,7 @@ pub(crate) async fn seen(
     esc.held_until = None;
     // Reminders go on until someone answers.
     row.escalate_at = esc.next_reminder.map(|at| at.timestamp_millis());
-    row.escalation = Some(to_value(&esc));
+    row.escalation = Some(esc);
     tx.update_decision(&row).await?;
     let wire = convert::decision(&row)?;
     Ok(Some(
@@ -550,7 +537,7 @@ pub(crate) async fn escalate_due(st: &AppState) -> ApiResult<usize> {
             continue;
         };
         let due_now = row.escalate_at.is_some_and(|at| at <= tx.now);
-        let Some(mut esc) = escalation_of(&row)? else {
+        let Some(mut esc) = row.escalation.clone() else {
             continue;
         };
         if row.status != DecisionStatus::Pending || !due_now {
@@ -586,4 +573,103 @@ pub(crate) fn pushes_to(data: &serde_json::Value, at: i64, device_id: &str) -> O
                 })
             }),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn quiet(from: &str, to: &str, zone: &str) -> QuietHours {
+        QuietHours {
+            from: from.into(),
+            to: to.into(),
+            time_zone: zone.into(),
+        }
+    }
+
+    fn utc(s: &str) -> DateTime<Utc> {
+        s.parse().unwrap()
+    }
+
+    #[test]
+    fn quiet_hours_that_span_midnight_end_the_next_morning_in_their_zone() {
+        let q = quiet("22:00", "07:00", "Europe/Berlin");
+        // 21:59 in Berlin (UTC+1 in December): not quiet.
+        assert_eq!(quiet_until(&q, utc("2026-12-06T20:59:00Z")).unwrap(), None);
+        // 22:00 and 03:00 in Berlin: quiet until 07:00 Berlin the next morning.
+        let end = utc("2026-12-07T06:00:00Z");
+        assert_eq!(
+            quiet_until(&q, utc("2026-12-06T21:00:00Z")).unwrap(),
+            Some(end)
+        );
+        assert_eq!(
+            quiet_until(&q, utc("2026-12-07T02:00:00Z")).unwrap(),
+            Some(end)
+        );
+        // 07:00 itself is no longer quiet.
+        assert_eq!(quiet_until(&q, end).unwrap(), None);
+    }
+
+    #[test]
+    fn quiet_hours_within_a_day_and_across_a_clock_change() {
+        let q = quiet("12:00", "14:00", "America/New_York");
+        assert_eq!(
+            quiet_until(&q, utc("2026-12-06T17:30:00Z")).unwrap(),
+            Some(utc("2026-12-06T19:00:00Z"))
+        );
+        assert_eq!(quiet_until(&q, utc("2026-12-06T19:30:00Z")).unwrap(), None);
+        // Ending in the spring-forward gap (02:30 does not exist in Berlin on 2027-03-28): the
+        // hour after it.
+        let gap = quiet("01:00", "02:30", "Europe/Berlin");
+        assert_eq!(
+            quiet_until(&gap, utc("2027-03-28T00:30:00Z")).unwrap(),
+            Some(utc("2027-03-28T01:30:00Z"))
+        );
+    }
+
+    #[test]
+    fn quiet_hours_that_do_not_parse_say_why() {
+        for (q, says) in [
+            (quiet("10pm", "07:00", "UTC"), "quiet_hours.from"),
+            (quiet("22:00", "22:00", "UTC"), "must differ"),
+            (quiet("22:00", "07:00", "Mars/Olympus"), "IANA time zone"),
+        ] {
+            let e = quiet_until(&q, utc("2026-12-06T21:00:00Z")).unwrap_err();
+            assert_eq!(e.code(), ErrorCode::ValidationFailed);
+            assert!(e.problem.detail.contains(says), "{}", e.problem.detail);
+        }
+    }
+
+    #[test]
+    fn a_reminder_follows_the_last_notice_until_the_policy_has_sent_them_all() {
+        let r = Reminders {
+            every_minutes: 30,
+            at_most: 2,
+        };
+        let notice = |at: &str| EscalationNotice {
+            device_id: "dev_1".into(),
+            device_name: "phone".into(),
+            person: None,
+            step: 0,
+            reminder: None,
+            at: utc(at),
+        };
+        let mut esc = Escalation {
+            notified: Vec::new(),
+            next: None,
+            held_until: None,
+            stopped: None,
+            reminded: 0,
+            next_reminder: None,
+            policy: None,
+        };
+        assert_eq!(next_reminder(&esc, r), None, "nobody notified yet");
+        esc.notified = vec![
+            notice("2026-12-06T10:00:00Z"),
+            notice("2026-12-06T10:20:00Z"),
+        ];
+        assert_eq!(next_reminder(&esc, r), Some(utc("2026-12-06T10:50:00Z")));
+        esc.reminded = 2;
+        assert_eq!(next_reminder(&esc, r), None, "all sent");
+    }
 }

@@ -67,7 +67,7 @@ pub(crate) async fn upload_artifact(
             media_type: media_type.clone(),
             size: bytes.len() as i64,
             step: q.step.clone(),
-            created_at: st.now_ms(),
+            created_at: tx.now,
         };
         tx.insert_artifact(&row).await?;
         let wire = convert::artifact(&row);
@@ -98,7 +98,7 @@ pub(crate) async fn submit_test_receipt(
         let mut tx = Tx::write(st).await?;
         let task = task_for(&mut tx, caller, &task_id).await?;
         fenced_attempt(&mut tx, &task, &req.attempt_id, req.fence).await?;
-        let now = st.now_ms();
+        let now = tx.now;
         let sha = sha256_hex(req.junit_xml.as_bytes());
         tx.put_blob(&sha, req.junit_xml.as_bytes()).await?;
         let receipt_id = ids::receipt();
@@ -162,7 +162,7 @@ pub(crate) async fn append_messages(
         let mut tx = Tx::write(st).await?;
         let task = task_for(&mut tx, caller, &task_id).await?;
         optional_fence(&mut tx, &task, &req.attempt_id, req.fence).await?;
-        let now = st.now_ms();
+        let now = tx.now;
         let mut out = Vec::with_capacity(req.messages.len());
         for m in &req.messages {
             let mut row = MessageRow {
@@ -198,12 +198,11 @@ pub(crate) async fn report_usage(
         let mut tx = Tx::write(st).await?;
         let mut task = task_for(&mut tx, caller, &task_id).await?;
         optional_fence(&mut tx, &task, &req.attempt_id, req.fence).await?;
-        let mut usage: Usage = serde_json::from_value(task.usage.clone()).unwrap_or_default();
+        let usage = &mut task.usage;
         usage.tokens = usage.tokens.saturating_add(req.tokens);
         usage.cost_usd += req.cost_usd;
         usage.wall_seconds = usage.wall_seconds.saturating_add(req.wall_seconds);
-        task.usage = to_value(&usage);
-        task.updated_at = st.now_ms();
+        task.updated_at = tx.now;
         tx.update_task(&task).await?;
         let mut cursor = emit_task(&mut tx, &task, EventKind::TaskUpdated).await?;
         let budget_decision = match crate::domain::budget::crossed(&mut tx, &task).await? {

@@ -106,3 +106,62 @@ pub(crate) async fn optional_fence(
         _ => Err(invalid("give both `attempt_id` and `fence`, or neither")),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::fixtures::{attempt, task};
+
+    fn code(r: ApiResult<()>) -> ErrorCode {
+        r.expect_err("refused").code()
+    }
+
+    #[test]
+    fn the_newest_live_attempt_writes_until_its_lease_runs_out() {
+        assert!(check_fence(&task(), &attempt(), 2, 999).is_ok());
+        assert_eq!(
+            code(check_fence(&task(), &attempt(), 2, 1_000)),
+            ErrorCode::LeaseExpired
+        );
+    }
+
+    #[test]
+    fn a_fence_not_the_attempts_or_older_than_the_tasks_is_fenced() {
+        assert_eq!(
+            code(check_fence(&task(), &attempt(), 3, 0)),
+            ErrorCode::Fenced
+        );
+        let mut old = attempt();
+        old.fence = 1;
+        let refused = check_fence(&task(), &old, 1, 0).unwrap_err();
+        assert_eq!(refused.code(), ErrorCode::Fenced);
+        assert_eq!(refused.problem.context["current_fence"], 2);
+        assert_eq!(refused.problem.context["your_fence"], 1);
+        assert_eq!(refused.task_id.as_deref(), Some("task_1"));
+    }
+
+    #[test]
+    fn an_ended_attempt_writes_nothing() {
+        let mut a = attempt();
+        a.state = AttemptState::Finished;
+        assert_eq!(
+            code(check_fence(&task(), &a, 2, 0)),
+            ErrorCode::AttemptClosed
+        );
+        for state in [AttemptState::Revoked, AttemptState::Superseded] {
+            a.state = state;
+            assert_eq!(code(check_fence(&task(), &a, 2, 0)), ErrorCode::Fenced);
+        }
+    }
+
+    #[test]
+    fn another_tasks_attempt_is_not_found() {
+        let mut a = attempt();
+        a.task_id = "task_2".into();
+        assert_eq!(code(check_fence(&task(), &a, 2, 0)), ErrorCode::NotFound);
+        assert_eq!(
+            fenced(&task(), "att_9", None, 2, 0).unwrap_err().code(),
+            ErrorCode::NotFound
+        );
+    }
+}

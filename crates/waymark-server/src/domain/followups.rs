@@ -104,8 +104,8 @@ pub(crate) async fn get(
     let next = if f.state == FollowupState::Active {
         let from = f
             .last_run_at
-            .map_or_else(|| convert::dt(st.now_ms()), convert::dt)
-            .max(convert::dt(st.now_ms()));
+            .map_or_else(|| convert::dt(tx.now), convert::dt)
+            .max(convert::dt(tx.now));
         schedule::upcoming(&plan_of(&f)?, from, n)
     } else {
         Vec::new()

@@ -7,7 +7,7 @@ use waymark_store::*;
 use crate::auth::Caller;
 use crate::convert;
 use crate::domain::core::{
-    Made, Tx, audited, check_text, created, emit, emit_task, refuse_terminal, task_for, to_value,
+    Made, Tx, audited, check_text, created, emit, emit_task, refuse_terminal, task_for,
 };
 use crate::domain::decisions::close_decision;
 use crate::domain::fences::check_fence;
@@ -36,7 +36,7 @@ pub(crate) async fn start_attempt(
         let mut tx = Tx::write(st).await?;
         let mut task = task_for(&mut tx, caller, &task_id).await?;
         refuse_terminal(&task)?;
-        let now = st.now_ms();
+        let now = tx.now;
         let mut cursor = 0;
         let live = tx
             .list_attempts(&task.id)
@@ -132,7 +132,7 @@ pub(crate) async fn heartbeat(
             .await?
             .ok_or_else(|| ApiError::not_found("attempt", &attempt_id))?;
         let task = task_for(&mut tx, caller, &attempt.task_id).await?;
-        if let Err(e) = check_fence(&task, &attempt, req.fence, st.now_ms()) {
+        if let Err(e) = check_fence(&task, &attempt, req.fence, tx.now) {
             // A revoked worker still reports what it saw (e.g. the cancel that revoked it):
             // record the acknowledgements, then refuse the renewal.
             if attempt.fence == req.fence && !req.acknowledged.is_empty() {
@@ -147,7 +147,7 @@ pub(crate) async fn heartbeat(
             }
             return Err(e);
         }
-        attempt.expires_at = st.now_ms() + lease_ms(st, req.lease_seconds);
+        attempt.expires_at = tx.now + lease_ms(st, req.lease_seconds);
         tx.update_attempt(&attempt).await?;
         let commands = crate::domain::controls::exchange_controls(
             &mut tx,
@@ -184,13 +184,13 @@ pub(crate) async fn finish(
             .await?
             .ok_or_else(|| ApiError::not_found("attempt", &attempt_id))?;
         let mut task = task_for(&mut tx, caller, &attempt.task_id).await?;
-        check_fence(&task, &attempt, req.fence, st.now_ms())?;
-        let now = st.now_ms();
+        let now = tx.now;
+        check_fence(&task, &attempt, req.fence, now)?;
         attempt.state = AttemptState::Finished;
         attempt.ended_at = Some(now);
         attempt.outcome = Some(req.outcome);
         if !req.released.is_empty() {
-            attempt.released = Some(to_value(&req.released));
+            attempt.released = Some(req.released.clone());
         }
         tx.update_attempt(&attempt).await?;
         // A paused task stays paused when its runtime lets go (a person paused it; only a
@@ -212,7 +212,7 @@ pub(crate) async fn finish(
                         option: None,
                         text: Some(format!("the task ended {next}")),
                         by: "server".into(),
-                        at: st.now(),
+                        at: tx.now_utc(),
                         edited_intent: None,
                         edited_intent_digest: None,
                         answers: None,

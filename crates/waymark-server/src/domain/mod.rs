@@ -16,6 +16,8 @@ pub(crate) mod effects;
 pub(crate) mod escalation;
 pub(crate) mod evidence;
 pub(crate) mod fences;
+#[cfg(test)]
+pub(crate) mod fixtures;
 pub(crate) mod followups;
 pub(crate) mod leases;
 pub(crate) mod machines;

@@ -118,7 +118,7 @@ pub(crate) async fn register(
         .device(&device_id)
         .await?
         .ok_or_else(|| ApiError::not_found("device", &device_id))?;
-    let now = st.now_ms();
+    let now = tx.now;
     let mut live: Vec<PushChannelRow> = tx
         .push_channels(Some(&device.id))
         .await?

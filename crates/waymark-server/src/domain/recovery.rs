@@ -40,20 +40,11 @@ pub(crate) async fn sweep_leases(st: &AppState) -> ApiResult<usize> {
         let still = tx.attempt(&a.id).await?.is_some_and(|x| {
             x.state == AttemptState::Active && x.expires_at <= now && x.fence == task.fence
         });
-        let state: TaskState = task.state;
-        let sweepable = matches!(
-            state,
-            TaskState::Queued
-                | TaskState::Running
-                | TaskState::Verifying
-                | TaskState::WaitingApproval
-                | TaskState::WaitingHuman
-        );
-        if !still || !sweepable {
+        if !still || !task.state.lease_sweepable() {
             continue;
         }
         task.state = TaskState::RecoveryCandidate;
-        task.updated_at = st.now_ms();
+        task.updated_at = tx.now;
         tx.update_task(&task).await?;
         emit_task(&mut tx, &task, EventKind::TaskUpdated).await?;
         tx.commit().await?;
@@ -65,11 +56,7 @@ pub(crate) async fn sweep_leases(st: &AppState) -> ApiResult<usize> {
 }
 
 pub(crate) fn outcome_option(d: &DecisionRow) -> Option<String> {
-    d.outcome
-        .as_ref()
-        .and_then(|o| o.get("option"))
-        .and_then(|o| o.as_str())
-        .map(str::to_owned)
+    d.outcome.as_ref().and_then(|o| o.option.clone())
 }
 
 /// The working tree the newest checkpoint that recorded one saw (a runner's runs record it
@@ -141,12 +128,10 @@ pub(crate) async fn admission(
             "the worker's manifest changed (model, tools or config): it was {was}, it is {now}"
         ));
     }
-    let task_materials: Materials =
-        serde_json::from_value(task.materials.clone()).unwrap_or_default();
     let recorded_materials = last
         .as_ref()
         .and_then(|b| b.materials.clone())
-        .unwrap_or(task_materials);
+        .unwrap_or_else(|| task.materials.clone());
     if let (Some(was), Some(now)) = (
         recorded_materials.commit.as_ref(),
         req.materials.as_ref().and_then(|m| m.commit.as_ref()),
@@ -202,8 +187,7 @@ pub(crate) async fn admission(
             _ => {}
         }
     }
-    let budget: Budget = serde_json::from_value(task.budget.clone()).unwrap_or_default();
-    let usage: Usage = serde_json::from_value(task.usage.clone()).unwrap_or_default();
+    let (budget, usage) = (&task.budget, &task.usage);
     let mut spent = Vec::new();
     if budget.max_tokens.is_some_and(|m| usage.tokens >= m) {
         spent.push(format!(
@@ -280,7 +264,7 @@ pub(crate) async fn refuse_admission(
                     task.title,
                     reasons.join("; ")
                 ),
-                options: to_value(&options),
+                options,
                 default_option: None,
                 intent: None,
                 intent_digest: None,
@@ -405,7 +389,7 @@ pub(crate) async fn reconcile(
             }
             e.attempt_id = req.attempt_id.clone();
             e.fence = req.fence;
-            e.updated_at = st.now_ms();
+            e.updated_at = tx.now;
             tx.update_effect(&e).await?;
             let current = tx.task(&task.id).await?.unwrap_or_else(|| task.clone());
             emit(
@@ -469,7 +453,7 @@ pub(crate) async fn freeze(tx: &mut Tx, e: &EffectRow, detail: Option<&str>) -> 
             e.idempotency_key,
             detail.map(|d| format!(" ({d})")).unwrap_or_default()
         ),
-        options: to_value(&options),
+        options,
         default_option: None,
         intent: Some(e.intent.clone()),
         intent_digest: Some(e.intent_digest.clone()),
@@ -516,10 +500,14 @@ pub(crate) async fn compensation_task(
         ),
         runtime: parent.runtime.clone(),
         state: TaskState::Queued,
-        plan: json!([{"id": "compensate", "title": format!("compensate the {}", e.kind)}]),
+        plan: vec![PlanStep {
+            id: "compensate".into(),
+            title: format!("compensate the {}", e.kind),
+            depends_on: Vec::new(),
+        }],
         plan_revision: 1,
         budget: parent.budget.clone(),
-        usage: to_value(&Usage::default()),
+        usage: Usage::default(),
         materials: parent.materials.clone(),
         session_id: session_id.clone(),
         fence: 0,
@@ -551,7 +539,7 @@ pub(crate) async fn compensation_task(
         status: DecisionStatus::Pending,
         step: Some("compensate".into()),
         question: format!("Compensate the failed {} `{}`?", e.kind, e.idempotency_key),
-        options: to_value(&vec![
+        options: vec![
             DecisionOption {
                 id: "approve".into(),
                 label: "Approve".into(),
@@ -564,7 +552,7 @@ pub(crate) async fn compensation_task(
                 gives_up: "the partial change stays as it is".into(),
                 cost: None,
             },
-        ]),
+        ],
         default_option: Some("deny".into()),
         // An intent the server built from stored values; one it cannot digest exactly has none.
         intent_digest: digest::json_digest(&intent).ok(),
@@ -616,17 +604,13 @@ pub(crate) async fn released(
             )
             .on_task(&task.id));
         }
-        let mut list: Vec<String> = a
-            .released
-            .as_ref()
-            .and_then(|v| serde_json::from_value(v.clone()).ok())
-            .unwrap_or_default();
+        let mut list = a.released.take().unwrap_or_default();
         for r in &req.resources {
             if !list.contains(r) {
                 list.push(r.clone());
             }
         }
-        a.released = Some(to_value(&list));
+        a.released = Some(list);
         tx.update_attempt(&a).await?;
         let wire = convert::attempt(&a)?;
         let cursor = emit(&mut tx, &task, EventKind::AttemptUpdated, &wire).await?;

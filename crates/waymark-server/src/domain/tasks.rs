@@ -4,9 +4,7 @@ use waymark_proto::*;
 use waymark_store::*;
 
 use crate::auth::Caller;
-use crate::domain::core::{
-    Made, Tx, check_text, created, emit, found, invalid, task_wire, to_value,
-};
+use crate::domain::core::{Made, Tx, check_text, created, emit, found, invalid, task_wire};
 use crate::error::ApiResult;
 use crate::state::AppState;
 
@@ -146,11 +144,11 @@ pub(crate) async fn create_task(
         goal: req.goal,
         runtime: req.runtime,
         state: TaskState::Queued,
-        plan: to_value(&req.plan),
+        plan: req.plan,
         plan_revision: 1,
-        budget: to_value(&req.budget),
-        usage: to_value(&Usage::default()),
-        materials: to_value(&req.materials),
+        budget: req.budget,
+        usage: Usage::default(),
+        materials: req.materials,
         session_id: session_id.clone(),
         fence: 0,
         outcome_summary: None,
