@@ -86,6 +86,33 @@ fn alice_and_her_agent(data: &Path) -> String {
         .to_owned()
 }
 
+/// Returns once the server at `url` counts `n` open event streams (`waymark_sse_subscribers`
+/// at `/metrics`): a follower is listening.
+fn event_streams_open(url: &str, n: u64) {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(30);
+        let mut seen = None;
+        while tokio::time::Instant::now() < deadline {
+            let text = reqwest::get(format!("{url}/metrics"))
+                .await
+                .unwrap()
+                .text()
+                .await
+                .unwrap();
+            seen = text
+                .lines()
+                .find_map(|l| l.strip_prefix("waymark_sse_subscribers "))
+                .map(|v| v.trim().parse::<u64>().unwrap());
+            if seen.is_some_and(|v| v >= n) {
+                return;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+        panic!("{n} event stream(s) never opened (last seen: {seen:?})");
+    });
+}
+
 /// A task with an attempt and a pending deploy approval, made by a worker over HTTP.
 fn agent_waits_for_approval(url: &str, token: &str) -> (String, String) {
     let rt = tokio::runtime::Runtime::new().unwrap();
@@ -220,15 +247,18 @@ fn the_client_reads_offline_queues_offline_and_says_so_with_exit_codes() {
 
     let s = serve(&data);
     let (task, approval) = agent_waits_for_approval(&s.1, &token);
-    let expired = admin(&data, &["pair", "--user", "alice", "--ttl", "1s"])["link"]
+    // A code another device used. The server answers a used, expired or unknown code alike
+    // (naming nobody; its suite shows an expired one answered so on its driven clock), so a
+    // refused code needs no waiting for one to expire.
+    let used = admin(&data, &["pair", "--user", "alice"])["link"]
         .as_str()
         .unwrap()
         .to_owned();
-    std::thread::sleep(std::time::Duration::from_millis(1200));
-    let out = client(&home, &["pair", &expired]);
+    let other = dir.path().join("other-home");
+    assert!(client(&other, &["pair", &used]).status.success());
+    let out = client(&home, &["pair", &used]);
     assert_eq!(out.status.code(), Some(1));
     assert!(
-        // The server answers a used, expired or unknown code alike (naming nobody).
         stderr(&out).contains("unknown, used or expired")
             && stderr(&out).contains("waymark admin pair --user NAME"),
         "{}",
@@ -408,8 +438,8 @@ fn sync_follow_prints_events_and_one_notification_per_decision() {
             }
         }
     });
-    // Let the stream open before the agents start.
-    std::thread::sleep(std::time::Duration::from_millis(500));
+    // The agents start once the follower's event stream is open.
+    event_streams_open(&s.1, 1);
     let waiting: Vec<(String, String)> = (0..3)
         .map(|_| agent_waits_for_approval(&s.1, &token))
         .collect();

@@ -12,7 +12,6 @@ use serde_json::Value;
 /// loaded machine's late heartbeat does not lose it (2 s did, on a machine running the whole
 /// suite beside other builds).
 const LEASE_SECONDS: &str = "4";
-const LEASE_MS: u64 = 4000;
 fn waymark() -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_waymark"));
     c.env_remove("WAYMARK_DATA_DIR")
@@ -587,8 +586,9 @@ fn the_drill_laptop_asleep_server_restarted_phone_says_report_only() {
     });
     assert_eq!(res["status"], "applied", "{res}");
 
-    // The next worker (the laptop wakes, or another machine) resumes the task.
-    std::thread::sleep(Duration::from_millis(LEASE_MS + 200));
+    // The next worker (the laptop wakes, or another machine) resumes the task: it waits for
+    // the sleeping worker's lease to run out, at the end the server gives when it refuses
+    // (`lease_held` with `expires_at`).
     let out = s
         .demo(&[
             "--scenario",

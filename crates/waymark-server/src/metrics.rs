@@ -1,6 +1,10 @@
 //! Prometheus metrics at `/metrics`: requests by route and status, refusals by code, the
-//! counters an operator watches (tasks, checkpoints, live SSE subscribers), and how long an
-//! approval takes to reach each stage of its round trip (issue 31 §4).
+//! counters an operator watches (tasks, checkpoints, live SSE subscribers, decision long-polls
+//! waiting), and how long an approval takes to reach each stage of its round trip (issue 31 §4).
+//!
+//! The gauges of what is held open (event streams, decision long-polls, connections) are also
+//! how a test knows a client is listening before it makes the change the client waits for —
+//! a fact read from the server, not a sleep that hopes it is so.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -52,6 +56,7 @@ pub struct Metrics {
     /// Control commands a worker's stream showed as handed over in memory, without a read.
     pub controls_handed_over: Counter,
     sse: Gauge,
+    decision_waits: Gauge,
     connections: Gauge,
     connections_refused: Counter,
 }
@@ -73,6 +78,7 @@ impl Default for Metrics {
         let checkpoints = Counter::default();
         let controls_handed_over = Counter::default();
         let sse = Gauge::default();
+        let decision_waits = Gauge::default();
         let connections = Gauge::default();
         let connections_refused = Counter::default();
         registry.register("http_requests", "HTTP requests answered", requests.clone());
@@ -104,6 +110,11 @@ impl Default for Metrics {
         );
         registry.register("sse_subscribers", "Open event streams", sse.clone());
         registry.register(
+            "decision_waits",
+            "Decision long-polls (`GET /v1/tasks/{task}/decisions/{decision}?wait=`) held open, waiting for an answer",
+            decision_waits.clone(),
+        );
+        registry.register(
             "connections_open",
             "Open client connections (counted against `serve --max-connections`)",
             connections.clone(),
@@ -123,16 +134,24 @@ impl Default for Metrics {
             checkpoints,
             controls_handed_over,
             sse,
+            decision_waits,
             connections,
             connections_refused,
         }
     }
 }
 
-/// Decrements the subscriber gauge when a stream ends.
-pub(crate) struct SubscriberGuard(Gauge);
+/// Decrements its gauge when what it counts (a stream, a waiting request) ends.
+pub(crate) struct GaugeGuard(Gauge);
 
-impl Drop for SubscriberGuard {
+impl GaugeGuard {
+    fn count(gauge: &Gauge) -> Self {
+        gauge.inc();
+        GaugeGuard(gauge.clone())
+    }
+}
+
+impl Drop for GaugeGuard {
     fn drop(&mut self) {
         self.0.dec();
     }
@@ -165,9 +184,13 @@ impl Metrics {
         self.connections_refused.inc();
     }
 
-    pub(crate) fn sse_subscriber(&self) -> SubscriberGuard {
-        self.sse.inc();
-        SubscriberGuard(self.sse.clone())
+    pub(crate) fn sse_subscriber(&self) -> GaugeGuard {
+        GaugeGuard::count(&self.sse)
+    }
+
+    /// A decision long-poll starts waiting: counted until it answers.
+    pub(crate) fn decision_wait(&self) -> GaugeGuard {
+        GaugeGuard::count(&self.decision_waits)
     }
 }
 

@@ -102,6 +102,9 @@ pub(crate) async fn get_decision(
 ) -> ApiResult<Out<Decision>> {
     let deadline = tokio::time::Instant::now() + parse_wait(&st, &q)?;
     let mut watch = st.cursor_watch();
+    // Counted in `waymark_decision_waits` from its first wait until it answers; by then the
+    // watch above is subscribed, so any answer committed later wakes it.
+    let mut waiting = None;
     loop {
         watch.borrow_and_update();
         let mut tx = Tx::read(&st).await?;
@@ -126,6 +129,7 @@ pub(crate) async fn get_decision(
         }
         let until_expiry = Duration::from_millis((d.expires_at - now).max(0) as u64);
         let wake = deadline.min(tokio::time::Instant::now() + until_expiry);
+        waiting.get_or_insert_with(|| st.metrics.decision_wait());
         tokio::select! {
             _ = tokio::time::sleep_until(wake) => {}
             r = watch.changed() => { if r.is_err() { return Ok(Out(convert::decision(&d)?)); } }

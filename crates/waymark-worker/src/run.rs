@@ -1,6 +1,9 @@
 //! One attempt at a task, as the agent author holds it: the lease kept alive in the
-//! background, control commands turned into a cancellation token and a watchable state, and
-//! every fenced write (checkpoints, receipts, decisions, finish) carrying the attempt's fence.
+//! background, control commands turned into a cancellation token and a watchable state (and
+//! whether the control stream that brings them is connected, a watchable fact too: a health
+//! display reads it, and a test waits on it rather than sleeping until it is probably so),
+//! and every fenced write (checkpoints, receipts, decisions, finish) carrying the attempt's
+//! fence.
 
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -132,6 +135,8 @@ pub(crate) struct Shared {
     stop: CancellationToken,
     lost: Mutex<Option<Lost>>,
     control: watch::Sender<ControlState>,
+    /// Whether the control stream is connected now (see [`Run::control_connected`]).
+    connected: watch::Sender<bool>,
     acks: Mutex<Acks>,
     beat_now: Notify,
     heartbeating: AtomicBool,
@@ -333,6 +338,7 @@ async fn control_loop(shared: Arc<Shared>) {
             }
             Ok(r) => {
                 pauses = reconnects();
+                let _connected = Connected::new(&shared.connected);
                 let mut bound = waymark_proto::sse::EventBound::default();
                 let mut events = r
                     .bytes_stream()
@@ -377,6 +383,23 @@ async fn control_loop(shared: Arc<Shared>) {
             _ = shared.stop.cancelled() => return,
             _ = tokio::time::sleep(pause) => {}
         }
+    }
+}
+
+/// Says the control stream is connected while it lives: from the server's `200` until the
+/// stream ends or breaks (then the loop reconnects), or the run stops.
+struct Connected<'a>(&'a watch::Sender<bool>);
+
+impl<'a> Connected<'a> {
+    fn new(connected: &'a watch::Sender<bool>) -> Self {
+        connected.send_replace(true);
+        Connected(connected)
+    }
+}
+
+impl Drop for Connected<'_> {
+    fn drop(&mut self) {
+        self.0.send_replace(false);
     }
 }
 
@@ -534,6 +557,7 @@ impl Run {
             stop: CancellationToken::new(),
             lost: Mutex::new(None),
             control: watch::channel(control).0,
+            connected: watch::channel(false).0,
             acks: Mutex::new(Acks::default()),
             beat_now: Notify::new(),
             heartbeating: AtomicBool::new(true),
@@ -601,6 +625,15 @@ impl Run {
     /// What the people steering the task want; changes as commands arrive.
     pub fn control(&self) -> watch::Receiver<ControlState> {
         self.shared.control.subscribe()
+    }
+
+    /// Whether the control stream is connected now, and every change: while it is, a
+    /// person's pause, resume, replan or cancel reaches the run as soon as it applies;
+    /// otherwise it comes with the next heartbeat (every third of the lease), and the stream
+    /// is being reconnected — or the control plane has none. For a worker's health display
+    /// (is live steering up?), and for tests that must steer a run already listening.
+    pub fn control_connected(&self) -> watch::Receiver<bool> {
+        self.shared.connected.subscribe()
     }
 
     /// At a step boundary: returns at once unless paused, else when resumed. Fails when the

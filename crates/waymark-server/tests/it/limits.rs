@@ -60,8 +60,22 @@ async fn a_client_trickling_its_headers_is_disconnected_at_the_deadline_while_ot
         }
         false
     });
-    // Meanwhile a normal request is answered at once.
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Meanwhile (the server holds the slow connection: it counts two open, that one and the
+    // one asking) a normal request is answered at once.
+    let mut asking = TcpStream::connect(h.server.addr).await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let said = exchange(&mut asking, "/metrics").await;
+        if metric(&said, "waymark_connections_open") >= 2.0 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the server never counted the slow connection: {said}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    drop(asking);
     let t = Instant::now();
     let (s, v) = h.get(&h.alice, "/v1/snapshot").await;
     assert_eq!(s, StatusCode::OK, "{v}");

@@ -324,7 +324,8 @@ async fn approvals_bind_the_intent_digest_and_long_polls_see_the_outcome() {
         let poll = format!("/v1/tasks/{task}/decisions/{id}?wait=30s");
         tokio::spawn(async move { h.get(&h.alice, &poll).await })
     };
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    // The answers below come while that long-poll waits.
+    h.metric_reaches("waymark_decision_waits", 1.0).await;
     // Workers cannot answer their own approvals.
     let (s, v) = h
         .post(

@@ -60,7 +60,8 @@ async fn usage_hands_the_worker_the_budget_decision_and_budget_choice_waits_for_
         async move { run.budget_choice(&d).await }
     };
     let answer = async {
-        tokio::time::sleep(Duration::from_millis(300)).await;
+        // The person answers while the worker's long-poll waits on the server.
+        w.metric_reaches("waymark_decision_waits", 1.0).await;
         w.admin_post(
             &format!("/v1/admin/decisions/{}/resolve", d.id),
             json!({"option": "full_suite"}),

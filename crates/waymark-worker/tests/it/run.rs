@@ -14,6 +14,31 @@ fn body(summary: &str) -> CheckpointBody {
     }
 }
 
+/// Returns once the task's live attempt holds a lease renewed at the server's time now or
+/// later: a heartbeat that came after this call.
+async fn renewed_since_now(w: &World, task: &str) {
+    let now_ms = w.server.state.now_ms();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let detail = w.detail(task).await;
+        let attempt = detail.attempts.last().expect("the task has an attempt");
+        let ends = attempt.expires_at.timestamp_millis();
+        assert!(
+            attempt.state == waymark_proto::AttemptState::Active && ends > w.server.state.now_ms(),
+            "the lease ran out: {attempt:?}"
+        );
+        // A renewal sets the lease's end a lease length (1 s) after its own time.
+        if ends >= now_ms + 1000 {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no heartbeat renewed the lease within 10 s"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 #[tokio::test]
 async fn the_heartbeat_keeps_a_short_lease_alive_and_a_resumed_run_continues_the_chain() {
     let w = World::start().await;
@@ -28,8 +53,18 @@ async fn the_heartbeat_keeps_a_short_lease_alive_and_a_resumed_run_continues_the
         .unwrap();
     assert!(run.resumed_from().is_none());
     assert_eq!(run.checkpoint(body("one")).await.unwrap().sequence, 1);
+    // Three lease lengths pass on the server's clock, half a lease at a time, each step taken
+    // once the heartbeat renewed the lease from the time the step before reached (without the
+    // renewals the second step would end the lease, and the sweep each step runs revoke it).
+    for _ in 0..6 {
+        renewed_since_now(&w, &task).await;
+        w.server
+            .advance(Duration::from_millis(500))
+            .await
+            .expect("the world runs on a driven clock");
+    }
+    renewed_since_now(&w, &task).await;
     // Three lease lengths later the lease is still ours.
-    tokio::time::sleep(Duration::from_millis(3000)).await;
     let second = w
         .client
         .start_attempt(&task, AttemptOptions::new("other"))
