@@ -277,3 +277,9 @@ pub(crate) fn push_channel(c: &s::PushChannelRow) -> p::PushChannel {
         revoked_at: c.revoked_at.map(dt),
     }
 }
+
+/// What a machine's runner last reported, as stored; `None` before its first registration
+/// (a machine made by `waymark admin` holds `{}` until then).
+pub(crate) fn machine_info(m: &s::MachineRow) -> Option<p::RegisterMachine> {
+    serde_json::from_value(m.info.clone()).ok()
+}

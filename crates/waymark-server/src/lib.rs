@@ -14,7 +14,9 @@ pub mod error;
 mod extract;
 mod followups;
 mod handoff;
+mod http_metrics;
 pub mod junit;
+mod known_tokens;
 mod limits;
 mod listen;
 mod metrics;
@@ -30,7 +32,9 @@ mod runner;
 mod schedule;
 mod state;
 pub mod steer;
+mod streams;
 mod tail;
+mod text;
 pub mod tls;
 mod webapp;
 mod worker;
@@ -55,7 +59,7 @@ pub use tls::{TlsError, TlsFiles};
 pub fn app(state: AppState) -> Router {
     Router::new()
         .route("/healthz", get(reads::healthz))
-        .route("/metrics", get(metrics::render))
+        .route("/metrics", get(http_metrics::render))
         .route("/v1/openapi.json", get(openapi::serve))
         .route("/app", get(webapp::redirect))
         .route("/app/", get(webapp::index))
@@ -147,7 +151,7 @@ pub fn app(state: AppState) -> Router {
         .method_not_allowed_fallback(reads::method_not_allowed)
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),
-            metrics::track,
+            http_metrics::track,
         ))
         .layer(tower_http::trace::TraceLayer::new_for_http())
         .with_state(state)
@@ -309,4 +313,11 @@ pub async fn start_with_store(
     data_dir.record_url(&running.url(), running.fingerprint.as_deref());
     tracing::info!(%addr, tls = running.fingerprint.is_some(), dir = %data_dir.root().display(), "control plane listening");
     Ok(running)
+}
+
+/// The metrics alone, for the `/metrics` route and the request-counting middleware.
+impl axum::extract::FromRef<AppState> for std::sync::Arc<Metrics> {
+    fn from_ref(st: &AppState) -> Self {
+        st.metrics.clone()
+    }
 }

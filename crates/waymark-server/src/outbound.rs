@@ -111,7 +111,7 @@ pub(crate) fn check_endpoint(
         .filter(|u| {
             matches!(u.scheme(), "http" | "https") && endpoint.len() <= 2048 && u.host().is_some()
         })
-        .ok_or_else(|| EndpointError::NotHttp(crate::domain::core::clip(endpoint, 200)))?;
+        .ok_or_else(|| EndpointError::NotHttp(crate::text::clip(endpoint, 200)))?;
     if !url.username().is_empty() || url.password().is_some() {
         return Err(EndpointError::Credentials);
     }

@@ -204,7 +204,7 @@ fn event_stream(
     st: AppState,
     caller: Caller,
     after: i64,
-    slot: crate::limits::StreamSlot,
+    slot: crate::streams::StreamSlot,
 ) -> impl Stream<Item = Result<SseEvent, Infallible>> {
     let mut owners = caller.owner_filter().map(<[String]>::to_vec);
     async_stream::stream! {

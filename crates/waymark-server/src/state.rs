@@ -13,7 +13,7 @@ use crate::error::ApiError;
 use crate::metrics::Metrics;
 use crate::redact::Redaction;
 use crate::tls::TlsFiles;
-use crate::{handoff, limits, tail};
+use crate::{handoff, streams, tail};
 
 /// Limits and timings of a control plane.
 #[derive(Debug, Clone)]
@@ -142,7 +142,7 @@ pub struct AppState {
     /// Per-client-address rate limits of the routes open to unknown callers.
     pub(crate) address_limiter: Arc<governor::DefaultKeyedRateLimiter<std::net::IpAddr>>,
     /// Open SSE streams, per credential and in all.
-    pub(crate) streams: Arc<limits::Streams>,
+    pub(crate) streams: Arc<streams::Streams>,
     /// The newest events, read once per commit and shared by every event stream.
     pub(crate) tail: Arc<tail::Tail>,
     /// Control commands applied here, handed to this replica's control streams.
@@ -156,7 +156,7 @@ pub struct AppState {
     /// What `push_allow` allows.
     pub(crate) push_allowed: Arc<crate::outbound::Allowed>,
     /// Worker and admin tokens already read (their rows never change).
-    pub(crate) tokens: Arc<crate::auth::KnownTokens>,
+    pub(crate) tokens: Arc<crate::known_tokens::KnownTokens>,
 }
 
 fn quota(per_second: u32, burst: u32) -> governor::Quota {
@@ -169,7 +169,7 @@ impl AppState {
     pub fn new(store: Arc<dyn Store>, config: Config) -> Self {
         let credentials = quota(config.rate_per_second, config.rate_burst);
         let addresses = quota(config.address_rate_per_second, config.address_rate_burst);
-        let streams = limits::Streams::new(config.max_streams, config.max_streams_per_credential);
+        let streams = streams::Streams::new(config.max_streams, config.max_streams_per_credential);
         let push_allowed = Arc::new(crate::outbound::Allowed(config.push_allow.clone()));
         AppState {
             store,
@@ -185,7 +185,7 @@ impl AppState {
             pushing: Arc::new(tokio::sync::Mutex::new(())),
             push_http: crate::outbound::client(push_allowed.clone()),
             push_allowed,
-            tokens: Arc::new(crate::auth::KnownTokens::new()),
+            tokens: Arc::new(crate::known_tokens::KnownTokens::new()),
         }
     }
 
@@ -198,7 +198,7 @@ impl AppState {
     pub(crate) fn open_stream(
         &self,
         credential: Option<&str>,
-    ) -> Result<limits::StreamSlot, ApiError> {
+    ) -> Result<streams::StreamSlot, ApiError> {
         self.streams.open(credential).inspect_err(|e| {
             self.metrics.refusal_code(e.code().as_str());
         })
@@ -258,12 +258,5 @@ impl AppState {
     /// Server time, from the configured clock.
     pub fn now(&self) -> chrono::DateTime<chrono::Utc> {
         self.config.clock.now()
-    }
-}
-
-/// The metrics alone, for the `/metrics` route and the request-counting middleware.
-impl axum::extract::FromRef<AppState> for Arc<Metrics> {
-    fn from_ref(st: &AppState) -> Self {
-        st.metrics.clone()
     }
 }

@@ -25,9 +25,8 @@ use crate::extract::Json;
 use crate::limits::AddressLimited;
 use crate::state::AppState;
 
-pub use crate::domain::devices::{
-    code_hash, create_pairing, list_devices, normalize_code, pairing_key, revoke_device,
-};
+pub use crate::admin::{create_pairing, list_devices, revoke_device};
+pub use crate::domain::devices::{code_hash, normalize_code, pairing_key};
 
 #[utoipa::path(post, path = "/v1/devices/pair", tag = "device", request_body = PairDevice, security(()),
     responses((status = 201, body = Device), (status = 401, body = Problem), (status = 410, body = Problem)))]
@@ -119,7 +118,7 @@ fn control_events(
     st: AppState,
     task_id: String,
     attempt_id: String,
-    slot: crate::limits::StreamSlot,
+    slot: crate::streams::StreamSlot,
 ) -> impl Stream<Item = Result<SseEvent, Infallible>> {
     async_stream::stream! {
         let _slot = slot;

@@ -147,16 +147,8 @@ async fn a_value_no_enum_knows_is_corruption_never_a_default() {
         .await
         .unwrap();
     conn.close().await.unwrap();
-    let err = store
-        .read()
-        .await
-        .unwrap()
-        .task("task_1")
-        .await
-        .unwrap_err();
-    assert!(matches!(err, StoreError::Corrupt(_)), "{err}");
-    assert!(err.to_string().contains("`state`"), "{err}");
-    assert!(err.to_string().contains("sideways"), "{err}");
+    let said = story::assert_corrupt_task(&store, "task_1", "state").await;
+    assert!(said.contains("sideways"), "{said}");
     db.drop_db(&[&store]).await;
 }
 
@@ -168,13 +160,7 @@ async fn a_json_value_not_of_its_type_is_corruption_never_a_default() {
     let store = db.store().await;
     seed(&store).await;
     let mut conn = db.conn().await;
-    for (col, value) in [
-        (
-            "usage",
-            r#"{"tokens": "many", "cost_usd": 1.0, "wall_seconds": 0}"#,
-        ),
-        ("plan", r#"{"id": "not a list"}"#),
-    ] {
+    for (col, value) in story::CORRUPT_TASK_JSON {
         sqlx::query(&format!(
             "UPDATE tasks SET {col} = $1::jsonb WHERE id = 'task_1'"
         ))
@@ -182,15 +168,7 @@ async fn a_json_value_not_of_its_type_is_corruption_never_a_default() {
         .execute(&mut conn)
         .await
         .unwrap();
-        let err = store
-            .read()
-            .await
-            .unwrap()
-            .task("task_1")
-            .await
-            .unwrap_err();
-        assert!(matches!(err, StoreError::Corrupt(_)), "{col}: {err}");
-        assert!(err.to_string().contains(&format!("`{col}`")), "{err}");
+        story::assert_corrupt_task(&store, "task_1", col).await;
     }
     conn.close().await.unwrap();
     db.drop_db(&[&store]).await;

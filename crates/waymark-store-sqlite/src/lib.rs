@@ -280,16 +280,8 @@ mod tests {
             .await
             .unwrap();
         pool.close().await;
-        let err = store
-            .read()
-            .await
-            .unwrap()
-            .task("task_1")
-            .await
-            .unwrap_err();
-        assert!(matches!(err, StoreError::Corrupt(_)), "{err}");
-        assert!(err.to_string().contains("`state`"), "{err}");
-        assert!(err.to_string().contains("sideways"), "{err}");
+        let said = waymark_store::story::assert_corrupt_task(&store, "task_1", "state").await;
+        assert!(said.contains("sideways"), "{said}");
     }
 
     /// A JSON column is read as the type it holds: a usage that is not one is corruption,
@@ -303,14 +295,8 @@ mod tests {
         let pool = SqlitePool::connect_with(SqliteConnectOptions::new().filename(&path))
             .await
             .unwrap();
-        for (col, value) in [
-            (
-                "usage",
-                r#"{"tokens": "many", "cost_usd": 1.0, "wall_seconds": 0}"#,
-            ),
-            ("plan", r#"{"id": "not a list"}"#),
-            ("budget", "not json"),
-        ] {
+        let json = waymark_store::story::CORRUPT_TASK_JSON;
+        for (col, value) in json.into_iter().chain([("budget", "not json")]) {
             let good: String = sqlx::query_scalar(&format!("SELECT {col} FROM tasks"))
                 .fetch_one(&pool)
                 .await
@@ -320,15 +306,7 @@ mod tests {
                 .execute(&pool)
                 .await
                 .unwrap();
-            let err = store
-                .read()
-                .await
-                .unwrap()
-                .task("task_1")
-                .await
-                .unwrap_err();
-            assert!(matches!(err, StoreError::Corrupt(_)), "{col}: {err}");
-            assert!(err.to_string().contains(&format!("`{col}`")), "{err}");
+            waymark_store::story::assert_corrupt_task(&store, "task_1", col).await;
             sqlx::query(&format!("UPDATE tasks SET {col} = ? WHERE id = 'task_1'"))
                 .bind(good)
                 .execute(&pool)

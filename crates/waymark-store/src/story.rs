@@ -53,6 +53,33 @@ pub async fn seed_one_task(store: &dyn Store, id: &str) {
     tx.commit().await.unwrap();
 }
 
+/// JSON a backend's test writes into a task's column behind the store's back: valid JSON, but
+/// not of the column's type (a usage whose tokens are words, a plan that is not a list).
+pub const CORRUPT_TASK_JSON: [(&str, &str); 2] = [
+    (
+        "usage",
+        r#"{"tokens": "many", "cost_usd": 1.0, "wall_seconds": 0}"#,
+    ),
+    ("plan", r#"{"id": "not a list"}"#),
+];
+
+/// Reads task `id`, which a backend's test corrupted in column `col` behind the store's back:
+/// the store must refuse it as `Corrupt`, naming the column, never read it as a default.
+/// Returns what the refusal says.
+pub async fn assert_corrupt_task(store: &dyn Store, id: &str, col: &str) -> String {
+    let err = store
+        .read()
+        .await
+        .unwrap()
+        .task(id)
+        .await
+        .expect_err("a corrupt row is refused");
+    assert!(matches!(err, StoreError::Corrupt(_)), "{col}: {err}");
+    let said = err.to_string();
+    assert!(said.contains(&format!("`{col}`")), "{said}");
+    said
+}
+
 fn checkpoint(task_id: &str, sequence: i64) -> CheckpointRow {
     CheckpointRow {
         task_id: task_id.into(),

@@ -7,7 +7,7 @@ use waymark_proto::*;
 use waymark_store::{DecisionRow, TaskRow};
 
 use crate::domain::core::Tx;
-use crate::error::ApiResult;
+use crate::domain::error::ApiResult;
 
 /// The longest a budget decision waits: the default bound of every decision's expiry.
 const MAX_WAIT_SECONDS: u64 = 30 * 24 * 3600;

@@ -4,13 +4,13 @@ use waymark_proto::digest::{check_exact, checkpoint_digest};
 use waymark_proto::*;
 use waymark_store::*;
 
-use crate::auth::Caller;
 use crate::convert;
+use crate::domain::caller::Caller;
 use crate::domain::core::{
     Made, Tx, audited, created, invalid, new_event, not_exact, to_value, visible_task,
 };
+use crate::domain::error::{ApiError, ApiResult};
 use crate::domain::fences::fenced;
-use crate::error::{ApiError, ApiResult};
 use crate::state::AppState;
 
 /// Appends a checkpoint by compare-and-set on the sequence (`last + 1`), linked to the chain,

@@ -16,9 +16,9 @@ use crate::domain::decisions::{
 use crate::domain::devices::{
     Rejection, Verified, has_scope, reject, required_scope, result, verify_envelope,
 };
+use crate::domain::error::{ApiError, ApiResult};
 use crate::domain::tasks::validate_plan;
 use crate::domain::{delegations, deliveries, machines, rules};
-use crate::error::{ApiError, ApiResult};
 use crate::state::AppState;
 
 /// Verifies and applies a signed command, once: the ledger answers a repeat `duplicate` with

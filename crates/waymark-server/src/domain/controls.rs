@@ -6,7 +6,7 @@ use waymark_store::*;
 
 use crate::convert;
 use crate::domain::core::{Tx, emit};
-use crate::error::ApiResult;
+use crate::domain::error::ApiResult;
 use crate::state::AppState;
 
 /// Control commands a worker has not acknowledged, and acknowledges the ones it reports.

@@ -8,9 +8,9 @@ use waymark_proto::digest::{DigestError, json_digest};
 use waymark_proto::*;
 use waymark_store::*;
 
-use crate::auth::Caller;
 use crate::convert;
-use crate::error::{ApiError, ApiResult};
+use crate::domain::caller::{Caller, CallerKind};
+use crate::domain::error::{ApiError, ApiResult};
 use crate::state::AppState;
 
 /// A store transaction and the one "now" every rule in it sees, read from the server's
@@ -193,19 +193,7 @@ const AUDIT_NAME_CHARS: usize = 120;
 /// Longest detail an audit entry keeps.
 const AUDIT_DETAIL_CHARS: usize = 500;
 
-/// `text` cut to at most `max` characters, marked with `…` when cut. What a refused caller
-/// sent (a made-up key id, a path) is recorded at most this long, so a refusal costs the log
-/// a bounded row.
-pub(crate) fn clip(text: &str, max: usize) -> String {
-    match text.char_indices().nth(max) {
-        None => text.to_owned(),
-        Some((end, _)) => {
-            let mut out = text[..end].to_owned();
-            out.push('…');
-            out
-        }
-    }
-}
+pub(crate) use crate::text::clip;
 
 /// An audit entry at `at`, each field clipped ([`clip`]).
 pub(crate) fn audit_row(
@@ -410,4 +398,37 @@ pub(crate) async fn shared_secret<E: From<StoreError>>(
         .ok_or_else(|| {
             StoreError::Corrupt(format!("`{name}` was made elsewhere but cannot be read")).into()
         })
+}
+
+/// Whose settings a caller reads or writes (escalation policy, delegates, rules): a device's
+/// user, or (admin) the named user.
+pub(crate) async fn whose(tx: &mut Tx, caller: &Caller, user: Option<&str>) -> ApiResult<UserRow> {
+    let id = match (caller.kind, user) {
+        (CallerKind::Device, None) => caller.user_id.clone(),
+        (CallerKind::Admin, Some(name)) => match tx.user_by_name(name).await? {
+            Some(u) => u.id,
+            None => {
+                return Err(ApiError::new(
+                    ErrorCode::NotFound,
+                    format!("no user `{name}`"),
+                ));
+            }
+        },
+        (CallerKind::Admin, None) => caller.user_id.clone(),
+        (CallerKind::Device, Some(_)) => {
+            return Err(ApiError::new(
+                ErrorCode::Forbidden,
+                "a device manages its own user's policy; `user` is for admins",
+            ));
+        }
+        _ => {
+            return Err(ApiError::new(
+                ErrorCode::Forbidden,
+                "the escalation policy is a person's: set it from a paired device (or an admin token)",
+            ));
+        }
+    };
+    tx.user_by_id(&id)
+        .await?
+        .ok_or_else(|| ApiError::new(ErrorCode::NotFound, format!("no user with id `{id}`")))
 }

@@ -6,16 +6,16 @@ use serde_json::{Value, json};
 use waymark_proto::*;
 use waymark_store::*;
 
-use crate::auth::{Caller, CallerKind};
 use crate::convert;
+use crate::domain::caller::{Caller, CallerKind};
 use crate::domain::core::{
     Made, Tx, audited, check_intent, check_text, created, emit, emit_task, field_digest, invalid,
     refuse_terminal, task_for, to_value,
 };
 use crate::domain::devices::{Rejection, reject};
+use crate::domain::error::{ApiError, ApiResult};
 use crate::domain::fences::optional_fence;
 use crate::domain::{escalation, rules};
-use crate::error::{ApiError, ApiResult};
 use crate::state::AppState;
 
 /// How long after a runtime's own deadline its adapter has to report what the runtime did

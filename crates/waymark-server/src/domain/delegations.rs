@@ -13,11 +13,11 @@
 use waymark_proto::*;
 use waymark_store::*;
 
-use crate::auth::Caller;
 use crate::convert;
+use crate::domain::caller::Caller;
+use crate::domain::core::whose;
 use crate::domain::core::{Tx, access_changed, invalid};
-use crate::domain::escalation::whose;
-use crate::error::{ApiError, ApiResult};
+use crate::domain::error::{ApiError, ApiResult};
 use crate::state::AppState;
 
 /// Most people one user may delegate to.

@@ -10,11 +10,11 @@ use std::collections::HashMap;
 use waymark_proto::*;
 use waymark_store::*;
 
-use crate::auth::{Caller, CallerKind};
 use crate::convert;
+use crate::domain::caller::{Caller, CallerKind};
 use crate::domain::core::{Tx, emit, invalid};
+use crate::domain::error::{ApiError, ApiResult};
 use crate::domain::{delegations, escalation};
-use crate::error::{ApiError, ApiResult};
 use crate::state::AppState;
 
 /// Receipts one request may carry.

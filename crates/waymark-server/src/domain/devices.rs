@@ -7,11 +7,10 @@ use waymark_proto::signing;
 use waymark_proto::*;
 use waymark_store::*;
 
-use crate::auth::{CallerKind, new_secret, secret_hash};
-use crate::clock::Clock;
 use crate::convert;
+use crate::domain::caller::{CallerKind, new_secret, secret_hash};
 use crate::domain::core::{Tx, record_refusal, shared_secret};
-use crate::error::{ApiError, ApiResult};
+use crate::domain::error::{ApiError, ApiResult};
 use crate::state::AppState;
 
 /// How far in the future a device clock may be.
@@ -414,97 +413,4 @@ pub(crate) async fn open_session(
         token,
         expires_at: convert::dt(expires_at),
     }))
-}
-
-/// `waymark admin pair`: a one-time code for `user` with `scopes`, valid for `ttl_ms`.
-pub async fn create_pairing(
-    store: &dyn Store,
-    user: &str,
-    scopes: &[String],
-    ttl_ms: i64,
-) -> Result<(String, i64), crate::admin::AdminError> {
-    use rand::Rng;
-    const ALPHABET: &[u8] = b"0123456789ABCDEFGHJKMNPQRSTVWXYZ";
-    for s in scopes {
-        if !["view", "steer", "approve"].contains(&s.as_str()) {
-            return Err(crate::admin::AdminError::InvalidScope(s.clone()));
-        }
-    }
-    let user = store
-        .read()
-        .await?
-        .user_by_name(user)
-        .await?
-        .ok_or_else(|| crate::admin::AdminError::UnknownUser(user.to_owned()))?;
-    let mut rng = rand::rngs::OsRng;
-    let raw: String = (0..8)
-        .map(|_| ALPHABET[rng.gen_range(0..ALPHABET.len())] as char)
-        .collect();
-    let code = format!("{}-{}", &raw[..4], &raw[4..]);
-    // An admin act outside the server's rules: the system clock (the server checks expiry
-    // against its own).
-    let now = Clock::system().now_ms();
-    let key = pairing_key(store).await?;
-    let mut tx = store.write().await?;
-    tx.insert_pairing(&PairingRow {
-        code_hash: code_hash(&key, &code),
-        user_id: user.id,
-        scopes: scopes.to_vec(),
-        created_at: now,
-        expires_at: now + ttl_ms,
-        used_at: None,
-        device_id: None,
-    })
-    .await?;
-    tx.commit().await?;
-    Ok((code, now + ttl_ms))
-}
-
-/// `waymark admin device list`.
-pub async fn list_devices(store: &dyn Store) -> Result<Vec<Device>, crate::admin::AdminError> {
-    let mut tx = store.read().await?;
-    let mut out = Vec::new();
-    for d in tx.list_devices(None).await? {
-        let user = tx
-            .user_by_id(&d.user_id)
-            .await?
-            .map(|u| u.name)
-            .unwrap_or_default();
-        out.push(convert::device(&d, &user)?);
-    }
-    Ok(out)
-}
-
-/// `waymark admin device revoke`: immediate; later sessions and commands are refused.
-pub async fn revoke_device(
-    store: &dyn Store,
-    id: &str,
-) -> Result<Device, crate::admin::AdminError> {
-    let mut tx = store.write().await?;
-    let mut d = tx
-        .device(id)
-        .await?
-        .ok_or_else(|| crate::admin::AdminError::UnknownDevice(id.to_owned()))?;
-    if d.revoked_at.is_none() {
-        let now = Clock::system().now_ms();
-        d.revoked_at = Some(now);
-        tx.update_device(&d).await?;
-        // Its push channels end with it: nothing more is sent to a device that is gone.
-        for mut c in tx.push_channels(Some(&d.id)).await? {
-            if c.revoked_at.is_none() {
-                c.revoked_at = Some(now);
-                c.last_error = Some("the device was revoked".into());
-                tx.update_push_channel(&c).await?;
-            }
-        }
-        // Its open event streams end now, on every replica (not at their next look).
-        crate::domain::core::access_changed(&mut *tx, &[&d.user_id], now).await?;
-    }
-    let user = tx
-        .user_by_id(&d.user_id)
-        .await?
-        .map(|u| u.name)
-        .unwrap_or_default();
-    tx.commit().await?;
-    Ok(convert::device(&d, &user)?)
 }

@@ -6,14 +6,14 @@ use waymark_proto::digest::json_digest;
 use waymark_proto::*;
 use waymark_store::*;
 
-use crate::auth::Caller;
 use crate::convert;
+use crate::domain::caller::Caller;
 use crate::domain::core::{
     Made, Tx, audited, check_intent, check_text, created, emit, field_digest, found, not_exact,
     refuse_terminal, task_for,
 };
+use crate::domain::error::{ApiError, ApiResult};
 use crate::domain::fences::fenced_attempt;
-use crate::error::{ApiError, ApiResult};
 use crate::state::AppState;
 
 /// Declares an effect before it touches the world: the same key and body is the same effect;

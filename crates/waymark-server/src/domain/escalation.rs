@@ -9,11 +9,11 @@ use chrono_tz::Tz;
 use waymark_proto::*;
 use waymark_store::*;
 
-use crate::auth::{Caller, CallerKind};
 use crate::convert;
-use crate::domain::core::{Tx, emit, invalid};
+use crate::domain::caller::Caller;
+use crate::domain::core::{Tx, emit, invalid, whose};
 use crate::domain::delegations;
-use crate::error::{ApiError, ApiResult};
+use crate::domain::error::{ApiError, ApiResult};
 use crate::state::AppState;
 
 /// Steps a policy may have.
@@ -28,38 +28,6 @@ pub(crate) const MAX_AFTER_MINUTES: u32 = 7 * 24 * 60;
 pub(crate) const MIN_REMIND_MINUTES: u32 = 5;
 /// Reminders per decision, at most.
 pub(crate) const MAX_REMINDERS: u32 = 12;
-
-/// Whose policy a caller reads or writes: a device's user, or (admin) the named user.
-pub(crate) async fn whose(tx: &mut Tx, caller: &Caller, user: Option<&str>) -> ApiResult<UserRow> {
-    let id = match (caller.kind, user) {
-        (CallerKind::Device, None) => caller.user_id.clone(),
-        (CallerKind::Admin, Some(name)) => match tx.user_by_name(name).await? {
-            Some(u) => u.id,
-            None => {
-                return Err(ApiError::new(
-                    ErrorCode::NotFound,
-                    format!("no user `{name}`"),
-                ));
-            }
-        },
-        (CallerKind::Admin, None) => caller.user_id.clone(),
-        (CallerKind::Device, Some(_)) => {
-            return Err(ApiError::new(
-                ErrorCode::Forbidden,
-                "a device manages its own user's policy; `user` is for admins",
-            ));
-        }
-        _ => {
-            return Err(ApiError::new(
-                ErrorCode::Forbidden,
-                "the escalation policy is a person's: set it from a paired device (or an admin token)",
-            ));
-        }
-    };
-    tx.user_by_id(&id)
-        .await?
-        .ok_or_else(|| ApiError::new(ErrorCode::NotFound, format!("no user with id `{id}`")))
-}
 
 /// `GET /v1/escalation`.
 pub(crate) async fn get_policy(

@@ -5,14 +5,14 @@ use waymark_proto::digest::sha256_hex;
 use waymark_proto::*;
 use waymark_store::*;
 
-use crate::auth::Caller;
 use crate::convert;
+use crate::domain::caller::Caller;
 use crate::domain::core::{
     Made, Tx, audited, check_text, created, emit, emit_task, invalid, task_for, task_wire, to_value,
 };
 use crate::domain::decisions::open_decision;
+use crate::domain::error::{ApiError, ApiResult};
 use crate::domain::fences::{fenced_attempt, optional_fence};
-use crate::error::{ApiError, ApiResult};
 use crate::state::AppState;
 
 /// Query of an artifact upload (the body is the raw content).

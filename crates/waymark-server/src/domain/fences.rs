@@ -5,7 +5,7 @@ use waymark_proto::*;
 use waymark_store::*;
 
 use crate::domain::core::{Tx, invalid};
-use crate::error::{ApiError, ApiResult};
+use crate::domain::error::{ApiError, ApiResult};
 
 /// The fence check every write gateway makes: the attempt belongs to the task, carries the
 /// task's newest fence, is still active, and its lease has not run out.

@@ -7,10 +7,10 @@ use serde::Deserialize;
 use waymark_proto::*;
 use waymark_store::*;
 
-use crate::auth::Caller;
 use crate::convert;
+use crate::domain::caller::Caller;
 use crate::domain::core::*;
-use crate::error::{ApiError, ApiResult};
+use crate::domain::error::{ApiError, ApiResult};
 use crate::state::AppState;
 
 use crate::schedule::{self, Plan};

@@ -4,14 +4,14 @@
 use waymark_proto::*;
 use waymark_store::*;
 
-use crate::auth::Caller;
 use crate::convert;
+use crate::domain::caller::Caller;
 use crate::domain::core::{
     Made, Tx, audited, check_text, created, emit, emit_task, refuse_terminal, task_for,
 };
 use crate::domain::decisions::close_decision;
+use crate::domain::error::{ApiError, ApiResult};
 use crate::domain::fences::check_fence;
-use crate::error::{ApiError, ApiResult};
 use crate::state::AppState;
 
 /// The lease granted for a requested length, within the configured bounds.

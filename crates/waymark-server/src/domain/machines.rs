@@ -12,12 +12,12 @@ use serde_json::{Value, json};
 use waymark_proto::*;
 use waymark_store::*;
 
-use crate::auth::Caller;
 use crate::convert;
+use crate::domain::caller::Caller;
 use crate::domain::core::*;
 use crate::domain::devices::{Rejection, Verified, has_scope, reject};
+use crate::domain::error::{ApiError, ApiResult};
 use crate::domain::recovery::{self, admission, freeze, refuse_admission, resumed_anyway};
-use crate::error::{ApiError, ApiResult};
 use crate::state::AppState;
 
 /// Longest prompt a `start_run` carries.
@@ -33,11 +33,6 @@ fn runner_machine(caller: &Caller) -> ApiResult<&str> {
     })
 }
 
-/// What the runner last reported, as stored.
-pub(crate) fn info_of(m: &MachineRow) -> Option<RegisterMachine> {
-    serde_json::from_value(m.info.clone()).ok()
-}
-
 /// Whether the machine was heard from within [`MACHINE_OFFLINE_AFTER_MS`] of `now`.
 fn online(m: &MachineRow, now: i64) -> bool {
     m.last_seen_at
@@ -46,7 +41,7 @@ fn online(m: &MachineRow, now: i64) -> bool {
 
 /// The wire form of a machine, its online state read against `now`.
 fn machine_wire(m: &MachineRow, owner: &str, active: Vec<String>, now: i64) -> Machine {
-    let info = info_of(m);
+    let info = convert::machine_info(m);
     let online = online(m, now);
     Machine {
         id: m.id.clone(),
@@ -860,7 +855,7 @@ async fn runtime_changed(tx: &mut Tx, task: &TaskRow) -> ApiResult<Option<String
     let Some(m) = tx.machine(machine).await? else {
         return Ok(None);
     };
-    let now = info_of(&m).and_then(|i| {
+    let now = convert::machine_info(&m).and_then(|i| {
         i.runtimes
             .into_iter()
             .find(|r| r.runtime == run.runtime)
@@ -1047,7 +1042,7 @@ pub(crate) async fn start_run(tx: &mut Tx, v: &Verified) -> ApiResult<Result<Str
             ),
         )));
     };
-    let Some(info) = info_of(&m) else {
+    let Some(info) = convert::machine_info(&m) else {
         return Ok(Err(reject(
             RejectReason::NotAllowedOnMachine,
             format!(

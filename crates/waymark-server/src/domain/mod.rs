@@ -4,6 +4,7 @@
 //! decide; `core` is what every group uses. No module here imports another in a circle.
 
 pub(crate) mod budget;
+pub(crate) mod caller;
 pub(crate) mod checkpoints;
 pub(crate) mod commands;
 pub(crate) mod controls;
@@ -13,6 +14,7 @@ pub(crate) mod delegations;
 pub(crate) mod deliveries;
 pub(crate) mod devices;
 pub(crate) mod effects;
+pub(crate) mod error;
 pub(crate) mod escalation;
 pub(crate) mod evidence;
 pub(crate) mod fences;

@@ -5,11 +5,11 @@
 //! HTTP endpoint. Attempts, retries and failures are recorded on the channel, so a broken
 //! channel never stays silent.
 
-use crate::auth::{Caller, CallerKind};
 use crate::convert;
+use crate::domain::caller::{Caller, CallerKind};
 use crate::domain::core::{Tx, invalid, shared_secret};
+use crate::domain::error::{ApiError, ApiResult};
 use crate::domain::{deliveries, escalation};
-use crate::error::{ApiError, ApiResult};
 use crate::state::AppState;
 use std::time::Duration;
 use waymark_proto::signing::b64;
@@ -295,7 +295,7 @@ pub(crate) async fn deliver(st: &AppState, mut c: PushChannelRow) -> ApiResult<u
             c.cursor = tx.pruned_through().await?;
         }
         // Its user's tasks and those delegated to them (pushed only where a step names them).
-        let owners = crate::auth::visible_owners(&mut *tx, &c.user_id).await?;
+        let owners = crate::domain::caller::visible_owners(&mut *tx, &c.user_id).await?;
         let events = tx.events_after(c.cursor, BATCH, Some(&owners)).await?;
         // Of the decisions that closed, those this device was pushed before: its notification
         // for each is withdrawn.

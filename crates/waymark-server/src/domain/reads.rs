@@ -4,12 +4,12 @@
 use serde::{Deserialize, Serialize};
 use waymark_proto::*;
 
-use crate::auth::Caller;
 use crate::convert;
+use crate::domain::caller::Caller;
 use crate::domain::checkpoints::verify_chain;
 use crate::domain::core::{Tx, task_for, task_wire};
 use crate::domain::deliveries;
-use crate::error::{ApiError, ApiResult};
+use crate::domain::error::{ApiError, ApiResult};
 use crate::state::AppState;
 
 pub(crate) async fn snapshot(st: &AppState, caller: &Caller) -> ApiResult<Snapshot> {

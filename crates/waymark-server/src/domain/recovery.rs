@@ -7,13 +7,13 @@ use serde_json::json;
 use waymark_proto::*;
 use waymark_store::*;
 
-use crate::auth::Caller;
 use crate::convert;
+use crate::domain::caller::Caller;
 use crate::domain::checkpoints::verify_chain;
 use crate::domain::core::*;
 use crate::domain::decisions::open_decision;
+use crate::domain::error::{ApiError, ApiResult};
 use crate::domain::fences::fenced_attempt;
-use crate::error::{ApiError, ApiResult};
 use crate::state::AppState;
 
 /// How long a recovery decision waits for a person.

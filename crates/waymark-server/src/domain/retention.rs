@@ -6,7 +6,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::domain::core::Tx;
-use crate::error::ApiResult;
+use crate::domain::error::ApiResult;
 use crate::state::AppState;
 
 /// Reply of a prune.

@@ -25,12 +25,12 @@ use serde_json::Value;
 use waymark_proto::*;
 use waymark_store::*;
 
-use crate::auth::{Caller, CallerKind};
 use crate::convert;
+use crate::domain::caller::{Caller, CallerKind};
+use crate::domain::core::whose;
 use crate::domain::core::{Tx, clip};
 use crate::domain::devices::{Rejection, Verified, has_scope, reject};
-use crate::domain::escalation::whose;
-use crate::error::{ApiError, ApiResult};
+use crate::domain::error::{ApiError, ApiResult};
 use crate::state::AppState;
 
 /// What a wildcard of an `allow` glob over a command may match: anything but the characters
@@ -575,7 +575,7 @@ async fn runtime_rules(
 ) -> ApiResult<Vec<ListedRuntimeRule>> {
     let mut out = Vec::new();
     for m in tx.list_machines(Some(&[owner.to_owned()])).await? {
-        let Some(info) = crate::domain::machines::info_of(&m) else {
+        let Some(info) = crate::convert::machine_info(&m) else {
             continue;
         };
         for rule in info.runtime_rules {

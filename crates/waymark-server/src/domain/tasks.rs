@@ -3,9 +3,9 @@
 use waymark_proto::*;
 use waymark_store::*;
 
-use crate::auth::Caller;
+use crate::domain::caller::Caller;
 use crate::domain::core::{Made, Tx, check_text, created, emit, found, invalid, task_wire};
-use crate::error::ApiResult;
+use crate::domain::error::ApiResult;
 use crate::state::AppState;
 
 /// Steps a plan may have: far beyond any plan a person reads, well within what is checked in
