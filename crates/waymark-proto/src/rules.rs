@@ -258,6 +258,7 @@ pub struct RuleRef {
 
 /// What a call asks to run on, as a rule sees it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[cfg_attr(feature = "specta", derive(specta::Type))]
 #[serde(tag = "kind", content = "text", rename_all = "snake_case")]
 pub enum CallInput {
     /// A shell command, unwrapped from `bash -lc '…'` when that is all it is.
@@ -279,6 +280,7 @@ impl CallInput {
 
 /// Everything a rule can match of one approval.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[cfg_attr(feature = "specta", derive(specta::Type))]
 pub struct CallFacts {
     /// The task's runtime.
     #[serde(default, skip_serializing_if = "Option::is_none")]
