@@ -5,11 +5,13 @@
 //! embedded mode (a control plane in-process, paired as a local device, with `--demo` the
 //! demo agent) so a solo user starts with one command. It holds no SQL and no rules: each
 //! command delegates (see `commands`), and the UI's types are generated from `views` into
-//! `ui/src/bindings.ts` by tauri-specta.
+//! `ui/src/bindings.ts` by tauri-specta; the web companion's wire types from `waymark-proto`
+//! into `ui/src/web/proto.ts` (see `wire`).
 //!
 //! Flags: `--demo` (embedded mode and a demo agent run that waits for you), `--remote`
 //! (no embedded control plane; pair with a server from the Pairing screen),
-//! `--bindings write|check [PATH]` (generate or check the TypeScript bindings and exit).
+//! `--bindings write|check [BINDINGS [WIRE]]` (generate or check both generated TypeScript
+//! files and exit; the paths default to `ui/src/bindings.ts` and `ui/src/web/proto.ts`).
 //! `WAYMARK_HOME` moves the companion's data (mirror); the device key stays in the OS
 //! keychain (`WAYMARK_KEYSTORE` picks one, see `waymark_companion::Keystore`).
 
@@ -23,6 +25,7 @@ pub mod sync;
 pub mod tray;
 pub mod views;
 pub mod webview;
+pub mod wire;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -96,7 +99,15 @@ pub fn render_bindings() -> Result<String, String> {
 
 /// Writes the bindings, or checks that `path` holds exactly what would be written.
 pub fn bindings(mode: &str, path: &Path) -> Result<String, String> {
-    let now = render_bindings()?;
+    write_or_check(mode, path, render_bindings()?)
+}
+
+/// Writes the web companion's wire types, or checks that `path` holds exactly them.
+pub fn wire_types(mode: &str, path: &Path) -> Result<String, String> {
+    write_or_check(mode, path, wire::render_wire()?)
+}
+
+fn write_or_check(mode: &str, path: &Path, now: String) -> Result<String, String> {
     match mode {
         "write" => std::fs::write(path, &now)
             .map(|_| format!("wrote {}", path.display()))
@@ -104,7 +115,7 @@ pub fn bindings(mode: &str, path: &Path) -> Result<String, String> {
         "check" => match std::fs::read_to_string(path) {
             Ok(old) if old == now => Ok(format!("{} is current", path.display())),
             Ok(_) => Err(format!(
-                "{} drifted from the Rust commands — regenerate it with `waymark-app --bindings write` (scripts/build-ui does not)",
+                "{} drifted from the Rust types — regenerate it with `waymark-app --bindings write` (scripts/build-ui does not)",
                 path.display()
             )),
             Err(e) => Err(format!("cannot read {}: {e}", path.display())),
@@ -191,14 +202,26 @@ pub fn main_entry() {
     let args: Vec<String> = std::env::args().collect();
     if args.get(1).map(String::as_str) == Some("--bindings") {
         let mode = args.get(2).map(String::as_str).unwrap_or("check");
-        let default = Path::new(env!("CARGO_MANIFEST_DIR")).join(BINDINGS_PATH);
-        let path = args.get(3).map(PathBuf::from).unwrap_or(default);
-        match bindings(mode, &path) {
-            Ok(msg) => println!("{msg}"),
-            Err(msg) => {
-                eprintln!("error: {msg}");
-                std::process::exit(1);
+        let here = Path::new(env!("CARGO_MANIFEST_DIR"));
+        let path = |i: usize, default: &str| {
+            args.get(i)
+                .map_or_else(|| here.join(default), PathBuf::from)
+        };
+        let mut failed = false;
+        for done in [
+            bindings(mode, &path(3, BINDINGS_PATH)),
+            wire_types(mode, &path(4, wire::WIRE_PATH)),
+        ] {
+            match done {
+                Ok(msg) => println!("{msg}"),
+                Err(msg) => {
+                    eprintln!("error: {msg}");
+                    failed = true;
+                }
             }
+        }
+        if failed {
+            std::process::exit(1);
         }
         return;
     }
@@ -293,8 +316,11 @@ pub fn run() {
 mod tests {
     #[test]
     fn bindings_are_current() {
-        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(super::BINDINGS_PATH);
-        if let Err(e) = super::bindings("check", &path) {
+        let here = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+        if let Err(e) = super::bindings("check", &here.join(super::BINDINGS_PATH)) {
+            panic!("{e}");
+        }
+        if let Err(e) = super::wire_types("check", &here.join(super::wire::WIRE_PATH)) {
             panic!("{e}");
         }
     }

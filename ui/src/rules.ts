@@ -6,17 +6,14 @@
 // the server decides what a rule matches.
 import canonicalize from "canonicalize";
 import type { NewRuleView, RuleView } from "./bindings";
+import type { CallInput, CallFacts as WireCallFacts } from "./web/proto";
 
-/** What a call asks to run on (`waymark_proto::CallInput`). */
-export type CallInput = { kind: "command" | "path" | "other"; text: string };
+/** What a call asks to run on (`waymark_proto::CallInput`, generated). */
+export type { CallInput };
 
-/** What a rule can see of an approval's intent (`waymark_proto::CallFacts`, less the task's
- * runtime and machine, which the intent does not hold). */
-export interface CallFacts {
-  tool?: string;
-  directory?: string;
-  input?: CallInput;
-}
+/** What a rule can see of an approval's intent (`waymark_proto::CallFacts`, generated), less the
+ * task's runtime and machine, which the intent does not hold. */
+export type CallFacts = Omit<WireCallFacts, "runtime" | "machine">;
 
 type Obj = Record<string, unknown>;
 const obj = (v: unknown): Obj => (v && typeof v === "object" && !Array.isArray(v) ? (v as Obj) : {});

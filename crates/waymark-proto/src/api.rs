@@ -27,6 +27,7 @@ pub fn option_grants(option: &str) -> Option<bool> {
 
 /// One step of a task's plan (a DAG through `depends_on`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[cfg_attr(feature = "specta", derive(specta::Type))]
 pub struct PlanStep {
     /// Unique within the plan, e.g. `deploy_staging`.
     #[schema(
@@ -46,6 +47,7 @@ pub struct PlanStep {
 
 /// Time and cost limits. Absent limits are unlimited.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
+#[cfg_attr(feature = "specta", derive(specta::Type))]
 pub struct Budget {
     /// Wall-clock seconds.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -73,6 +75,7 @@ pub struct Budget {
 
 /// Spend reported so far.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
+#[cfg_attr(feature = "specta", derive(specta::Type))]
 pub struct Usage {
     /// Model tokens.
     pub tokens: u64,
@@ -84,6 +87,7 @@ pub struct Usage {
 
 /// What the task works on, so recovery can tell whether it changed (e.g. repo and commit).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
+#[cfg_attr(feature = "specta", derive(specta::Type))]
 pub struct Materials {
     /// Repository, path or URL.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -100,6 +104,7 @@ pub struct Materials {
 /// A git working tree as its host saw it: the commit checked out and what differs from it.
 /// Hashes, never contents: the control plane learns which files changed, not what is in them.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[cfg_attr(feature = "specta", derive(specta::Type))]
 pub struct WorkingTree {
     /// `HEAD`'s commit (none in a repository without one).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -220,6 +225,7 @@ pub struct CreateTask {
 
 /// A task: the goal and its acceptance (SPEC §2).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[cfg_attr(feature = "specta", derive(specta::Type))]
 pub struct Task {
     /// `task_…`.
     #[schema(pattern = r"^task_[0-9a-f]{32}$")]
@@ -295,6 +301,7 @@ pub struct StartAttempt {
 
 /// One execution try, and its lease.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[cfg_attr(feature = "specta", derive(specta::Type))]
 pub struct Attempt {
     /// `att_…`.
     #[schema(pattern = r"^att_[0-9a-f]{32}$")]
@@ -389,6 +396,7 @@ pub struct Fencing {
 
 /// A plan step completed, with what it produced.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[cfg_attr(feature = "specta", derive(specta::Type))]
 pub struct CompletedStep {
     /// Plan step id.
     pub step: String,
@@ -402,6 +410,7 @@ pub struct CompletedStep {
 
 /// The step in flight when the checkpoint was written.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[cfg_attr(feature = "specta", derive(specta::Type))]
 pub struct PendingStep {
     /// Plan step id.
     pub step: String,
@@ -418,6 +427,7 @@ pub struct PendingStep {
 
 /// An effect's status as the checkpoint saw it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[cfg_attr(feature = "specta", derive(specta::Type))]
 pub struct EffectRef {
     /// `eff_…`.
     pub effect_id: String,
@@ -428,6 +438,7 @@ pub struct EffectRef {
 /// What a checkpoint records (SPEC §3). Secrets and raw private content never go here:
 /// digests and references do.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
+#[cfg_attr(feature = "specta", derive(specta::Type))]
 #[serde(deny_unknown_fields)]
 pub struct CheckpointBody {
     /// Why it was written: `effect_boundary`, `human_wait`, `step_completed`, `handover`,
@@ -480,6 +491,7 @@ pub struct AppendCheckpoint {
 
 /// A stored checkpoint, a link of the task's hash chain.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[cfg_attr(feature = "specta", derive(specta::Type))]
 pub struct Checkpoint {
     /// Its task.
     #[schema(pattern = r"^task_[0-9a-f]{32}$")]
@@ -505,6 +517,7 @@ pub struct Checkpoint {
 
 /// The result of verifying a task's checkpoint chain.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[cfg_attr(feature = "specta", derive(specta::Type))]
 pub struct ChainStatus {
     /// `true` when every link recomputes and points at its predecessor.
     pub intact: bool,
@@ -555,6 +568,7 @@ pub struct DeclareEffect {
 
 /// A change in the outside world.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[cfg_attr(feature = "specta", derive(specta::Type))]
 pub struct Effect {
     /// `eff_…`.
     #[schema(pattern = r"^eff_[0-9a-f]{32}$")]
@@ -626,6 +640,7 @@ pub struct UpdateEffect {
 
 /// One option of a decision; it says what choosing it gives up.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[cfg_attr(feature = "specta", derive(specta::Type))]
 pub struct DecisionOption {
     /// Stable id, e.g. `approve`, `relevant_tests`.
     pub id: String,
@@ -644,6 +659,7 @@ pub struct DecisionOption {
 /// `AskUserQuestion` asks, and any worker may ask the same. Answered with `answer_question`
 /// and `args.answers`, bound to the form's digest (`intent_digest`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[cfg_attr(feature = "specta", derive(specta::Type))]
 #[serde(deny_unknown_fields)]
 pub struct QuestionForm {
     /// The questions, in order.
@@ -653,6 +669,7 @@ pub struct QuestionForm {
 
 /// One question of a [`QuestionForm`].
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[cfg_attr(feature = "specta", derive(specta::Type))]
 #[serde(deny_unknown_fields)]
 pub struct FormQuestion {
     /// Stable id within the form (`q1`, …): the key of its answer.
@@ -678,6 +695,7 @@ pub struct FormQuestion {
 
 /// One choice of a [`FormQuestion`].
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[cfg_attr(feature = "specta", derive(specta::Type))]
 #[serde(deny_unknown_fields)]
 pub struct FormChoice {
     /// What is chosen, as the agent will be told it; unique within its question.
@@ -690,6 +708,7 @@ pub struct FormChoice {
 
 /// The answer to one [`FormQuestion`]: the labels chosen, and/or the person's own words.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize, ToSchema)]
+#[cfg_attr(feature = "specta", derive(specta::Type))]
 #[serde(deny_unknown_fields)]
 pub struct FormAnswer {
     /// Labels of the chosen choices (one at most unless the question is `multi_select`).
@@ -791,6 +810,7 @@ pub struct AskedRuntimeDeadline {
 
 /// When the runtime holding an approval decides on its own, and what it does then.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[cfg_attr(feature = "specta", derive(specta::Type))]
 pub struct RuntimeDeadline {
     /// The runtime, as people call it.
     pub runtime: String,
@@ -936,6 +956,7 @@ pub struct RequestDecision {
 
 /// How a decision was closed.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[cfg_attr(feature = "specta", derive(specta::Type))]
 pub struct DecisionOutcome {
     /// The chosen option (absent for a void decision).
     pub option: Option<String>,
@@ -967,6 +988,7 @@ pub struct DecisionOutcome {
 
 /// An approval, question, budget choice or recovery decision.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[cfg_attr(feature = "specta", derive(specta::Type))]
 pub struct Decision {
     /// `dec_…`.
     #[schema(pattern = r"^dec_[0-9a-f]{32}$")]
@@ -1035,6 +1057,7 @@ pub struct Decision {
 /// what order, and when nobody is woken for what can wait. Without one, every device with a
 /// push channel is notified at once.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[cfg_attr(feature = "specta", derive(specta::Type))]
 #[serde(deny_unknown_fields)]
 pub struct EscalationPolicy {
     /// The steps, in order. The first is notified when a decision opens (after its
@@ -1056,6 +1079,7 @@ pub struct EscalationPolicy {
 
 /// How an unanswered decision is reminded (`EscalationPolicy::reminders`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[cfg_attr(feature = "specta", derive(specta::Type))]
 #[serde(deny_unknown_fields)]
 pub struct Reminders {
     /// Minutes from the last notification (a step or a reminder) to the next reminder.
@@ -1068,6 +1092,7 @@ pub struct Reminders {
 
 /// One step of an escalation policy.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[cfg_attr(feature = "specta", derive(specta::Type))]
 #[serde(deny_unknown_fields)]
 pub struct EscalationStep {
     /// Minutes after the step before (the first: after the decision opens).
@@ -1090,6 +1115,7 @@ pub struct EscalationStep {
 /// stay with the owner. A delegation is an offer until its delegate accepts it
 /// (`POST /v1/delegations/{owner}/accept`); only then does it let them in.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[cfg_attr(feature = "specta", derive(specta::Type))]
 pub struct Delegates {
     /// The user these lists are about.
     pub user: String,
@@ -1102,6 +1128,7 @@ pub struct Delegates {
 
 /// One person in a delegation, since when, and whether the delegate accepted it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[cfg_attr(feature = "specta", derive(specta::Type))]
 pub struct Delegation {
     /// The other user's name.
     pub user: String,
@@ -1137,6 +1164,7 @@ impl DelegationState {
 
 /// Quiet hours, in a time zone: `from` 22:00 `to` 07:00 spans midnight.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[cfg_attr(feature = "specta", derive(specta::Type))]
 #[serde(deny_unknown_fields)]
 pub struct QuietHours {
     /// Start, `HH:MM`, local time.
@@ -1152,6 +1180,7 @@ pub struct QuietHours {
 
 /// Where a decision stands in its user's escalation policy.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[cfg_attr(feature = "specta", derive(specta::Type))]
 pub struct Escalation {
     /// Every device notified so far, with its step and when.
     #[serde(default)]
@@ -1181,6 +1210,7 @@ pub struct Escalation {
 
 /// A device an escalation step notified.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[cfg_attr(feature = "specta", derive(specta::Type))]
 pub struct EscalationNotice {
     /// The device.
     pub device_id: String,
@@ -1205,6 +1235,7 @@ fn is_zero(n: &u32) -> bool {
 
 /// The next step of an escalation.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[cfg_attr(feature = "specta", derive(specta::Type))]
 pub struct EscalationNext {
     /// Its index.
     pub step: u32,
@@ -1292,6 +1323,7 @@ impl Decision {
 
 /// Whether a runtime has taken an answer, as its adapter reported.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[cfg_attr(feature = "specta", derive(specta::Type))]
 pub struct Delivery {
     /// Where it stands.
     pub state: DeliveryState,
@@ -1359,6 +1391,7 @@ pub struct ResolveDecision {
 
 /// A content-addressed artifact attached to a task.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[cfg_attr(feature = "specta", derive(specta::Type))]
 pub struct Artifact {
     /// `art_…`.
     #[schema(pattern = r"^art_[0-9a-f]{32}$")]
@@ -1413,6 +1446,7 @@ pub struct SubmitTestReceipt {
 
 /// Totals of a test run.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
+#[cfg_attr(feature = "specta", derive(specta::Type))]
 pub struct TestTotals {
     /// Test cases.
     pub tests: u64,
@@ -1428,6 +1462,7 @@ pub struct TestTotals {
 
 /// One failed or errored test case.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[cfg_attr(feature = "specta", derive(specta::Type))]
 pub struct TestFailure {
     /// Suite name.
     pub suite: String,
@@ -1443,6 +1478,7 @@ pub struct TestFailure {
 
 /// A parsed test receipt: a fact about a run, not a claim in a transcript.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[cfg_attr(feature = "specta", derive(specta::Type))]
 pub struct TestReceipt {
     /// `rcpt_…`.
     #[schema(pattern = r"^rcpt_[0-9a-f]{32}$")]
@@ -1508,6 +1544,7 @@ pub struct AppendMessages {
 
 /// A session message.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[cfg_attr(feature = "specta", derive(specta::Type))]
 pub struct Message {
     /// The session.
     pub session_id: String,
@@ -1565,6 +1602,7 @@ pub struct FinishAttempt {
 
 /// A task's session: conversation and context.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[cfg_attr(feature = "specta", derive(specta::Type))]
 pub struct Session {
     /// `ses_…`.
     #[schema(pattern = r"^ses_[0-9a-f]{32}$")]
@@ -1579,6 +1617,7 @@ pub struct Session {
 
 /// A task as lists show it.
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[cfg_attr(feature = "specta", derive(specta::Type))]
 pub struct TaskSummary {
     /// The task.
     #[serde(flatten)]
@@ -1591,6 +1630,7 @@ pub struct TaskSummary {
 
 /// `GET /v1/snapshot`: the visible tasks, current to `cursor`.
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[cfg_attr(feature = "specta", derive(specta::Type))]
 pub struct Snapshot {
     /// Stream events after this cursor to stay current.
     pub cursor: i64,
@@ -1600,6 +1640,7 @@ pub struct Snapshot {
 
 /// `GET /v1/tasks/{task}`: the whole thread.
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[cfg_attr(feature = "specta", derive(specta::Type))]
 pub struct TaskDetail {
     /// Current to this cursor.
     pub cursor: i64,
@@ -1638,6 +1679,7 @@ pub struct Written<T> {
 
 /// `GET /healthz`.
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[cfg_attr(feature = "specta", derive(specta::Type))]
 pub struct Health {
     /// `ok`.
     pub status: String,

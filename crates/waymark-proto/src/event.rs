@@ -8,6 +8,7 @@ use utoipa::ToSchema;
 /// What changed. The event's `data` holds the changed object in full, so a mirror can apply
 /// events idempotently without a second read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
+#[cfg_attr(feature = "specta", derive(specta::Type))]
 pub enum EventKind {
     /// `data`: the `Task`.
     #[serde(rename = "task.created")]
@@ -121,6 +122,7 @@ impl std::str::FromStr for EventKind {
 
 /// One entry of the event log.
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[cfg_attr(feature = "specta", derive(specta::Type))]
 pub struct Event {
     /// Global, strictly increasing position in the log.
     pub cursor: i64,

@@ -62,6 +62,7 @@ str_enum! {
 
 /// A runtime a runner found on its machine.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[cfg_attr(feature = "specta", derive(specta::Type))]
 #[serde(deny_unknown_fields)]
 pub struct MachineRuntime {
     /// `claude-code`, …
@@ -98,6 +99,7 @@ pub struct RegisterMachine {
 
 /// A machine, as people see it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[cfg_attr(feature = "specta", derive(specta::Type))]
 pub struct Machine {
     /// `mch_…`.
     #[schema(pattern = r"^mch_[0-9a-f]{32}$")]
@@ -130,6 +132,7 @@ pub struct Machine {
 
 /// `GET /v1/machines`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[cfg_attr(feature = "specta", derive(specta::Type))]
 pub struct MachineList {
     /// Newest first.
     pub machines: Vec<Machine>,

@@ -48,6 +48,7 @@ str_enum! {
 /// A pattern over a call's input: its command, or its path, or (other tools) its input as
 /// canonical JSON.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[cfg_attr(feature = "specta", derive(specta::Type))]
 #[serde(deny_unknown_fields)]
 pub struct InputPattern {
     /// `glob` or `regex`.
@@ -59,6 +60,7 @@ pub struct InputPattern {
 
 /// What a rule matches. Every part given must match; a part left out matches anything.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[cfg_attr(feature = "specta", derive(specta::Type))]
 #[serde(deny_unknown_fields)]
 pub struct RuleMatch {
     /// The task's runtime (`claude-code`, `codex`, `gemini`, `openclaw`, …), any case.
@@ -113,6 +115,7 @@ pub struct RuleSpec {
 
 /// A standing rule, as people read it (`GET /v1/rules`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[cfg_attr(feature = "specta", derive(specta::Type))]
 pub struct Rule {
     /// `rul_…`.
     #[schema(pattern = r"^rul_[0-9a-f]{32}$")]
@@ -159,6 +162,7 @@ pub struct Rule {
 
 /// `GET /v1/rules`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[cfg_attr(feature = "specta", derive(specta::Type))]
 pub struct RuleList {
     /// Newest first: live ones and, for their record, revoked and expired ones (the newest
     /// 200 in all).
@@ -190,6 +194,7 @@ str_enum! {
 /// from the runtime's own files (issue 31 §2). Shown beside Waymark's rules; never applied
 /// by Waymark.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[cfg_attr(feature = "specta", derive(specta::Type))]
 #[serde(deny_unknown_fields)]
 pub struct RuntimeRule {
     /// `claude-code`, `codex`, `gemini`, `hermes`, `openclaw`.
@@ -213,6 +218,7 @@ pub struct RuntimeRule {
 /// A runtime's own rule as people read it (`GET /v1/rules`): where it was found and which of
 /// the user's live rules it works against.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[cfg_attr(feature = "specta", derive(specta::Type))]
 pub struct ListedRuntimeRule {
     /// The machine whose runner read it, by name.
     pub machine: String,
@@ -229,6 +235,7 @@ pub struct ListedRuntimeRule {
 /// A Waymark rule and a runtime's own rule that cover the same calls with different answers.
 /// Named, never resolved: the runtime acts first, so what it decides is what happens.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[cfg_attr(feature = "specta", derive(specta::Type))]
 pub struct RuleConflict {
     /// The Waymark rule (`rul_…`).
     pub rule_id: String,
@@ -239,6 +246,7 @@ pub struct RuleConflict {
 
 /// The rule that answered an approval (`DecisionOutcome::rule`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[cfg_attr(feature = "specta", derive(specta::Type))]
 pub struct RuleRef {
     /// `rul_…`.
     pub id: String,
@@ -250,6 +258,7 @@ pub struct RuleRef {
 
 /// What a call asks to run on, as a rule sees it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[cfg_attr(feature = "specta", derive(specta::Type))]
 #[serde(tag = "kind", content = "text", rename_all = "snake_case")]
 pub enum CallInput {
     /// A shell command, unwrapped from `bash -lc '…'` when that is all it is.
@@ -271,6 +280,7 @@ impl CallInput {
 
 /// Everything a rule can match of one approval.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[cfg_attr(feature = "specta", derive(specta::Type))]
 pub struct CallFacts {
     /// The task's runtime.
     #[serde(default, skip_serializing_if = "Option::is_none")]

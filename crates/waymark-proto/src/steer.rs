@@ -10,6 +10,7 @@ use crate::state::{Operation, TaskState};
 
 /// A steer command: versioned, signed, applied by compare-and-set on the plan revision.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[cfg_attr(feature = "specta", derive(specta::Type))]
 #[serde(deny_unknown_fields)]
 pub struct SteerCommand {
     /// UUIDv7, chosen by the device; the same id is applied once.
@@ -42,6 +43,7 @@ pub struct SteerCommand {
 
 /// The signature over a command's RFC 8785 canonical bytes.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[cfg_attr(feature = "specta", derive(specta::Type))]
 #[serde(deny_unknown_fields)]
 pub struct Signature {
     /// `ed25519`.
@@ -80,6 +82,7 @@ str_enum! {
 
 /// Why a command was refused. Stable codes; each refusal is audited with it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
+#[cfg_attr(feature = "specta", derive(specta::Type))]
 #[serde(rename_all = "snake_case")]
 pub enum RejectReason {
     /// `signature.alg` is not `ed25519`.
@@ -163,6 +166,7 @@ const REASONS: &[(RejectReason, &str)] = &[
 
 /// The ledger's answer to a command.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[cfg_attr(feature = "specta", derive(specta::Type))]
 pub struct CommandResult {
     /// Applied, duplicate, conflict or rejected.
     pub status: CommandStatus,
@@ -212,6 +216,7 @@ pub struct PairDevice {
 
 /// A paired device.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[cfg_attr(feature = "specta", derive(specta::Type))]
 pub struct Device {
     /// `dev_…`; also the signature `key_id`.
     pub id: String,
@@ -238,6 +243,7 @@ pub struct Device {
 
 /// One step a decision reached on one device (`decision.delivered`; a decision's `deliveries`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[cfg_attr(feature = "specta", derive(specta::Type))]
 pub struct DeviceDelivery {
     /// The decision.
     #[schema(pattern = r"^dec_[0-9a-f]{32}$")]
@@ -257,6 +263,7 @@ pub struct DeviceDelivery {
 
 /// One receipt a device posts about a decision: `fetched`, `shown` or `opened`.
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[cfg_attr(feature = "specta", derive(specta::Type))]
 #[serde(deny_unknown_fields)]
 pub struct DeviceReceipt {
     /// The decision.
@@ -269,6 +276,7 @@ pub struct DeviceReceipt {
 /// `POST /v1/devices/{device}/receipts` (the device's read session): how far decisions have
 /// reached it. Each step is recorded once; repeats are fine.
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[cfg_attr(feature = "specta", derive(specta::Type))]
 #[serde(deny_unknown_fields)]
 pub struct PostReceipts {
     /// At most 200.
@@ -278,6 +286,7 @@ pub struct PostReceipts {
 
 /// The answer to `POST /v1/devices/{device}/receipts`.
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[cfg_attr(feature = "specta", derive(specta::Type))]
 pub struct ReceiptsRecorded {
     /// Steps recorded now (repeats are not counted).
     pub recorded: usize,
@@ -287,6 +296,7 @@ pub struct ReceiptsRecorded {
 
 /// A read session for a device.
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[cfg_attr(feature = "specta", derive(specta::Type))]
 pub struct DeviceSession {
     /// Bearer token for reads (`wmk_s_…`).
     pub token: String,
@@ -296,6 +306,7 @@ pub struct DeviceSession {
 
 /// A command acknowledged by the worker (`command.acknowledged` event data).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[cfg_attr(feature = "specta", derive(specta::Type))]
 pub struct CommandAck {
     /// The command.
     pub command_id: String,
@@ -373,6 +384,7 @@ pub struct PushChannel {
 
 /// `GET /v1/push/vapid`: the server's VAPID public key (browsers' `applicationServerKey`).
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[cfg_attr(feature = "specta", derive(specta::Type))]
 pub struct VapidKey {
     /// Uncompressed P-256 point, base64url.
     pub public_key: String,

@@ -2,7 +2,7 @@
 // thread detail, blobs, the event stream and signed commands — as the Rust companion's
 // `api.rs` speaks it, over `fetch` from the page's own origin.
 import { createParser, type EventSourceMessage } from "eventsource-parser";
-import type { CommandResult, Event, SignedEnvelope } from "./wire";
+import type { CommandResult, Device, DeviceSession, Event, SignedEnvelope } from "./wire";
 
 /** Why a call failed, in the shape the screens already show (`AppError`-like). */
 export class ApiError extends Error {
@@ -14,12 +14,6 @@ export class ApiError extends Error {
     super(message);
   }
 }
-
-/** Server shapes the web companion reads; the mirror keeps them as the server sent them. */
-export interface Device { id: string; user: string; name: string; scopes: string[] }
-export interface DeviceSession { token: string; expires_at: string }
-/** `GET /v1/snapshot`: each entry is a task with its counts beside its fields (flattened). */
-export interface Snapshot { cursor: number; tasks: { id: string; pending_decisions: number; last_sequence: number }[] }
 
 export class Api {
   constructor(readonly base: string = "") {}

@@ -4,39 +4,21 @@ import canonicalize from "canonicalize";
 import type { DecisionKind, NewRuleView, Operation } from "../bindings";
 import { base64url, type DeviceKey } from "./keys";
 import { optionGrants } from "../options";
+import type { FormAnswer, QuestionForm, Signature as WireSignature, SteerCommand as WireSteerCommand } from "./proto";
 
-/** A steer command as `waymark_proto::steer::SteerCommand` serialises: absent fields are
- * omitted, never `null` (the server verifies over the JSON it receives). */
-export interface SteerCommand {
-  /** A hyphenated UUIDv7 (`waymark_proto::ids::command`). */
-  command_id: string;
-  /** Omitted for `open_session`. */
-  task_id?: string;
-  /** The plan revision the person was shown; omitted for `open_session`. */
-  expected_plan_revision?: number;
-  operation: Operation;
-  /** Omitted when empty. */
-  scope?: string[];
-  /** Omitted when null. */
-  args?: Record<string, unknown>;
-  /** `user:<name>`. */
-  issued_by: string;
-  /** Equals the signature's `key_id`. */
-  device_id: string;
-  /** RFC 3339 UTC as chrono writes it: `2025-01-02T03:04:05.678Z` (no fraction on a whole second). */
-  issued_at: string;
-  expires_at: string;
-}
+export type { FormAnswer, FormQuestion, QuestionForm } from "./proto";
 
-/** `waymark_proto::steer::Signature`. */
-export interface Signature {
-  alg: "ed25519";
-  key_id: string;
-  /** base64url (no padding) of the 64-byte signature. */
-  sig: string;
-}
+/** A steer command as `waymark_proto::steer::SteerCommand` serialises (generated: absent fields
+ * are omitted, never `null`, and the server verifies over the JSON it receives), with its `args`
+ * as the web builds them — any object, which `canonicalBytes` refuses to sign unless it is plain
+ * JSON — rather than the generated `Value`. */
+export type SteerCommand = Omit<WireSteerCommand, "args"> & { args?: Record<string, unknown> };
 
-/** What a device sends: `waymark_proto::steer::SignedEnvelope`. */
+/** `waymark_proto::steer::Signature` (generated), with the one algorithm the server takes. */
+export type Signature = WireSignature & { alg: "ed25519" };
+
+/** What a device sends: `waymark_proto::steer::SignedEnvelope`, whose `command` Rust keeps as
+ * the JSON it received (to verify over it) and the web knows to be a `SteerCommand`. */
 export interface SignedEnvelope {
   command: SteerCommand;
   signature: Signature;
@@ -222,27 +204,6 @@ export function formOf(decision: { kind: DecisionKind; intent?: unknown }): Ques
   if (decision.kind !== "question") return null;
   const form = (decision.intent as { form?: QuestionForm } | null | undefined)?.form;
   return form && Array.isArray(form.questions) ? form : null;
-}
-
-/** One part of a question in parts. */
-export interface FormQuestion {
-  id: string;
-  question: string;
-  header?: string | null;
-  choices: { label: string; description?: string | null }[];
-  multi_select: boolean;
-  free_text: boolean;
-}
-
-/** A question in parts. */
-export interface QuestionForm {
-  questions: FormQuestion[];
-}
-
-/** The answer to one part: labels chosen and/or the person's own words. */
-export interface FormAnswer {
-  chosen?: string[];
-  text?: string;
 }
 
 /** Why `answers` do not answer `form`, as `QuestionForm::check_answers` says it; null when they do. */

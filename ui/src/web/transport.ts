@@ -9,7 +9,6 @@ import type {
   DeliveryStep,
   DeviceView,
   DelegatesView,
-  DelegationState,
   EscalationPolicyView,
   InboxItemView,
   MachineView,
@@ -29,14 +28,29 @@ import type {
   ThreadDetailView,
   ThreadRowView,
 } from "../bindings";
-import { Api, ApiError, type Snapshot } from "./api";
+import { Api, ApiError } from "./api";
 import { type Db, openBrowserDb } from "./db";
 import { type DeviceKey, loadOrCreateKey, pendingKey } from "./keys";
 import { type Identity, MirrorError, WebMirror } from "./mirror";
 import { addRuleArgs, answerArgs, approveEditedArgs, commandId, newCommand, signCommand, type Seen } from "./sign";
 import { inboxItemView, machineView, outboxView, rulesView, threadDetailView, threadRowView } from "./views";
 import type { Operation, OutboxStatus } from "../bindings";
-import type { CommandResult, Event, MachineList, RuleList, TaskDetail } from "./wire";
+import type {
+  CommandResult,
+  Delegates,
+  Delegation,
+  Device,
+  EscalationPolicy,
+  Event,
+  Health,
+  MachineList,
+  PostReceipts,
+  ReceiptsRecorded,
+  RuleList,
+  Snapshot,
+  TaskDetail,
+  VapidKey,
+} from "./wire";
 
 /** Where the page keeps its read session: the service worker reads it to describe a push. */
 export const SESSION_KEY = "waymark-session";
@@ -225,7 +239,7 @@ export class WebCompanion {
    * stood at the start, in batches of 2,048 (one transaction each); the number applied. */
   async catchUp(token?: string): Promise<number> {
     const t = token ?? (await this.token());
-    const head = (await this.api.get<{ cursor: number }>(t, "/healthz")).cursor;
+    const head = (await this.api.get<Health>(t, "/healthz")).cursor;
     let cursor = (await this.mirror.cursor()) ?? 0;
     if (cursor >= head) return 0;
     const stop = new AbortController();
@@ -267,14 +281,15 @@ export class WebCompanion {
    * skipping steps the mirror shows recorded — `Companion::report_receipts`. */
   async reportReceipts(decisionIds: readonly string[], step: DeliveryStep, token?: string): Promise<number> {
     const id = await this.identity();
-    const receipts: { decision_id: string; step: DeliveryStep }[] = [];
+    const receipts: PostReceipts["receipts"] = [];
     for (const d of decisionIds) {
       const dec = await this.mirror.decision(d);
       if (dec && !(dec.deliveries ?? []).some((x) => x.device_id === id.device_id && x.step === step)) receipts.push({ decision_id: dec.id, step });
     }
     let recorded = 0;
     for (let i = 0; i < receipts.length; i += 200) {
-      const r = await this.api.post<{ recorded: number }>(token ?? (await this.token()), `/v1/devices/${encodeURIComponent(id.device_id)}/receipts`, { receipts: receipts.slice(i, i + 200) });
+      const body: PostReceipts = { receipts: receipts.slice(i, i + 200) };
+      const r = await this.api.post<ReceiptsRecorded>(token ?? (await this.token()), `/v1/devices/${encodeURIComponent(id.device_id)}/receipts`, body);
       recorded += r.recorded;
     }
     return recorded;
@@ -519,7 +534,7 @@ export class WebCompanion {
     if (state === "unsupported") throw new Error("this browser cannot receive pushes (on iPhone and iPad: add Waymark to the Home Screen first)");
     if ((await Notification.requestPermission()) !== "granted") throw new Error("notifications are blocked for this site; allow them in the browser's site settings");
     const id = await this.identity();
-    const { public_key } = await this.api.get<{ public_key: string }>("", "/v1/push/vapid");
+    const { public_key } = await this.api.get<VapidKey>("", "/v1/push/vapid");
     const reg = await navigator.serviceWorker.ready;
     const sub = (await reg.pushManager.getSubscription()) ?? (await reg.pushManager.subscribe({ userVisibleOnly: true, applicationServerKey: fromBase64url(public_key) }));
     const json = sub.toJSON();
@@ -550,7 +565,7 @@ export class WebCompanion {
   /** This user's escalation policy, or none (every device is notified at once). */
   async escalation(): Promise<EscalationPolicyView | null> {
     try {
-      return policyView(await this.api.get<EscalationPolicyView>(await this.token(), "/v1/escalation"));
+      return policyView(await this.api.get<EscalationPolicy>(await this.token(), "/v1/escalation"));
     } catch (e) {
       if ((e as ApiError).code === "not_found") return null;
       throw e;
@@ -560,7 +575,7 @@ export class WebCompanion {
   /** Sets this user's escalation policy (the server checks it); null removes it. */
   async setEscalation(policy: EscalationPolicyView | null): Promise<EscalationPolicyView | null> {
     const token = await this.token();
-    if (policy) return policyView(await this.api.put<EscalationPolicyView>(token, "/v1/escalation", policy));
+    if (policy) return policyView(await this.api.put<EscalationPolicy>(token, "/v1/escalation", policy));
     try {
       await this.api.delete(token, "/v1/escalation");
     } catch (e) {
@@ -604,7 +619,6 @@ export class WebCompanion {
     const id = await this.mirror.identity();
     if (!id) return [];
     try {
-      type Device = { id: string; user: string; name: string; scopes: string[]; created_at: string; revoked_at?: string | null; last_seen_at?: string | null; stale?: boolean };
       const list = await this.api.get<Device[]>(await this.token(), "/v1/devices");
       return list.map((d) => ({
         id: d.id,
@@ -614,7 +628,7 @@ export class WebCompanion {
         created_at: Date.parse(d.created_at),
         revoked_at: d.revoked_at ? Date.parse(d.revoked_at) : null,
         last_seen_at: d.last_seen_at ? Date.parse(d.last_seen_at) : null,
-        stale: d.stale ?? false,
+        stale: d.stale,
         this_device: d.id === id.device_id,
       }));
     } catch {
@@ -657,18 +671,14 @@ function fromBase64url(s: string): Uint8Array<ArrayBuffer> {
   return out;
 }
 
-/** The server's `Delegates` and `Delegation` (`waymark-proto`); a server before consent sends
- * no `state`, and every delegation it had was in force. */
-type Delegation = { user: string; since: string; state?: DelegationState; accepted_at?: string };
-type Delegates = { user: string; delegates: Delegation[]; delegated_by: Delegation[] };
-
 function delegatesView(d: Delegates): DelegatesView {
   const view = (v: Delegation[]) =>
-    v.map((x) => ({ user: x.user, since: Date.parse(x.since), state: x.state ?? "accepted", accepted_at: x.accepted_at ? Date.parse(x.accepted_at) : null }));
+    v.map((x) => ({ user: x.user, since: Date.parse(x.since), state: x.state, accepted_at: x.accepted_at ? Date.parse(x.accepted_at) : null }));
   return { user: d.user, delegates: view(d.delegates), delegated_by: view(d.delegated_by) };
 }
 
-/** A policy as the editor holds it: the server leaves out a step's empty `people`. */
-function policyView(p: EscalationPolicyView): EscalationPolicyView {
-  return { ...p, quiet_hours: p.quiet_hours ?? null, reminders: p.reminders ?? null, steps: p.steps.map((s) => ({ after_minutes: s.after_minutes, devices: s.devices ?? [], people: s.people ?? [] })) };
+/** A policy as the editor holds it: the server leaves out absent quiet hours and reminders and a
+ * step's empty `people`. */
+function policyView(p: EscalationPolicy): EscalationPolicyView {
+  return { quiet_hours: p.quiet_hours ?? null, reminders: p.reminders ?? null, steps: p.steps.map((s) => ({ after_minutes: s.after_minutes, devices: s.devices, people: s.people ?? [] })) };
 }
