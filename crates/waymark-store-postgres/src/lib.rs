@@ -5,7 +5,7 @@
 //! # What holds across replicas, and how
 //!
 //! * **A write transaction locks the task it reads.** Write transactions run at `READ
-//!   COMMITTED`, and [`StoreTx::task`] in them is `SELECT … FOR UPDATE`. Every rule the server
+//!   COMMITTED`, and [`TasksTx::task`] in them is `SELECT … FOR UPDATE`. Every rule the server
 //!   checks (lease held? fence current? `sequence == last + 1`? `plan_revision` matches?) starts
 //!   by loading the task, so the checks and writes on one task serialise across replicas: the
 //!   second transaction waits for the first to commit and then reads its row, never a stale
@@ -19,7 +19,7 @@
 //!   `nextval` runs, not the order transactions commit: without care, a transaction holding
 //!   cursor 7 could commit after one holding cursor 8, and an SSE reader that had already read
 //!   `cursor > 6` and seen 8 would ask for `cursor > 8` next and skip 7 forever. So
-//!   [`StoreTx::append_event`] (and `insert_checkpoint_with_event`, in its one statement)
+//!   [`EventsTx::append_event`] (and `insert_checkpoint_with_event`, in its one statement)
 //!   first takes a transaction-scoped advisory lock (`pg_advisory_xact_lock(CURSOR_LOCK)`,
 //!   one constant key for the whole database), then draws the cursor. The lock is held until the transaction commits or rolls back, so
 //!   event-writing transactions take cursors and commit one at a time, in cursor order: when a
@@ -62,6 +62,9 @@
 //! number spelling may differ, the value does not). PostgreSQL stores no NUL character, in
 //! `TEXT` nor in a `JSONB` string (`\u0000`): such a write fails with `Backend` here while
 //! SQLite takes it, so input should refuse NUL before it reaches a store.
+//!
+//! [`TasksTx::task`]: waymark_store::TasksTx::task
+//! [`EventsTx::append_event`]: waymark_store::EventsTx::append_event
 
 mod fanout;
 mod rows;

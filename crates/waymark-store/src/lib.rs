@@ -78,13 +78,35 @@ pub trait Store: Send + Sync + 'static {
     fn backend(&self) -> &'static str;
 }
 
-/// One transaction. Dropping it without [`StoreTx::commit`] rolls back.
+/// One transaction. Dropping it without [`StoreTx::commit`] rolls back. What it reads and
+/// writes comes in one trait per table family ([`UsersTx`] to [`SecretsTx`]), so a backend
+/// implements each family in a module of its own. A `dyn StoreTx` answers them all as it is;
+/// generic code brings them in with `use waymark_store::*`.
 #[async_trait]
-pub trait StoreTx: Send {
+pub trait StoreTx:
+    UsersTx
+    + TasksTx
+    + CheckpointsTx
+    + EffectsTx
+    + DecisionsTx
+    + ArtifactsTx
+    + MessagesTx
+    + EventsTx
+    + DevicesTx
+    + FollowupsTx
+    + MachinesTx
+    + RulesTx
+    + PushTx
+    + SecretsTx
+    + Send
+{
     /// Makes the transaction's writes durable and visible.
     async fn commit(self: Box<Self>) -> Result<()>;
+}
 
-    // users and credentials
+/// Users and their credentials.
+#[async_trait]
+pub trait UsersTx: Send {
     /// Adds a user; `Conflict` when the name is taken.
     async fn insert_user(&mut self, user: &UserRow) -> Result<()>;
     /// A user by name.
@@ -102,8 +124,11 @@ pub trait StoreTx: Send {
     /// Revokes a credential at `at` (unix ms); `false` when there is no such one or it was
     /// revoked already (the first revocation's time stands).
     async fn revoke_token(&mut self, id: &str, at: i64) -> Result<bool>;
+}
 
-    // tasks, sessions, attempts
+/// Tasks, their sessions and their attempts (leases).
+#[async_trait]
+pub trait TasksTx: Send {
     /// Adds a task.
     async fn insert_task(&mut self, task: &TaskRow) -> Result<()>;
     /// A task by id.
@@ -134,8 +159,11 @@ pub trait StoreTx: Send {
     /// Active attempts whose lease ran out at or before `now_ms`, on tasks a worker was
     /// running or waiting on (the sweeper's work list).
     async fn expired_leases(&mut self, now_ms: i64) -> Result<Vec<AttemptRow>>;
+}
 
-    // checkpoints
+/// The checkpoint chain of a task. The provided methods read tasks and append events too.
+#[async_trait]
+pub trait CheckpointsTx: TasksTx + EventsTx + Send {
     /// Adds a checkpoint; `Conflict` when `(task_id, sequence)` exists.
     async fn insert_checkpoint(&mut self, cp: &CheckpointRow) -> Result<()>;
     /// Adds a checkpoint and the event that announces it, and returns the event's cursor;
@@ -151,7 +179,7 @@ pub trait StoreTx: Send {
     }
     /// The newest checkpoint of a task.
     async fn last_checkpoint(&mut self, task_id: &str) -> Result<Option<CheckpointRow>>;
-    /// What a checkpoint append checks before it writes: the task (as [`StoreTx::task`] reads
+    /// What a checkpoint append checks before it writes: the task (as [`TasksTx::task`] reads
     /// it, so locked where that locks), the attempt, and the head of the task's chain. `None`
     /// for the task means the rest was not looked up. The default makes the three calls; a
     /// backend may answer in one round trip (SQLite: one statement, which shortens the time a
@@ -173,8 +201,11 @@ pub trait StoreTx: Send {
     }
     /// A task's checkpoints by sequence.
     async fn list_checkpoints(&mut self, task_id: &str) -> Result<Vec<CheckpointRow>>;
+}
 
-    // effects
+/// Effects and their idempotency keys.
+#[async_trait]
+pub trait EffectsTx: Send {
     /// Adds an effect; `Conflict` when `(task_id, idempotency_key)` exists.
     async fn insert_effect(&mut self, effect: &EffectRow) -> Result<()>;
     /// An effect by id.
@@ -187,8 +218,11 @@ pub trait StoreTx: Send {
     async fn update_effect(&mut self, effect: &EffectRow) -> Result<()>;
     /// A task's effects, oldest first.
     async fn list_effects(&mut self, task_id: &str) -> Result<Vec<EffectRow>>;
+}
 
-    // decisions (approvals included)
+/// Decisions (approvals included), escalation policies and delegations.
+#[async_trait]
+pub trait DecisionsTx: Send {
     /// Adds a decision.
     async fn insert_decision(&mut self, decision: &DecisionRow) -> Result<()>;
     /// A decision by id.
@@ -236,8 +270,11 @@ pub trait StoreTx: Send {
     ) -> Result<Vec<DelegationRow>>;
     /// Pending decisions per task, for lists.
     async fn pending_decision_count(&mut self, task_id: &str) -> Result<i64>;
+}
 
-    // blobs, artifacts, receipts
+/// Blobs, the artifacts that name them, and test receipts.
+#[async_trait]
+pub trait ArtifactsTx: Send {
     /// Stores content under its sha256; a second put of the same content is a no-op.
     async fn put_blob(&mut self, sha256: &str, data: &[u8]) -> Result<()>;
     /// Content by sha256.
@@ -253,14 +290,20 @@ pub trait StoreTx: Send {
     async fn insert_receipt(&mut self, receipt: &ReceiptRow) -> Result<()>;
     /// A task's test receipts, oldest first.
     async fn list_receipts(&mut self, task_id: &str) -> Result<Vec<ReceiptRow>>;
+}
 
-    // messages
+/// A session's messages.
+#[async_trait]
+pub trait MessagesTx: Send {
     /// Appends a message; its `seq` is the session's last plus one and is returned.
     async fn insert_message(&mut self, message: &MessageRow) -> Result<i64>;
     /// A session's messages in order.
     async fn list_messages(&mut self, session_id: &str) -> Result<Vec<MessageRow>>;
+}
 
-    // events and audit
+/// The event log and the audit log.
+#[async_trait]
+pub trait EventsTx: Send {
     /// Appends an event and returns its cursor (strictly greater than every earlier one).
     async fn append_event(&mut self, event: &NewEvent) -> Result<i64>;
     /// Up to `limit` events after `cursor`, by cursor; only those of the given owners' tasks
@@ -284,8 +327,12 @@ pub trait StoreTx: Send {
     /// The audit log's retention: deletes entries recorded before `before` (unix ms) and those
     /// more than `keep` ids below the newest (so at most `keep` stay); returns how many went.
     async fn prune_audit(&mut self, before: i64, keep: i64) -> Result<u64>;
+}
 
-    // devices and commands
+/// Devices (deliveries, pairing codes, read sessions) and the commands they sign: the
+/// ledger and the control commands queued for workers.
+#[async_trait]
+pub trait DevicesTx: Send {
     /// Adds a device; `Conflict` when its public key is already paired.
     async fn insert_device(&mut self, device: &DeviceRow) -> Result<()>;
     /// A device by id.
@@ -320,6 +367,19 @@ pub trait StoreTx: Send {
     async fn insert_control(&mut self, control: &ControlRow) -> Result<i64>;
     /// A task's control commands not yet acknowledged, in the order they applied (`seq`).
     async fn pending_controls(&mut self, task_id: &str) -> Result<Vec<ControlRow>>;
+    /// Marks a control command acknowledged; returns whether it was pending.
+    async fn ack_control(
+        &mut self,
+        task_id: &str,
+        command_id: &str,
+        at: i64,
+        attempt_id: &str,
+    ) -> Result<bool>;
+}
+
+/// Scheduled follow-ups and their runs.
+#[async_trait]
+pub trait FollowupsTx: Send {
     /// Adds a follow-up.
     async fn insert_followup(&mut self, f: &FollowupRow) -> Result<()>;
     /// A follow-up by id.
@@ -338,7 +398,11 @@ pub trait StoreTx: Send {
         ran_at: i64,
         missed: i64,
     ) -> Result<bool>;
-    // machines and their runners' work
+}
+
+/// Machines and their runners' work.
+#[async_trait]
+pub trait MachinesTx: Send {
     /// Adds a machine; `Conflict` when its owner has one of that name.
     async fn insert_machine(&mut self, m: &MachineRow) -> Result<()>;
     /// A machine by id.
@@ -361,8 +425,11 @@ pub trait StoreTx: Send {
     async fn open_work(&mut self, machine_id: &str) -> Result<Vec<WorkRow>>;
     /// A task's work items, oldest first.
     async fn task_work(&mut self, task_id: &str) -> Result<Vec<WorkRow>>;
+}
 
-    // standing rules
+/// Standing rules.
+#[async_trait]
+pub trait RulesTx: Send {
     /// Adds a rule.
     async fn insert_rule(&mut self, r: &RuleRow) -> Result<()>;
     /// A rule by id.
@@ -379,13 +446,22 @@ pub trait StoreTx: Send {
     async fn revoke_rule(&mut self, id: &str, at: i64, device_id: &str) -> Result<bool>;
     /// Counts one use of a rule (an increment, so concurrent uses all count).
     async fn count_rule_use(&mut self, id: &str, at: i64) -> Result<()>;
+}
 
+/// Push channels.
+#[async_trait]
+pub trait PushTx: Send {
     /// Adds a push channel.
     async fn insert_push_channel(&mut self, c: &PushChannelRow) -> Result<()>;
     /// Push channels, oldest first: one device's, or every live one when `None`.
     async fn push_channels(&mut self, device_id: Option<&str>) -> Result<Vec<PushChannelRow>>;
     /// Writes a push channel's mutable columns.
     async fn update_push_channel(&mut self, c: &PushChannelRow) -> Result<()>;
+}
+
+/// Server secrets and background-job claims.
+#[async_trait]
+pub trait SecretsTx: Send {
     /// A server secret by name.
     async fn server_secret(&mut self, name: &str) -> Result<Option<String>>;
     /// Stores a server secret; `Conflict` when it exists (the first writer wins).
@@ -393,14 +469,6 @@ pub trait StoreTx: Send {
     /// Claims a background job for this transaction: `true` for exactly one replica at a time
     /// (held until the transaction ends), so sweeps and expiries run once.
     async fn try_claim(&mut self, job: &str) -> Result<bool>;
-    /// Marks a control command acknowledged; returns whether it was pending.
-    async fn ack_control(
-        &mut self,
-        task_id: &str,
-        command_id: &str,
-        at: i64,
-        attempt_id: &str,
-    ) -> Result<bool>;
 }
 
 /// A stored value of one of the domain's enums (`col` names its column, for the message): a

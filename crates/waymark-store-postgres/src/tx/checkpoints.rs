@@ -1,0 +1,142 @@
+//! `CheckpointsTx` on PostgreSQL: the checkpoint chain. An append locks the task before it reads
+//! the chain head, then writes the checkpoint, its event (under the cursor lock) and the
+//! `pg_notify` in one statement.
+
+use async_trait::async_trait;
+use waymark_store::*;
+
+use super::{PgTx, db_err};
+use crate::rows::*;
+use crate::{CURSOR_LOCK, EVENTS_CHANNEL};
+
+#[async_trait]
+impl CheckpointsTx for PgTx {
+    async fn insert_checkpoint(&mut self, c: &CheckpointRow) -> Result<()> {
+        self.insert(
+            "checkpoints",
+            sqlx::query(
+                "INSERT INTO checkpoints (task_id, sequence, attempt_id, fence, body, prev_digest,
+                   digest, created_at)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT DO NOTHING",
+            )
+            .bind(&c.task_id)
+            .bind(c.sequence)
+            .bind(&c.attempt_id)
+            .bind(c.fence)
+            .bind(&c.body)
+            .bind(&c.prev_digest)
+            .bind(&c.digest)
+            .bind(c.created_at),
+        )
+        .await
+    }
+
+    async fn last_checkpoint(&mut self, task_id: &str) -> Result<Option<CheckpointRow>> {
+        self.one(
+            sqlx::query(
+                "SELECT * FROM checkpoints WHERE task_id = $1 ORDER BY sequence DESC LIMIT 1",
+            )
+            .bind(task_id),
+            checkpoint_row,
+        )
+        .await
+    }
+
+    async fn append_context(&mut self, task_id: &str, attempt_id: &str) -> Result<AppendContext> {
+        // Two statements instead of three. The task is locked by a statement of its own: under
+        // READ COMMITTED a statement's snapshot is taken before it waits for a row lock, so a
+        // chain head read in the locking statement could predate the append that held the
+        // lock. The statement after it sees every commit made before the lock was granted.
+        let Some(task) = self.task(task_id).await? else {
+            return Ok(AppendContext::default());
+        };
+        let r = sqlx::query(
+            "SELECT a.*, c.sequence AS c_sequence, c.digest AS c_digest
+             FROM (SELECT 1) one
+             LEFT JOIN attempts a ON a.id = $2
+             LEFT JOIN LATERAL (SELECT sequence, digest FROM checkpoints WHERE task_id = $1
+                                ORDER BY sequence DESC LIMIT 1) c ON true",
+        )
+        .bind(task_id)
+        .bind(attempt_id)
+        .fetch_one(&mut *self.tx)
+        .await
+        .map_err(db_err)?;
+        let attempt = match get::<Option<String>>(&r, "id")? {
+            Some(_) => Some(attempt_row(&r)?),
+            None => None,
+        };
+        let head = match get::<Option<i64>>(&r, "c_sequence")? {
+            Some(sequence) => Some(ChainHead {
+                sequence,
+                digest: get(&r, "c_digest")?,
+            }),
+            None => None,
+        };
+        Ok(AppendContext {
+            task: Some(task),
+            attempt,
+            head,
+        })
+    }
+
+    async fn insert_checkpoint_with_event(
+        &mut self,
+        c: &CheckpointRow,
+        e: &NewEvent,
+    ) -> Result<i64> {
+        // One round trip for what `insert_checkpoint`, `append_event` and the commit's
+        // `pg_notify` make in four, three of them under the cursor lock. The event's row is
+        // built from a join with the lock's row, so its cursor is drawn after the lock is held
+        // (the crate docs, "Cursors become visible …"); a checkpoint that exists returns no
+        // row from `cp`, and then no event is written. The notification is delivered at commit.
+        let cursor: Option<i64> = sqlx::query_scalar(
+            "WITH cp AS (
+               INSERT INTO checkpoints (task_id, sequence, attempt_id, fence, body, prev_digest,
+                 digest, created_at)
+               VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT DO NOTHING RETURNING 1),
+             cursor_lock AS (SELECT pg_advisory_xact_lock($9) FROM cp),
+             ev AS (
+               INSERT INTO events (task_id, owner_id, kind, data, at)
+               SELECT $10, $11, $12, $13, $14 FROM cursor_lock
+               RETURNING cursor)
+             SELECT ev.cursor FROM ev, LATERAL (SELECT pg_notify($15, ev.cursor::text)) n",
+        )
+        .bind(&c.task_id)
+        .bind(c.sequence)
+        .bind(&c.attempt_id)
+        .bind(c.fence)
+        .bind(&c.body)
+        .bind(&c.prev_digest)
+        .bind(&c.digest)
+        .bind(c.created_at)
+        .bind(CURSOR_LOCK)
+        .bind(&e.task_id)
+        .bind(&e.owner_id)
+        .bind(e.kind.as_str())
+        .bind(&e.data)
+        .bind(e.at)
+        .bind(EVENTS_CHANNEL)
+        .fetch_optional(&mut *self.tx)
+        .await
+        .map_err(db_err)?;
+        let Some(cursor) = cursor else {
+            return Err(StoreError::Conflict(
+                "checkpoints: a row with the same key exists".into(),
+            ));
+        };
+        self.cursor_locked = true;
+        self.note_appended(cursor);
+        self.notified = self.appended;
+        Ok(cursor)
+    }
+
+    async fn list_checkpoints(&mut self, task_id: &str) -> Result<Vec<CheckpointRow>> {
+        self.all(
+            sqlx::query("SELECT * FROM checkpoints WHERE task_id = $1 ORDER BY sequence")
+                .bind(task_id),
+            checkpoint_row,
+        )
+        .await
+    }
+}
