@@ -1141,6 +1141,14 @@ impl Adapter {
         Ok(())
     }
 
+    /// The key of the session followed for `task_id`'s run, while it is followed.
+    fn followed_key_of(&self, task_id: &str) -> Option<String> {
+        self.sessions.iter().find_map(|(key, slot)| match slot {
+            Slot::Live(s) if s.run.task_id() == task_id => Some(key.clone()),
+            _ => None,
+        })
+    }
+
     async fn send_abort(&mut self, conn: &mut Conn, key: &str) -> Result<(), Lost> {
         let res = conn
             .call("sessions.abort", json!({"key": key}), CALL_TIMEOUT)
@@ -1341,7 +1349,13 @@ impl Adapter {
                     if self.on_requested(&payload).await == Asked::RunOver
                         && let Some(conn) = conn
                     {
-                        // Voided by a cancel, not a replan.
+                        // Voided by a cancel, not a replan. The run's turn is aborted first, as
+                        // when its attempt ends (which may come after this): denied first, the
+                        // turn would end on the refusal and the abort find nothing to stop —
+                        // seen under load, where the void outran the attempt's end.
+                        if let Some(key) = self.followed_key_of(a.run.task_id()) {
+                            self.send_abort(conn, &key).await?;
+                        }
                         self.deny_cancelled(conn, id, a.expires_at_ms).await?;
                     }
                 }
