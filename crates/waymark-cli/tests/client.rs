@@ -90,27 +90,11 @@ fn alice_and_her_agent(data: &Path) -> String {
 /// at `/metrics`): a follower is listening.
 fn event_streams_open(url: &str, n: u64) {
     let rt = tokio::runtime::Runtime::new().unwrap();
-    rt.block_on(async {
-        let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(30);
-        let mut seen = None;
-        while tokio::time::Instant::now() < deadline {
-            let text = reqwest::get(format!("{url}/metrics"))
-                .await
-                .unwrap()
-                .text()
-                .await
-                .unwrap();
-            seen = text
-                .lines()
-                .find_map(|l| l.strip_prefix("waymark_sse_subscribers "))
-                .map(|v| v.trim().parse::<u64>().unwrap());
-            if seen.is_some_and(|v| v >= n) {
-                return;
-            }
-            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-        }
+    let within = std::time::Duration::from_secs(30);
+    let open = waymark_server::gauge_reaches(url, "waymark_sse_subscribers", n as f64, within);
+    if let Err(seen) = rt.block_on(open) {
         panic!("{n} event stream(s) never opened (last seen: {seen:?})");
-    });
+    }
 }
 
 /// A task with an attempt and a pending deploy approval, made by a worker over HTTP.

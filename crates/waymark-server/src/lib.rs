@@ -321,3 +321,36 @@ impl axum::extract::FromRef<AppState> for std::sync::Arc<Metrics> {
         st.metrics.clone()
     }
 }
+
+/// Waits until the server at `base` (`http://host:port`) shows the gauge `name` (e.g.
+/// `waymark_decision_waits`) at `at_least` or more on its `/metrics`, for at most `within`.
+/// How a client or a test knows the server holds what it waits for open — a long-poll
+/// waiting, an event stream, a connection — before making the change it waits for. `Err`
+/// carries the last value seen (`None`: never shown, or `/metrics` not reached).
+pub async fn gauge_reaches(
+    base: &str,
+    name: &str,
+    at_least: f64,
+    within: std::time::Duration,
+) -> Result<(), Option<f64>> {
+    let deadline = tokio::time::Instant::now() + within;
+    let prefix = format!("{name} ");
+    let mut seen = None;
+    loop {
+        if let Ok(res) = reqwest::get(format!("{base}/metrics")).await
+            && let Ok(text) = res.text().await
+        {
+            seen = text
+                .lines()
+                .find_map(|l| l.strip_prefix(&prefix))
+                .and_then(|v| v.trim().parse::<f64>().ok());
+            if seen.is_some_and(|v| v >= at_least) {
+                return Ok(());
+            }
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return Err(seen);
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+}

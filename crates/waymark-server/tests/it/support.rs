@@ -133,20 +133,10 @@ impl Harness {
     /// Returns once `/metrics` shows `name` at `value` or more: a gauge such as
     /// `waymark_decision_waits` (a long-poll is waiting) reached.
     pub async fn metric_reaches(&self, name: &str, value: f64) {
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-        let mut seen = None;
-        while tokio::time::Instant::now() < deadline {
-            let text = self.metrics().await;
-            seen = text
-                .lines()
-                .find_map(|l| l.strip_prefix(&format!("{name} ")))
-                .map(|v| v.trim().parse::<f64>().unwrap());
-            if seen.is_some_and(|v| v >= value) {
-                return;
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
+        let within = Duration::from_secs(10);
+        if let Err(seen) = waymark_server::gauge_reaches(&self.url(""), name, value, within).await {
+            panic!("`{name}` did not reach {value} within 10 s (last seen: {seen:?})");
         }
-        panic!("`{name}` did not reach {value} within 10 s (last seen: {seen:?})");
     }
 
     pub async fn create_task(&self, token: &str) -> String {
