@@ -37,6 +37,8 @@ pub(crate) struct Spawn<'a> {
     pub(crate) token: &'a str,
     pub(crate) server_fp: Option<&'a str>,
     pub(crate) state_dir: &'a Path,
+    /// The runner's mark its runs carry ([`super::RUNNER_MARK`]).
+    pub(crate) mark: &'a str,
     pub(crate) approval_timeout: u64,
 }
 
@@ -123,7 +125,8 @@ impl Spawn<'_> {
             // Its own process group: a stop ends the whole tree, and the runner's own end
             // (a restart, a Ctrl-C in its terminal) does not end the run.
             .process_group(0)
-            .env(super::RUN_MARK, &w.task_id);
+            .env(super::RUN_MARK, &w.task_id)
+            .env(super::RUNNER_MARK, self.mark);
         if let Some(fp) = self.server_fp {
             cmd.env(waymark_worker::SERVER_FP_ENV, fp);
         }

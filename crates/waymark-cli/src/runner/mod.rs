@@ -276,13 +276,38 @@ impl State {
 /// it started a run and before it saved it finds the run again by it ([`marked_runs`]).
 const RUN_MARK: &str = "WAYMARK_RUNNER_TASK";
 
-/// The live process group leaders of this user that carry [`RUN_MARK`]: (task, the process).
-fn marked_runs() -> Vec<(String, RunRecord)> {
+/// The variable that names the runner a run's processes belong to (its state directory). Two
+/// runners of one user on one machine — two control planes, two test suites — each take up and
+/// end only their own runs: without it, a restarted runner adopted another's run and, when that
+/// run ended, killed the next process of its task as a leftover.
+const RUNNER_MARK: &str = "WAYMARK_RUNNER_STATE";
+
+/// The marks process `pid` carries: its task and its runner. Another user's processes cannot
+/// be read: only this user's are found.
+fn marks_of(pid: u32) -> Option<(String, String)> {
+    let environ = std::fs::read(format!("/proc/{pid}/environ")).ok()?;
+    let (task, runner) = (format!("{RUN_MARK}="), format!("{RUNNER_MARK}="));
+    let (mut t, mut r) = (None, None);
+    for v in environ
+        .split(|b| *b == 0)
+        .filter_map(|v| std::str::from_utf8(v).ok())
+    {
+        if let Some(x) = v.strip_prefix(&task) {
+            t = Some(x.to_owned());
+        } else if let Some(x) = v.strip_prefix(&runner) {
+            r = Some(x.to_owned());
+        }
+    }
+    t.zip(r)
+}
+
+/// The live process group leaders of this user that carry the marks of `runner`'s runs: (task,
+/// the process).
+fn marked_runs(runner: &str) -> Vec<(String, RunRecord)> {
     let mut found = Vec::new();
     let Ok(dir) = std::fs::read_dir("/proc") else {
         return found;
     };
-    let prefix = format!("{RUN_MARK}=");
     for entry in dir.flatten() {
         let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
             continue;
@@ -297,30 +322,21 @@ fn marked_runs() -> Vec<(String, RunRecord)> {
         if rest.split(' ').nth(2).and_then(|g| g.parse::<u32>().ok()) != Some(pid) {
             continue;
         }
-        if let (Some(task), Some(start_ticks)) = (run_mark_of(pid, &prefix), process_start(pid)) {
+        let Some((task, by)) = marks_of(pid) else {
+            continue;
+        };
+        if let (true, Some(start_ticks)) = (by == runner, process_start(pid)) {
             found.push((task, RunRecord { pid, start_ticks }));
         }
     }
     found
 }
 
-/// The task a process carries in [`RUN_MARK`]. Another user's processes cannot be read: only
-/// this runner's own are found.
-fn run_mark_of(pid: u32, prefix: &str) -> Option<String> {
-    let environ = std::fs::read(format!("/proc/{pid}/environ")).ok()?;
-    environ
-        .split(|b| *b == 0)
-        .filter_map(|v| std::str::from_utf8(v).ok())
-        .find_map(|v| v.strip_prefix(prefix))
-        .map(str::to_owned)
-}
-
-/// Ends (`SIGKILL`) every process still alive that a run started, wherever it went: a shell
-/// command outlives its agent's `-9` (OpenCode, Copilot CLI and Hermes Agent run commands
-/// outside their process group, Hermes in a session of its own), and would go on acting with
-/// nobody to report it. Found by the [`RUN_MARK`] every process of the run inherits. How many.
-async fn end_leftovers(task: &str) -> usize {
-    let prefix = format!("{RUN_MARK}=");
+/// Ends (`SIGKILL`) every process still alive that `runner`'s run of `task` started, wherever it
+/// went: a shell command outlives its agent's `-9` (OpenCode, Copilot CLI and Hermes Agent run
+/// commands outside their process group, Hermes in a session of its own), and would go on acting
+/// with nobody to report it. Found by the marks every process of the run inherits. How many.
+async fn end_leftovers(task: &str, runner: &str) -> usize {
     let me = std::process::id();
     let Ok(dir) = std::fs::read_dir("/proc") else {
         return 0;
@@ -329,7 +345,7 @@ async fn end_leftovers(task: &str) -> usize {
         .flatten()
         .filter_map(|e| e.file_name().to_string_lossy().parse::<u32>().ok())
         .filter(|pid| *pid != me && process_start(*pid).is_some())
-        .filter(|pid| run_mark_of(*pid, &prefix).as_deref() == Some(task))
+        .filter(|pid| marks_of(*pid).is_some_and(|(t, r)| t == task && r == runner))
         .map(|pid| pid.to_string())
         .collect();
     if left.is_empty() {
@@ -473,6 +489,8 @@ struct Runner {
     conn: Conn,
     allowed: Vec<PathBuf>,
     state_dir: PathBuf,
+    /// What this runner's runs carry in [`RUNNER_MARK`]: its state directory, resolved.
+    mark: String,
     state: State,
     claude: Option<claude::Claude>,
     codex: Option<codex::Codex>,
@@ -570,6 +588,10 @@ impl Runner {
             },
             allowed,
             state: State::load(&state_dir.join("state.json")),
+            mark: std::fs::canonicalize(&state_dir)
+                .unwrap_or_else(|_| state_dir.clone())
+                .to_string_lossy()
+                .into_owned(),
             state_dir,
             claude,
             codex,
@@ -812,7 +834,7 @@ impl Runner {
     fn adopt(&mut self) {
         // A run the runner started just before it was killed, before it could save it: found
         // by the mark its process group leader carries.
-        for (task, r) in marked_runs() {
+        for (task, r) in marked_runs(&self.mark) {
             self.state.runs.entry(task).or_insert(r);
         }
         let runs: Vec<(String, RunRecord)> = self.state.runs.clone().into_iter().collect();
@@ -864,7 +886,7 @@ impl Runner {
         self.state.runs.remove(task);
         self.save();
         if how.code != Some(0) {
-            let n = end_leftovers(task).await;
+            let n = end_leftovers(task, &self.mark).await;
             if n > 0 {
                 tracing::warn!(task, n, "ended what the run had started and left running");
                 let said =
@@ -1005,6 +1027,7 @@ impl Runner {
                     token: &self.conn.token,
                     server_fp: self.server_fp.as_deref(),
                     state_dir: &self.state_dir,
+                    mark: &self.mark,
                     approval_timeout: self.approval_timeout,
                 };
                 let child = spawn
@@ -1088,6 +1111,7 @@ impl Runner {
             .env("WAYMARK_SERVER", &self.conn.server)
             .envs(env)
             .env(RUN_MARK, &w.task_id)
+            .env(RUNNER_MARK, &self.mark)
             .stdin(std::process::Stdio::piped())
             .stdout(log.try_clone().map_err(|e| e.to_string())?)
             .stderr(log)
@@ -1117,7 +1141,7 @@ impl Runner {
             .await;
         for _ in 0..100 {
             if process_start(l.pid).is_none() {
-                let n = end_leftovers(task).await;
+                let n = end_leftovers(task, &self.mark).await;
                 return if n > 0 {
                     format!(
                         "ended its process (pid {}) and {n} it had started outside it",
@@ -1133,7 +1157,7 @@ impl Runner {
             .args(["-KILL", "--", &group])
             .status()
             .await;
-        let _ = end_leftovers(task).await;
+        let _ = end_leftovers(task, &self.mark).await;
         format!("killed its process (pid {}) after a 10 s grace", l.pid)
     }
 }
@@ -1301,26 +1325,31 @@ mod tests {
 
     #[tokio::test]
     async fn what_a_run_started_outside_its_group_is_ended_with_it_and_nothing_else() {
+        let sleep = |task: &str, runner: &str, setsid: bool| {
+            let mut cmd = std::process::Command::new(if setsid { "setsid" } else { "sleep" });
+            if setsid {
+                cmd.arg("sleep");
+            }
+            cmd.arg("60")
+                .env(RUN_MARK, task)
+                .env(RUNNER_MARK, runner)
+                .spawn()
+                .unwrap()
+        };
         // A command its agent started in a session of its own, as Hermes Agent does.
-        let mut theirs = std::process::Command::new("setsid")
-            .args(["sleep", "60"])
-            .env(RUN_MARK, "task_left_behind")
-            .spawn()
-            .unwrap();
-        let mut other = std::process::Command::new("sleep")
-            .arg("60")
-            .env(RUN_MARK, "task_still_running")
-            .spawn()
-            .unwrap();
+        let mut theirs = sleep("task_left_behind", "/state/mine", true);
+        let mut other = sleep("task_still_running", "/state/mine", false);
+        // The same task's id under another runner (another control plane's, another suite's).
+        let mut elsewhere = sleep("task_left_behind", "/state/another", false);
         let deadline = std::time::Instant::now() + Duration::from_secs(10);
-        while run_mark_of(theirs.id(), &format!("{RUN_MARK}=")).is_none() {
+        while marks_of(theirs.id()).is_none() {
             assert!(
                 std::time::Instant::now() < deadline,
                 "setsid never ran sleep"
             );
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
-        assert_eq!(end_leftovers("task_left_behind").await, 1);
+        assert_eq!(end_leftovers("task_left_behind", "/state/mine").await, 1);
         let status = theirs.wait().unwrap();
         use std::os::unix::process::ExitStatusExt;
         assert_eq!(status.signal(), Some(9), "{status:?}");
@@ -1328,9 +1357,15 @@ mod tests {
             other.try_wait().unwrap().is_none(),
             "another run's process lives on"
         );
-        assert_eq!(end_leftovers("task_left_behind").await, 0);
-        let _ = other.kill();
-        let _ = other.wait();
+        assert!(
+            elsewhere.try_wait().unwrap().is_none(),
+            "another runner's process lives on"
+        );
+        assert_eq!(end_leftovers("task_left_behind", "/state/mine").await, 0);
+        for mut c in [other, elsewhere] {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
     }
 
     #[test]
@@ -1346,17 +1381,28 @@ mod tests {
     }
 
     #[test]
-    fn a_marked_process_group_leader_is_found_by_its_task() {
+    fn a_marked_process_group_leader_is_found_by_its_task_and_only_by_its_runner() {
         use std::os::unix::process::CommandExt;
-        let mut child = std::process::Command::new("sleep")
-            .arg("30")
-            .env(RUN_MARK, "task_marked")
-            .process_group(0)
-            .spawn()
-            .unwrap();
-        let found = marked_runs();
-        let _ = child.kill();
-        let _ = child.wait();
+        let leader = |runner: &str| {
+            std::process::Command::new("sleep")
+                .arg("30")
+                .env(RUN_MARK, "task_marked")
+                .env(RUNNER_MARK, runner)
+                .process_group(0)
+                .spawn()
+                .unwrap()
+        };
+        let mut child = leader("/state/mine");
+        let mut theirs = leader("/state/another");
+        let found = marked_runs("/state/mine");
+        for c in [&mut child, &mut theirs] {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        assert!(
+            found.iter().all(|(_, r)| r.pid != theirs.id()),
+            "another runner's run is not taken up"
+        );
         let (task, r) = found
             .into_iter()
             .find(|(_, r)| r.pid == child.id())
@@ -1364,7 +1410,9 @@ mod tests {
         assert_eq!(task, "task_marked");
         assert!(r.start_ticks > 0);
         assert!(
-            marked_runs().iter().all(|(_, r)| r.pid != child.id()),
+            marked_runs("/state/mine")
+                .iter()
+                .all(|(_, r)| r.pid != child.id()),
             "a process that ended is not found"
         );
     }
