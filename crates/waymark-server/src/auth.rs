@@ -10,7 +10,7 @@ use waymark_store::TokenKind;
 
 pub(crate) use crate::domain::caller::visible_owners;
 pub use crate::domain::caller::{Caller, CallerKind, new_secret, secret_hash};
-use crate::error::ApiError;
+use crate::error::{ApiError, HttpError};
 pub use crate::known_tokens::TOKEN_CACHE_MS;
 use crate::state::AppState;
 
@@ -19,12 +19,19 @@ use crate::state::AppState;
 pub struct WorkerCaller(pub Caller);
 
 impl FromRequestParts<AppState> for Caller {
-    type Rejection = ApiError;
+    type Rejection = HttpError;
 
     async fn from_request_parts(
         parts: &mut Parts,
         state: &AppState,
     ) -> Result<Self, Self::Rejection> {
+        caller_of(parts, state).await.map_err(HttpError)
+    }
+}
+
+/// Who sends a request, from its bearer token (a worker or admin token, or a device session).
+async fn caller_of(parts: &Parts, state: &AppState) -> Result<Caller, ApiError> {
+    {
         let header = parts
             .headers
             .get(header::AUTHORIZATION)
@@ -127,7 +134,7 @@ async fn device_caller(
 }
 
 impl FromRequestParts<AppState> for WorkerCaller {
-    type Rejection = ApiError;
+    type Rejection = HttpError;
 
     async fn from_request_parts(
         parts: &mut Parts,
@@ -138,7 +145,8 @@ impl FromRequestParts<AppState> for WorkerCaller {
             return Err(ApiError::new(
                 ErrorCode::Forbidden,
                 "device sessions read; they write only through signed commands (`POST /v1/commands`)",
-            ));
+            )
+            .into());
         }
         Ok(WorkerCaller(caller))
     }

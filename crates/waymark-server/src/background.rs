@@ -24,7 +24,7 @@ pub(crate) fn spawn(st: AppState) {
 /// timer's and one a test asks for after moving the clock).
 pub(crate) async fn pass(st: &AppState) {
     let _one_at_a_time = st.background.lock().await;
-    st.limiter.retain_recent();
+    st.rules.forget_idle_limits();
     st.address_limiter.retain_recent();
     if let Err(e) = crate::domain::recovery::sweep_leases(st).await {
         tracing::warn!(error = %e.problem, "sweeping expired leases failed");

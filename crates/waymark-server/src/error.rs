@@ -1,15 +1,36 @@
 //! A refusal of the rules answered over HTTP: rendered as `application/problem+json` with its
-//! status, and a `Retry-After` when it says when to try again.
+//! status, and a `Retry-After` when it says when to try again. The refusal itself
+//! (`ApiError`) is the rules' (`waymark_domain::error`), which know no HTTP; `HttpError` is its
+//! answer.
 
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use waymark_proto::Problem;
 
-pub use crate::domain::error::{ApiError, ApiResult};
+pub use waymark_domain::error::ApiError;
 
-impl IntoResponse for ApiError {
+/// A handler's result: what it answers, or a refusal of the rules answered as a problem.
+pub type ApiResult<T> = Result<T, HttpError>;
+
+/// A refusal of the rules, answered over HTTP.
+#[derive(Debug)]
+pub struct HttpError(pub ApiError);
+
+impl From<ApiError> for HttpError {
+    fn from(e: ApiError) -> Self {
+        HttpError(e)
+    }
+}
+
+impl From<waymark_store::StoreError> for HttpError {
+    fn from(e: waymark_store::StoreError) -> Self {
+        HttpError(e.into())
+    }
+}
+
+impl IntoResponse for HttpError {
     fn into_response(self) -> Response {
-        problem_response(&self.problem)
+        problem_response(&self.0.problem)
     }
 }
 

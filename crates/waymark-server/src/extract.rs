@@ -8,16 +8,23 @@ use axum::http::request::Parts;
 use serde::de::DeserializeOwned;
 use waymark_proto::ErrorCode;
 
-use crate::error::ApiError;
+use crate::error::{ApiError, HttpError};
 use crate::state::AppState;
 
 /// A JSON body: at most `max_json_bytes`, `application/json`, deserialised strictly.
 pub(crate) struct Json<T>(pub T);
 
 impl<T: DeserializeOwned> FromRequest<AppState> for Json<T> {
-    type Rejection = ApiError;
+    type Rejection = HttpError;
 
     async fn from_request(req: Request, state: &AppState) -> Result<Self, Self::Rejection> {
+        json_of(req, state).await.map(Json).map_err(HttpError)
+    }
+}
+
+/// A request's JSON body, checked as [`Json`] says.
+async fn json_of<T: DeserializeOwned>(req: Request, state: &AppState) -> Result<T, ApiError> {
+    {
         let ct = req
             .headers()
             .get(header::CONTENT_TYPE)
@@ -41,7 +48,7 @@ impl<T: DeserializeOwned> FromRequest<AppState> for Json<T> {
             state.config.body_timeout,
         )
         .await?;
-        parse_json(&bytes).map(Json)
+        parse_json(&bytes)
     }
 }
 
@@ -51,13 +58,13 @@ impl<T: DeserializeOwned> FromRequest<AppState> for Json<T> {
 pub(crate) struct Query<T>(pub T);
 
 impl<T: DeserializeOwned, S: Send + Sync> FromRequestParts<S> for Query<T> {
-    type Rejection = ApiError;
+    type Rejection = HttpError;
 
     async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
         axum::extract::Query::<T>::from_request_parts(parts, state)
             .await
             .map(|axum::extract::Query(q)| Query(q))
-            .map_err(|e| ApiError::new(ErrorCode::BadRequest, e.body_text()))
+            .map_err(|e| HttpError(ApiError::new(ErrorCode::BadRequest, e.body_text())))
     }
 }
 

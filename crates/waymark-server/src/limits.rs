@@ -8,7 +8,7 @@ use std::net::SocketAddr;
 use axum::extract::{ConnectInfo, FromRequestParts};
 use axum::http::request::Parts;
 
-use crate::error::ApiError;
+use crate::error::HttpError;
 use crate::state::AppState;
 
 /// An extractor that charges the request to its client address's bucket (`429` beyond it).
@@ -16,9 +16,9 @@ use crate::state::AppState;
 pub(crate) struct AddressLimited;
 
 impl FromRequestParts<AppState> for AddressLimited {
-    type Rejection = ApiError;
+    type Rejection = HttpError;
 
-    async fn from_request_parts(parts: &mut Parts, st: &AppState) -> Result<Self, ApiError> {
+    async fn from_request_parts(parts: &mut Parts, st: &AppState) -> Result<Self, HttpError> {
         if let Some(ConnectInfo(peer)) = parts.extensions.get::<ConnectInfo<SocketAddr>>() {
             st.rate_limit_address(peer.ip())?;
         }

@@ -21,7 +21,7 @@ use crate::domain::decisions::expire_overdue;
 use crate::domain::deliveries;
 use crate::domain::reads::{self, AuditEntry};
 use crate::domain::retention::{self, Pruned};
-use crate::error::{ApiError, ApiResult};
+use crate::error::{ApiError, ApiResult, HttpError};
 use crate::extract::Query;
 use crate::state::AppState;
 
@@ -35,18 +35,18 @@ pub(crate) async fn healthz(State(st): State<AppState>) -> ApiResult<Out<Health>
     }))
 }
 
-pub(crate) async fn not_found(uri: Uri) -> ApiError {
-    ApiError::new(
+pub(crate) async fn not_found(uri: Uri) -> HttpError {
+    HttpError(ApiError::new(
         ErrorCode::NotFound,
         format!("no route `{}`; see `/v1/openapi.json`", uri.path()),
-    )
+    ))
 }
 
-pub(crate) async fn method_not_allowed(uri: Uri) -> ApiError {
-    ApiError::new(
+pub(crate) async fn method_not_allowed(uri: Uri) -> HttpError {
+    HttpError(ApiError::new(
         ErrorCode::MethodNotAllowed,
         format!("`{}` does not take this method", uri.path()),
-    )
+    ))
 }
 
 #[utoipa::path(get, path = "/v1/snapshot", tag = "read", responses((status = 200, body = Snapshot)))]
@@ -173,14 +173,11 @@ pub(crate) async fn events(
     };
     let after = from_header.or(q.after).unwrap_or(0);
     if after < 0 {
-        return Err(ApiError::new(
-            ErrorCode::BadRequest,
-            "a cursor is never negative",
-        ));
+        return Err(ApiError::new(ErrorCode::BadRequest, "a cursor is never negative").into());
     }
     let pruned = Tx::read(&st).await?.pruned_through().await?;
     if after < pruned {
-        return Err(cursor_expired(after, pruned));
+        return Err(cursor_expired(after, pruned).into());
     }
     let slot = st.open_stream(caller.stream_credential())?;
     let stream = event_stream(st.clone(), caller, after, slot);
@@ -367,11 +364,12 @@ pub(crate) async fn blob(
         return Err(ApiError::new(
             ErrorCode::BadRequest,
             "a blob is named by 64 lower-case hex digits (sha256)",
-        ));
+        )
+        .into());
     }
     let mut tx = Tx::read(&st).await?;
     if !tx.blob_visible(&sha, caller.owner_filter()).await? {
-        return Err(ApiError::not_found("blob", &sha));
+        return Err(ApiError::not_found("blob", &sha).into());
     }
     let data = tx
         .blob(&sha)
@@ -397,7 +395,7 @@ pub(crate) async fn blob(
     Ok(res)
 }
 
-pub(crate) fn admin_only(caller: &Caller) -> ApiResult<()> {
+pub(crate) fn admin_only(caller: &Caller) -> Result<(), ApiError> {
     if caller.kind == CallerKind::Admin {
         Ok(())
     } else {

@@ -9,14 +9,7 @@ use tokio_rustls::rustls;
 use tokio_rustls::rustls::pki_types::pem::PemObject;
 use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer};
 
-/// Where the certificate chain and its private key are (PEM files).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TlsFiles {
-    /// The certificate chain, leaf first.
-    pub cert: PathBuf,
-    /// The leaf certificate's private key (PKCS#8, PKCS#1 or SEC1).
-    pub key: PathBuf,
-}
+pub use waymark_domain::TlsFiles;
 
 /// Why TLS could not be set up. Every message names the file.
 #[derive(Debug, thiserror::Error)]
