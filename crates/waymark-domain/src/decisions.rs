@@ -816,11 +816,13 @@ pub fn closed_by_runtime(d: &DecisionRow) -> Option<String> {
         .as_ref()
         .filter(|r| r.at.timestamp_millis() <= d.expires_at);
     match reached {
+        // First: the sweep and the hook's own wait race for the same instant (the hook holds
+        // until the deadline it gave), and either must say the same.
+        _ if d.durability == Some(ApprovalDurability::FailOpenHook) => Some(HOOK_TIMED_OUT.into()),
         Some(r) if r.then == RuntimeFallback::Denies => Some(format!(
             "{}'s own deadline came first: {} denied the call; nothing ran",
             r.runtime, r.runtime
         )),
-        _ if d.durability == Some(ApprovalDurability::FailOpenHook) => Some(HOOK_TIMED_OUT.into()),
         Some(r) => Some(format!(
             "{}'s own deadline came first: {} asks in its own prompt",
             r.runtime, r.runtime
@@ -1071,5 +1073,12 @@ mod tests {
                 .unwrap()
                 .contains("asks in its own prompt")
         );
+        // A Claude Code hook that held it: the hook's words, whoever closes it first (a
+        // headless run's hook gives a deadline that denies).
+        d.durability = Some(ApprovalDurability::FailOpenHook);
+        for then in [RuntimeFallback::Denies, RuntimeFallback::AsksItself] {
+            d.runtime_deadline = Some(deadline(5_000, then));
+            assert_eq!(closed_by_runtime(&d).as_deref(), Some(HOOK_TIMED_OUT));
+        }
     }
 }

@@ -5,28 +5,17 @@
 pub mod admin;
 pub mod auth;
 mod background;
-pub mod claude_code;
-mod deliveries;
 pub mod error;
 mod extract;
-mod followups;
-mod http_metrics;
+mod http;
 mod known_tokens;
 mod limits;
 mod listen;
-mod openapi;
-mod push;
-mod reads;
-mod recovery;
-mod rules;
-mod runner;
 mod state;
 pub mod steer;
 mod streams;
 mod tail;
 pub mod tls;
-mod webapp;
-mod worker;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -38,8 +27,8 @@ use waymark_store::Store;
 
 pub use admin::{AdminError, DataDir};
 pub use clock::{Clock, NotDriven};
+pub use http::openapi::openapi_json;
 pub use metrics::Metrics;
-pub use openapi::openapi_json;
 pub use redact::{Redaction, RedactionError};
 pub use state::AppState;
 pub use tls::{TlsError, TlsFiles};
@@ -49,78 +38,94 @@ pub use waymark_domain::{junit, redact, risk};
 
 /// The HTTP API v1 router.
 pub fn app(state: AppState) -> Router {
+    use http::{
+        admin, attempts, blobs, claude_code, commands, decisions, delegates, devices, effects,
+        escalation, events, followups, push, rules, runner, tasks,
+    };
     Router::new()
-        .route("/healthz", get(reads::healthz))
-        .route("/metrics", get(http_metrics::render))
-        .route("/v1/openapi.json", get(openapi::serve))
-        .route("/app", get(webapp::redirect))
-        .route("/app/", get(webapp::index))
-        .route("/app/{*path}", get(webapp::asset))
-        .route("/v1/tasks", post(worker::create_task))
-        .route("/v1/tasks/{task}", get(reads::task_detail))
-        .route("/v1/tasks/{task}/attempts", post(worker::start_attempt))
-        .route("/v1/attempts/{attempt}/heartbeat", post(worker::heartbeat))
-        .route("/v1/attempts/{attempt}/finish", post(worker::finish))
+        .route("/healthz", get(http::healthz))
+        .route("/metrics", get(http::metrics::render))
+        .route("/v1/openapi.json", get(http::openapi::serve))
+        .route("/app", get(http::webapp::redirect))
+        .route("/app/", get(http::webapp::index))
+        .route("/app/{*path}", get(http::webapp::asset))
+        .route("/v1/tasks", post(tasks::create_task))
+        .route("/v1/tasks/{task}", get(tasks::task_detail))
+        .route("/v1/tasks/{task}/attempts", post(attempts::start_attempt))
+        .route(
+            "/v1/attempts/{attempt}/heartbeat",
+            post(attempts::heartbeat),
+        )
+        .route("/v1/attempts/{attempt}/finish", post(attempts::finish))
         .route(
             "/v1/tasks/{task}/checkpoints",
-            post(worker::append_checkpoint),
+            post(tasks::append_checkpoint),
         )
-        .route("/v1/tasks/{task}/effects", post(worker::declare_effect))
-        .route("/v1/effects/{effect}", patch(worker::update_effect))
-        .route("/v1/tasks/{task}/approvals", post(worker::request_approval))
-        .route("/v1/tasks/{task}/decisions", post(worker::request_decision))
+        .route("/v1/tasks/{task}/effects", post(effects::declare_effect))
+        .route("/v1/effects/{effect}", patch(effects::update_effect))
+        .route(
+            "/v1/tasks/{task}/approvals",
+            post(decisions::request_approval),
+        )
+        .route(
+            "/v1/tasks/{task}/decisions",
+            post(decisions::request_decision),
+        )
         .route(
             "/v1/tasks/{task}/decisions/{decision}",
-            get(reads::get_decision),
+            get(decisions::get_decision),
         )
         .route(
             "/v1/tasks/{task}/decisions/{decision}/delivery",
-            post(worker::report_delivery),
+            post(decisions::report_delivery),
         )
         .route(
             "/v1/tasks/{task}/decisions/{decision}/expire",
-            post(worker::expire_decision),
+            post(decisions::expire_decision),
         )
-        .route("/v1/tasks/{task}/artifacts", post(worker::upload_artifact))
+        .route("/v1/tasks/{task}/artifacts", post(tasks::upload_artifact))
         .route(
             "/v1/tasks/{task}/test-receipts",
-            post(worker::submit_test_receipt),
+            post(tasks::submit_test_receipt),
         )
-        .route("/v1/tasks/{task}/messages", post(worker::append_messages))
-        .route("/v1/tasks/{task}/usage", post(worker::report_usage))
-        .route("/v1/tasks/{task}/reconciliation", post(recovery::reconcile))
+        .route("/v1/tasks/{task}/messages", post(tasks::append_messages))
+        .route("/v1/tasks/{task}/usage", post(tasks::report_usage))
+        .route("/v1/tasks/{task}/reconciliation", post(tasks::reconcile))
         .route("/v1/tasks/{task}/followups", post(followups::create))
         .route("/v1/followups/{followup}", get(followups::get))
-        .route("/v1/attempts/{attempt}/released", post(recovery::released))
-        .route("/v1/attempts/{attempt}/control", get(steer::control_stream))
-        .route("/v1/devices", get(deliveries::list))
+        .route("/v1/attempts/{attempt}/released", post(attempts::released))
+        .route(
+            "/v1/attempts/{attempt}/control",
+            get(attempts::control_stream),
+        )
+        .route("/v1/devices", get(devices::list))
         .route(
             "/v1/escalation",
-            get(deliveries::get_escalation)
-                .put(deliveries::put_escalation)
-                .delete(deliveries::delete_escalation),
+            get(escalation::get_escalation)
+                .put(escalation::put_escalation)
+                .delete(escalation::delete_escalation),
         )
-        .route("/v1/delegates", get(deliveries::list_delegates))
+        .route("/v1/delegates", get(delegates::list_delegates))
         .route("/v1/rules", get(rules::list))
         .route(
             "/v1/delegates/{delegate}",
-            axum::routing::put(deliveries::add_delegate).delete(deliveries::remove_delegate),
+            axum::routing::put(delegates::add_delegate).delete(delegates::remove_delegate),
         )
         .route(
             "/v1/delegations/{owner}/accept",
-            post(deliveries::accept_delegation),
+            post(delegates::accept_delegation),
         )
         .route(
             "/v1/delegations/{owner}/decline",
-            post(deliveries::decline_delegation),
+            post(delegates::decline_delegation),
         )
-        .route("/v1/devices/pair", post(steer::pair))
-        .route("/v1/devices/{device}/receipts", post(deliveries::receipts))
-        .route("/v1/devices/{device}/session", post(steer::open_session))
-        .route("/v1/commands", post(steer::submit))
+        .route("/v1/devices/pair", post(devices::pair))
+        .route("/v1/devices/{device}/receipts", post(devices::receipts))
+        .route("/v1/devices/{device}/session", post(devices::open_session))
+        .route("/v1/commands", post(commands::submit))
         .route(
             "/v1/devices/{device}/push",
-            post(push::register).get(push::list),
+            post(devices::register_push).get(devices::list_push),
         )
         .route("/v1/push/vapid", get(push::vapid))
         .route("/v1/adapters/claude-code/hook", post(claude_code::hook))
@@ -129,21 +134,21 @@ pub fn app(state: AppState) -> Router {
         .route("/v1/runner/work", get(runner::work))
         .route("/v1/runner/work/{work}", post(runner::report))
         .route("/v1/runner/tasks/{task}/exited", post(runner::exited))
-        .route("/v1/snapshot", get(reads::snapshot))
-        .route("/v1/events", get(reads::events))
-        .route("/v1/blobs/{sha256}", get(reads::blob))
+        .route("/v1/snapshot", get(events::snapshot))
+        .route("/v1/events", get(events::events))
+        .route("/v1/blobs/{sha256}", get(blobs::blob))
         .route(
             "/v1/admin/decisions/{decision}/resolve",
-            post(worker::admin_resolve),
+            post(admin::admin_resolve),
         )
-        .route("/v1/admin/events/prune", post(reads::admin_prune))
-        .route("/v1/admin/audit", get(reads::admin_audit))
-        .route("/v1/admin/tasks/{task}/commands", get(steer::admin_ledger))
-        .fallback(reads::not_found)
-        .method_not_allowed_fallback(reads::method_not_allowed)
+        .route("/v1/admin/events/prune", post(admin::admin_prune))
+        .route("/v1/admin/audit", get(admin::admin_audit))
+        .route("/v1/admin/tasks/{task}/commands", get(admin::admin_ledger))
+        .fallback(http::not_found)
+        .method_not_allowed_fallback(http::method_not_allowed)
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),
-            http_metrics::track,
+            http::metrics::track,
         ))
         .layer(tower_http::trace::TraceLayer::new_for_http())
         .with_state(state)

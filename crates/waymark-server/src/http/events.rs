@@ -1,53 +1,25 @@
-//! The read side: snapshot, thread detail (with chain verification), decision long-polls, the
-//! SSE event stream with resumable cursors, blobs, and the admin's audit and retention routes.
+//! The read side's streams over HTTP: the snapshot a device starts from and the SSE event
+//! stream with resumable cursors, which follows a device's access as it changes.
 
 use std::convert::Infallible;
-use std::time::Duration;
 
 use axum::Json as Out;
-use axum::extract::{Path, State};
-use axum::http::{HeaderMap, HeaderValue, StatusCode, Uri, header};
+use axum::extract::State;
+use axum::http::{HeaderMap, HeaderValue};
+use axum::response::IntoResponse;
+use axum::response::Response;
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
-use axum::response::{IntoResponse, Response};
 use futures::Stream;
 use serde::Deserialize;
-use waymark_proto::digest::is_sha256_hex;
 use waymark_proto::*;
 
 use crate::auth::{Caller, CallerKind};
 use crate::convert;
-use crate::domain::core::{Tx, task_for};
-use crate::domain::decisions::expire_overdue;
-use crate::domain::deliveries;
-use crate::domain::reads::{self, AuditEntry};
-use crate::domain::retention::{self, Pruned};
-use crate::error::{ApiError, ApiResult, HttpError};
+use crate::domain::core::Tx;
+use crate::domain::reads;
+use crate::error::{ApiError, ApiResult};
 use crate::extract::Query;
 use crate::state::AppState;
-
-#[utoipa::path(get, path = "/healthz", tag = "ops", security(()), responses((status = 200, body = Health)))]
-pub(crate) async fn healthz(State(st): State<AppState>) -> ApiResult<Out<Health>> {
-    let cursor = Tx::read(&st).await?.max_cursor().await?;
-    Ok(Out(Health {
-        status: "ok".into(),
-        version: env!("CARGO_PKG_VERSION").into(),
-        cursor,
-    }))
-}
-
-pub(crate) async fn not_found(uri: Uri) -> HttpError {
-    HttpError(ApiError::new(
-        ErrorCode::NotFound,
-        format!("no route `{}`; see `/v1/openapi.json`", uri.path()),
-    ))
-}
-
-pub(crate) async fn method_not_allowed(uri: Uri) -> HttpError {
-    HttpError(ApiError::new(
-        ErrorCode::MethodNotAllowed,
-        format!("`{}` does not take this method", uri.path()),
-    ))
-}
 
 #[utoipa::path(get, path = "/v1/snapshot", tag = "read", responses((status = 200, body = Snapshot)))]
 pub(crate) async fn snapshot(
@@ -55,86 +27,6 @@ pub(crate) async fn snapshot(
     caller: Caller,
 ) -> ApiResult<Out<Snapshot>> {
     Ok(Out(reads::snapshot(&st, &caller).await?))
-}
-
-#[utoipa::path(get, path = "/v1/tasks/{task}", tag = "read", params(("task" = String, Path, pattern = r"^task_[0-9a-f]{32}$")),
-    responses((status = 200, body = TaskDetail), (status = 404, body = Problem)))]
-pub(crate) async fn task_detail(
-    State(st): State<AppState>,
-    caller: Caller,
-    Path(task_id): Path<String>,
-) -> ApiResult<Out<TaskDetail>> {
-    Ok(Out(reads::task_detail(&st, &caller, task_id).await?))
-}
-
-/// `?wait=30s`: how long to hold the request open for an outcome.
-#[derive(Debug, Deserialize, utoipa::IntoParams)]
-pub(crate) struct WaitQuery {
-    /// A duration (`30s`, `2m`) or seconds; at most the server's bound (60 s).
-    wait: Option<String>,
-}
-
-fn parse_wait(st: &AppState, q: &WaitQuery) -> ApiResult<Duration> {
-    let Some(w) = q.wait.as_deref() else {
-        return Ok(Duration::ZERO);
-    };
-    let d = w
-        .parse::<u64>()
-        .map(Duration::from_secs)
-        .or_else(|_| humantime::parse_duration(w))
-        .map_err(|_| {
-            ApiError::new(
-                ErrorCode::BadRequest,
-                format!("`wait={w}` is not a duration like `30s`"),
-            )
-        })?;
-    Ok(d.min(st.config.max_wait))
-}
-
-#[utoipa::path(get, path = "/v1/tasks/{task}/decisions/{decision}", tag = "worker",
-    params(("task" = String, Path, pattern = r"^task_[0-9a-f]{32}$"), ("decision" = String, Path, pattern = r"^dec_[0-9a-f]{32}$"), WaitQuery),
-    responses((status = 200, body = Decision)))]
-pub(crate) async fn get_decision(
-    State(st): State<AppState>,
-    caller: Caller,
-    Path((task_id, decision_id)): Path<(String, String)>,
-    Query(q): Query<WaitQuery>,
-) -> ApiResult<Out<Decision>> {
-    let deadline = tokio::time::Instant::now() + parse_wait(&st, &q)?;
-    let mut watch = st.cursor_watch();
-    // Counted in `waymark_decision_waits` from its first wait until it answers; by then the
-    // watch above is subscribed, so any answer committed later wakes it.
-    let mut waiting = None;
-    loop {
-        watch.borrow_and_update();
-        let mut tx = Tx::read(&st).await?;
-        let task = task_for(&mut tx, &caller, &task_id).await?;
-        let d = tx
-            .decision(&decision_id)
-            .await?
-            .filter(|d| d.task_id == task.id)
-            .ok_or_else(|| ApiError::not_found("decision", &decision_id))?;
-        drop(tx);
-        let pending = d.status == DecisionStatus::Pending;
-        let now = st.now_ms();
-        if pending && d.expires_at <= now {
-            expire_overdue(&st, &d.id).await?;
-            continue;
-        }
-        if !pending || tokio::time::Instant::now() >= deadline {
-            let mut wire = [convert::decision(&d)?];
-            deliveries::attach(&mut Tx::read(&st).await?, &mut wire).await?;
-            let [wire] = wire;
-            return Ok(Out(wire));
-        }
-        let until_expiry = Duration::from_millis((d.expires_at - now).max(0) as u64);
-        let wake = deadline.min(tokio::time::Instant::now() + until_expiry);
-        waiting.get_or_insert_with(|| st.metrics.decision_wait());
-        tokio::select! {
-            _ = tokio::time::sleep_until(wake) => {}
-            r = watch.changed() => { if r.is_err() { return Ok(Out(convert::decision(&d)?)); } }
-        }
-    }
 }
 
 /// `?after=CURSOR`.
@@ -350,88 +242,4 @@ async fn device_access(
         )),
         _ => Ok(None),
     }
-}
-
-#[utoipa::path(get, path = "/v1/blobs/{sha256}", tag = "read", params(("sha256" = String, Path, pattern = r"^[0-9a-f]{64}$", description = "64 lower-case hex digits")),
-    responses((status = 200, content_type = "application/octet-stream", body = Vec<u8>), (status = 400, body = Problem, description = "not a sha256 hex digest"), (status = 404, body = Problem)))]
-pub(crate) async fn blob(
-    State(st): State<AppState>,
-    caller: Caller,
-    Path(sha): Path<String>,
-) -> ApiResult<Response> {
-    caller.not_a_runner("blobs")?;
-    if !is_sha256_hex(&sha) {
-        return Err(ApiError::new(
-            ErrorCode::BadRequest,
-            "a blob is named by 64 lower-case hex digits (sha256)",
-        )
-        .into());
-    }
-    let mut tx = Tx::read(&st).await?;
-    if !tx.blob_visible(&sha, caller.owner_filter()).await? {
-        return Err(ApiError::not_found("blob", &sha).into());
-    }
-    let data = tx
-        .blob(&sha)
-        .await?
-        .ok_or_else(|| ApiError::not_found("blob", &sha))?;
-    let mut res = (StatusCode::OK, data).into_response();
-    let h = res.headers_mut();
-    h.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/octet-stream"),
-    );
-    h.insert(
-        "x-content-type-options",
-        HeaderValue::from_static("nosniff"),
-    );
-    if let Ok(v) = HeaderValue::from_str(&format!("\"{sha}\"")) {
-        h.insert(header::ETAG, v);
-    }
-    h.insert(
-        header::CACHE_CONTROL,
-        HeaderValue::from_static("private, max-age=31536000, immutable"),
-    );
-    Ok(res)
-}
-
-pub(crate) fn admin_only(caller: &Caller) -> Result<(), ApiError> {
-    if caller.kind == CallerKind::Admin {
-        Ok(())
-    } else {
-        Err(ApiError::new(
-            ErrorCode::Forbidden,
-            "this route needs the admin token",
-        ))
-    }
-}
-
-#[utoipa::path(post, path = "/v1/admin/events/prune", tag = "admin", responses((status = 200, body = Pruned)))]
-pub(crate) async fn admin_prune(
-    State(st): State<AppState>,
-    caller: Caller,
-) -> ApiResult<Out<Pruned>> {
-    admin_only(&caller)?;
-    Ok(Out(retention::prune(&st).await?))
-}
-
-/// `?task=…&limit=…`.
-#[derive(Debug, Deserialize, utoipa::IntoParams)]
-pub(crate) struct AuditQuery {
-    /// Only this task's entries.
-    task: Option<String>,
-    /// At most this many (default 100, at most 1000).
-    limit: Option<i64>,
-}
-
-#[utoipa::path(get, path = "/v1/admin/audit", tag = "admin", params(AuditQuery),
-    responses((status = 200, body = Vec<AuditEntry>)))]
-pub(crate) async fn admin_audit(
-    State(st): State<AppState>,
-    caller: Caller,
-    Query(q): Query<AuditQuery>,
-) -> ApiResult<Out<Vec<AuditEntry>>> {
-    admin_only(&caller)?;
-    let limit = q.limit.unwrap_or(100).clamp(1, 1000);
-    Ok(Out(reads::audit(&st, q.task.as_deref(), limit).await?))
 }

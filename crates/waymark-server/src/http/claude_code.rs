@@ -9,7 +9,7 @@ use serde_json::Value;
 use waymark_domain::claude_code::{self, HookQuery, Run};
 use waymark_proto::Problem;
 
-pub use waymark_domain::claude_code::{ENTRYPOINT_HEADER, RUNTIME};
+use waymark_domain::claude_code::ENTRYPOINT_HEADER;
 
 use crate::auth::WorkerCaller;
 use crate::error::ApiResult;

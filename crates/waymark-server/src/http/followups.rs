@@ -6,11 +6,12 @@ use axum::extract::{Path, State};
 use waymark_proto::*;
 
 use crate::auth::{Caller, WorkerCaller};
-use crate::domain::followups::{self, NextQuery};
+use crate::domain::followups;
+use crate::domain::followups::NextQuery;
 use crate::error::ApiResult;
 use crate::extract::{Json, Query};
+use crate::http::{Created, made};
 use crate::state::AppState;
-use crate::worker::{Created, made};
 
 #[utoipa::path(post, path = "/v1/tasks/{task}/followups", tag = "worker", request_body = CreateFollowup,
     params(("task" = String, Path, pattern = r"^task_[0-9a-f]{32}$")),
