@@ -134,7 +134,6 @@ pub async fn hook(
     run: Run,
     raw: Value,
 ) -> ApiResult<Value> {
-    let (st, caller) = (st.clone(), caller.clone());
     let input: HookInput = serde_json::from_value(raw.clone())
         .map_err(|e| invalid(format!("not a Claude Code hook input: {e}")))?;
     if input.session_id.trim().is_empty() || input.session_id.len() > 200 {
@@ -158,7 +157,7 @@ pub async fn hook(
     // A run's end never starts an attempt only to end it: `claude -p` fires `Stop` then
     // `SessionEnd`, and a run is one attempt (a resumed run, a real restart, is the next one).
     let ends = matches!(event, "Stop" | "StopFailure" | "SessionEnd");
-    let s = match ensure_session(&st, &caller, &input, !ends).await? {
+    let s = match ensure_session(st, caller, &input, !ends).await? {
         Found::Live(s) => s,
         Found::Ended { task_id } => {
             if let Some(m) = input
@@ -166,41 +165,41 @@ pub async fn hook(
                 .clone()
                 .filter(|_| event == "Stop")
             {
-                note(&st, &caller, &task_id, "assistant", m).await?;
+                note(st, caller, &task_id, "assistant", m).await?;
             }
             return Ok(json!({}));
         }
     };
-    settle_deliveries(&st, &caller, &s, &input).await?;
-    close_unrun_effects(&st, &caller, &s, &input).await?;
+    settle_deliveries(st, caller, &s, &input).await?;
+    close_unrun_effects(st, caller, &s, &input).await?;
     let answer = match event {
         "SessionStart" => {
             let how = input.source.as_deref().unwrap_or("startup");
             say(
-                &st,
-                &caller,
+                st,
+                caller,
                 &s,
                 "system",
                 format!("Claude Code session started ({how})"),
             )
             .await?;
-            record_tree(&st, &caller, &s, &input).await?;
+            record_tree(st, caller, &s, &input).await?;
             json!({})
         }
         "UserPromptSubmit" => {
             if let Some(p) = &input.prompt {
-                say(&st, &caller, &s, "user", p.clone()).await?;
+                say(st, caller, &s, "user", p.clone()).await?;
             }
             json!({})
         }
-        "PreToolUse" if paused(&st, &s).await? => {
+        "PreToolUse" if paused(st, &s).await? => {
             // `claude -p` has no pause of its own: it stops here, before the call, and keeps
             // its session; resuming the task resumes the session (a runner's run by itself).
             let tool = input.tool_name.as_deref().unwrap_or("tool");
             let why = format!(
                 "the task is paused in Waymark: Claude Code stopped before `{tool}`, which did not run; resume the task to go on"
             );
-            say(&st, &caller, &s, "system", why.clone()).await?;
+            say(st, caller, &s, "system", why.clone()).await?;
             json!({
                 "continue": false,
                 "stopReason": why,
@@ -212,7 +211,7 @@ pub async fn hook(
             })
         }
         "PreToolUse" => {
-            let effect_id = declare_tool(&st, &caller, &s, &input).await?;
+            let effect_id = declare_tool(st, caller, &s, &input).await?;
             // Questions and plans are the person's to answer, gated or not.
             let asks = match input.tool_name.as_deref() {
                 Some(asks::ASK_TOOL) => Some(true),
@@ -227,9 +226,9 @@ pub async fn hook(
                     run,
                 };
                 return if question {
-                    asks::ask_questions(&st, &caller, &s, &input, effect_id, how).await
+                    asks::ask_questions(st, caller, &s, &input, effect_id, how).await
                 } else {
-                    asks::ask_plan(&st, &caller, &s, &input, effect_id, how).await
+                    asks::ask_plan(st, caller, &s, &input, effect_id, how).await
                 };
             }
             let gated = gate
@@ -240,8 +239,8 @@ pub async fn hook(
             } else {
                 drop(guard);
                 return gate_tool(
-                    &st,
-                    &caller,
+                    st,
+                    caller,
                     &s,
                     &input,
                     effect_id,
@@ -255,13 +254,13 @@ pub async fn hook(
             }
         }
         "PostToolUse" | "PostToolUseFailure" => {
-            finish_tool(&st, &caller, &s, &input, event == "PostToolUse").await?;
-            record_tree(&st, &caller, &s, &input).await?;
+            finish_tool(st, caller, &s, &input, event == "PostToolUse").await?;
+            record_tree(st, caller, &s, &input).await?;
             json!({})
         }
         "PermissionRequest" => {
             drop(guard);
-            return permission_request(&st, &caller, &s, &input, hold, run).await;
+            return permission_request(st, caller, &s, &input, hold, run).await;
         }
         "PreCompact" | "PostCompact" => {
             let reason = format!(
@@ -270,41 +269,41 @@ pub async fn hook(
                 input.trigger.as_deref().unwrap_or("auto")
             );
             let summary = input.compact_summary.as_ref().map(|x| truncate(x, 60_000));
-            checkpoint(&st, &caller, &s, reason, summary, None).await?;
+            checkpoint(st, caller, &s, reason, summary, None).await?;
             json!({})
         }
         "Notification" => {
             if let Some(m) = &input.message {
-                say(&st, &caller, &s, "system", m.clone()).await?;
+                say(st, caller, &s, "system", m.clone()).await?;
             }
             json!({})
         }
         "Stop" => {
             if let Some(m) = &input.last_assistant_message {
-                say(&st, &caller, &s, "assistant", m.clone()).await?;
+                say(st, caller, &s, "assistant", m.clone()).await?;
             }
             // The turn is over and Claude Code waits for its person: hand the task back.
-            release(&st, &caller, &s, "Claude Code finished its turn").await?;
+            release(st, caller, &s, "Claude Code finished its turn").await?;
             json!({})
         }
         "StopFailure" => {
             let why = input.error.as_deref().unwrap_or("error");
             say(
-                &st,
-                &caller,
+                st,
+                caller,
                 &s,
                 "system",
                 format!("Claude Code stopped on an error: {why}"),
             )
             .await?;
-            release(&st, &caller, &s, &format!("Claude Code stopped: {why}")).await?;
+            release(st, caller, &s, &format!("Claude Code stopped: {why}")).await?;
             json!({})
         }
         "SessionEnd" => {
             let why = input.reason.as_deref().unwrap_or("other");
             release(
-                &st,
-                &caller,
+                st,
+                caller,
                 &s,
                 &format!("Claude Code session ended ({why})"),
             )

@@ -121,11 +121,7 @@ pub async fn accept(
     owner: String,
 ) -> ApiResult<Delegates> {
     let mut tx = Tx::write(st).await?;
-    let u = whose(&mut tx, caller, user.as_deref()).await?;
-    let o = named(&mut tx, &owner).await?;
-    let Some(offer) = between(&mut tx, &o.id, &u.id).await? else {
-        return Err(no_offer(&o, &u));
-    };
+    let (u, o, offer) = offer_to(&mut tx, caller, user.as_deref(), &owner).await?;
     if !offer.accepted() {
         let now = tx.now;
         tx.accept_delegation(&o.id, &u.id, now).await?;
@@ -148,11 +144,7 @@ pub async fn decline(
     owner: String,
 ) -> ApiResult<Delegates> {
     let mut tx = Tx::write(st).await?;
-    let u = whose(&mut tx, caller, user.as_deref()).await?;
-    let o = named(&mut tx, &owner).await?;
-    let Some(offer) = between(&mut tx, &o.id, &u.id).await? else {
-        return Err(no_offer(&o, &u));
-    };
+    let (u, o, offer) = offer_to(&mut tx, caller, user.as_deref(), &owner).await?;
     tx.delete_delegation(&o.id, &u.id).await?;
     let was = if offer.accepted() {
         ", accepted before"
@@ -165,6 +157,22 @@ pub async fn decline(
     let out = delegates_of(&mut tx, &u).await?;
     tx.commit().await?;
     Ok(out)
+}
+
+/// This user (the delegate `caller` acts for, or `user` for the admin), `owner`, and the offer
+/// `owner` made them — or `404` naming both.
+async fn offer_to(
+    tx: &mut Tx,
+    caller: &Caller,
+    user: Option<&str>,
+    owner: &str,
+) -> ApiResult<(UserRow, UserRow, DelegationRow)> {
+    let u = whose(tx, caller, user).await?;
+    let o = named(tx, owner).await?;
+    let offer = between(tx, &o.id, &u.id)
+        .await?
+        .ok_or_else(|| no_offer(&o, &u))?;
+    Ok((u, o, offer))
 }
 
 fn no_offer(owner: &UserRow, delegate: &UserRow) -> ApiError {

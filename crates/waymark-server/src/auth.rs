@@ -31,69 +31,67 @@ impl FromRequestParts<AppState> for Caller {
 
 /// Who sends a request, from its bearer token (a worker or admin token, or a device session).
 async fn caller_of(parts: &Parts, state: &AppState) -> Result<Caller, ApiError> {
-    {
-        let header = parts
-            .headers
-            .get(header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
-            .ok_or_else(|| {
-                ApiError::new(
-                    ErrorCode::Unauthorized,
-                    "missing `Authorization: Bearer <token>`; workers get a token from `waymark admin worker-token`",
-                )
-            })?;
-        let secret = header
-            .strip_prefix("Bearer ")
-            .or_else(|| header.strip_prefix("bearer "))
-            .map(str::trim)
-            .ok_or_else(|| {
-                ApiError::new(
-                    ErrorCode::Unauthorized,
-                    "the Authorization header must be `Bearer <token>`",
-                )
-            })?;
-        if secret.starts_with("wmk_s_") {
-            let mut tx = state.store.read().await?;
-            let caller = device_caller(&mut tx, secret, state.now_ms()).await?;
-            state.rate_limit(&caller.credential)?;
-            return Ok(caller);
-        }
-        let hash = secret_hash(secret);
-        let now = state.now_ms();
-        let token = match state.tokens.get(&hash, now) {
-            Some(token) => Some(token),
-            None => {
-                let token = state.store.read().await?.token_by_hash(&hash).await?;
-                if let Some(t) = &token {
-                    state.tokens.keep(&hash, t, now);
-                }
-                token
-            }
-        };
-        let Some(token) = token.filter(|t| t.revoked_at.is_none()) else {
-            return Err(ApiError::new(
+    let header = parts
+        .headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .ok_or_else(|| {
+            ApiError::new(
                 ErrorCode::Unauthorized,
-                "unknown or revoked token",
-            ));
-        };
-        let kind = match token.kind {
-            TokenKind::Admin => CallerKind::Admin,
-            TokenKind::Worker => CallerKind::Worker,
-        };
-        let credential = format!("token:{}", token.id);
-        if kind == CallerKind::Worker {
-            state.rate_limit(&credential)?;
-        }
-        Ok(Caller {
-            kind,
-            session_expires_at: None,
-            machine: token.machine_id,
-            name: token.name,
-            owners: vec![token.user_id.clone()],
-            user_id: token.user_id,
-            credential,
-        })
+                "missing `Authorization: Bearer <token>`; workers get a token from `waymark admin worker-token`",
+            )
+        })?;
+    let secret = header
+        .strip_prefix("Bearer ")
+        .or_else(|| header.strip_prefix("bearer "))
+        .map(str::trim)
+        .ok_or_else(|| {
+            ApiError::new(
+                ErrorCode::Unauthorized,
+                "the Authorization header must be `Bearer <token>`",
+            )
+        })?;
+    if secret.starts_with("wmk_s_") {
+        let mut tx = state.store.read().await?;
+        let caller = device_caller(&mut tx, secret, state.now_ms()).await?;
+        state.rate_limit(&caller.credential)?;
+        return Ok(caller);
     }
+    let hash = secret_hash(secret);
+    let now = state.now_ms();
+    let token = match state.tokens.get(&hash, now) {
+        Some(token) => Some(token),
+        None => {
+            let token = state.store.read().await?.token_by_hash(&hash).await?;
+            if let Some(t) = &token {
+                state.tokens.keep(&hash, t, now);
+            }
+            token
+        }
+    };
+    let Some(token) = token.filter(|t| t.revoked_at.is_none()) else {
+        return Err(ApiError::new(
+            ErrorCode::Unauthorized,
+            "unknown or revoked token",
+        ));
+    };
+    let kind = match token.kind {
+        TokenKind::Admin => CallerKind::Admin,
+        TokenKind::Worker => CallerKind::Worker,
+    };
+    let credential = format!("token:{}", token.id);
+    if kind == CallerKind::Worker {
+        state.rate_limit(&credential)?;
+    }
+    Ok(Caller {
+        kind,
+        session_expires_at: None,
+        machine: token.machine_id,
+        name: token.name,
+        owners: vec![token.user_id.clone()],
+        user_id: token.user_id,
+        credential,
+    })
 }
 
 async fn device_caller(

@@ -24,32 +24,30 @@ impl<T: DeserializeOwned> FromRequest<AppState> for Json<T> {
 
 /// A request's JSON body, checked as [`Json`] says.
 async fn json_of<T: DeserializeOwned>(req: Request, state: &AppState) -> Result<T, ApiError> {
-    {
-        let ct = req
-            .headers()
-            .get(header::CONTENT_TYPE)
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or("");
-        let mime = ct
-            .split(';')
-            .next()
-            .unwrap_or("")
-            .trim()
-            .to_ascii_lowercase();
-        if mime != "application/json" && !mime.ends_with("+json") {
-            return Err(ApiError::new(
-                ErrorCode::UnsupportedMediaType,
-                format!("expected `Content-Type: application/json`, got `{ct}`"),
-            ));
-        }
-        let bytes = read_limited(
-            req.into_body(),
-            state.config.max_json_bytes,
-            state.config.body_timeout,
-        )
-        .await?;
-        parse_json(&bytes)
+    let ct = req
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    let mime = ct
+        .split(';')
+        .next()
+        .unwrap_or("")
+        .trim()
+        .to_ascii_lowercase();
+    if mime != "application/json" && !mime.ends_with("+json") {
+        return Err(ApiError::new(
+            ErrorCode::UnsupportedMediaType,
+            format!("expected `Content-Type: application/json`, got `{ct}`"),
+        ));
     }
+    let bytes = read_limited(
+        req.into_body(),
+        state.config.max_json_bytes,
+        state.config.body_timeout,
+    )
+    .await?;
+    parse_json(&bytes)
 }
 
 /// A query string, deserialised strictly; a bad one is a 400 `bad_request` problem (axum's own
