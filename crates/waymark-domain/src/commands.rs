@@ -346,7 +346,7 @@ pub async fn decide(
                         Some("cancelled while under way: reconcile before anything else".into());
                     e.updated_at = now;
                     tx.update_effect(&e).await?;
-                    emit(tx, &task, EventKind::EffectUpdated, convert::effect(&e)?).await?;
+                    emit(tx, &task, EventKind::EffectUpdated, convert::effect(&e)).await?;
                     flagged.push(e.id.clone());
                 }
             }
@@ -383,7 +383,7 @@ pub async fn decide(
                     ));
                     e.updated_at = now;
                     tx.update_effect(&e).await?;
-                    emit(tx, &task, EventKind::EffectUpdated, convert::effect(&e)?).await?;
+                    emit(tx, &task, EventKind::EffectUpdated, convert::effect(&e)).await?;
                 }
             }
             let voided = void_decisions(tx, &task.id, true, &by).await?;
@@ -441,7 +441,7 @@ pub async fn decide(
             seq: 0,
         };
         row.seq = tx.insert_control(&row).await?;
-        let command = convert::control(&row)?;
+        let command = convert::control(&row);
         tx.controls.push(command);
     }
     Ok(Ok(()))
@@ -480,7 +480,7 @@ pub async fn revoke_attempts(tx: &mut Tx, task: &TaskRow, now: i64) -> ApiResult
             a.state = AttemptState::Revoked;
             a.ended_at = Some(now);
             tx.update_attempt(&a).await?;
-            emit(tx, task, EventKind::AttemptEnded, convert::attempt(&a)?).await?;
+            emit(tx, task, EventKind::AttemptEnded, convert::attempt(&a)).await?;
         }
     }
     Ok(())

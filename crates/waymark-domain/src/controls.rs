@@ -33,7 +33,7 @@ pub async fn exchange_controls(
         .await?
         .iter()
         .map(convert::control)
-        .collect::<Result<_, _>>()?)
+        .collect())
 }
 
 /// The task's unacknowledged commands, in order, and the attempt as it stands (a stream ends
@@ -46,9 +46,6 @@ pub async fn pending(
     let mut tx = Tx::read(st).await?;
     let pending = tx.pending_controls(task_id).await?;
     let attempt = tx.attempt(attempt_id).await?;
-    let pending = pending
-        .iter()
-        .map(convert::control)
-        .collect::<Result<_, _>>()?;
+    let pending = pending.iter().map(convert::control).collect();
     Ok((pending, attempt))
 }

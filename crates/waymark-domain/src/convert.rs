@@ -31,8 +31,8 @@ pub fn json<T: DeserializeOwned>(v: &Value, what: &str) -> R<T> {
     serde_json::from_value(v.clone()).map_err(|e| StoreError::Corrupt(format!("{what}: {e}")))
 }
 
-pub fn task(t: &s::TaskRow, owner: &str) -> R<p::Task> {
-    Ok(p::Task {
+pub fn task(t: &s::TaskRow, owner: &str) -> p::Task {
+    p::Task {
         id: t.id.clone(),
         owner: owner.to_owned(),
         title: t.title.clone(),
@@ -52,7 +52,7 @@ pub fn task(t: &s::TaskRow, owner: &str) -> R<p::Task> {
         parent_id: t.parent_id.clone(),
         external_key: t.external_key.clone(),
         machine_id: t.machine_id.clone(),
-    })
+    }
 }
 
 pub fn session(x: &s::SessionRow) -> p::Session {
@@ -64,8 +64,8 @@ pub fn session(x: &s::SessionRow) -> p::Session {
     }
 }
 
-pub fn attempt(a: &s::AttemptRow) -> R<p::Attempt> {
-    Ok(p::Attempt {
+pub fn attempt(a: &s::AttemptRow) -> p::Attempt {
+    p::Attempt {
         id: a.id.clone(),
         task_id: a.task_id.clone(),
         worker: a.worker.clone(),
@@ -77,7 +77,7 @@ pub fn attempt(a: &s::AttemptRow) -> R<p::Attempt> {
         ended_at: a.ended_at.map(dt),
         outcome: a.outcome,
         released: a.released.clone().unwrap_or_default(),
-    })
+    }
 }
 
 /// A checkpoint as stored. A body that no longer parses (a hand edit) is shown empty; the
@@ -95,8 +95,8 @@ pub fn checkpoint(c: &s::CheckpointRow) -> p::Checkpoint {
     }
 }
 
-pub fn effect(e: &s::EffectRow) -> R<p::Effect> {
-    Ok(p::Effect {
+pub fn effect(e: &s::EffectRow) -> p::Effect {
+    p::Effect {
         id: e.id.clone(),
         task_id: e.task_id.clone(),
         idempotency_key: e.idempotency_key.clone(),
@@ -112,7 +112,7 @@ pub fn effect(e: &s::EffectRow) -> R<p::Effect> {
         created_at: dt(e.created_at),
         updated_at: dt(e.updated_at),
         flag: e.flag.clone(),
-    })
+    }
 }
 
 pub fn decision(d: &s::DecisionRow) -> R<p::Decision> {
@@ -195,19 +195,19 @@ pub fn message(m: &s::MessageRow) -> p::Message {
     }
 }
 
-pub fn event(e: &s::EventRow) -> R<p::Event> {
-    Ok(p::Event {
+pub fn event(e: &s::EventRow) -> p::Event {
+    p::Event {
         cursor: e.cursor,
         task_id: e.task_id.clone(),
         kind: e.kind,
         at: dt(e.at),
         data: e.data.clone(),
-    })
+    }
 }
 
 /// A device as people see it (its user's name given).
-pub fn device(d: &s::DeviceRow, user: &str) -> R<p::Device> {
-    Ok(p::Device {
+pub fn device(d: &s::DeviceRow, user: &str) -> p::Device {
+    p::Device {
         id: d.id.clone(),
         user: user.to_owned(),
         name: d.name.clone(),
@@ -217,7 +217,7 @@ pub fn device(d: &s::DeviceRow, user: &str) -> R<p::Device> {
         revoked_at: d.revoked_at.map(dt),
         last_seen_at: d.last_seen_at.map(dt),
         stale: false,
-    })
+    }
 }
 
 pub fn delivery(d: &s::DeliveryRow, device_name: &str) -> p::DeviceDelivery {
@@ -232,15 +232,15 @@ pub fn delivery(d: &s::DeliveryRow, device_name: &str) -> p::DeviceDelivery {
 }
 
 /// A control command as the worker sees it.
-pub fn control(c: &s::ControlRow) -> R<p::ControlCommand> {
-    Ok(p::ControlCommand {
+pub fn control(c: &s::ControlRow) -> p::ControlCommand {
+    p::ControlCommand {
         command_id: c.command_id.clone(),
         operation: c.operation,
         args: c.args.clone(),
         plan_revision: c.plan_revision,
         applied_at: dt(c.applied_at),
         seq: c.seq,
-    })
+    }
 }
 
 /// A follow-up.

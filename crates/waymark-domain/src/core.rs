@@ -109,7 +109,7 @@ pub async fn task_wire(tx: &mut Tx, t: &TaskRow) -> ApiResult<Task> {
         .await?
         .map(|u| u.name)
         .unwrap_or_default();
-    Ok(convert::task(t, &owner)?)
+    Ok(convert::task(t, &owner))
 }
 
 /// Appends an event for a task in the current transaction.

@@ -205,7 +205,7 @@ pub async fn amend_effect(
     effect.intent_digest = digest.to_owned();
     effect.updated_at = tx.now;
     tx.update_effect(&effect).await?;
-    let wire = convert::effect(&effect)?;
+    let wire = convert::effect(&effect);
     emit(tx, task, EventKind::EffectUpdated, &wire).await?;
     Ok(())
 }
@@ -782,7 +782,7 @@ pub async fn after_recovery_decision(
         }
         e.updated_at = now;
         tx.update_effect(&e).await?;
-        emit(tx, &task, EventKind::EffectUpdated, convert::effect(&e)?).await?;
+        emit(tx, &task, EventKind::EffectUpdated, convert::effect(&e)).await?;
     }
     match option {
         "cancel" => {

@@ -164,7 +164,7 @@ pub async fn attach(tx: &mut Tx, decisions: &mut [Decision]) -> ApiResult<()> {
 
 /// A device as its user sees it: `stale` when not heard from for `device_stale_after`.
 pub fn device_wire(st: &Context, d: &DeviceRow, user: &str) -> ApiResult<Device> {
-    let mut wire = convert::device(d, user)?;
+    let mut wire = convert::device(d, user);
     let stale_after = st.config.device_stale_after.as_millis() as i64;
     wire.stale = d.revoked_at.is_none()
         && d.last_seen_at.unwrap_or(d.created_at) + stale_after <= st.now_ms();

@@ -50,7 +50,7 @@ pub async fn declare_effect(
                 .on_task(&task.id));
             }
             let cursor = tx.max_cursor().await?;
-            let effect = convert::effect(&existing)?;
+            let effect = convert::effect(&existing);
             return Ok(found(cursor, EffectDeclared { created: false, effect }));
         }
         if task.state == TaskState::Paused {
@@ -86,7 +86,7 @@ pub async fn declare_effect(
             }
             r => r?,
         }
-        let effect = convert::effect(&row)?;
+        let effect = convert::effect(&row);
         let cursor = emit(&mut tx, &task, EventKind::EffectDeclared, &effect).await?;
         tx.commit().await?;
         Ok(created(cursor, EffectDeclared { created: true, effect }))
@@ -129,7 +129,7 @@ pub async fn update_effect(
                 let cursor = tx.max_cursor().await?;
                 return Ok(Written {
                     cursor,
-                    value: convert::effect(&effect)?,
+                    value: convert::effect(&effect),
                 });
             }
             if from.is_terminal() {
@@ -155,7 +155,7 @@ pub async fn update_effect(
         effect.fence = req.fence;
         effect.updated_at = tx.now;
         tx.update_effect(&effect).await?;
-        let wire = convert::effect(&effect)?;
+        let wire = convert::effect(&effect);
         let cursor = emit(&mut tx, &task, EventKind::EffectUpdated, &wire).await?;
         tx.commit().await?;
         Ok(Written {

@@ -76,7 +76,7 @@ pub async fn start_attempt(
                 &mut tx,
                 &task,
                 EventKind::AttemptEnded,
-                convert::attempt(&prev)?,
+                convert::attempt(&prev),
             )
             .await?;
         }
@@ -107,7 +107,7 @@ pub async fn start_attempt(
         }
         task.updated_at = now;
         tx.update_task(&task).await?;
-        let wire = convert::attempt(&attempt)?;
+        let wire = convert::attempt(&attempt);
         cursor = cursor.max(emit(&mut tx, &task, EventKind::AttemptStarted, &wire).await?);
         cursor = cursor.max(emit_task(&mut tx, &task, EventKind::TaskUpdated).await?);
         tx.commit().await?;
@@ -212,7 +212,7 @@ pub async fn finish(
                 }
             }
         }
-        let wire = convert::attempt(&attempt)?;
+        let wire = convert::attempt(&attempt);
         emit(&mut tx, &task, EventKind::AttemptEnded, &wire).await?;
         let cursor = emit_task(&mut tx, &task, EventKind::TaskUpdated).await?;
         tx.commit().await?;

@@ -523,7 +523,7 @@ pub async fn exited(
                 &mut tx,
                 &task,
                 EventKind::AttemptEnded,
-                convert::attempt(&a)?,
+                convert::attempt(&a),
             )
             .await?;
             cut = true;
@@ -587,7 +587,7 @@ pub async fn exited(
                     &mut tx,
                     &task,
                     EventKind::EffectUpdated,
-                    convert::effect(&e)?,
+                    convert::effect(&e),
                 )
                 .await?;
             }
@@ -603,7 +603,7 @@ pub async fn exited(
             &mut tx,
             &task,
             EventKind::EffectUpdated,
-            convert::effect(&e)?,
+            convert::effect(&e),
         )
         .await?;
         let mut evidence = format!(

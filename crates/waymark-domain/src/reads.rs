@@ -63,7 +63,7 @@ pub async fn task_detail(st: &Context, caller: &Caller, task_id: String) -> ApiR
             .await?
             .iter()
             .map(convert::attempt)
-            .collect::<Result<_, _>>()?,
+            .collect(),
         checkpoints: cps.iter().map(convert::checkpoint).collect(),
         chain,
         effects: tx
@@ -71,7 +71,7 @@ pub async fn task_detail(st: &Context, caller: &Caller, task_id: String) -> ApiR
             .await?
             .iter()
             .map(convert::effect)
-            .collect::<Result<_, _>>()?,
+            .collect(),
         decisions,
         artifacts: tx
             .list_artifacts(&row.id)

@@ -392,7 +392,7 @@ pub async fn reconcile(
                 &mut tx,
                 &current,
                 EventKind::EffectUpdated,
-                convert::effect(&e)?,
+                convert::effect(&e),
             )
             .await?;
             action.status = e.status;
@@ -604,7 +604,7 @@ pub async fn released(
         }
         a.released = Some(list);
         tx.update_attempt(&a).await?;
-        let wire = convert::attempt(&a)?;
+        let wire = convert::attempt(&a);
         let cursor = emit(&mut tx, &task, EventKind::AttemptUpdated, &wire).await?;
         tx.commit().await?;
         Ok(Written {

@@ -42,7 +42,7 @@ impl TailEvent {
         let mut row = row;
         let data = std::mem::take(&mut row.data);
         let users = access_users(&row.kind, &data);
-        let mut ev = convert::event(&row)?;
+        let mut ev = convert::event(&row);
         ev.data = data;
         Ok(TailEvent {
             cursor: ev.cursor,

@@ -208,14 +208,10 @@ fn event_stream(
                     last = row.cursor;
                     // The row is ours: its data moves into the event instead of being copied.
                     let data = std::mem::take(&mut row.data);
-                    match convert::event(&row) {
-                        Ok(mut ev) => {
-                            ev.data = data;
-                            let data = serde_json::to_string(&ev).unwrap_or_default();
-                            yield Ok(SseEvent::default().id(ev.cursor.to_string()).event(ev.kind.as_str()).data(data));
-                        }
-                        Err(e) => tracing::error!(cursor = row.cursor, error = %e, "skipping an undecodable event"),
-                    }
+                    let mut ev = convert::event(&row);
+                    ev.data = data;
+                    let data = serde_json::to_string(&ev).unwrap_or_default();
+                    yield Ok(SseEvent::default().id(ev.cursor.to_string()).event(ev.kind.as_str()).data(data));
                 }
                 if full {
                     continue;
