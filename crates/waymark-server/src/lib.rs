@@ -27,7 +27,7 @@ use waymark_store::Store;
 
 pub use admin::{AdminError, DataDir};
 pub use clock::{Clock, NotDriven};
-pub use http::openapi::openapi_json;
+pub use http::openapi::{OPENAPI_PATH, openapi_file, openapi_json};
 pub use metrics::Metrics;
 pub use redact::{Redaction, RedactionError};
 pub use state::AppState;

@@ -137,3 +137,25 @@ async fn requests_are_described_as_the_server_validates_them() {
         .unwrap();
     assert!(zones.contains(&json!("Europe/Paris")) && zones.contains(&Value::Null));
 }
+
+/// `/v1/openapi.json` serves `openapi/v1.json`, checked in; it must be what the code generates
+/// now. `WAYMARK_WRITE_OPENAPI=1` writes it instead (after changing a route or a wire type).
+#[tokio::test]
+async fn the_served_document_is_the_checked_in_one() {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(waymark_server::OPENAPI_PATH);
+    let now = waymark_server::openapi_file();
+    if std::env::var_os("WAYMARK_WRITE_OPENAPI").is_some() {
+        std::fs::write(&path, &now).unwrap();
+    }
+    let file = std::fs::read_to_string(&path).unwrap();
+    assert!(
+        file == now,
+        "{} drifted from the code — regenerate it: WAYMARK_WRITE_OPENAPI=1 cargo nextest run -p waymark-server -E 'test(the_served_document_is_the_checked_in_one)'",
+        path.display()
+    );
+
+    let h = crate::support::Harness::start().await;
+    let (status, served) = h.get("", "/v1/openapi.json").await;
+    assert_eq!(status, reqwest::StatusCode::OK);
+    assert_eq!(served, serde_json::from_str::<Value>(&file).unwrap());
+}
