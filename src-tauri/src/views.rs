@@ -99,12 +99,16 @@ pub struct TaskView {
 
 impl From<Task> for TaskView {
     fn from(t: Task) -> Self {
+        TaskView::at(t, chrono::Utc::now())
+    }
+}
+
+impl TaskView {
+    /// The task as it stands at `now`: its budget's elapsed time runs until `now`, or until it
+    /// ended.
+    pub fn at(t: Task, now: chrono::DateTime<chrono::Utc>) -> Self {
         let terminal = t.state.is_terminal();
-        let end = if terminal {
-            t.updated_at
-        } else {
-            chrono::Utc::now()
-        };
+        let end = if terminal { t.updated_at } else { now };
         TaskView {
             budget: BudgetView {
                 max_wall_seconds: t.budget.max_wall_seconds.map(count),
@@ -923,23 +927,14 @@ pub struct ThreadRowView {
 }
 
 impl ThreadRowView {
-    /// The row for `me` (this device's user): another owner's thread says whose it is.
-    pub fn for_user(r: ThreadRow, me: Option<&str>) -> Self {
+    /// The row for `me` (this device's user) at `now`: another owner's thread says whose it is.
+    pub fn for_user(r: ThreadRow, me: Option<&str>, now: chrono::DateTime<chrono::Utc>) -> Self {
         let on_behalf_of = me
             .filter(|me| !r.task.owner.is_empty() && r.task.owner != *me)
             .map(|_| r.task.owner.clone());
         ThreadRowView {
             on_behalf_of,
-            ..r.into()
-        }
-    }
-}
-
-impl From<ThreadRow> for ThreadRowView {
-    fn from(r: ThreadRow) -> Self {
-        ThreadRowView {
-            on_behalf_of: None,
-            task: r.task.into(),
+            task: TaskView::at(r.task, now),
             pending_decisions: r.pending_decisions,
             unknown_effects: r.unknown_effects,
             last_checkpoint: r.last_checkpoint.map(Into::into),
@@ -1024,10 +1019,11 @@ fn all<T, U: From<T>>(v: Vec<T>) -> Vec<U> {
     v.into_iter().map(Into::into).collect()
 }
 
-impl From<ThreadDetail> for ThreadDetailView {
-    fn from(d: ThreadDetail) -> Self {
+impl ThreadDetailView {
+    /// The thread as it stands at `now` (its task's elapsed time).
+    pub fn at(d: ThreadDetail, now: chrono::DateTime<chrono::Utc>) -> Self {
         ThreadDetailView {
-            task: d.task.into(),
+            task: TaskView::at(d.task, now),
             stages: all(d.stages),
             attempts: all(d.attempts),
             checkpoints: all(d.checkpoints),

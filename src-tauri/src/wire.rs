@@ -1,6 +1,6 @@
 //! The web companion's wire types: `waymark-proto`'s objects exactly as the control plane
 //! serialises them, generated into `ui/src/web/proto.ts` (`ui/src/web/wire.ts` re-exports
-//! them) beside `ui/src/bindings.ts` and checked with it (`--bindings write|check`).
+//! them) beside `ui/src/bindings.ts` and checked with it (`examples/bindings.rs`).
 //!
 //! A file of its own because the two are read in different directions. The app's bindings
 //! describe both directions of its IPC in one shape (tauri-specta's unified serde mode: a
@@ -17,7 +17,7 @@ use specta::datatype::{DataType, Primitive};
 use specta::{Format, FormatError, Type, Types};
 
 /// The header of the generated file.
-pub const WIRE_HEADER: &str = "// Generated from waymark-proto by src-tauri (`waymark-app --bindings write`) — do not edit.\n// The control plane's wire objects as it serialises them; `scripts/test-app` fails when this file drifts.";
+pub const WIRE_HEADER: &str = "// Generated from waymark-proto by src-tauri (`cargo run -p waymark-app --example bindings -- write`) — do not edit.\n// The control plane's wire objects as it serialises them; `scripts/test-app` fails when this file drifts.";
 
 /// Where the web companion's wire types live, from the app crate's directory.
 pub const WIRE_PATH: &str = "../ui/src/web/proto.ts";

@@ -14,7 +14,9 @@ use waymark_companion::{Companion, Mirror, Seen};
 use waymark_proto::*;
 use waymark_server::{Config, DataDir, Running};
 
-/// Set to `1` to record the fixture from a live run and the expected rows from replaying it.
+/// Set to `1` to record the fixture from a live run and the expected rows from replaying it
+/// (then `cargo run -p waymark-app --example bindings -- write`: the views' shared cases,
+/// `fixtures/views.json`, are made from the recorded query answers).
 const RECORD: &str = "WAYMARK_RECORD_FIXTURES";
 
 fn fixtures() -> PathBuf {

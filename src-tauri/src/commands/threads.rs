@@ -15,12 +15,13 @@ const TEXT_LIMIT: usize = 4 << 20;
 #[specta::specta]
 pub async fn list_threads(s: State<'_, AppState>) -> AppResult<Vec<ThreadRowView>> {
     let me = s.companion.identity().await?.map(|i| i.user);
+    let now = chrono::Utc::now();
     Ok(s.companion
         .mirror()
         .threads()
         .await?
         .into_iter()
-        .map(|r| ThreadRowView::for_user(r, me.as_deref()))
+        .map(|r| ThreadRowView::for_user(r, me.as_deref(), now))
         .collect())
 }
 
@@ -32,7 +33,7 @@ pub async fn get_thread(s: State<'_, AppState>, task_id: String) -> AppResult<Th
         .mirror()
         .thread(&task_id)
         .await?
-        .map(Into::into)
+        .map(|d| ThreadDetailView::at(d, chrono::Utc::now()))
         .ok_or_else(|| {
             AppError::new(
                 "not_found",
