@@ -195,7 +195,7 @@ impl<'a, DB: Database, O> Bind<'a, DB> for QueryScalar<'a, DB, O, DB::Arguments<
 }
 
 /// An `INSERT` both backends run, in the two forms they need: as written, and ending in
-/// `ON CONFLICT DO NOTHING`. Written with [`insert!`].
+/// `ON CONFLICT DO NOTHING`. Written with `insert!`.
 pub struct Insert<'a> {
     statement: Statement<'a>,
     or_skip: &'static str,
