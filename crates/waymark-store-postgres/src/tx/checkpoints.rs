@@ -4,6 +4,7 @@
 
 use async_trait::async_trait;
 use waymark_store::*;
+use waymark_store_sql as sql;
 
 use super::{PgTx, db_err};
 use crate::rows::*;
@@ -12,34 +13,13 @@ use crate::{CURSOR_LOCK, EVENTS_CHANNEL};
 #[async_trait]
 impl CheckpointsTx for PgTx {
     async fn insert_checkpoint(&mut self, c: &CheckpointRow) -> Result<()> {
-        self.insert(
-            "checkpoints",
-            sqlx::query(
-                "INSERT INTO checkpoints (task_id, sequence, attempt_id, fence, body, prev_digest,
-                   digest, created_at)
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT DO NOTHING",
-            )
-            .bind(&c.task_id)
-            .bind(c.sequence)
-            .bind(&c.attempt_id)
-            .bind(c.fence)
-            .bind(&c.body)
-            .bind(&c.prev_digest)
-            .bind(&c.digest)
-            .bind(c.created_at),
-        )
-        .await
+        self.insert("checkpoints", sql::checkpoints::insert_checkpoint(c))
+            .await
     }
 
     async fn last_checkpoint(&mut self, task_id: &str) -> Result<Option<CheckpointRow>> {
-        self.one(
-            sqlx::query(
-                "SELECT * FROM checkpoints WHERE task_id = $1 ORDER BY sequence DESC LIMIT 1",
-            )
-            .bind(task_id),
-            checkpoint_row,
-        )
-        .await
+        let q = sql::checkpoints::last_checkpoint(task_id);
+        self.one(q.query(), checkpoint_row).await
     }
 
     async fn append_context(&mut self, task_id: &str, attempt_id: &str) -> Result<AppendContext> {
@@ -132,11 +112,7 @@ impl CheckpointsTx for PgTx {
     }
 
     async fn list_checkpoints(&mut self, task_id: &str) -> Result<Vec<CheckpointRow>> {
-        self.all(
-            sqlx::query("SELECT * FROM checkpoints WHERE task_id = $1 ORDER BY sequence")
-                .bind(task_id),
-            checkpoint_row,
-        )
-        .await
+        let q = sql::checkpoints::list_checkpoints(task_id);
+        self.all(q.query(), checkpoint_row).await
     }
 }

@@ -2,8 +2,8 @@
 //! sessions, the command ledger and the control commands queued for workers.
 
 use async_trait::async_trait;
-use sqlx::types::Json;
 use waymark_store::*;
+use waymark_store_sql as sql;
 
 use super::PgTx;
 use crate::rows::*;
@@ -11,76 +11,26 @@ use crate::rows::*;
 #[async_trait]
 impl DevicesTx for PgTx {
     async fn insert_device(&mut self, d: &DeviceRow) -> Result<()> {
-        self.insert(
-            "devices",
-            sqlx::query(
-                "INSERT INTO devices (id, user_id, name, public_key, scopes, created_at, revoked_at,
-                   last_seen_at)
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT DO NOTHING",
-            )
-            .bind(&d.id)
-            .bind(&d.user_id)
-            .bind(&d.name)
-            .bind(&d.public_key)
-            .bind(Json(&d.scopes))
-            .bind(d.created_at)
-            .bind(d.revoked_at)
-            .bind(d.last_seen_at),
-        )
-        .await
+        self.insert("devices", sql::devices::insert_device(d)).await
     }
 
     async fn device(&mut self, id: &str) -> Result<Option<DeviceRow>> {
-        self.one(
-            sqlx::query("SELECT * FROM devices WHERE id = $1").bind(id),
-            device_row,
-        )
-        .await
+        self.one(sql::devices::device(id).query(), device_row).await
     }
 
     async fn list_devices(&mut self, user_id: Option<&str>) -> Result<Vec<DeviceRow>> {
-        self.all(
-            sqlx::query(
-                "SELECT * FROM devices WHERE ($1::text IS NULL OR user_id = $1)
-                 ORDER BY created_at, id",
-            )
-            .bind(user_id),
-            device_row,
-        )
-        .await
+        self.all(sql::devices::list_devices(user_id).query(), device_row)
+            .await
     }
 
     async fn update_device(&mut self, d: &DeviceRow) -> Result<()> {
-        self.exec(
-            sqlx::query(
-                "UPDATE devices SET name = $1, scopes = $2, revoked_at = $3, last_seen_at = $4
-                 WHERE id = $5",
-            )
-            .bind(&d.name)
-            .bind(Json(&d.scopes))
-            .bind(d.revoked_at)
-            .bind(d.last_seen_at)
-            .bind(&d.id),
-        )
-        .await
-        .map(drop)
+        self.exec(sql::devices::update_device(d).query())
+            .await
+            .map(drop)
     }
 
     async fn insert_delivery(&mut self, d: &DeliveryRow) -> Result<bool> {
-        let n = self
-            .exec(
-                sqlx::query(
-                    "INSERT INTO deliveries (decision_id, device_id, step, at, detail)
-                     VALUES ($1, $2, $3, $4, $5) ON CONFLICT DO NOTHING",
-                )
-                .bind(&d.decision_id)
-                .bind(&d.device_id)
-                .bind(d.step.as_str())
-                .bind(d.at)
-                .bind(&d.detail),
-            )
-            .await?;
-        Ok(n == 1)
+        Ok(self.exec(sql::devices::insert_delivery(d).query()).await? == 1)
     }
 
     async fn deliveries(&mut self, decision_ids: &[String]) -> Result<Vec<DeliveryRow>> {
@@ -98,145 +48,60 @@ impl DevicesTx for PgTx {
     }
 
     async fn insert_pairing(&mut self, p: &PairingRow) -> Result<()> {
-        self.insert(
-            "pairing_codes",
-            sqlx::query(
-                "INSERT INTO pairing_codes (code_hash, user_id, scopes, created_at, expires_at,
-                   used_at, device_id)
-                 VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT DO NOTHING",
-            )
-            .bind(&p.code_hash)
-            .bind(&p.user_id)
-            .bind(Json(&p.scopes))
-            .bind(p.created_at)
-            .bind(p.expires_at)
-            .bind(p.used_at)
-            .bind(&p.device_id),
-        )
-        .await
+        self.insert("pairing_codes", sql::devices::insert_pairing(p))
+            .await
     }
 
     async fn pairing(&mut self, code_hash: &str) -> Result<Option<PairingRow>> {
-        self.one(
-            sqlx::query("SELECT * FROM pairing_codes WHERE code_hash = $1").bind(code_hash),
-            pairing_row,
-        )
-        .await
+        self.one(sql::devices::pairing(code_hash).query(), pairing_row)
+            .await
     }
 
     async fn update_pairing(&mut self, p: &PairingRow) -> Result<()> {
-        self.exec(
-            sqlx::query(
-                "UPDATE pairing_codes SET used_at = $1, device_id = $2 WHERE code_hash = $3",
-            )
-            .bind(p.used_at)
-            .bind(&p.device_id)
-            .bind(&p.code_hash),
-        )
-        .await
-        .map(drop)
+        self.exec(sql::devices::update_pairing(p).query())
+            .await
+            .map(drop)
     }
 
     async fn insert_device_session(&mut self, d: &DeviceSessionRow) -> Result<()> {
-        self.insert(
-            "device_sessions",
-            sqlx::query(
-                "INSERT INTO device_sessions (token_hash, device_id, created_at, expires_at)
-                 VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING",
-            )
-            .bind(&d.token_hash)
-            .bind(&d.device_id)
-            .bind(d.created_at)
-            .bind(d.expires_at),
-        )
-        .await
+        self.insert("device_sessions", sql::devices::insert_device_session(d))
+            .await
     }
 
     async fn device_session(&mut self, token_hash: &str) -> Result<Option<DeviceSessionRow>> {
-        self.one(
-            sqlx::query("SELECT * FROM device_sessions WHERE token_hash = $1").bind(token_hash),
-            device_session_row,
-        )
-        .await
+        let q = sql::devices::device_session(token_hash);
+        self.one(q.query(), device_session_row).await
     }
 
     async fn insert_command(&mut self, c: &CommandRow) -> Result<()> {
-        self.insert(
-            "commands",
-            sqlx::query(
-                "INSERT INTO commands (command_id, task_id, device_id, body_digest, operation,
-                   envelope, status, result, created_at)
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) ON CONFLICT DO NOTHING",
-            )
-            .bind(&c.command_id)
-            .bind(&c.task_id)
-            .bind(&c.device_id)
-            .bind(&c.body_digest)
-            .bind(c.operation.as_str())
-            .bind(&c.envelope)
-            .bind(c.status.as_str())
-            .bind(&c.result)
-            .bind(c.created_at),
-        )
-        .await
+        self.insert("commands", sql::devices::insert_command(c))
+            .await
     }
 
     async fn command(&mut self, command_id: &str) -> Result<Option<CommandRow>> {
-        self.one(
-            sqlx::query("SELECT * FROM commands WHERE command_id = $1").bind(command_id),
-            command_row,
-        )
-        .await
+        self.one(sql::devices::command(command_id).query(), command_row)
+            .await
     }
 
     async fn list_commands(&mut self, task_id: &str) -> Result<Vec<CommandRow>> {
-        self.all(
-            sqlx::query(
-                "SELECT * FROM commands WHERE task_id = $1 ORDER BY created_at, command_id",
-            )
-            .bind(task_id),
-            command_row,
-        )
-        .await
+        self.all(sql::devices::list_commands(task_id).query(), command_row)
+            .await
     }
 
     async fn insert_control(&mut self, c: &ControlRow) -> Result<i64> {
         // The task's row is locked by this transaction (`task()` is FOR UPDATE), so
         // MAX + 1 cannot race another replica.
-        self.one(
-            sqlx::query(
-                "INSERT INTO control_commands (command_id, task_id, operation, args, plan_revision,
-                   applied_at, acknowledged_at, acknowledged_by, seq)
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8,
-                   (SELECT COALESCE(MAX(seq), 0) + 1 FROM control_commands WHERE task_id = $2))
-                 ON CONFLICT DO NOTHING RETURNING seq",
-            )
-            .bind(&c.command_id)
-            .bind(&c.task_id)
-            .bind(c.operation.as_str())
-            .bind(&c.args)
-            .bind(c.plan_revision)
-            .bind(c.applied_at)
-            .bind(c.acknowledged_at)
-            .bind(&c.acknowledged_by),
-            |r| get(r, "seq"),
-        )
-        .await?
-        .ok_or_else(|| {
-            StoreError::Conflict("control_commands: a row with the same key exists".into())
-        })
+        let q = sql::devices::insert_control(c).or_skip();
+        self.one(q.query(), |r| get(r, "seq"))
+            .await?
+            .ok_or_else(|| {
+                StoreError::Conflict("control_commands: a row with the same key exists".into())
+            })
     }
 
     async fn pending_controls(&mut self, task_id: &str) -> Result<Vec<ControlRow>> {
-        self.all(
-            sqlx::query(
-                "SELECT * FROM control_commands WHERE task_id = $1 AND acknowledged_at IS NULL
-                 ORDER BY seq",
-            )
-            .bind(task_id),
-            control_row,
-        )
-        .await
+        self.all(sql::devices::pending_controls(task_id).query(), control_row)
+            .await
     }
 
     async fn ack_control(
@@ -246,18 +111,7 @@ impl DevicesTx for PgTx {
         at: i64,
         attempt_id: &str,
     ) -> Result<bool> {
-        let n = self
-            .exec(
-                sqlx::query(
-                    "UPDATE control_commands SET acknowledged_at = $1, acknowledged_by = $2
-                     WHERE task_id = $3 AND command_id = $4 AND acknowledged_at IS NULL",
-                )
-                .bind(at)
-                .bind(attempt_id)
-                .bind(task_id)
-                .bind(command_id),
-            )
-            .await?;
-        Ok(n == 1)
+        let q = sql::devices::ack_control(task_id, command_id, at, attempt_id);
+        Ok(self.exec(q.query()).await? == 1)
     }
 }

@@ -3,6 +3,7 @@
 
 use async_trait::async_trait;
 use waymark_store::*;
+use waymark_store_sql as sql;
 
 use super::{PgTx, db_err};
 use crate::CURSOR_LOCK;
@@ -21,18 +22,11 @@ impl EventsTx for PgTx {
                 .map_err(db_err)?;
             self.cursor_locked = true;
         }
-        let cursor: i64 = sqlx::query_scalar(
-            "INSERT INTO events (task_id, owner_id, kind, data, at) VALUES ($1, $2, $3, $4, $5)
-             RETURNING cursor",
-        )
-        .bind(&e.task_id)
-        .bind(&e.owner_id)
-        .bind(e.kind.as_str())
-        .bind(&e.data)
-        .bind(e.at)
-        .fetch_one(&mut *self.tx)
-        .await
-        .map_err(db_err)?;
+        let cursor = sql::events::append_event(e)
+            .query_scalar()
+            .fetch_one(&mut *self.tx)
+            .await
+            .map_err(db_err)?;
         self.note_appended(cursor);
         Ok(cursor)
     }
@@ -43,44 +37,19 @@ impl EventsTx for PgTx {
         limit: i64,
         owners: Option<&[String]>,
     ) -> Result<Vec<EventRow>> {
-        match owners {
-            Some([o]) => {
-                self.all(
-                    sqlx::query(
-                        "SELECT * FROM events WHERE owner_id = $1 AND cursor > $2
-                         ORDER BY cursor LIMIT $3",
-                    )
-                    .bind(o)
-                    .bind(cursor)
-                    .bind(limit),
-                    event_row,
-                )
-                .await
-            }
+        let q = match owners {
+            Some([o]) => sql::events::owner_events_after(o, cursor, limit).query(),
             // A delegate's view: several owners, merged by cursor.
-            Some(os) => {
-                self.all(
-                    sqlx::query(
-                        "SELECT * FROM events WHERE owner_id = ANY($1) AND cursor > $2
-                         ORDER BY cursor LIMIT $3",
-                    )
-                    .bind(os)
-                    .bind(cursor)
-                    .bind(limit),
-                    event_row,
-                )
-                .await
-            }
-            None => {
-                self.all(
-                    sqlx::query("SELECT * FROM events WHERE cursor > $1 ORDER BY cursor LIMIT $2")
-                        .bind(cursor)
-                        .bind(limit),
-                    event_row,
-                )
-                .await
-            }
-        }
+            Some(os) => sqlx::query(
+                "SELECT * FROM events WHERE owner_id = ANY($1) AND cursor > $2
+                 ORDER BY cursor LIMIT $3",
+            )
+            .bind(os)
+            .bind(cursor)
+            .bind(limit),
+            None => sql::events::events_after(cursor, limit).query(),
+        };
+        self.all(q, event_row).await
     }
 
     async fn max_cursor(&mut self) -> Result<i64> {
@@ -93,13 +62,16 @@ impl EventsTx for PgTx {
     }
 
     async fn pruned_through(&mut self) -> Result<i64> {
-        self.scalar("SELECT pruned_through FROM event_retention WHERE id = 1")
+        sql::events::pruned_through()
+            .query_scalar()
+            .fetch_one(&mut *self.tx)
             .await
+            .map_err(db_err)
     }
 
     async fn prune_events_through(&mut self, cursor: i64) -> Result<u64> {
         let n = self
-            .exec(sqlx::query("DELETE FROM events WHERE cursor <= $1").bind(cursor))
+            .exec(sql::events::delete_events_through(cursor).query())
             .await?;
         self.exec(
             sqlx::query(
@@ -113,48 +85,24 @@ impl EventsTx for PgTx {
     }
 
     async fn insert_audit(&mut self, a: &AuditRow) -> Result<()> {
-        self.exec(
-            sqlx::query(
-                "INSERT INTO audit (at, actor, action, task_id, code, detail)
-                 VALUES ($1, $2, $3, $4, $5, $6)",
-            )
-            .bind(a.at)
-            .bind(&a.actor)
-            .bind(&a.action)
-            .bind(&a.task_id)
-            .bind(&a.code)
-            .bind(&a.detail),
-        )
-        .await
-        .map(drop)
+        self.exec(sql::events::insert_audit(a).query())
+            .await
+            .map(drop)
     }
 
     async fn prune_audit(&mut self, before: i64, keep: i64) -> Result<u64> {
         // Two range deletes (by the `at` index, then by id) rather than one `OR`.
         let old = self
-            .exec(sqlx::query("DELETE FROM audit WHERE at < $1").bind(before))
+            .exec(sql::events::delete_audit_before(before).query())
             .await?;
         let over = self
-            .exec(
-                sqlx::query(
-                    "DELETE FROM audit WHERE id <= (SELECT COALESCE(MAX(id), 0) FROM audit) - $1",
-                )
-                .bind(keep.max(0)),
-            )
+            .exec(sql::events::delete_audit_over(keep.max(0)).query())
             .await?;
         Ok(old + over)
     }
 
     async fn list_audit(&mut self, task_id: Option<&str>, limit: i64) -> Result<Vec<AuditRow>> {
-        self.all(
-            sqlx::query(
-                "SELECT * FROM audit WHERE ($1::text IS NULL OR task_id = $1)
-                 ORDER BY id DESC LIMIT $2",
-            )
-            .bind(task_id)
-            .bind(limit),
-            audit_row,
-        )
-        .await
+        self.all(sql::events::list_audit(task_id, limit).query(), audit_row)
+            .await
     }
 }

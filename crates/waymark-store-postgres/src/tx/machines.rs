@@ -2,6 +2,7 @@
 
 use async_trait::async_trait;
 use waymark_store::*;
+use waymark_store_sql as sql;
 
 use super::PgTx;
 use crate::rows::*;
@@ -9,39 +10,18 @@ use crate::rows::*;
 #[async_trait]
 impl MachinesTx for PgTx {
     async fn insert_machine(&mut self, m: &MachineRow) -> Result<()> {
-        self.insert(
-            "machines",
-            sqlx::query(
-                "INSERT INTO machines (id, owner_id, name, info, registered_at, last_seen_at, created_at)
-                 VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT DO NOTHING",
-            )
-            .bind(&m.id)
-            .bind(&m.owner_id)
-            .bind(&m.name)
-            .bind(&m.info)
-            .bind(m.registered_at)
-            .bind(m.last_seen_at)
-            .bind(m.created_at),
-        )
-        .await
+        self.insert("machines", sql::machines::insert_machine(m))
+            .await
     }
 
     async fn machine(&mut self, id: &str) -> Result<Option<MachineRow>> {
-        self.one(
-            sqlx::query("SELECT * FROM machines WHERE id = $1").bind(id),
-            machine_row,
-        )
-        .await
+        self.one(sql::machines::machine(id).query(), machine_row)
+            .await
     }
 
     async fn machine_by_name(&mut self, owner_id: &str, name: &str) -> Result<Option<MachineRow>> {
-        self.one(
-            sqlx::query("SELECT * FROM machines WHERE owner_id = $1 AND name = $2")
-                .bind(owner_id)
-                .bind(name),
-            machine_row,
-        )
-        .await
+        let q = sql::machines::machine_by_name(owner_id, name);
+        self.one(q.query(), machine_row).await
     }
 
     async fn list_machines(&mut self, owners: Option<&[String]>) -> Result<Vec<MachineRow>> {
@@ -58,99 +38,45 @@ impl MachinesTx for PgTx {
                 .await
             }
             None => {
-                self.all(
-                    sqlx::query("SELECT * FROM machines ORDER BY name, id"),
-                    machine_row,
-                )
-                .await
+                self.all(sql::machines::all_machines().query(), machine_row)
+                    .await
             }
         }
     }
 
     async fn update_machine(&mut self, m: &MachineRow) -> Result<()> {
-        self.exec(
-            sqlx::query(
-                "UPDATE machines SET info = $1, registered_at = $2, last_seen_at = $3 WHERE id = $4",
-            )
-            .bind(&m.info)
-            .bind(m.registered_at)
-            .bind(m.last_seen_at)
-            .bind(&m.id),
-        )
-        .await
-        .map(drop)
+        self.exec(sql::machines::update_machine(m).query())
+            .await
+            .map(drop)
     }
 
     async fn machine_tasks(&mut self, machine_id: &str) -> Result<Vec<TaskRow>> {
-        self.all(
-            sqlx::query("SELECT * FROM tasks WHERE machine_id = $1 ORDER BY created_at, id")
-                .bind(machine_id),
-            task_row,
-        )
-        .await
+        self.all(sql::machines::machine_tasks(machine_id).query(), task_row)
+            .await
     }
 
     async fn insert_work(&mut self, w: &WorkRow) -> Result<()> {
-        self.insert(
-            "machine_work",
-            sqlx::query(
-                "INSERT INTO machine_work (id, machine_id, task_id, kind, args, state, detail,
-                   created_at, updated_at)
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) ON CONFLICT DO NOTHING",
-            )
-            .bind(&w.id)
-            .bind(&w.machine_id)
-            .bind(&w.task_id)
-            .bind(w.kind.as_str())
-            .bind(&w.args)
-            .bind(w.state.as_str())
-            .bind(&w.detail)
-            .bind(w.created_at)
-            .bind(w.updated_at),
-        )
-        .await
+        self.insert("machine_work", sql::machines::insert_work(w))
+            .await
     }
 
     async fn work(&mut self, id: &str) -> Result<Option<WorkRow>> {
-        self.one(
-            sqlx::query("SELECT * FROM machine_work WHERE id = $1").bind(id),
-            work_row,
-        )
-        .await
+        self.one(sql::machines::work(id).query(), work_row).await
     }
 
     async fn update_work(&mut self, w: &WorkRow) -> Result<()> {
-        self.exec(
-            sqlx::query(
-                "UPDATE machine_work SET state = $1, detail = $2, updated_at = $3 WHERE id = $4",
-            )
-            .bind(w.state.as_str())
-            .bind(&w.detail)
-            .bind(w.updated_at)
-            .bind(&w.id),
-        )
-        .await
-        .map(drop)
+        self.exec(sql::machines::update_work(w).query())
+            .await
+            .map(drop)
     }
 
     async fn open_work(&mut self, machine_id: &str) -> Result<Vec<WorkRow>> {
-        self.all(
-            sqlx::query(
-                "SELECT * FROM machine_work WHERE machine_id = $1 AND state IN ('pending', 'taken')
-                 ORDER BY created_at, id",
-            )
-            .bind(machine_id),
-            work_row,
-        )
-        .await
+        self.all(sql::machines::open_work(machine_id).query(), work_row)
+            .await
     }
 
     async fn task_work(&mut self, task_id: &str) -> Result<Vec<WorkRow>> {
-        self.all(
-            sqlx::query("SELECT * FROM machine_work WHERE task_id = $1 ORDER BY created_at, id")
-                .bind(task_id),
-            work_row,
-        )
-        .await
+        self.all(sql::machines::task_work(task_id).query(), work_row)
+            .await
     }
 }

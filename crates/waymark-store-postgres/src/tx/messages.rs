@@ -3,6 +3,7 @@
 
 use async_trait::async_trait;
 use waymark_store::*;
+use waymark_store_sql as sql;
 
 use super::{PgTx, db_err};
 use crate::MESSAGES_LOCK;
@@ -19,26 +20,16 @@ impl MessagesTx for PgTx {
             .execute(&mut *self.tx)
             .await
             .map_err(db_err)?;
-        sqlx::query_scalar(
-            "INSERT INTO messages (session_id, seq, task_id, role, text, created_at)
-             VALUES ($1, (SELECT COALESCE(MAX(seq), 0) + 1 FROM messages WHERE session_id = $1),
-                     $2, $3, $4, $5)
-             RETURNING seq",
-        )
-        .bind(&m.session_id)
-        .bind(&m.task_id)
-        .bind(&m.role)
-        .bind(&m.text)
-        .bind(m.created_at)
-        .fetch_one(&mut *self.tx)
-        .await
-        .map_err(db_err)
+        sql::messages::insert_message(m)
+            .query_scalar()
+            .fetch_one(&mut *self.tx)
+            .await
+            .map_err(db_err)
     }
 
     async fn list_messages(&mut self, session_id: &str) -> Result<Vec<MessageRow>> {
         self.all(
-            sqlx::query("SELECT * FROM messages WHERE session_id = $1 ORDER BY seq")
-                .bind(session_id),
+            sql::messages::list_messages(session_id).query(),
             message_row,
         )
         .await

@@ -1,7 +1,9 @@
 //! One transaction on PostgreSQL: every `StoreTx` method as one or two statements. The crate
 //! docs say which locks a method takes and why. Here are the transaction, the helpers its
 //! statements run through and its commit (with the `pg_notify` that fans its events out); each
-//! table family's statements are a module of their own, one `waymark_store` trait each.
+//! table family's statements are a module of their own, one `waymark_store` trait each. A
+//! statement both backends say alike comes from `waymark_store_sql`; a module writes here only
+//! what PostgreSQL says its own way.
 
 mod artifacts;
 mod checkpoints;
@@ -119,10 +121,11 @@ impl PgTx {
             .rows_affected())
     }
 
-    /// Runs an `INSERT … ON CONFLICT DO NOTHING`: a row not written met an existing key. Unlike
-    /// a raised unique violation this leaves the transaction usable, as on SQLite.
-    async fn insert<'q>(&mut self, what: &str, q: Q<'q>) -> Result<()> {
-        match self.exec(q).await? {
+    /// Runs a shared `INSERT` ending in `ON CONFLICT DO NOTHING`: a row not written met an
+    /// existing key. Unlike a raised unique violation this leaves the transaction usable, as on
+    /// SQLite.
+    async fn insert(&mut self, what: &str, insert: waymark_store_sql::Insert<'_>) -> Result<()> {
+        match self.exec(insert.or_skip().query()).await? {
             0 => Err(StoreError::Conflict(format!(
                 "{what}: a row with the same key exists"
             ))),

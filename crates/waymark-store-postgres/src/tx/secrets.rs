@@ -3,27 +3,23 @@
 
 use async_trait::async_trait;
 use waymark_store::*;
+use waymark_store_sql as sql;
 
 use super::{PgTx, db_err};
 
 #[async_trait]
 impl SecretsTx for PgTx {
     async fn server_secret(&mut self, name: &str) -> Result<Option<String>> {
-        sqlx::query_scalar("SELECT value FROM server_secrets WHERE name = $1")
-            .bind(name)
+        sql::secrets::server_secret(name)
+            .query_scalar()
             .fetch_optional(&mut *self.tx)
             .await
             .map_err(db_err)
     }
 
     async fn insert_server_secret(&mut self, name: &str, value: &str) -> Result<()> {
-        self.exec(
-            sqlx::query("INSERT INTO server_secrets (name, value) VALUES ($1, $2)")
-                .bind(name)
-                .bind(value),
-        )
-        .await
-        .map(drop)
+        let q = sql::secrets::insert_server_secret(name, value);
+        self.exec(q.query()).await.map(drop)
     }
 
     async fn try_claim(&mut self, job: &str) -> Result<bool> {

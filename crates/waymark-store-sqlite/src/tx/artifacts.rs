@@ -2,6 +2,7 @@
 
 use async_trait::async_trait;
 use waymark_store::*;
+use waymark_store_sql as sql;
 
 use super::{SqliteTx, json_list};
 use crate::rows::*;
@@ -9,49 +10,26 @@ use crate::rows::*;
 #[async_trait]
 impl ArtifactsTx for SqliteTx {
     async fn put_blob(&mut self, sha256: &str, data: &[u8]) -> Result<()> {
-        self.exec(
-            sqlx::query(
-                "INSERT INTO blobs (sha256, size, data) VALUES (?, ?, ?) ON CONFLICT DO NOTHING",
-            )
-            .bind(sha256)
-            .bind(data.len() as i64)
-            .bind(data),
-        )
-        .await
-        .map(drop)
+        self.exec(sql::artifacts::put_blob(sha256, data).query())
+            .await
+            .map(drop)
     }
 
     async fn blob(&mut self, sha256: &str) -> Result<Option<Vec<u8>>> {
-        sqlx::query_scalar("SELECT data FROM blobs WHERE sha256 = ?")
-            .bind(sha256)
+        sql::artifacts::blob(sha256)
+            .query_scalar()
             .fetch_optional(self.db())
             .await
             .map_err(backend)
     }
 
     async fn insert_artifact(&mut self, a: &ArtifactRow) -> Result<()> {
-        self.exec(
-            sqlx::query(
-                "INSERT INTO artifacts (id, task_id, sha256, name, media_type, size, step, created_at)
-                 VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-            )
-            .bind(&a.id)
-            .bind(&a.task_id)
-            .bind(&a.sha256)
-            .bind(&a.name)
-            .bind(&a.media_type)
-            .bind(a.size)
-            .bind(&a.step)
-            .bind(a.created_at),
-        )
-        .await
-        .map(drop)
+        self.insert(sql::artifacts::insert_artifact(a)).await
     }
 
     async fn list_artifacts(&mut self, task_id: &str) -> Result<Vec<ArtifactRow>> {
         self.all(
-            sqlx::query("SELECT * FROM artifacts WHERE task_id = ? ORDER BY created_at, id")
-                .bind(task_id),
+            sql::artifacts::list_artifacts(task_id).query(),
             artifact_row,
         )
         .await
@@ -72,35 +50,11 @@ impl ArtifactsTx for SqliteTx {
     }
 
     async fn insert_receipt(&mut self, r: &ReceiptRow) -> Result<()> {
-        self.exec(
-            sqlx::query(
-                "INSERT INTO test_receipts (id, task_id, step, command, exit_code, commit_id, totals,
-                   failures, duration_seconds, passed, junit_sha256, created_at)
-                 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            )
-            .bind(&r.id)
-            .bind(&r.task_id)
-            .bind(&r.step)
-            .bind(&r.command)
-            .bind(r.exit_code)
-            .bind(&r.commit)
-            .bind(json_text(&r.totals))
-            .bind(json_text(&r.failures))
-            .bind(r.duration_seconds)
-            .bind(r.passed)
-            .bind(&r.junit_sha256)
-            .bind(r.created_at),
-        )
-        .await
-        .map(drop)
+        self.insert(sql::artifacts::insert_receipt(r)).await
     }
 
     async fn list_receipts(&mut self, task_id: &str) -> Result<Vec<ReceiptRow>> {
-        self.all(
-            sqlx::query("SELECT * FROM test_receipts WHERE task_id = ? ORDER BY created_at, id")
-                .bind(task_id),
-            receipt_row,
-        )
-        .await
+        self.all(sql::artifacts::list_receipts(task_id).query(), receipt_row)
+            .await
     }
 }

@@ -3,6 +3,7 @@
 
 use async_trait::async_trait;
 use waymark_store::*;
+use waymark_store_sql as sql;
 
 use super::SqliteTx;
 use crate::rows::*;
@@ -10,23 +11,7 @@ use crate::rows::*;
 #[async_trait]
 impl CheckpointsTx for SqliteTx {
     async fn insert_checkpoint(&mut self, c: &CheckpointRow) -> Result<()> {
-        self.exec(
-            sqlx::query(
-                "INSERT INTO checkpoints (task_id, sequence, attempt_id, fence, body, prev_digest,
-                   digest, created_at)
-                 VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-            )
-            .bind(&c.task_id)
-            .bind(c.sequence)
-            .bind(&c.attempt_id)
-            .bind(c.fence)
-            .bind(json_text(&c.body))
-            .bind(&c.prev_digest)
-            .bind(&c.digest)
-            .bind(c.created_at),
-        )
-        .await
-        .map(drop)
+        self.insert(sql::checkpoints::insert_checkpoint(c)).await
     }
 
     async fn insert_checkpoint_with_event(
@@ -67,14 +52,8 @@ impl CheckpointsTx for SqliteTx {
     }
 
     async fn last_checkpoint(&mut self, task_id: &str) -> Result<Option<CheckpointRow>> {
-        self.one(
-            sqlx::query(
-                "SELECT * FROM checkpoints WHERE task_id = ? ORDER BY sequence DESC LIMIT 1",
-            )
-            .bind(task_id),
-            checkpoint_row,
-        )
-        .await
+        let q = sql::checkpoints::last_checkpoint(task_id);
+        self.one(q.query(), checkpoint_row).await
     }
 
     async fn append_context(&mut self, task_id: &str, attempt_id: &str) -> Result<AppendContext> {
@@ -120,11 +99,7 @@ impl CheckpointsTx for SqliteTx {
     }
 
     async fn list_checkpoints(&mut self, task_id: &str) -> Result<Vec<CheckpointRow>> {
-        self.all(
-            sqlx::query("SELECT * FROM checkpoints WHERE task_id = ? ORDER BY sequence")
-                .bind(task_id),
-            checkpoint_row,
-        )
-        .await
+        let q = sql::checkpoints::list_checkpoints(task_id);
+        self.all(q.query(), checkpoint_row).await
     }
 }

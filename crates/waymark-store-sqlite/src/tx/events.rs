@@ -3,6 +3,7 @@
 
 use async_trait::async_trait;
 use waymark_store::*;
+use waymark_store_sql as sql;
 
 use super::{SqliteTx, json_list};
 use crate::rows::*;
@@ -10,18 +11,11 @@ use crate::rows::*;
 #[async_trait]
 impl EventsTx for SqliteTx {
     async fn append_event(&mut self, e: &NewEvent) -> Result<i64> {
-        let cursor: i64 = sqlx::query_scalar(
-            "INSERT INTO events (task_id, owner_id, kind, data, at) VALUES (?, ?, ?, ?, ?)
-             RETURNING cursor",
-        )
-        .bind(&e.task_id)
-        .bind(&e.owner_id)
-        .bind(e.kind.as_str())
-        .bind(json_text(&e.data))
-        .bind(e.at)
-        .fetch_one(self.db())
-        .await
-        .map_err(backend)?;
+        let cursor = sql::events::append_event(e)
+            .query_scalar()
+            .fetch_one(self.db())
+            .await
+            .map_err(backend)?;
         self.appended = Some(cursor);
         Ok(cursor)
     }
@@ -32,44 +26,20 @@ impl EventsTx for SqliteTx {
         limit: i64,
         owners: Option<&[String]>,
     ) -> Result<Vec<EventRow>> {
-        match owners {
-            Some([o]) => {
-                self.all(
-                    sqlx::query(
-                        "SELECT * FROM events WHERE owner_id = ? AND cursor > ? ORDER BY cursor LIMIT ?",
-                    )
-                    .bind(o)
-                    .bind(cursor)
-                    .bind(limit),
-                    event_row,
-                )
-                .await
-            }
+        let q = match owners {
+            Some([o]) => sql::events::owner_events_after(o, cursor, limit).query(),
             // A delegate's view: several owners, merged by cursor.
-            Some(os) => {
-                self.all(
-                    sqlx::query(
-                        "SELECT * FROM events
-                         WHERE owner_id IN (SELECT value FROM json_each(?)) AND cursor > ?
-                         ORDER BY cursor LIMIT ?",
-                    )
-                    .bind(json_list(os))
-                    .bind(cursor)
-                    .bind(limit),
-                    event_row,
-                )
-                .await
-            }
-            None => {
-                self.all(
-                    sqlx::query("SELECT * FROM events WHERE cursor > ? ORDER BY cursor LIMIT ?")
-                        .bind(cursor)
-                        .bind(limit),
-                    event_row,
-                )
-                .await
-            }
-        }
+            Some(os) => sqlx::query(
+                "SELECT * FROM events
+                 WHERE owner_id IN (SELECT value FROM json_each(?)) AND cursor > ?
+                 ORDER BY cursor LIMIT ?",
+            )
+            .bind(json_list(os))
+            .bind(cursor)
+            .bind(limit),
+            None => sql::events::events_after(cursor, limit).query(),
+        };
+        self.all(q, event_row).await
     }
 
     async fn max_cursor(&mut self) -> Result<i64> {
@@ -84,7 +54,8 @@ impl EventsTx for SqliteTx {
     }
 
     async fn pruned_through(&mut self) -> Result<i64> {
-        sqlx::query_scalar("SELECT pruned_through FROM event_retention WHERE id = 1")
+        sql::events::pruned_through()
+            .query_scalar()
             .fetch_one(self.db())
             .await
             .map_err(backend)
@@ -92,7 +63,7 @@ impl EventsTx for SqliteTx {
 
     async fn prune_events_through(&mut self, cursor: i64) -> Result<u64> {
         let n = self
-            .exec(sqlx::query("DELETE FROM events WHERE cursor <= ?").bind(cursor))
+            .exec(sql::events::delete_events_through(cursor).query())
             .await?;
         self.exec(
             sqlx::query(
@@ -105,46 +76,23 @@ impl EventsTx for SqliteTx {
     }
 
     async fn insert_audit(&mut self, a: &AuditRow) -> Result<()> {
-        self.exec(
-            sqlx::query(
-                "INSERT INTO audit (at, actor, action, task_id, code, detail) VALUES (?, ?, ?, ?, ?, ?)",
-            )
-            .bind(a.at)
-            .bind(&a.actor)
-            .bind(&a.action)
-            .bind(&a.task_id)
-            .bind(&a.code)
-            .bind(&a.detail),
-        )
-        .await
-        .map(drop)
+        self.exec(sql::events::insert_audit(a).query())
+            .await
+            .map(drop)
     }
 
     async fn list_audit(&mut self, task_id: Option<&str>, limit: i64) -> Result<Vec<AuditRow>> {
-        self.all(
-            sqlx::query(
-                "SELECT * FROM audit WHERE (? IS NULL OR task_id = ?) ORDER BY id DESC LIMIT ?",
-            )
-            .bind(task_id)
-            .bind(task_id)
-            .bind(limit),
-            audit_row,
-        )
-        .await
+        self.all(sql::events::list_audit(task_id, limit).query(), audit_row)
+            .await
     }
 
     async fn prune_audit(&mut self, before: i64, keep: i64) -> Result<u64> {
         // Two range deletes (by the `at` index, then by id) rather than one `OR`.
         let old = self
-            .exec(sqlx::query("DELETE FROM audit WHERE at < ?").bind(before))
+            .exec(sql::events::delete_audit_before(before).query())
             .await?;
         let over = self
-            .exec(
-                sqlx::query(
-                    "DELETE FROM audit WHERE id <= (SELECT COALESCE(MAX(id), 0) FROM audit) - ?",
-                )
-                .bind(keep.max(0)),
-            )
+            .exec(sql::events::delete_audit_over(keep.max(0)).query())
             .await?;
         Ok(old + over)
     }

@@ -1,7 +1,8 @@
 //! One transaction on SQLite: every `StoreTx` method as one or two statements, on a read-only
 //! reader (a snapshot) or as a member of the writer's current group. Here are the transaction,
 //! the helpers its statements run through and its commit; each table family's statements are a
-//! module of their own, one `waymark_store` trait each.
+//! module of their own, one `waymark_store` trait each. A statement both backends say alike comes
+//! from `waymark_store_sql`; a module writes here only what SQLite says its own way.
 
 mod artifacts;
 mod checkpoints;
@@ -74,6 +75,12 @@ impl SqliteTx {
     async fn exec<'q>(&mut self, q: Q<'q>) -> Result<u64> {
         Ok(q.execute(self.db()).await.map_err(backend)?.rows_affected())
     }
+
+    /// Runs a shared `INSERT` as written: a row with an existing key raises a unique violation
+    /// (`Conflict`), which on SQLite undoes this statement only.
+    async fn insert(&mut self, insert: waymark_store_sql::Insert<'_>) -> Result<()> {
+        self.exec(insert.raising().query()).await.map(drop)
+    }
 }
 
 #[async_trait]
@@ -91,4 +98,30 @@ impl StoreTx for SqliteTx {
 /// A list of owners as the JSON array `json_each` reads.
 fn json_list(owners: &[String]) -> String {
     serde_json::to_string(owners).unwrap_or_else(|_| "[]".into())
+}
+
+#[cfg(test)]
+mod tests {
+    use sqlx::{Connection, Row, SqliteConnection};
+    use waymark_store_sql::Statement;
+
+    /// The shared statements are written with `$n`, which sqlx binds on SQLite by its number:
+    /// a placeholder may stand in any order, more than once, and `NULL` under a `CAST`.
+    #[tokio::test]
+    async fn dollar_placeholders_bind_by_number() {
+        let mut db = SqliteConnection::connect("sqlite::memory:").await.unwrap();
+        let row =
+            Statement::new("SELECT $2 AS a, $1 AS b, $2 || $1 AS c, CAST($3 AS TEXT) IS NULL AS d")
+                .bind("one")
+                .bind("two")
+                .bind(None::<&str>)
+                .query()
+                .fetch_one(&mut db)
+                .await
+                .unwrap();
+        assert_eq!(row.get::<String, _>("a"), "two");
+        assert_eq!(row.get::<String, _>("b"), "one");
+        assert_eq!(row.get::<String, _>("c"), "twoone");
+        assert!(row.get::<bool, _>("d"));
+    }
 }

@@ -2,6 +2,7 @@
 
 use async_trait::async_trait;
 use waymark_store::*;
+use waymark_store_sql as sql;
 
 use super::SqliteTx;
 use crate::rows::*;
@@ -9,21 +10,16 @@ use crate::rows::*;
 #[async_trait]
 impl SecretsTx for SqliteTx {
     async fn server_secret(&mut self, name: &str) -> Result<Option<String>> {
-        sqlx::query_scalar("SELECT value FROM server_secrets WHERE name = ?")
-            .bind(name)
+        sql::secrets::server_secret(name)
+            .query_scalar()
             .fetch_optional(self.db())
             .await
             .map_err(backend)
     }
 
     async fn insert_server_secret(&mut self, name: &str, value: &str) -> Result<()> {
-        self.exec(
-            sqlx::query("INSERT INTO server_secrets (name, value) VALUES (?, ?)")
-                .bind(name)
-                .bind(value),
-        )
-        .await
-        .map(drop)
+        let q = sql::secrets::insert_server_secret(name, value);
+        self.exec(q.query()).await.map(drop)
     }
 
     async fn try_claim(&mut self, _job: &str) -> Result<bool> {

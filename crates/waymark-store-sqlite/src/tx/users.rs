@@ -2,6 +2,7 @@
 
 use async_trait::async_trait;
 use waymark_store::*;
+use waymark_store_sql as sql;
 
 use super::SqliteTx;
 use crate::rows::*;
@@ -9,82 +10,38 @@ use crate::rows::*;
 #[async_trait]
 impl UsersTx for SqliteTx {
     async fn insert_user(&mut self, u: &UserRow) -> Result<()> {
-        self.exec(
-            sqlx::query("INSERT INTO users (id, name, created_at) VALUES (?, ?, ?)")
-                .bind(&u.id)
-                .bind(&u.name)
-                .bind(u.created_at),
-        )
-        .await
-        .map(drop)
+        self.insert(sql::users::insert_user(u)).await
     }
 
     async fn user_by_name(&mut self, name: &str) -> Result<Option<UserRow>> {
-        self.one(
-            sqlx::query("SELECT * FROM users WHERE name = ?").bind(name),
-            user_row,
-        )
-        .await
-    }
-
-    async fn user_by_id(&mut self, id: &str) -> Result<Option<UserRow>> {
-        self.one(
-            sqlx::query("SELECT * FROM users WHERE id = ?").bind(id),
-            user_row,
-        )
-        .await
-    }
-
-    async fn list_users(&mut self) -> Result<Vec<UserRow>> {
-        self.all(sqlx::query("SELECT * FROM users ORDER BY name"), user_row)
+        self.one(sql::users::user_by_name(name).query(), user_row)
             .await
     }
 
+    async fn user_by_id(&mut self, id: &str) -> Result<Option<UserRow>> {
+        self.one(sql::users::user_by_id(id).query(), user_row).await
+    }
+
+    async fn list_users(&mut self) -> Result<Vec<UserRow>> {
+        self.all(sql::users::list_users().query(), user_row).await
+    }
+
     async fn insert_token(&mut self, t: &TokenRow) -> Result<()> {
-        self.exec(
-            sqlx::query(
-                "INSERT INTO tokens (id, kind, name, user_id, secret_hash, created_at, revoked_at,
-                   machine_id)
-                 VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-            )
-            .bind(&t.id)
-            .bind(t.kind.as_str())
-            .bind(&t.name)
-            .bind(&t.user_id)
-            .bind(&t.secret_hash)
-            .bind(t.created_at)
-            .bind(t.revoked_at)
-            .bind(&t.machine_id),
-        )
-        .await
-        .map(drop)
+        self.insert(sql::users::insert_token(t)).await
     }
 
     async fn token_by_hash(&mut self, hash: &str) -> Result<Option<TokenRow>> {
-        self.one(
-            sqlx::query("SELECT * FROM tokens WHERE secret_hash = ?").bind(hash),
-            token_row,
-        )
-        .await
+        self.one(sql::users::token_by_hash(hash).query(), token_row)
+            .await
     }
 
     async fn list_tokens(&mut self, kind: TokenKind) -> Result<Vec<TokenRow>> {
-        self.all(
-            sqlx::query("SELECT * FROM tokens WHERE kind = ? ORDER BY created_at, id")
-                .bind(kind.as_str()),
-            token_row,
-        )
-        .await
+        self.all(sql::users::list_tokens(kind).query(), token_row)
+            .await
     }
 
     async fn revoke_token(&mut self, id: &str, at: i64) -> Result<bool> {
-        let n = self
-            .exec(
-                sqlx::query("UPDATE tokens SET revoked_at = ? WHERE id = ? AND revoked_at IS NULL")
-                    .bind(at)
-                    .bind(id),
-            )
-            .await?;
+        let n = self.exec(sql::users::revoke_token(id, at).query()).await?;
         Ok(n == 1)
     }
 }
