@@ -5,7 +5,6 @@
 //! only to the devices a step reached (`push::worth_a_push`).
 
 use chrono::{DateTime, NaiveTime, TimeZone, Utc};
-use chrono_tz::Tz;
 use waymark_proto::*;
 use waymark_store::*;
 
@@ -15,6 +14,7 @@ use crate::convert;
 use crate::core::{Tx, emit, invalid, whose};
 use crate::delegations;
 use crate::error::{ApiError, ApiResult};
+use crate::zone::Zone;
 
 /// Steps a policy may have.
 pub const MAX_STEPS: usize = 8;
@@ -163,7 +163,7 @@ async fn policy_of(tx: &mut Tx, user_id: &str) -> ApiResult<Option<EscalationPol
 }
 
 /// The quiet hours' start and end times and zone, or why they do not parse.
-fn quiet_window(q: &QuietHours) -> ApiResult<(NaiveTime, NaiveTime, Tz)> {
+fn quiet_window(q: &QuietHours) -> ApiResult<(NaiveTime, NaiveTime, Zone)> {
     let time = |what: &str, s: &str| {
         NaiveTime::parse_from_str(s, "%H:%M").map_err(|_| {
             invalid(format!(
@@ -176,7 +176,7 @@ fn quiet_window(q: &QuietHours) -> ApiResult<(NaiveTime, NaiveTime, Tz)> {
     if from == to {
         return Err(invalid("`quiet_hours.from` and `to` must differ"));
     }
-    let tz: Tz = q.time_zone.parse().map_err(|_| {
+    let tz = Zone::named(&q.time_zone).ok_or_else(|| {
         invalid(format!(
             "`quiet_hours.time_zone` `{}` is not an IANA time zone such as Europe/Berlin",
             q.time_zone

@@ -23,6 +23,7 @@ pub mod redact;
 pub mod risk;
 pub mod schedule;
 pub mod text;
+pub mod zone;
 
 pub mod budget;
 pub mod caller;

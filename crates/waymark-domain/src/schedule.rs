@@ -6,8 +6,9 @@
 use std::str::FromStr;
 
 use chrono::{DateTime, Datelike, Duration, LocalResult, NaiveDateTime, Offset, TimeZone, Utc};
-use chrono_tz::Tz;
 use waymark_proto::Schedule;
+
+use crate::zone::Zone;
 
 /// A parsed schedule.
 #[derive(Debug, Clone)]
@@ -22,14 +23,14 @@ pub enum Plan {
     /// A cron expression in a zone.
     Cron {
         schedule: Box<cron::Schedule>,
-        tz: Tz,
+        tz: Zone,
     },
 }
 
 /// An IANA zone by name.
-pub fn zone(name: &str) -> Result<Tz, String> {
-    Tz::from_str(name)
-        .map_err(|_| format!("`{name}` is not an IANA time zone (like `Europe/Paris`)"))
+pub fn zone(name: &str) -> Result<Zone, String> {
+    Zone::named(name)
+        .ok_or_else(|| format!("`{name}` is not an IANA time zone (like `Europe/Paris`)"))
 }
 
 /// The last instant a follow-up may run at: RFC 3339 (and so the API's date-times) has
@@ -57,7 +58,7 @@ fn duration(s: &str) -> Result<Duration, String> {
 }
 
 /// The instant a local time means in `tz`, by java.time's rules for gaps and overlaps.
-pub fn resolve_local(tz: Tz, naive: NaiveDateTime) -> DateTime<Utc> {
+pub fn resolve_local(tz: &Zone, naive: NaiveDateTime) -> DateTime<Utc> {
     match tz.from_local_datetime(&naive) {
         LocalResult::Single(t) => t.with_timezone(&Utc),
         LocalResult::Ambiguous(a, b) => a.min(b).with_timezone(&Utc),
@@ -89,7 +90,7 @@ pub fn plan(s: &Schedule, tz_name: &str, created: DateTime<Utc>) -> Result<Plan,
             let naive = NaiveDateTime::parse_from_str(at, "%Y-%m-%dT%H:%M:%S")
                 .or_else(|_| NaiveDateTime::parse_from_str(at, "%Y-%m-%dT%H:%M"))
                 .map_err(|_| format!("`{at}` is not a local date-time like `2027-03-28T02:30` (no offset: `time_zone` says where)"))?;
-            Some(resolve_local(tz, naive))
+            Some(resolve_local(&tz, naive))
                 .filter(|t| *t <= latest())
                 .map(Plan::Once)
                 .ok_or_else(|| too_late(at))
@@ -134,7 +135,7 @@ pub fn next_after(p: &Plan, after: DateTime<Utc>) -> Option<DateTime<Utc>> {
             schedule
                 .after(&local.and_utc())
                 .take(2000)
-                .map(|t| resolve_local(*tz, t.naive_utc()))
+                .map(|t| resolve_local(tz, t.naive_utc()))
                 .find(|t| *t > after)
         }
     }

@@ -239,7 +239,8 @@ impl utoipa::Modify for CommonProblems {
     }
 }
 
-/// A follow-up's `time_zone` is one of the IANA zones the server knows (`chrono-tz`'s list).
+/// A follow-up's `time_zone` is one of the IANA zones the server knows: the bundled database's
+/// names, the same on every machine (`domain::zone`).
 struct TimeZones;
 
 impl utoipa::Modify for TimeZones {
@@ -253,9 +254,9 @@ impl utoipa::Modify for TimeZones {
             return;
         };
         if let Some(RefOr::T(Schema::Object(tz))) = followup.properties.get_mut("time_zone") {
-            let mut zones: Vec<serde_json::Value> = chrono_tz::TZ_VARIANTS
-                .iter()
-                .map(|z| z.name().into())
+            let mut zones: Vec<serde_json::Value> = crate::domain::zone::Zone::bundled_names()
+                .into_iter()
+                .map(Into::into)
                 .collect();
             zones.push(serde_json::Value::Null);
             tz.enum_values = Some(zones);

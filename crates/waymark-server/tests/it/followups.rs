@@ -4,7 +4,6 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use chrono_tz::Europe::Paris;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
@@ -48,9 +47,10 @@ async fn a_daily_0230_paris_follow_up_is_listed_once_a_day_through_both_transiti
         .map(|t| t.as_str().unwrap().parse().unwrap())
         .collect();
     assert_eq!(times.len(), 400);
+    let paris = waymark_domain::zone::Zone::named("Europe/Paris").unwrap();
     let mut per_day: BTreeMap<chrono::NaiveDate, Vec<String>> = BTreeMap::new();
     for t in &times {
-        let local = t.with_timezone(&Paris);
+        let local = t.with_timezone(&paris);
         per_day
             .entry(local.date_naive())
             .or_default()
