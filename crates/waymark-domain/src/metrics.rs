@@ -48,6 +48,8 @@ pub struct Metrics {
     pub checkpoints: Counter,
     /// Control commands a worker's stream showed as handed over in memory, without a read.
     pub controls_handed_over: Counter,
+    /// Connections served on the people's lane (`waymark-server::lanes`): event streams.
+    pub people_lane_connections: Counter,
     sse: Gauge,
     decision_waits: Gauge,
     connections: Gauge,
@@ -70,6 +72,7 @@ impl Default for Metrics {
         let tasks_created = Counter::default();
         let checkpoints = Counter::default();
         let controls_handed_over = Counter::default();
+        let people_lane_connections = Counter::default();
         let sse = Gauge::default();
         let decision_waits = Gauge::default();
         let connections = Gauge::default();
@@ -101,6 +104,11 @@ impl Default for Metrics {
             "Control commands a worker's stream showed from the replica that applied them, without a database read",
             controls_handed_over.clone(),
         );
+        registry.register(
+            "people_lane_connections",
+            "Connections served on the people's lane: event streams, on a runtime of their own at a lower OS priority, apart from the control path",
+            people_lane_connections.clone(),
+        );
         registry.register("sse_subscribers", "Open event streams", sse.clone());
         registry.register(
             "decision_waits",
@@ -126,6 +134,7 @@ impl Default for Metrics {
             tasks_created,
             checkpoints,
             controls_handed_over,
+            people_lane_connections,
             sse,
             decision_waits,
             connections,

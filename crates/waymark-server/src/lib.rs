@@ -9,6 +9,7 @@ pub mod error;
 mod extract;
 mod http;
 mod known_tokens;
+mod lanes;
 mod limits;
 mod listen;
 mod state;
@@ -287,12 +288,19 @@ pub async fn start_with_store(
         Some((config, fp)) => (Some(config), Some(fp)),
         None => (None, None),
     };
+    // People's event streams are served apart from the control path (`lanes`).
+    let threads = std::thread::available_parallelism().map_or(1, usize::from);
+    let people = lanes::PeopleLane::start(threads).map_err(|e| ServeError::Bind {
+        addr,
+        reason: format!("cannot start the event streams' runtime: {e}"),
+    })?;
     let serving = listen::Serving {
         router: app(state.clone()),
         tls,
         header_timeout,
         max_connections,
         metrics: state.metrics.clone(),
+        people: Some(Arc::new(people)),
     };
     let stopping = state.stopping.clone();
     let task = tokio::spawn(listen::serve(listener, serving, async move {

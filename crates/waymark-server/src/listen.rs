@@ -13,6 +13,7 @@
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use axum::Router;
@@ -27,6 +28,7 @@ use tokio_rustls::TlsAcceptor;
 use tokio_rustls::rustls::ServerConfig;
 use waymark_proto::{ErrorCode, Problem};
 
+use crate::lanes::{self, PeopleLane};
 use crate::metrics::Metrics;
 
 /// Refusals (`503`) written at the same time at most; a connection beyond them is closed.
@@ -46,6 +48,8 @@ pub(crate) struct Serving {
     /// Open connections at most (a TLS connection counts from before its handshake).
     pub(crate) max_connections: usize,
     pub(crate) metrics: Arc<Metrics>,
+    /// Where connections that ask for an event stream are served (`lanes`); `None`: here.
+    pub(crate) people: Option<Arc<PeopleLane>>,
 }
 
 /// Serves until `shutdown` resolves, then waits for open connections to finish.
@@ -92,14 +96,14 @@ pub(crate) async fn serve(
         let acceptor = acceptor.clone();
         let watcher = graceful.watcher();
         tokio::spawn(async move {
-            let _open = Open::new(slot, &serving.metrics);
+            let open = Open::new(slot, &serving.metrics);
             match acceptor {
-                None => connection(stream, peer, &serving, watcher).await,
+                None => connection(stream, peer, &serving, watcher, open).await,
                 Some(acceptor) => {
                     let deadline = serving.header_timeout;
                     let tls = tokio::time::timeout(deadline, handshake(stream, acceptor)).await;
                     match tls {
-                        Ok(Some(tls)) => connection(tls, peer, &serving, watcher).await,
+                        Ok(Some(tls)) => connection(tls, peer, &serving, watcher, open).await,
                         Ok(None) => {}
                         Err(_) => tracing::debug!("TLS handshake timed out; connection closed"),
                     }
@@ -164,10 +168,11 @@ fn refuse(stream: TcpStream, serving: &Serving, refusing: &Arc<Semaphore>) {
     });
 }
 
-/// Serves HTTP/1.1 on one connection until it closes, or until shutdown asks it to. Each
-/// request carries the peer's address (`ConnectInfo`), which the routes open to unknown
-/// callers are rate-limited by.
-async fn connection<I>(io: I, peer: SocketAddr, serving: &Serving, watcher: Watcher)
+/// Serves HTTP/1.1 on one connection until it closes, or until shutdown asks it to; it holds
+/// its slot (`open`) until then. Each request carries the peer's address (`ConnectInfo`),
+/// which the routes open to unknown callers are rate-limited by. A connection that asks for
+/// the event stream moves to the people's lane (`lanes`).
+async fn connection<I>(io: I, peer: SocketAddr, serving: &Serving, watcher: Watcher, open: Open)
 where
     I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
@@ -175,17 +180,27 @@ where
     let mut http = hyper::server::conn::http1::Builder::new();
     http.timer(TokioTimer::new())
         .header_read_timeout(serving.header_timeout);
+    let to_people = Arc::new(AtomicBool::new(false));
+    let asks = to_people.clone();
     let router = serving.router.clone().map_request(
         move |mut r: axum::http::Request<hyper::body::Incoming>| {
+            if lanes::is_event_stream(r.method(), r.uri().path()) {
+                asks.store(true, Ordering::Release);
+            }
             r.extensions_mut().insert(ConnectInfo(peer));
             r
         },
     );
     let service = TowerToHyperService::new(router);
     let conn = http.serve_connection(TokioIo::new(io), service);
-    if let Err(e) = watcher.watch(conn).await {
-        tracing::debug!(error = %e, "connection ended with an error");
-    }
+    let served = async move {
+        let _open = open;
+        if let Err(e) = watcher.watch(conn).await {
+            tracing::debug!(error = %e, "connection ended with an error");
+        }
+    };
+    let moved = &serving.metrics.people_lane_connections;
+    lanes::serve(served, to_people, serving.people.clone(), moved).await;
 }
 
 /// The TLS handshake, or `None` (with a plain `400` when the client spoke plain HTTP).

@@ -265,3 +265,49 @@ async fn a_revoked_devices_stream_ends_at_once() {
     let (s, _) = h.get(&token, "/v1/events").await;
     assert_eq!(s, StatusCode::UNAUTHORIZED);
 }
+
+/// A connection that asks for the event stream moves to the people's lane (a runtime of its
+/// own, at a lower priority), even after serving other requests first — a browser reuses a
+/// kept-alive connection for its `EventSource` — and the stream goes on there: events written
+/// after the move arrive. Requests that are not the stream do not move.
+#[tokio::test]
+async fn the_event_stream_moves_to_the_peoples_lane_and_keeps_streaming() {
+    let h = Harness::start().await;
+    let moved = || h.server.state.metrics.people_lane_connections.get();
+    let task = h.create_task(&h.alice).await;
+    let (att, fence) = h.attempt(&h.alice, &task, 120).await;
+    let (s, _) = h.get(&h.admin, "/v1/snapshot").await;
+    assert_eq!(s, StatusCode::OK);
+    assert_eq!(moved(), 0, "no request but the stream moves");
+
+    // One connection: a request first, then the stream on it.
+    let client = reqwest::Client::builder()
+        .pool_max_idle_per_host(1)
+        .build()
+        .unwrap();
+    let first = client.get(h.url("/healthz")).send().await.unwrap();
+    assert_eq!(first.status(), StatusCode::OK);
+    first.bytes().await.unwrap();
+    let res = client
+        .get(h.url("/v1/events"))
+        .bearer_auth(&h.admin)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), StatusCode::OK);
+    assert_eq!(moved(), 1);
+    let mut stream = res.bytes_stream().eventsource();
+    let (s, v) = h.checkpoint(&h.alice, &task, &att, fence, 1).await;
+    assert_eq!(s, StatusCode::CREATED, "{v}");
+    let cursor = v["cursor"].as_i64().unwrap();
+    let mut seen = Vec::new();
+    while !seen.contains(&cursor) {
+        let ev = tokio::time::timeout(Duration::from_secs(10), stream.next())
+            .await
+            .expect("the stream went quiet after moving")
+            .expect("the stream ended")
+            .unwrap();
+        seen.push(ev.id.parse::<i64>().unwrap());
+    }
+    assert_eq!(moved(), 1);
+}
