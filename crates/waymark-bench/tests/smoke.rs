@@ -16,13 +16,13 @@ fn a_quick_steer_run_prints_its_figures() {
     let figures = figures.as_array().unwrap();
     assert_eq!(
         figures.len(),
-        4,
-        "p50 and p99, with the subscribers reading and not"
+        6,
+        "p50 and p99 with nobody watching, with the subscribers reading, and not"
     );
     assert_eq!(
         figures.iter().filter(|f| f["met"].is_boolean()).count(),
-        1,
-        "one target: the p99 with the subscribers reading"
+        2,
+        "two targets: the p99 with nobody watching and with the subscribers reading"
     );
     for f in figures {
         assert_eq!(f["bench"], "steer");
