@@ -329,10 +329,15 @@ async fn a_person_pairs_approves_and_steers_offline() {
 
     // Approve; the agent continues and finishes.
     click(&c, "[data-testid=approve]").await;
-    if c.find(Locator::Css("[data-testid=confirm-approve]"))
-        .await
-        .is_ok()
-    {
+    // A risky approval asks to confirm first: wait for whichever comes, the confirmation or
+    // the result (looking once, at once, raced the confirmation's render).
+    let next = wait_css(
+        &c,
+        "[data-testid=confirm-approve], [data-testid=decision-result]",
+        30,
+    )
+    .await;
+    if next.attr("data-testid").await.ok().flatten().as_deref() == Some("confirm-approve") {
         click(&c, "[data-testid=confirm-approve]").await;
     }
     let sent = wait_css(&c, "[data-testid=decision-result]", 30)
