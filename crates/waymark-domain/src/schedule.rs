@@ -1,5 +1,5 @@
 //! Schedule arithmetic for follow-ups, on the server clock only: ISO 8601 durations, local
-//! times in an IANA zone (chrono-tz) and cron expressions. Local times that do not exist run
+//! times in an IANA zone (`zone`) and cron expressions. Local times that do not exist run
 //! later by the gap (02:30 → 03:30 summer time); ambiguous ones run at the earlier occurrence —
 //! java.time's rule.
 
