@@ -97,12 +97,6 @@ pub struct TaskView {
     pub updated_at: i64,
 }
 
-impl From<Task> for TaskView {
-    fn from(t: Task) -> Self {
-        TaskView::at(t, chrono::Utc::now())
-    }
-}
-
 impl TaskView {
     /// The task as it stands at `now`: its budget's elapsed time runs until `now`, or until it
     /// ended.
