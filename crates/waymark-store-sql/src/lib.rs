@@ -1,7 +1,7 @@
 //! The SQL both store backends speak. A statement whose text is the same on SQLite and
-//! PostgreSQL is written here once, with `$1..$n` placeholders (sqlx binds `$n` by its number on
-//! both), together with the arguments it takes, in placeholder order; a backend runs it with
-//! [`Statement::query`]. What one backend says its own way stays in that backend's `tx` module:
+//! PostgreSQL is written here once, with `$1..$n` placeholders (bound by their number), together
+//! with the arguments it takes, in placeholder order; PostgreSQL runs it with sqlx
+//! ([`Statement::query`]), SQLite with rusqlite ([`Statement::sql`] and [`Statement::args`]). What one backend says its own way stays in that backend's `tx` module:
 //! `json_each` against arrays, `MAX` against `GREATEST`, `FOR UPDATE`, advisory locks,
 //! `pg_notify`, SQLite's multi-statement queries.
 //!
@@ -130,6 +130,17 @@ impl<'a> Statement<'a> {
         });
         self.args.push(Arg::Json(raw));
         self
+    }
+
+    /// The statement's text.
+    pub fn sql(&self) -> &'static str {
+        self.sql
+    }
+
+    /// Its arguments, in placeholder order: `$n` takes the n-th (a backend binding them itself,
+    /// as the SQLite store does through rusqlite, looks each placeholder's number up here).
+    pub fn args(&self) -> &[Arg<'a>] {
+        &self.args
     }
 
     /// The statement as a query on `DB`.

@@ -8,7 +8,7 @@
 use std::sync::Weak;
 use std::time::Duration;
 
-use sqlx::{Connection, SqliteConnection};
+use rusqlite::Connection;
 
 use crate::group::Writer;
 
@@ -16,7 +16,7 @@ use crate::group::Writer;
 pub(crate) const EVERY: Duration = Duration::from_millis(250);
 
 /// Runs until the store is dropped (or the connection fails, said once in the log).
-pub(crate) async fn run(mut db: SqliteConnection, writer: Weak<Writer>) {
+pub(crate) async fn run(db: Connection, writer: Weak<Writer>) {
     let mut seen: Option<i64> = None;
     let mut tick = tokio::time::interval(EVERY);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -25,10 +25,7 @@ pub(crate) async fn run(mut db: SqliteConnection, writer: Weak<Writer>) {
         let Some(writer) = writer.upgrade() else {
             break;
         };
-        let version: i64 = match sqlx::query_scalar("PRAGMA data_version")
-            .fetch_one(&mut db)
-            .await
-        {
+        let version: i64 = match db.query_row("PRAGMA data_version", [], |r| r.get(0)) {
             Ok(v) => v,
             Err(e) => {
                 tracing::warn!(error = %e, "cannot follow other processes' commits any more");
@@ -39,13 +36,11 @@ pub(crate) async fn run(mut db: SqliteConnection, writer: Weak<Writer>) {
             continue;
         }
         seen = Some(version);
-        match sqlx::query_scalar::<_, i64>("SELECT COALESCE(MAX(cursor), 0) FROM events")
-            .fetch_one(&mut db)
-            .await
-        {
+        match db.query_row::<i64, _, _>("SELECT COALESCE(MAX(cursor), 0) FROM events", [], |r| {
+            r.get(0)
+        }) {
             Ok(max) => writer.advance_to(max),
             Err(e) => tracing::warn!(error = %e, "reading the newest cursor failed"),
         }
     }
-    let _ = db.close().await;
 }

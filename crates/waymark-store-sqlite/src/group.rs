@@ -12,25 +12,23 @@
 //! back to its savepoint (`ROLLBACK TO` the newest `w`, then `RELEASE` it), or rolls the outer
 //! transaction back when it opened it, so only its own changes vanish.
 //!
-//! A writer alone runs the statements it always ran (`BEGIN IMMEDIATE` … `COMMIT`) and pays
-//! no wait: with nobody queued it commits at once.
-//!
-//! Opening a transaction and a batch's `COMMIT` run in tasks of their own, so a caller dropped
-//! mid-way (a client that went away) never cuts a `COMMIT` that others of its batch wait for,
-//! nor leaves the connection between the statements of a rollback. A transaction that leaves
-//! the `COMMIT` to a later writer runs no statement, and hands the connection on without a
-//! task switch.
+//! Statements run on the calling thread (rusqlite), between the transaction's own `.await`s:
+//! each costs what SQLite costs, with no hand-off to a connection thread, and no caller can be
+//! dropped half-way through one. Only what may wait on the disk or on another process leaves
+//! the runtime's threads: a batch's `COMMIT` (its fsync) runs on a blocking thread, which also
+//! finishes it when the caller that carried it is dropped (a client that went away), so the
+//! others of its batch get their answer; and a `BEGIN IMMEDIATE` that finds the file's write
+//! lock held by another process waits for it there.
 
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use sqlx::SqliteConnection;
+use rusqlite::{Connection, ErrorCode};
 use tokio::sync::{Mutex, OwnedMutexGuard, watch};
 use waymark_store::{Result, StoreError};
 
+use crate::readers::BUSY_TIMEOUT;
 use crate::rows::backend;
 
 /// Most transactions one `COMMIT` acknowledges.
@@ -58,24 +56,13 @@ pub(crate) struct Writer {
 
 /// The connection and the batch open on it.
 pub(crate) struct Conn {
-    db: SqliteConnection,
+    db: Connection,
     /// The outer transaction, when one is open.
     batch: Option<Batch>,
-    /// A transaction was dropped and is not rolled back yet.
-    undo: Option<Undo>,
     next_id: u64,
     /// Successful `COMMIT`s, for the tests that check transactions do share them.
     #[cfg(test)]
     commits: u64,
-}
-
-/// How to roll back a dropped transaction.
-#[derive(Clone, Copy)]
-enum Undo {
-    /// `ROLLBACK TO w; RELEASE w`: it was a savepoint.
-    Savepoint,
-    /// `ROLLBACK`: it opened the outer transaction (so nothing else is in it).
-    Outer,
 }
 
 struct Batch {
@@ -113,15 +100,6 @@ impl Drop for Waiting<'_> {
     }
 }
 
-/// Runs one statement. The boxed future keeps the spawned tasks' futures `Send` (rustc cannot
-/// prove it through sqlx's `Executor` for every lifetime when they are nested `async fn`s).
-fn exec<'c>(
-    db: &'c mut SqliteConnection,
-    sql: &'static str,
-) -> Pin<Box<dyn Future<Output = std::result::Result<(), sqlx::Error>> + Send + 'c>> {
-    Box::pin(async move { sqlx::query(sql).execute(db).await.map(drop) })
-}
-
 /// The same error again, for every transaction of a failed batch.
 fn copy(e: &StoreError) -> StoreError {
     match e {
@@ -150,12 +128,11 @@ fn advance(cursor: &watch::Sender<i64>, to: i64) {
 }
 
 impl Writer {
-    pub(crate) fn new(db: SqliteConnection, cursor: watch::Sender<i64>) -> Arc<Self> {
+    pub(crate) fn new(db: Connection, cursor: watch::Sender<i64>) -> Arc<Self> {
         Arc::new(Writer {
             conn: Arc::new(Mutex::new(Conn {
                 db,
                 batch: None,
-                undo: None,
                 next_id: 0,
                 #[cfg(test)]
                 commits: 0,
@@ -186,35 +163,24 @@ impl Writer {
         advance(&self.cursor, to);
     }
 
-    /// Waits for the connection and opens a savepoint (and the outer transaction when none
-    /// is open). A caller dropped half-way (its client went away) must not leave the
-    /// connection in a state nobody knows:
-    ///
-    /// * a writer that finds no batch open and nothing to roll back opens the outer
-    ///   transaction itself, marked to be rolled back ([`Undo::Outer`]) until `BEGIN` has
-    ///   answered — dropped in between, the next writer's `ROLLBACK` ends whatever it began,
-    ///   and nobody else is in it (the common case of a writer alone: no task switch);
-    /// * otherwise (a savepoint to open in a batch others wait on, or a dropped transaction to
-    ///   roll back first) the work runs in a task of its own, like a batch's `COMMIT`
-    ///   ([`Member::commit`]), which no caller can stop between statements.
+    /// Waits for the connection and opens a savepoint in the open batch, or the outer
+    /// transaction of a new one.
     pub(crate) async fn begin(self: &Arc<Self>) -> Result<Member> {
         let mut g = self.lock().await?;
-        if g.batch.is_some() || g.undo.is_some() {
-            let writer = self.clone();
-            return tokio::spawn(async move { writer.open(g).await })
-                .await
-                .map_err(task_failed)?;
+        if g.batch.is_some() {
+            if let Err(e) = g.db.execute_batch("SAVEPOINT w") {
+                let e = backend(e);
+                g.fail(&e);
+                return Err(e);
+            }
+            return Ok(self.member(g, true));
         }
-        g.undo = Some(Undo::Outer);
-        let begun = exec(&mut g.db, "BEGIN IMMEDIATE").await;
-        g.undo = None;
-        if begun.is_err() {
-            // A transaction left open by a failed `ROLLBACK`: see `open`.
-            let writer = self.clone();
-            return tokio::spawn(async move { writer.open(g).await })
-                .await
-                .map_err(task_failed)?;
+        if !g.db.is_autocommit() {
+            // A transaction nobody owns: a `ROLLBACK` that failed, or a `BEGIN` whose caller
+            // was dropped while it waited for another process. Nothing in it was acknowledged.
+            let _ = g.db.execute_batch("ROLLBACK");
         }
+        let g = begin_immediate(g).await?;
         Ok(self.member(g, false))
     }
 
@@ -245,25 +211,6 @@ impl Writer {
         }
     }
 
-    async fn open(self: Arc<Self>, mut g: OwnedMutexGuard<Conn>) -> Result<Member> {
-        g.settle().await;
-        let savepoint = g.batch.is_some();
-        if savepoint {
-            if let Err(e) = exec(&mut g.db, "SAVEPOINT w").await {
-                let e = backend(e);
-                g.fail(&e).await;
-                return Err(e);
-            }
-        } else if exec(&mut g.db, "BEGIN IMMEDIATE").await.is_err() {
-            // A transaction left open by a failed `ROLLBACK` (or by a writer dropped while its
-            // `BEGIN` ran) would refuse the `BEGIN`: end it (nothing in it was acknowledged)
-            // and try once more.
-            let _ = exec(&mut g.db, "ROLLBACK").await;
-            exec(&mut g.db, "BEGIN IMMEDIATE").await.map_err(backend)?;
-        }
-        Ok(self.member(g, savepoint))
-    }
-
     /// Waits for the `COMMIT` of the batch a finished transaction joined.
     async fn wait(mut done: watch::Receiver<Outcome>) -> Result<()> {
         match done.wait_for(Option::is_some).await {
@@ -282,13 +229,20 @@ impl Writer {
     fn flush_later(self: Arc<Self>, id: u64) {
         tokio::spawn(async move {
             tokio::time::sleep(FLUSH_AFTER).await;
-            let mut g = self.conn.clone().lock_owned().await;
-            g.settle().await;
+            let g = self.conn.clone().lock_owned().await;
             if g.batch.as_ref().is_some_and(|b| b.id == id) {
                 // The answer reaches the batch's transactions through `done`.
-                let _ = g.commit(&self.cursor).await;
+                let _ = self.commit_off_thread(g).await;
             }
         });
+    }
+
+    /// The batch's `COMMIT` on a blocking thread: it waits for the disk, and it runs to its
+    /// end whoever stops waiting for it. (In place through `block_in_place` measured the same.)
+    async fn commit_off_thread(self: Arc<Self>, mut g: OwnedMutexGuard<Conn>) -> Result<()> {
+        tokio::task::spawn_blocking(move || g.commit(&self.cursor))
+            .await
+            .map_err(task_failed)?
     }
 
     /// Whether a transaction that just finished should commit its batch now.
@@ -301,38 +255,35 @@ impl Writer {
     }
 }
 
-impl Conn {
-    /// Rolls back a transaction that was dropped.
-    async fn settle(&mut self) {
-        let rolled_back = match self.undo.take() {
-            None => return,
-            Some(Undo::Savepoint) => match exec(&mut self.db, "ROLLBACK TO w").await {
-                Ok(()) => exec(&mut self.db, "RELEASE w").await,
-                Err(e) => Err(e),
-            },
-            Some(Undo::Outer) => {
-                // It opened the batch and never finished, so the batch holds nothing else.
-                let _ = exec(&mut self.db, "ROLLBACK").await;
-                self.batch = None;
-                return;
-            }
-        };
-        if let Err(e) = rolled_back {
-            // The outer transaction is gone (SQLite rolls it back on I/O errors and the like):
-            // so are the finished transactions waiting in it.
-            let e = backend(e);
-            tracing::warn!(error = %e, "rolling back a dropped write transaction failed");
-            self.fail(&e).await;
+/// `BEGIN IMMEDIATE`, on the calling thread when the file's write lock is free, as it is
+/// unless another process (`waymark admin`) writes; then the wait for that process, up to the
+/// busy timeout, runs on a blocking thread rather than a runtime's.
+async fn begin_immediate(g: OwnedMutexGuard<Conn>) -> Result<OwnedMutexGuard<Conn>> {
+    g.db.busy_timeout(Duration::ZERO).map_err(backend)?;
+    let first = g.db.execute_batch("BEGIN IMMEDIATE");
+    g.db.busy_timeout(BUSY_TIMEOUT).map_err(backend)?;
+    match first {
+        Ok(()) => Ok(g),
+        Err(e) if e.sqlite_error_code() == Some(ErrorCode::DatabaseBusy) => {
+            tokio::task::spawn_blocking(move || {
+                g.db.execute_batch("BEGIN IMMEDIATE").map_err(backend)?;
+                Ok(g)
+            })
+            .await
+            .map_err(task_failed)?
         }
+        Err(e) => Err(backend(e)),
     }
+}
 
+impl Conn {
     /// The real `COMMIT` of the open batch; its answer goes to every transaction in it.
-    async fn commit(&mut self, cursor: &watch::Sender<i64>) -> Result<()> {
+    fn commit(&mut self, cursor: &watch::Sender<i64>) -> Result<()> {
         let Some(batch) = self.batch.take() else {
             return Ok(());
         };
-        match exec(&mut self.db, "COMMIT").await {
-            Ok(_) => {
+        match self.db.execute_batch("COMMIT") {
+            Ok(()) => {
                 #[cfg(test)]
                 {
                     self.commits += 1;
@@ -346,7 +297,9 @@ impl Conn {
             Err(e) => {
                 let e = backend(e);
                 // A `COMMIT` that failed may leave the transaction open.
-                let _ = exec(&mut self.db, "ROLLBACK").await;
+                if !self.db.is_autocommit() {
+                    let _ = self.db.execute_batch("ROLLBACK");
+                }
                 batch.done.send_replace(Some(Err(Arc::new(copy(&e)))));
                 Err(e)
             }
@@ -354,39 +307,22 @@ impl Conn {
     }
 
     /// Rolls the whole outer transaction back and tells its waiting transactions why.
-    async fn fail(&mut self, e: &StoreError) {
-        let _ = exec(&mut self.db, "ROLLBACK").await;
-        self.undo = None;
+    fn fail(&mut self, e: &StoreError) {
+        if !self.db.is_autocommit() {
+            let _ = self.db.execute_batch("ROLLBACK");
+        }
         if let Some(batch) = self.batch.take() {
             batch.done.send_replace(Some(Err(Arc::new(copy(e)))));
-        }
-    }
-
-    /// After a transaction rolled back to its savepoint: ends the outer transaction when no
-    /// writer follows to carry it on.
-    async fn after_rollback(&mut self, writer: &Writer) {
-        let Some(batch) = &self.batch else {
-            return;
-        };
-        if !writer.commit_now(batch, Instant::now()) {
-            return;
-        }
-        if batch.members == 0 {
-            // Nothing to keep: end the outer transaction.
-            let _ = exec(&mut self.db, "ROLLBACK").await;
-            self.batch = None;
-        } else {
-            let _ = self.commit(&writer.cursor).await;
         }
     }
 }
 
 impl Member {
     /// The connection, inside this transaction's savepoint.
-    pub(crate) fn db(&mut self) -> &mut SqliteConnection {
-        &mut self
+    pub(crate) fn db(&self) -> &Connection {
+        &self
             .guard
-            .as_mut()
+            .as_ref()
             .expect("a live write transaction holds the connection")
             .db
     }
@@ -396,10 +332,7 @@ impl Member {
     ///
     /// A transaction that leaves the `COMMIT` to a later writer runs no statement: it joins
     /// the batch and hands the connection on at once, before its first `.await`, so the next
-    /// writer does not wait for a task switch. A `COMMIT` runs in a task of its own, so that
-    /// it ends the same way when the caller is dropped (axum drops a handler whose client
-    /// went away): it also answers the others of its batch, and must neither be cut off nor
-    /// leave them without an answer.
+    /// writer does not wait for a task switch.
     pub(crate) async fn commit(mut self, appended: Option<i64>) -> Result<()> {
         let mut g = self
             .guard
@@ -417,9 +350,7 @@ impl Member {
         }
         if writer.commit_now(batch, now) {
             // `COMMIT` also commits this transaction's open savepoint.
-            return tokio::spawn(async move { g.commit(&writer.cursor).await })
-                .await
-                .map_err(task_failed)?;
+            return writer.commit_off_thread(g).await;
         }
         // Nothing to run: the batch's `COMMIT` commits this transaction's work (its savepoint,
         // if it has one, stays open until then).
@@ -436,23 +367,42 @@ impl Member {
 }
 
 impl Drop for Member {
+    /// Rolls this transaction back (its statements are quick and wait for no disk), and ends
+    /// the batch when no writer follows to carry it on.
     fn drop(&mut self) {
         let Some(mut g) = self.guard.take() else {
             return;
         };
-        // Whoever takes the connection next rolls it back, unless the task below does it first
-        // (it holds the connection, so it runs before anyone else writes).
-        g.undo = Some(if self.savepoint {
-            Undo::Savepoint
-        } else {
-            Undo::Outer
-        });
+        if !self.savepoint {
+            // It opened the batch and never finished, so the batch holds nothing else.
+            let _ = g.db.execute_batch("ROLLBACK");
+            g.batch = None;
+            return;
+        }
+        if let Err(e) = g.db.execute_batch("ROLLBACK TO w; RELEASE w") {
+            // The outer transaction is gone (SQLite rolls it back on I/O errors and the like):
+            // so are the finished transactions waiting in it.
+            let e = backend(e);
+            tracing::warn!(error = %e, "rolling back a dropped write transaction failed");
+            g.fail(&e);
+            return;
+        }
+        let Some(batch) = &g.batch else {
+            return;
+        };
+        if !self.writer.commit_now(batch, Instant::now()) {
+            return;
+        }
+        if batch.members == 0 {
+            // Nothing to keep: end the outer transaction.
+            let _ = g.db.execute_batch("ROLLBACK");
+            g.batch = None;
+            return;
+        }
         let writer = self.writer.clone();
-        if let Ok(rt) = tokio::runtime::Handle::try_current() {
-            rt.spawn(async move {
-                g.settle().await;
-                g.after_rollback(&writer).await;
-            });
+        match tokio::runtime::Handle::try_current() {
+            Ok(rt) => drop(rt.spawn(writer.commit_off_thread(g))),
+            Err(_) => drop(g.commit(&writer.cursor)),
         }
     }
 }

@@ -1,11 +1,13 @@
 //! The SQLite store: the embedded default of the control plane. One file in WAL mode with
 //! `synchronous=FULL` (an acknowledged write survives power loss), one writer connection
-//! (`BEGIN IMMEDIATE`, so writers queue instead of failing) and a pool of read-only readers
-//! that see consistent snapshots while writes go on. Concurrent write transactions are
-//! committed in groups (savepoints in one transaction, one fsync): see [`group`].
+//! (`BEGIN IMMEDIATE`, so writers queue instead of failing) and read-only readers that see
+//! consistent snapshots while writes go on. Concurrent write transactions are committed in
+//! groups (savepoints in one transaction, one fsync): see [`group`]. Statements run through
+//! rusqlite on the calling thread; sqlx only migrates the file when the store opens.
 
 mod follow;
 mod group;
+mod readers;
 mod rows;
 mod tx;
 
@@ -14,11 +16,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use sqlx::SqlitePool;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
-use sqlx::{Connection, SqliteConnection, SqlitePool};
 use tokio::sync::watch;
 use waymark_store::*;
 
+use crate::readers::Readers;
 use crate::rows::backend;
 use crate::tx::{SqliteTx, Tx};
 
@@ -27,7 +30,7 @@ static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../../migrations/serv
 /// A control-plane store in one SQLite file.
 pub struct SqliteStore {
     writer: Arc<group::Writer>,
-    readers: SqlitePool,
+    readers: Arc<Readers>,
 }
 
 impl SqliteStore {
@@ -37,44 +40,36 @@ impl SqliteStore {
             path: path.display().to_string(),
             reason,
         };
-        let base = SqliteConnectOptions::new()
+        // Created and migrated by sqlx's migrator (the schema's history is its table), on a
+        // connection closed before the store's own open.
+        let options = SqliteConnectOptions::new()
             .filename(path)
+            .create_if_missing(true)
             .journal_mode(SqliteJournalMode::Wal)
             .synchronous(SqliteSynchronous::Full)
             .busy_timeout(Duration::from_secs(10))
             .foreign_keys(true);
-        // Migrated through a pool (sqlx's migrator on a bare connection makes `open`'s future
-        // not `Send`), whose one connection then becomes the group-commit writer.
         let pool = SqlitePoolOptions::new()
             .max_connections(1)
-            .connect_with(base.clone().create_if_missing(true))
+            .connect_with(options)
             .await
             .map_err(|e| open_err(e.to_string()))?;
-        migrate(&pool).await?;
-        let writer = pool
-            .acquire()
-            .await
-            .map_err(|e| open_err(e.to_string()))?
-            .detach();
+        let migrated = migrate(&pool).await;
         pool.close().await;
-        // No ping before each use (sqlx's default): a reader of a local file does not go
-        // stale, and the ping is one more round trip to the connection's thread per read.
-        let readers = SqlitePoolOptions::new()
-            .max_connections(8)
-            .test_before_acquire(false)
-            .acquire_timeout(Duration::from_secs(30))
-            .connect_with(base.clone().read_only(true))
-            .await
-            .map_err(|e| open_err(e.to_string()))?;
-        let max: i64 = sqlx::query_scalar("SELECT COALESCE(MAX(cursor), 0) FROM events")
-            .fetch_one(&readers)
-            .await
+        migrated?;
+        let writer = readers::open_writer(path).map_err(|e| open_err(e.to_string()))?;
+        let readers = Readers::new(path);
+        let max: i64 = readers
+            .begin()
+            .await?
+            .db()
+            .query_row("SELECT COALESCE(MAX(cursor), 0) FROM events", [], |r| {
+                r.get(0)
+            })
             .map_err(backend)?;
         let (cursor_tx, _) = watch::channel(max);
         let writer = group::Writer::new(writer, cursor_tx);
-        let follower = SqliteConnection::connect_with(&base.read_only(true))
-            .await
-            .map_err(|e| open_err(e.to_string()))?;
+        let follower = readers::open_reader(path).map_err(|e| open_err(e.to_string()))?;
         tokio::spawn(follow::run(follower, Arc::downgrade(&writer)));
         Ok(SqliteStore { writer, readers })
     }
@@ -106,9 +101,8 @@ impl Store for SqliteStore {
     }
 
     async fn read(&self) -> Result<Box<dyn StoreTx>> {
-        let tx = self.readers.begin().await.map_err(backend)?;
         Ok(Box::new(SqliteTx {
-            tx: Tx::Read(tx),
+            tx: Tx::Read(self.readers.begin().await?),
             appended: None,
         }))
     }

@@ -3,45 +3,42 @@
 
 use std::str::FromStr;
 
-use serde::Serialize;
+use rusqlite::Row;
+use rusqlite::types::FromSql;
 use serde::de::DeserializeOwned;
-use sqlx::sqlite::SqliteRow;
-use sqlx::{Row, Sqlite};
 use waymark_store::*;
 
-/// A JSON column's text. The values written are the store's own rows, which always serialise.
-pub(crate) fn json_text<T: Serialize + ?Sized>(v: &T) -> String {
-    serde_json::to_string(v).expect("a stored value serialises as JSON")
-}
-
-pub(crate) fn get<'r, T>(row: &'r SqliteRow, col: &str) -> Result<T>
-where
-    T: sqlx::Decode<'r, Sqlite> + sqlx::Type<Sqlite>,
-{
-    row.try_get(col)
+pub(crate) fn get<T: FromSql>(row: &Row<'_>, col: &str) -> Result<T> {
+    row.get(col)
         .map_err(|e| StoreError::Corrupt(format!("column `{col}`: {e}")))
 }
 
+/// The column at `index` (a scalar query's first).
+pub(crate) fn get_at<T: FromSql>(row: &Row<'_>, index: usize) -> Result<T> {
+    row.get(index)
+        .map_err(|e| StoreError::Corrupt(format!("column {index}: {e}")))
+}
+
 /// A JSON column as the type it holds (`decode_json`: text that is not one is corruption).
-pub(crate) fn get_json<T: DeserializeOwned>(row: &SqliteRow, col: &str) -> Result<T> {
+pub(crate) fn get_json<T: DeserializeOwned>(row: &Row<'_>, col: &str) -> Result<T> {
     decode_json(col, &get::<String>(row, col)?)
 }
 
-pub(crate) fn get_json_opt<T: DeserializeOwned>(row: &SqliteRow, col: &str) -> Result<Option<T>> {
+pub(crate) fn get_json_opt<T: DeserializeOwned>(row: &Row<'_>, col: &str) -> Result<Option<T>> {
     get::<Option<String>>(row, col)?
         .map(|s| decode_json(col, &s))
         .transpose()
 }
 
 /// A column holding one of an enum's values (`decode_enum`: unknown is corruption).
-pub(crate) fn get_enum<T: FromStr>(row: &SqliteRow, col: &str) -> Result<T>
+pub(crate) fn get_enum<T: FromStr>(row: &Row<'_>, col: &str) -> Result<T>
 where
     T::Err: std::fmt::Display,
 {
     decode_enum(col, &get::<String>(row, col)?)
 }
 
-pub(crate) fn get_enum_opt<T: FromStr>(row: &SqliteRow, col: &str) -> Result<Option<T>>
+pub(crate) fn get_enum_opt<T: FromStr>(row: &Row<'_>, col: &str) -> Result<Option<T>>
 where
     T::Err: std::fmt::Display,
 {
@@ -50,7 +47,7 @@ where
         .transpose()
 }
 
-pub(crate) fn delegation_row(r: &SqliteRow) -> Result<DelegationRow> {
+pub(crate) fn delegation_row(r: &Row<'_>) -> Result<DelegationRow> {
     Ok(DelegationRow {
         owner_id: get(r, "owner_id")?,
         delegate_id: get(r, "delegate_id")?,
@@ -59,7 +56,7 @@ pub(crate) fn delegation_row(r: &SqliteRow) -> Result<DelegationRow> {
     })
 }
 
-pub(crate) fn user_row(r: &SqliteRow) -> Result<UserRow> {
+pub(crate) fn user_row(r: &Row<'_>) -> Result<UserRow> {
     Ok(UserRow {
         id: get(r, "id")?,
         name: get(r, "name")?,
@@ -67,7 +64,7 @@ pub(crate) fn user_row(r: &SqliteRow) -> Result<UserRow> {
     })
 }
 
-pub(crate) fn token_row(r: &SqliteRow) -> Result<TokenRow> {
+pub(crate) fn token_row(r: &Row<'_>) -> Result<TokenRow> {
     Ok(TokenRow {
         id: get(r, "id")?,
         kind: get_enum(r, "kind")?,
@@ -80,7 +77,7 @@ pub(crate) fn token_row(r: &SqliteRow) -> Result<TokenRow> {
     })
 }
 
-pub(crate) fn task_row(r: &SqliteRow) -> Result<TaskRow> {
+pub(crate) fn task_row(r: &Row<'_>) -> Result<TaskRow> {
     Ok(TaskRow {
         id: get(r, "id")?,
         owner_id: get(r, "owner_id")?,
@@ -104,7 +101,7 @@ pub(crate) fn task_row(r: &SqliteRow) -> Result<TaskRow> {
     })
 }
 
-pub(crate) fn session_row(r: &SqliteRow) -> Result<SessionRow> {
+pub(crate) fn session_row(r: &Row<'_>) -> Result<SessionRow> {
     Ok(SessionRow {
         id: get(r, "id")?,
         task_id: get(r, "task_id")?,
@@ -113,12 +110,12 @@ pub(crate) fn session_row(r: &SqliteRow) -> Result<SessionRow> {
     })
 }
 
-pub(crate) fn attempt_row(r: &SqliteRow) -> Result<AttemptRow> {
+pub(crate) fn attempt_row(r: &Row<'_>) -> Result<AttemptRow> {
     attempt_at(r, "")
 }
 
 /// An attempt from columns named `<prefix><column>` (a join that also selects a task's).
-pub(crate) fn attempt_at(r: &SqliteRow, prefix: &str) -> Result<AttemptRow> {
+pub(crate) fn attempt_at(r: &Row<'_>, prefix: &str) -> Result<AttemptRow> {
     let c = |name: &str| format!("{prefix}{name}");
     Ok(AttemptRow {
         id: get(r, &c("id"))?,
@@ -135,7 +132,7 @@ pub(crate) fn attempt_at(r: &SqliteRow, prefix: &str) -> Result<AttemptRow> {
     })
 }
 
-pub(crate) fn checkpoint_row(r: &SqliteRow) -> Result<CheckpointRow> {
+pub(crate) fn checkpoint_row(r: &Row<'_>) -> Result<CheckpointRow> {
     Ok(CheckpointRow {
         task_id: get(r, "task_id")?,
         sequence: get(r, "sequence")?,
@@ -148,7 +145,7 @@ pub(crate) fn checkpoint_row(r: &SqliteRow) -> Result<CheckpointRow> {
     })
 }
 
-pub(crate) fn effect_row(r: &SqliteRow) -> Result<EffectRow> {
+pub(crate) fn effect_row(r: &Row<'_>) -> Result<EffectRow> {
     Ok(EffectRow {
         id: get(r, "id")?,
         task_id: get(r, "task_id")?,
@@ -169,7 +166,7 @@ pub(crate) fn effect_row(r: &SqliteRow) -> Result<EffectRow> {
     })
 }
 
-pub(crate) fn decision_row(r: &SqliteRow) -> Result<DecisionRow> {
+pub(crate) fn decision_row(r: &Row<'_>) -> Result<DecisionRow> {
     Ok(DecisionRow {
         id: get(r, "id")?,
         task_id: get(r, "task_id")?,
@@ -196,7 +193,7 @@ pub(crate) fn decision_row(r: &SqliteRow) -> Result<DecisionRow> {
     })
 }
 
-pub(crate) fn artifact_row(r: &SqliteRow) -> Result<ArtifactRow> {
+pub(crate) fn artifact_row(r: &Row<'_>) -> Result<ArtifactRow> {
     Ok(ArtifactRow {
         id: get(r, "id")?,
         task_id: get(r, "task_id")?,
@@ -209,7 +206,7 @@ pub(crate) fn artifact_row(r: &SqliteRow) -> Result<ArtifactRow> {
     })
 }
 
-pub(crate) fn receipt_row(r: &SqliteRow) -> Result<ReceiptRow> {
+pub(crate) fn receipt_row(r: &Row<'_>) -> Result<ReceiptRow> {
     Ok(ReceiptRow {
         id: get(r, "id")?,
         task_id: get(r, "task_id")?,
@@ -226,7 +223,7 @@ pub(crate) fn receipt_row(r: &SqliteRow) -> Result<ReceiptRow> {
     })
 }
 
-pub(crate) fn message_row(r: &SqliteRow) -> Result<MessageRow> {
+pub(crate) fn message_row(r: &Row<'_>) -> Result<MessageRow> {
     Ok(MessageRow {
         session_id: get(r, "session_id")?,
         task_id: get(r, "task_id")?,
@@ -237,7 +234,7 @@ pub(crate) fn message_row(r: &SqliteRow) -> Result<MessageRow> {
     })
 }
 
-pub(crate) fn event_row(r: &SqliteRow) -> Result<EventRow> {
+pub(crate) fn event_row(r: &Row<'_>) -> Result<EventRow> {
     Ok(EventRow {
         cursor: get(r, "cursor")?,
         task_id: get(r, "task_id")?,
@@ -248,7 +245,7 @@ pub(crate) fn event_row(r: &SqliteRow) -> Result<EventRow> {
     })
 }
 
-pub(crate) fn audit_row(r: &SqliteRow) -> Result<AuditRow> {
+pub(crate) fn audit_row(r: &Row<'_>) -> Result<AuditRow> {
     Ok(AuditRow {
         at: get(r, "at")?,
         actor: get(r, "actor")?,
@@ -259,7 +256,7 @@ pub(crate) fn audit_row(r: &SqliteRow) -> Result<AuditRow> {
     })
 }
 
-pub(crate) fn device_row(r: &SqliteRow) -> Result<DeviceRow> {
+pub(crate) fn device_row(r: &Row<'_>) -> Result<DeviceRow> {
     Ok(DeviceRow {
         id: get(r, "id")?,
         user_id: get(r, "user_id")?,
@@ -272,7 +269,7 @@ pub(crate) fn device_row(r: &SqliteRow) -> Result<DeviceRow> {
     })
 }
 
-pub(crate) fn delivery_row(r: &SqliteRow) -> Result<DeliveryRow> {
+pub(crate) fn delivery_row(r: &Row<'_>) -> Result<DeliveryRow> {
     Ok(DeliveryRow {
         decision_id: get(r, "decision_id")?,
         device_id: get(r, "device_id")?,
@@ -282,7 +279,7 @@ pub(crate) fn delivery_row(r: &SqliteRow) -> Result<DeliveryRow> {
     })
 }
 
-pub(crate) fn pairing_row(r: &SqliteRow) -> Result<PairingRow> {
+pub(crate) fn pairing_row(r: &Row<'_>) -> Result<PairingRow> {
     Ok(PairingRow {
         code_hash: get(r, "code_hash")?,
         user_id: get(r, "user_id")?,
@@ -294,7 +291,7 @@ pub(crate) fn pairing_row(r: &SqliteRow) -> Result<PairingRow> {
     })
 }
 
-pub(crate) fn device_session_row(r: &SqliteRow) -> Result<DeviceSessionRow> {
+pub(crate) fn device_session_row(r: &Row<'_>) -> Result<DeviceSessionRow> {
     Ok(DeviceSessionRow {
         token_hash: get(r, "token_hash")?,
         device_id: get(r, "device_id")?,
@@ -303,7 +300,7 @@ pub(crate) fn device_session_row(r: &SqliteRow) -> Result<DeviceSessionRow> {
     })
 }
 
-pub(crate) fn command_row(r: &SqliteRow) -> Result<CommandRow> {
+pub(crate) fn command_row(r: &Row<'_>) -> Result<CommandRow> {
     Ok(CommandRow {
         command_id: get(r, "command_id")?,
         task_id: get(r, "task_id")?,
@@ -317,7 +314,7 @@ pub(crate) fn command_row(r: &SqliteRow) -> Result<CommandRow> {
     })
 }
 
-pub(crate) fn control_row(r: &SqliteRow) -> Result<ControlRow> {
+pub(crate) fn control_row(r: &Row<'_>) -> Result<ControlRow> {
     Ok(ControlRow {
         command_id: get(r, "command_id")?,
         task_id: get(r, "task_id")?,
@@ -331,7 +328,7 @@ pub(crate) fn control_row(r: &SqliteRow) -> Result<ControlRow> {
     })
 }
 
-pub(crate) fn followup_row(r: &SqliteRow) -> Result<FollowupRow> {
+pub(crate) fn followup_row(r: &Row<'_>) -> Result<FollowupRow> {
     Ok(FollowupRow {
         id: get(r, "id")?,
         task_id: get(r, "task_id")?,
@@ -348,7 +345,7 @@ pub(crate) fn followup_row(r: &SqliteRow) -> Result<FollowupRow> {
     })
 }
 
-pub(crate) fn push_channel_row(r: &SqliteRow) -> Result<PushChannelRow> {
+pub(crate) fn push_channel_row(r: &Row<'_>) -> Result<PushChannelRow> {
     Ok(PushChannelRow {
         id: get(r, "id")?,
         device_id: get(r, "device_id")?,
@@ -372,44 +369,29 @@ pub(crate) fn push_channel_row(r: &SqliteRow) -> Result<PushChannelRow> {
 
 /// A database error as the store says it: a unique key is `Conflict`, a busy database
 /// `Busy`, a full disk `Full`, a failed write or sync `Io`.
-pub(crate) fn backend(e: sqlx::Error) -> StoreError {
-    if let sqlx::Error::Database(db) = &e {
-        if db.is_unique_violation() {
-            return StoreError::Conflict(db.message().to_owned());
-        }
-        // SQLITE_BUSY (5) and SQLITE_LOCKED (6), also in their extended forms.
-        let busy = db
-            .code()
-            .and_then(|c| c.parse::<i64>().ok())
-            .is_some_and(|n| n & 0xff == 5 || n & 0xff == 6);
-        if busy {
-            return StoreError::Busy(db.message().to_owned());
-        }
-        // SQLITE_FULL (13) and SQLITE_IOERR (10, with its extended codes: a failed write or
-        // fsync).
-        match db
-            .code()
-            .and_then(|c| c.parse::<i64>().ok())
-            .map(|n| n & 0xff)
+pub(crate) fn backend(e: rusqlite::Error) -> StoreError {
+    use rusqlite::ffi;
+    if let rusqlite::Error::SqliteFailure(f, msg) = &e {
+        let said = || msg.clone().unwrap_or_else(|| e.to_string());
+        if f.extended_code == ffi::SQLITE_CONSTRAINT_UNIQUE
+            || f.extended_code == ffi::SQLITE_CONSTRAINT_PRIMARYKEY
         {
-            Some(13) => return StoreError::Full(db.message().to_owned()),
-            Some(10) => return StoreError::Io(db.message().to_owned()),
+            return StoreError::Conflict(said());
+        }
+        match f.code {
+            ffi::ErrorCode::DatabaseBusy | ffi::ErrorCode::DatabaseLocked => {
+                return StoreError::Busy(said());
+            }
+            ffi::ErrorCode::DiskFull => return StoreError::Full(said()),
+            // SQLITE_IOERR with its extended codes: a failed write or fsync.
+            ffi::ErrorCode::SystemIoFailure => return StoreError::Io(said()),
             _ => {}
         }
-    }
-    if let sqlx::Error::Io(io) = &e {
-        return match io.raw_os_error() {
-            Some(28) => StoreError::Full(io.to_string()), // ENOSPC
-            _ => StoreError::Io(io.to_string()),
-        };
-    }
-    if matches!(e, sqlx::Error::PoolTimedOut) {
-        return StoreError::Busy("timed out waiting for a database connection".into());
     }
     StoreError::Backend(e.to_string())
 }
 
-pub(crate) fn machine_row(r: &SqliteRow) -> Result<MachineRow> {
+pub(crate) fn machine_row(r: &Row<'_>) -> Result<MachineRow> {
     Ok(MachineRow {
         id: get(r, "id")?,
         owner_id: get(r, "owner_id")?,
@@ -421,7 +403,7 @@ pub(crate) fn machine_row(r: &SqliteRow) -> Result<MachineRow> {
     })
 }
 
-pub(crate) fn work_row(r: &SqliteRow) -> Result<WorkRow> {
+pub(crate) fn work_row(r: &Row<'_>) -> Result<WorkRow> {
     Ok(WorkRow {
         id: get(r, "id")?,
         machine_id: get(r, "machine_id")?,
@@ -435,7 +417,7 @@ pub(crate) fn work_row(r: &SqliteRow) -> Result<WorkRow> {
     })
 }
 
-pub(crate) fn rule_row(r: &SqliteRow) -> Result<RuleRow> {
+pub(crate) fn rule_row(r: &Row<'_>) -> Result<RuleRow> {
     Ok(RuleRow {
         id: get(r, "id")?,
         owner_id: get(r, "owner_id")?,

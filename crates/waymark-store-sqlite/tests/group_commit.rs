@@ -303,3 +303,55 @@ async fn a_commit_from_another_process_moves_the_cursor_watch() {
         .expect("the serving store never saw the other's commit")
         .unwrap();
 }
+
+/// Another process holding the file's write lock (`waymark admin` writing while the server
+/// runs) makes a write wait, not fail, and the wait does not hold up the runtime: on a runtime
+/// of one thread, reads go on while the write waits, and the write goes ahead once the lock is
+/// released. (Statements run on the caller's thread; this wait must not.)
+#[tokio::test]
+async fn a_write_waits_for_another_process_without_holding_up_the_runtime() {
+    use sqlx::Connection;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("waymark.db");
+    let store = open(&path).await;
+    write_one(&store, "before").await.unwrap();
+    let mut other = sqlx::SqliteConnection::connect_with(
+        &sqlx::sqlite::SqliteConnectOptions::new().filename(&path),
+    )
+    .await
+    .unwrap();
+    sqlx::query("BEGIN IMMEDIATE")
+        .execute(&mut other)
+        .await
+        .unwrap();
+    sqlx::query("INSERT INTO users (id, name, created_at) VALUES ('u-other', 'other', 1)")
+        .execute(&mut other)
+        .await
+        .unwrap();
+    let write = tokio::spawn({
+        let store = store.clone();
+        async move { write_one(&store, "after").await }
+    });
+    // Let the write start and meet the lock.
+    for _ in 0..10 {
+        tokio::task::yield_now().await;
+    }
+    assert!(
+        !write.is_finished(),
+        "the write waits for the other process's lock"
+    );
+    assert_eq!(
+        user_names(&store).await,
+        BTreeSet::from(["before".to_owned()]),
+        "reads go on while the write waits"
+    );
+    sqlx::query("COMMIT").execute(&mut other).await.unwrap();
+    write
+        .await
+        .unwrap()
+        .expect("the write goes ahead once the lock is free");
+    assert_eq!(
+        user_names(&store).await,
+        BTreeSet::from(["before", "other", "after"].map(String::from)),
+    );
+}

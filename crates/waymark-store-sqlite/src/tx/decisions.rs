@@ -11,47 +11,31 @@ use crate::rows::*;
 #[async_trait]
 impl DecisionsTx for SqliteTx {
     async fn insert_decision(&mut self, d: &DecisionRow) -> Result<()> {
-        self.insert(sql::decisions::insert_decision(d)).await
+        self.insert(sql::decisions::insert_decision(d))
     }
 
     async fn decision(&mut self, id: &str) -> Result<Option<DecisionRow>> {
-        self.one(sql::decisions::decision(id).query(), decision_row)
-            .await
+        self.one(sql::decisions::decision(id), decision_row)
     }
 
     async fn update_decision(&mut self, d: &DecisionRow) -> Result<()> {
-        self.exec(sql::decisions::update_decision(d).query())
-            .await
-            .map(drop)
+        self.exec(sql::decisions::update_decision(d)).map(drop)
     }
 
     async fn list_decisions(&mut self, task_id: &str) -> Result<Vec<DecisionRow>> {
-        self.all(
-            sql::decisions::list_decisions(task_id).query(),
-            decision_row,
-        )
-        .await
+        self.all(sql::decisions::list_decisions(task_id), decision_row)
     }
 
     async fn due_decisions(&mut self, now_ms: i64) -> Result<Vec<DecisionRow>> {
-        self.all(sql::decisions::due_decisions(now_ms).query(), decision_row)
-            .await
+        self.all(sql::decisions::due_decisions(now_ms), decision_row)
     }
 
     async fn due_escalations(&mut self, now_ms: i64) -> Result<Vec<DecisionRow>> {
-        self.all(
-            sql::decisions::due_escalations(now_ms).query(),
-            decision_row,
-        )
-        .await
+        self.all(sql::decisions::due_escalations(now_ms), decision_row)
     }
 
     async fn escalation_policy(&mut self, user_id: &str) -> Result<Option<EscalationPolicy>> {
-        let text: Option<String> = sql::decisions::escalation_policy(user_id)
-            .query_scalar()
-            .fetch_optional(self.db())
-            .await
-            .map_err(backend)?;
+        let text: Option<String> = self.scalar_opt(sql::decisions::escalation_policy(user_id))?;
         text.map(|t| decode_json("escalation_policies.policy", &t))
             .transpose()
     }
@@ -63,18 +47,16 @@ impl DecisionsTx for SqliteTx {
         now_ms: i64,
     ) -> Result<()> {
         let q = sql::decisions::put_escalation_policy(user_id, policy, now_ms);
-        self.exec(q.query()).await.map(drop)
+        self.exec(q).map(drop)
     }
 
     async fn delete_escalation_policy(&mut self, user_id: &str) -> Result<bool> {
         let q = sql::decisions::delete_escalation_policy(user_id);
-        Ok(self.exec(q.query()).await? > 0)
+        Ok(self.exec(q)? > 0)
     }
 
     async fn put_delegation(&mut self, d: &DelegationRow) -> Result<()> {
-        self.exec(sql::decisions::put_delegation(d).query())
-            .await
-            .map(drop)
+        self.exec(sql::decisions::put_delegation(d)).map(drop)
     }
 
     async fn accept_delegation(
@@ -84,12 +66,12 @@ impl DecisionsTx for SqliteTx {
         at: i64,
     ) -> Result<bool> {
         let q = sql::decisions::accept_delegation(owner_id, delegate_id, at);
-        Ok(self.exec(q.query()).await? > 0)
+        Ok(self.exec(q)? > 0)
     }
 
     async fn delete_delegation(&mut self, owner_id: &str, delegate_id: &str) -> Result<bool> {
         let q = sql::decisions::delete_delegation(owner_id, delegate_id);
-        Ok(self.exec(q.query()).await? > 0)
+        Ok(self.exec(q)? > 0)
     }
 
     async fn delegations(
@@ -98,14 +80,10 @@ impl DecisionsTx for SqliteTx {
         delegate_id: Option<&str>,
     ) -> Result<Vec<DelegationRow>> {
         let q = sql::decisions::delegations(owner_id, delegate_id);
-        self.all(q.query(), delegation_row).await
+        self.all(q, delegation_row)
     }
 
     async fn pending_decision_count(&mut self, task_id: &str) -> Result<i64> {
-        sql::decisions::pending_decision_count(task_id)
-            .query_scalar()
-            .fetch_one(self.db())
-            .await
-            .map_err(backend)
+        self.scalar(sql::decisions::pending_decision_count(task_id))
     }
 }

@@ -3,19 +3,15 @@
 
 use async_trait::async_trait;
 use waymark_store::*;
-use waymark_store_sql as sql;
+use waymark_store_sql::{self as sql, Statement};
 
-use super::{SqliteTx, json_list};
+use super::SqliteTx;
 use crate::rows::*;
 
 #[async_trait]
 impl EventsTx for SqliteTx {
     async fn append_event(&mut self, e: &NewEvent) -> Result<i64> {
-        let cursor = sql::events::append_event(e)
-            .query_scalar()
-            .fetch_one(self.db())
-            .await
-            .map_err(backend)?;
+        let cursor = self.scalar(sql::events::append_event(e))?;
         self.appended = Some(cursor);
         Ok(cursor)
     }
@@ -27,73 +23,56 @@ impl EventsTx for SqliteTx {
         owners: Option<&[String]>,
     ) -> Result<Vec<EventRow>> {
         let q = match owners {
-            Some([o]) => sql::events::owner_events_after(o, cursor, limit).query(),
+            Some([o]) => sql::events::owner_events_after(o, cursor, limit),
             // A delegate's view: several owners, merged by cursor.
-            Some(os) => sqlx::query(
+            Some(os) => Statement::new(
                 "SELECT * FROM events
                  WHERE owner_id IN (SELECT value FROM json_each(?)) AND cursor > ?
                  ORDER BY cursor LIMIT ?",
             )
-            .bind(json_list(os))
+            .json(os)
             .bind(cursor)
             .bind(limit),
-            None => sql::events::events_after(cursor, limit).query(),
+            None => sql::events::events_after(cursor, limit),
         };
-        self.all(q, event_row).await
+        self.all(q, event_row)
     }
 
     async fn max_cursor(&mut self) -> Result<i64> {
         // The sequence table remembers the newest cursor even after pruning deleted it.
-        sqlx::query_scalar(
+        self.scalar(Statement::new(
             "SELECT MAX(COALESCE((SELECT MAX(cursor) FROM events), 0),
                         (SELECT pruned_through FROM event_retention WHERE id = 1))",
-        )
-        .fetch_one(self.db())
-        .await
-        .map_err(backend)
+        ))
     }
 
     async fn pruned_through(&mut self) -> Result<i64> {
-        sql::events::pruned_through()
-            .query_scalar()
-            .fetch_one(self.db())
-            .await
-            .map_err(backend)
+        self.scalar(sql::events::pruned_through())
     }
 
     async fn prune_events_through(&mut self, cursor: i64) -> Result<u64> {
-        let n = self
-            .exec(sql::events::delete_events_through(cursor).query())
-            .await?;
+        let n = self.exec(sql::events::delete_events_through(cursor))?;
         self.exec(
-            sqlx::query(
+            Statement::new(
                 "UPDATE event_retention SET pruned_through = MAX(pruned_through, ?) WHERE id = 1",
             )
             .bind(cursor),
-        )
-        .await?;
+        )?;
         Ok(n)
     }
 
     async fn insert_audit(&mut self, a: &AuditRow) -> Result<()> {
-        self.exec(sql::events::insert_audit(a).query())
-            .await
-            .map(drop)
+        self.exec(sql::events::insert_audit(a)).map(drop)
     }
 
     async fn list_audit(&mut self, task_id: Option<&str>, limit: i64) -> Result<Vec<AuditRow>> {
-        self.all(sql::events::list_audit(task_id, limit).query(), audit_row)
-            .await
+        self.all(sql::events::list_audit(task_id, limit), audit_row)
     }
 
     async fn prune_audit(&mut self, before: i64, keep: i64) -> Result<u64> {
         // Two range deletes (by the `at` index, then by id) rather than one `OR`.
-        let old = self
-            .exec(sql::events::delete_audit_before(before).query())
-            .await?;
-        let over = self
-            .exec(sql::events::delete_audit_over(keep.max(0)).query())
-            .await?;
+        let old = self.exec(sql::events::delete_audit_before(before))?;
+        let over = self.exec(sql::events::delete_audit_over(keep.max(0)))?;
         Ok(old + over)
     }
 }

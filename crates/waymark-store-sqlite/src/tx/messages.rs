@@ -11,18 +11,10 @@ use crate::rows::*;
 #[async_trait]
 impl MessagesTx for SqliteTx {
     async fn insert_message(&mut self, m: &MessageRow) -> Result<i64> {
-        sql::messages::insert_message(m)
-            .query_scalar()
-            .fetch_one(self.db())
-            .await
-            .map_err(backend)
+        self.scalar(sql::messages::insert_message(m))
     }
 
     async fn list_messages(&mut self, session_id: &str) -> Result<Vec<MessageRow>> {
-        self.all(
-            sql::messages::list_messages(session_id).query(),
-            message_row,
-        )
-        .await
+        self.all(sql::messages::list_messages(session_id), message_row)
     }
 }

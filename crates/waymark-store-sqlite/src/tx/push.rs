@@ -10,9 +10,7 @@ use crate::rows::*;
 #[async_trait]
 impl PushTx for SqliteTx {
     async fn insert_push_channel(&mut self, c: &PushChannelRow) -> Result<()> {
-        self.exec(sql::push::insert_push_channel(c).query())
-            .await
-            .map(drop)
+        self.exec(sql::push::insert_push_channel(c)).map(drop)
     }
 
     async fn push_channels(&mut self, device_id: Option<&str>) -> Result<Vec<PushChannelRow>> {
@@ -20,12 +18,10 @@ impl PushTx for SqliteTx {
             Some(d) => sql::push::push_channels_of_device(d),
             None => sql::push::live_push_channels(),
         };
-        self.all(q.query(), push_channel_row).await
+        self.all(q, push_channel_row)
     }
 
     async fn update_push_channel(&mut self, c: &PushChannelRow) -> Result<()> {
-        self.exec(sql::push::update_push_channel(c).query())
-            .await
-            .map(drop)
+        self.exec(sql::push::update_push_channel(c)).map(drop)
     }
 }

@@ -5,21 +5,16 @@ use waymark_store::*;
 use waymark_store_sql as sql;
 
 use super::SqliteTx;
-use crate::rows::*;
 
 #[async_trait]
 impl SecretsTx for SqliteTx {
     async fn server_secret(&mut self, name: &str) -> Result<Option<String>> {
-        sql::secrets::server_secret(name)
-            .query_scalar()
-            .fetch_optional(self.db())
-            .await
-            .map_err(backend)
+        self.scalar_opt(sql::secrets::server_secret(name))
     }
 
     async fn insert_server_secret(&mut self, name: &str, value: &str) -> Result<()> {
         let q = sql::secrets::insert_server_secret(name, value);
-        self.exec(q.query()).await.map(drop)
+        self.exec(q).map(drop)
     }
 
     async fn try_claim(&mut self, _job: &str) -> Result<bool> {

@@ -3,25 +3,23 @@
 
 use async_trait::async_trait;
 use waymark_store::*;
-use waymark_store_sql as sql;
+use waymark_store_sql::{self as sql, Statement};
 
-use super::{SqliteTx, json_list};
+use super::SqliteTx;
 use crate::rows::*;
 
 #[async_trait]
 impl TasksTx for SqliteTx {
     async fn insert_task(&mut self, t: &TaskRow) -> Result<()> {
-        self.insert(sql::tasks::insert_task(t)).await
+        self.insert(sql::tasks::insert_task(t))
     }
 
     async fn task(&mut self, id: &str) -> Result<Option<TaskRow>> {
-        self.one(sql::tasks::task(id).query(), task_row).await
+        self.one(sql::tasks::task(id), task_row)
     }
 
     async fn update_task(&mut self, t: &TaskRow) -> Result<()> {
-        self.exec(sql::tasks::update_task(t).query())
-            .await
-            .map(drop)
+        self.exec(sql::tasks::update_task(t)).map(drop)
     }
 
     async fn task_by_external_key(
@@ -31,71 +29,58 @@ impl TasksTx for SqliteTx {
         key: &str,
     ) -> Result<Option<TaskRow>> {
         let q = sql::tasks::task_by_external_key(owner_id, runtime, key);
-        self.one(q.query(), task_row).await
+        self.one(q, task_row)
     }
 
     async fn list_tasks(&mut self, owners: Option<&[String]>) -> Result<Vec<TaskRow>> {
         match owners {
-            Some([o]) => {
-                self.all(
-                    sqlx::query(
-                        "SELECT * FROM tasks WHERE owner_id = ? ORDER BY created_at DESC, id DESC",
-                    )
-                    .bind(o),
-                    task_row,
+            Some([o]) => self.all(
+                Statement::new(
+                    "SELECT * FROM tasks WHERE owner_id = ? ORDER BY created_at DESC, id DESC",
                 )
-                .await
-            }
-            Some(os) => {
-                self.all(
-                    sqlx::query(
-                        "SELECT * FROM tasks WHERE owner_id IN (SELECT value FROM json_each(?))
+                .bind(o),
+                task_row,
+            ),
+            Some(os) => self.all(
+                Statement::new(
+                    "SELECT * FROM tasks WHERE owner_id IN (SELECT value FROM json_each(?))
                          ORDER BY created_at DESC, id DESC",
-                    )
-                    .bind(json_list(os)),
-                    task_row,
                 )
-                .await
-            }
-            None => {
-                self.all(
-                    sqlx::query("SELECT * FROM tasks ORDER BY created_at DESC, id DESC"),
-                    task_row,
-                )
-                .await
-            }
+                .json(os),
+                task_row,
+            ),
+            None => self.all(
+                Statement::new("SELECT * FROM tasks ORDER BY created_at DESC, id DESC"),
+                task_row,
+            ),
         }
     }
 
     async fn insert_session(&mut self, s: &SessionRow) -> Result<()> {
-        self.insert(sql::tasks::insert_session(s)).await
+        self.insert(sql::tasks::insert_session(s))
     }
 
     async fn session(&mut self, id: &str) -> Result<Option<SessionRow>> {
-        self.one(sql::tasks::session(id).query(), session_row).await
+        self.one(sql::tasks::session(id), session_row)
     }
 
     async fn insert_attempt(&mut self, a: &AttemptRow) -> Result<()> {
-        self.insert(sql::tasks::insert_attempt(a)).await
+        self.insert(sql::tasks::insert_attempt(a))
     }
 
     async fn attempt(&mut self, id: &str) -> Result<Option<AttemptRow>> {
-        self.one(sql::tasks::attempt(id).query(), attempt_row).await
+        self.one(sql::tasks::attempt(id), attempt_row)
     }
 
     async fn update_attempt(&mut self, a: &AttemptRow) -> Result<()> {
-        self.exec(sql::tasks::update_attempt(a).query())
-            .await
-            .map(drop)
+        self.exec(sql::tasks::update_attempt(a)).map(drop)
     }
 
     async fn list_attempts(&mut self, task_id: &str) -> Result<Vec<AttemptRow>> {
-        self.all(sql::tasks::list_attempts(task_id).query(), attempt_row)
-            .await
+        self.all(sql::tasks::list_attempts(task_id), attempt_row)
     }
 
     async fn expired_leases(&mut self, now_ms: i64) -> Result<Vec<AttemptRow>> {
-        self.all(sql::tasks::expired_leases(now_ms).query(), attempt_row)
-            .await
+        self.all(sql::tasks::expired_leases(now_ms), attempt_row)
     }
 }
