@@ -274,7 +274,7 @@ where
 }
 
 /// CPU µs per request since `before` (from [`sys::cpu_split`]): (server, clients).
-fn cpu_per_request(before: (u64, u64), requests: usize) -> (f64, f64) {
+pub(crate) fn cpu_per_request(before: (u64, u64), requests: usize) -> (f64, f64) {
     let now = sys::cpu_split();
     let per = |a: u64, b: u64| a.saturating_sub(b) as f64 / 1000.0 / requests as f64;
     (per(now.0, before.0), per(now.1, before.1))

@@ -1,6 +1,8 @@
-//! Checkpoint appends on PostgreSQL, with one replica and with two sharing the database, against
-//! the same rows inserted raw into the same database (one statement per row, `workers` rows per
-//! commit, as the SQLite baseline). The database is the throwaway test cluster of
+//! Checkpoint appends on PostgreSQL, with one, two and four replicas sharing the database,
+//! against the same rows inserted raw into the same database (one statement per row, `workers`
+//! rows per commit, as the SQLite baseline); with what each append costs: the replicas' CPU,
+//! PostgreSQL's CPU (its processes' user and system time) and the WAL it writes — the inputs of
+//! the model in `docs/scale.md`. The database is the throwaway test cluster of
 //! `scripts/postgres-test-server` (or `WAYMARK_TEST_DATABASE_URL`): a fresh database per
 //! measurement, dropped after it.
 
@@ -40,7 +42,7 @@ async fn test_server() -> Result<String> {
 
 pub(crate) async fn postgres(quick: bool, out: &mut Vec<Figure>) -> Result<()> {
     let base = test_server().await?;
-    for replicas in [1usize, 2] {
+    for replicas in [1usize, 2, 4] {
         let db = format!("waymark_bench_{}_{replicas}", std::process::id());
         let mut admin = PgConnection::connect(&base).await?;
         sqlx::query(&format!("CREATE DATABASE {db}"))
@@ -70,6 +72,10 @@ async fn appends(url: &str, replicas: usize, quick: bool, out: &mut Vec<Figure>)
         tasks.push(at(i).task_with_attempt().await?);
     }
     settle_disk().await;
+    let mut probe = PgConnection::connect(url).await?;
+    let wal_before = wal_lsn(&mut probe).await?;
+    let pg_before = postgres_cpu_ticks();
+    let cpu_before = crate::sys::cpu_split();
     let (rate, _) = timed_clients(workers, per, |client, seq| {
         let (task, att) = &tasks[client];
         let path = format!("/v1/tasks/{task}/checkpoints");
@@ -78,7 +84,30 @@ async fn appends(url: &str, replicas: usize, quick: bool, out: &mut Vec<Figure>)
         async move { s.post(&path, &req).await }
     })
     .await?;
+    let appended = workers * per;
+    let (server_us, _) = crate::cpu_per_request(cpu_before, appended);
+    let pg_us = postgres_cpu_ticks().saturating_sub(pg_before) as f64 * 1e6
+        / ticks_per_second()
+        / appended as f64;
+    let wal_bytes = (wal_lsn(&mut probe).await? - wal_before) as f64 / appended as f64;
+    let _ = probe.close().await;
     drop(servers);
+    for (measure, value, unit) in [
+        ("replicas' CPU per append", server_us, "µs"),
+        ("PostgreSQL's CPU per append", pg_us, "µs"),
+        ("WAL per append", wal_bytes, "B"),
+    ] {
+        out.push(Figure {
+            bench: "postgres".into(),
+            measure: format!("{measure}, {workers} workers, {replicas} replica(s)"),
+            value,
+            unit: unit.into(),
+            baseline: None,
+            ratio: None,
+            target: "reported (docs/scale.md's inputs)".into(),
+            met: None,
+        });
+    }
 
     // Baseline: the same rows inserted raw into the same database.
     let mut c = PgConnection::connect(url).await?;
@@ -146,4 +175,46 @@ async fn insert_raw(c: &mut PgConnection, task: &str, seq: i64) -> Result<()> {
         .execute(c)
         .await?;
     Ok(())
+}
+
+/// The WAL position, in bytes since the cluster began.
+async fn wal_lsn(c: &mut PgConnection) -> Result<i64> {
+    Ok(
+        sqlx::query_scalar("SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), '0/0')::bigint")
+            .fetch_one(c)
+            .await?,
+    )
+}
+
+/// User and system CPU so far of every PostgreSQL process on the machine (`postgres` and its
+/// backends, which name themselves `postgres: …`), in clock ticks. The bench's cluster is the
+/// only one the test machine runs.
+fn postgres_cpu_ticks() -> u64 {
+    let Ok(procs) = std::fs::read_dir("/proc") else {
+        return 0;
+    };
+    procs
+        .flatten()
+        .filter_map(|p| std::fs::read_to_string(p.path().join("stat")).ok())
+        .filter_map(|stat| {
+            // `pid (comm) state ppid …`: utime and stime are the 14th and 15th fields.
+            let (head, rest) = stat.rsplit_once(") ")?;
+            if !head.split_once(" (")?.1.starts_with("postgres") {
+                return None;
+            }
+            let fields: Vec<&str> = rest.split_whitespace().collect();
+            let ticks = |i: usize| fields.get(i)?.parse::<u64>().ok();
+            Some(ticks(11)? + ticks(12)?)
+        })
+        .sum()
+}
+
+/// Clock ticks per second (`getconf CLK_TCK`; 100 on Linux).
+fn ticks_per_second() -> f64 {
+    std::process::Command::new("getconf")
+        .arg("CLK_TCK")
+        .output()
+        .ok()
+        .and_then(|o| String::from_utf8(o.stdout).ok()?.trim().parse().ok())
+        .unwrap_or(100.0)
 }

@@ -6,8 +6,10 @@ use std::path::Path;
 
 use anyhow::{Context, Result};
 
-/// The name of the server runtime's threads (`server_runtime`). sqlx names each SQLite
-/// connection's thread `sqlx-sqlite-worker-N`; both count as the server's CPU.
+/// The name of the server runtime's threads (`server_runtime`), its blocking threads (where
+/// the SQLite store's `COMMIT`s run) included. sqlx names each SQLite connection's thread
+/// `sqlx-sqlite-worker-N` (the raw baselines', and the store's before it ran its statements in
+/// place); both count as the server's CPU.
 pub(crate) const SERVER_THREADS: &str = "wm-server";
 
 /// CPU time so far, in nanoseconds, of this process's threads: (server, clients).

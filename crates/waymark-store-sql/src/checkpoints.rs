@@ -1,6 +1,6 @@
-//! `CheckpointsTx`'s statements: the checkpoint chain. An append (its context and its insert with
-//! an event) is each backend's own: one join and one multi-statement query on SQLite, a row lock
-//! and one CTE with the cursor lock and `pg_notify` on PostgreSQL.
+//! `CheckpointsTx`'s statements: the checkpoint chain. An append's context is each backend's own
+//! (one join on SQLite, a row lock on PostgreSQL), and so is its insert with an event on
+//! PostgreSQL (one CTE with the cursor lock and `pg_notify`); SQLite runs the two inserts here.
 
 use waymark_store::CheckpointRow;
 

@@ -1,9 +1,9 @@
 //! The SQL both store backends speak. A statement whose text is the same on SQLite and
 //! PostgreSQL is written here once, with `$1..$n` placeholders (bound by their number), together
 //! with the arguments it takes, in placeholder order; PostgreSQL runs it with sqlx
-//! ([`Statement::query`]), SQLite with rusqlite ([`Statement::sql`] and [`Statement::args`]). What one backend says its own way stays in that backend's `tx` module:
-//! `json_each` against arrays, `MAX` against `GREATEST`, `FOR UPDATE`, advisory locks,
-//! `pg_notify`, SQLite's multi-statement queries.
+//! ([`Statement::query`]), SQLite with rusqlite ([`Statement::sql`] and [`Statement::args`]).
+//! What one backend says its own way stays in that backend's `tx` module: `json_each` against
+//! arrays, `MAX` against `GREATEST`, `FOR UPDATE`, advisory locks, `pg_notify`.
 //!
 //! One module per table family, as the `waymark_store` traits and the backends' `tx` modules.
 
