@@ -42,6 +42,13 @@ async fn test_server() -> Result<String> {
 
 pub(crate) async fn postgres(quick: bool, out: &mut Vec<Figure>) -> Result<()> {
     let base = test_server().await?;
+    let pinned = Pinned::split();
+    if let Some(p) = &pinned {
+        eprintln!(
+            "postgres: PostgreSQL on cores {}, the replicas and clients on {}",
+            p.database, p.bench
+        );
+    }
     for replicas in [1usize, 2, 4] {
         let db = format!("waymark_bench_{}_{replicas}", std::process::id());
         let mut admin = PgConnection::connect(&base).await?;
@@ -54,7 +61,58 @@ pub(crate) async fn postgres(quick: bool, out: &mut Vec<Figure>) -> Result<()> {
             .await?;
         res?;
     }
+    drop(pinned);
     Ok(())
+}
+
+/// The database on its own cores: PostgreSQL's processes on the upper half of the machine's
+/// cores (backends started later inherit it from the postmaster), this process — the replicas
+/// and their clients — on the lower half, through `taskset`; as they were when dropped. On a
+/// machine of one core, or without `taskset`, nothing is pinned.
+struct Pinned {
+    database: String,
+    bench: String,
+    all: String,
+}
+
+impl Pinned {
+    fn split() -> Option<Pinned> {
+        let cores = std::thread::available_parallelism().ok()?.get();
+        if cores < 2 {
+            return None;
+        }
+        let half = cores / 2;
+        let pinned = Pinned {
+            database: format!("{half}-{}", cores - 1),
+            bench: format!("0-{}", half - 1),
+            all: format!("0-{}", cores - 1),
+        };
+        pinned
+            .apply(&pinned.database, &pinned.bench)
+            .then_some(pinned)
+    }
+
+    /// Sets the cores of every PostgreSQL process and of every thread of this one.
+    fn apply(&self, database: &str, bench: &str) -> bool {
+        let set = |args: &[&str]| {
+            std::process::Command::new("taskset")
+                .args(args)
+                .stdout(std::process::Stdio::null())
+                .status()
+                .is_ok_and(|s| s.success())
+        };
+        let mut ok = set(&["-a", "-p", "-c", bench, &std::process::id().to_string()]);
+        for pid in postgres_pids() {
+            ok &= set(&["-p", "-c", database, &pid]);
+        }
+        ok
+    }
+}
+
+impl Drop for Pinned {
+    fn drop(&mut self) {
+        self.apply(&self.all, &self.all);
+    }
 }
 
 async fn appends(url: &str, replicas: usize, quick: bool, out: &mut Vec<Figure>) -> Result<()> {
@@ -72,42 +130,58 @@ async fn appends(url: &str, replicas: usize, quick: bool, out: &mut Vec<Figure>)
         tasks.push(at(i).task_with_attempt().await?);
     }
     settle_disk().await;
-    let mut probe = PgConnection::connect(url).await?;
-    let wal_before = wal_lsn(&mut probe).await?;
-    let pg_before = postgres_cpu_ticks();
-    let cpu_before = crate::sys::cpu_split();
-    let (rate, _) = timed_clients(workers, per, |client, seq| {
-        let (task, att) = &tasks[client];
-        let path = format!("/v1/tasks/{task}/checkpoints");
-        let req = json!({"attempt_id": att, "fence": 1, "sequence": seq, "body": body(seq)});
-        let s = at(client);
-        async move { s.post(&path, &req).await }
+    let (rate, append) = costs(url, workers * per, || {
+        timed_clients(workers, per, |client, seq| {
+            let (task, att) = &tasks[client];
+            let path = format!("/v1/tasks/{task}/checkpoints");
+            let req = json!({"attempt_id": att, "fence": 1, "sequence": seq, "body": body(seq)});
+            let s = at(client);
+            async move { s.post(&path, &req).await }
+        })
     })
     .await?;
-    let appended = workers * per;
-    let (server_us, _) = crate::cpu_per_request(cpu_before, appended);
-    let pg_us = postgres_cpu_ticks().saturating_sub(pg_before) as f64 * 1e6
-        / ticks_per_second()
-        / appended as f64;
-    let wal_bytes = (wal_lsn(&mut probe).await? - wal_before) as f64 / appended as f64;
-    let _ = probe.close().await;
+    // A heartbeat (every agent renews its lease every 10 s by default): a write that appends
+    // no event, so it takes no cursor lock.
+    settle_disk().await;
+    let (beat_rate, beat) = costs(url, workers * per, || {
+        timed_clients(workers, per, |client, _| {
+            let (_, att) = &tasks[client];
+            let path = format!("/v1/attempts/{att}/heartbeat");
+            let s = at(client);
+            async move { s.post(&path, &json!({"fence": 1})).await }
+        })
+    })
+    .await?;
     drop(servers);
-    for (measure, value, unit) in [
-        ("replicas' CPU per append", server_us, "µs"),
-        ("PostgreSQL's CPU per append", pg_us, "µs"),
-        ("WAL per append", wal_bytes, "B"),
-    ] {
-        out.push(Figure {
-            bench: "postgres".into(),
-            measure: format!("{measure}, {workers} workers, {replicas} replica(s)"),
-            value,
-            unit: unit.into(),
-            baseline: None,
-            ratio: None,
-            target: "reported (docs/scale.md's inputs)".into(),
-            met: None,
-        });
+    let rows = [("appends", append), ("heartbeats", beat)];
+    for (what, c) in rows {
+        for (measure, value, unit) in [
+            ("the replicas' CPU", c.replicas_us, "µs"),
+            ("PostgreSQL's CPU", c.postgres_us, "µs"),
+            ("WAL", c.wal_bytes, "B"),
+        ] {
+            out.push(Figure {
+                bench: "postgres".into(),
+                measure: format!("{measure} per one of the {what}, {replicas} replica(s)"),
+                value,
+                unit: unit.into(),
+                baseline: None,
+                ratio: None,
+                target: "reported (docs/scale.md's inputs)".into(),
+                met: None,
+            });
+        }
     }
+    out.push(Figure {
+        bench: "postgres".into(),
+        measure: format!("heartbeats/s, {workers} workers, {replicas} replica(s)"),
+        value: beat_rate,
+        unit: "/s".into(),
+        baseline: None,
+        ratio: None,
+        target: "reported (docs/scale.md's inputs)".into(),
+        met: None,
+    });
 
     // Baseline: the same rows inserted raw into the same database.
     let mut c = PgConnection::connect(url).await?;
@@ -186,23 +260,40 @@ async fn wal_lsn(c: &mut PgConnection) -> Result<i64> {
     )
 }
 
-/// User and system CPU so far of every PostgreSQL process on the machine (`postgres` and its
-/// backends, which name themselves `postgres: …`), in clock ticks. The bench's cluster is the
-/// only one the test machine runs.
-fn postgres_cpu_ticks() -> u64 {
+/// Every PostgreSQL process on the machine (`postgres` and its backends), by `/proc/<pid>/stat`:
+/// its pid and the fields after its name. The bench's cluster is the only one the test machine
+/// runs.
+fn postgres_procs() -> Vec<(String, Vec<String>)> {
     let Ok(procs) = std::fs::read_dir("/proc") else {
-        return 0;
+        return Vec::new();
     };
     procs
         .flatten()
         .filter_map(|p| std::fs::read_to_string(p.path().join("stat")).ok())
         .filter_map(|stat| {
-            // `pid (comm) state ppid …`: utime and stime are the 14th and 15th fields.
+            // `pid (comm) state ppid …`
             let (head, rest) = stat.rsplit_once(") ")?;
-            if !head.split_once(" (")?.1.starts_with("postgres") {
-                return None;
-            }
-            let fields: Vec<&str> = rest.split_whitespace().collect();
+            let (pid, comm) = head.split_once(" (")?;
+            comm.starts_with("postgres").then(|| {
+                (
+                    pid.to_owned(),
+                    rest.split_whitespace().map(str::to_owned).collect(),
+                )
+            })
+        })
+        .collect()
+}
+
+fn postgres_pids() -> Vec<String> {
+    postgres_procs().into_iter().map(|(pid, _)| pid).collect()
+}
+
+/// User and system CPU so far of every PostgreSQL process, in clock ticks (the 14th and 15th
+/// fields of `stat`, the 12th and 13th after the name).
+fn postgres_cpu_ticks() -> u64 {
+    postgres_procs()
+        .iter()
+        .filter_map(|(_, fields)| {
             let ticks = |i: usize| fields.get(i)?.parse::<u64>().ok();
             Some(ticks(11)? + ticks(12)?)
         })
@@ -217,4 +308,41 @@ fn ticks_per_second() -> f64 {
         .ok()
         .and_then(|o| String::from_utf8(o.stdout).ok()?.trim().parse().ok())
         .unwrap_or(100.0)
+}
+
+/// What one request of a measured phase cost.
+struct Costs {
+    /// The replicas' CPU (their runtimes' threads in this process), µs.
+    replicas_us: f64,
+    /// PostgreSQL's processes' CPU, µs.
+    postgres_us: f64,
+    /// WAL written, bytes.
+    wal_bytes: f64,
+}
+
+/// Runs a phase of `requests` requests and measures it: its rate, and what a request cost.
+async fn costs<F, Fut>(url: &str, requests: usize, phase: F) -> Result<(f64, Costs)>
+where
+    F: FnOnce() -> Fut,
+    Fut: std::future::Future<Output = Result<(f64, Vec<f64>)>>,
+{
+    let mut probe = PgConnection::connect(url).await?;
+    let wal_before = wal_lsn(&mut probe).await?;
+    let pg_before = postgres_cpu_ticks();
+    let cpu_before = crate::sys::cpu_split();
+    let (rate, _) = phase().await?;
+    let (replicas_us, _) = crate::cpu_per_request(cpu_before, requests);
+    let postgres_us = postgres_cpu_ticks().saturating_sub(pg_before) as f64 * 1e6
+        / ticks_per_second()
+        / requests as f64;
+    let wal_bytes = (wal_lsn(&mut probe).await? - wal_before) as f64 / requests as f64;
+    let _ = probe.close().await;
+    Ok((
+        rate,
+        Costs {
+            replicas_us,
+            postgres_us,
+            wal_bytes,
+        },
+    ))
 }
