@@ -15,27 +15,29 @@
 //!   a row that was not written as the conflict, so — as on SQLite — the transaction stays
 //!   usable after one.
 //! * **Read transactions are snapshots**: `REPEATABLE READ READ ONLY`, never blocked by writers.
-//! * **Cursors become visible in commit order.** A sequence hands out cursors in the order
-//!   `nextval` runs, not the order transactions commit: without care, a transaction holding
-//!   cursor 7 could commit after one holding cursor 8, and an SSE reader that had already read
-//!   `cursor > 6` and seen 8 would ask for `cursor > 8` next and skip 7 forever. So
-//!   [`EventsTx::append_event`] (and `insert_checkpoint_with_event`, in its one statement)
-//!   first takes a transaction-scoped advisory lock (`pg_advisory_xact_lock(CURSOR_LOCK)`,
-//!   one constant key for the whole database), then draws the cursor. The lock is held until the transaction commits or rolls back, so
-//!   event-writing transactions take cursors and commit one at a time, in cursor order: when a
-//!   reader's snapshot shows cursor `c`, every transaction that drew a smaller cursor has
-//!   already committed (and is in the snapshot) or rolled back (and left a gap that never
-//!   fills). PostgreSQL makes a commit visible before it releases the transaction's locks.
-//!   The price is that event-writing transactions serialise from their first event to their
-//!   commit; write transactions that append no event (heartbeats, audit) do not take the lock.
-//! * **Fan-out.** [`Store::cursor_watch`] follows commits of every replica: a committing
-//!   transaction that appended events runs `pg_notify('waymark_events', '<its newest
-//!   cursor>')` (a checkpoint append, in the statement that writes its event; others, just
-//!   before `COMMIT`), which PostgreSQL delivers at commit; each store keeps one dedicated listener
-//!   connection (`PgListener`) in a background task that raises the watch. When the listener
-//!   connection is lost, the task connects and `LISTEN`s again, then re-reads the newest cursor,
-//!   so a commit made while it was away still wakes the streams. The committing replica also
-//!   raises its own watch right after commit, without waiting for the round trip.
+//! * **Readers never pass an event still in flight.** A sequence hands out cursors in the order
+//!   `nextval` runs, not the order transactions commit: a transaction holding cursor 7 may
+//!   commit after one holding cursor 8, and an SSE reader that had read `cursor > 6`, seen 8 and
+//!   asked for `cursor > 8` next would skip 7 forever. Event-writing transactions do not take
+//!   turns to prevent it (that made every one of them, on every replica, hold one lock across
+//!   its commit's WAL flush, so adding a replica added nothing: docs/scale.md). Instead each
+//!   one *claims* its place before its first cursor: a shared, transaction-scoped advisory lock
+//!   keyed by how far the sequence had drawn ([`CLAIM_CLASS`]), held until it commits or rolls
+//!   back. Each replica computes the *horizon* — the newest cursor below every claim still held
+//!   and no further than the sequence has drawn ([`fanout`]) — and every read of the log stops
+//!   at the horizon its transaction saw before its snapshot. Every cursor up to it is then
+//!   committed and in that snapshot, or rolled back and never will be: no gap, no duplicate,
+//!   and readers of different replicas see one order. PostgreSQL makes a commit visible before
+//!   it releases the transaction's locks. Two transactions on one task still commit in order
+//!   (the task's row lock), so its events' cursors grow with them.
+//! * **Fan-out.** [`Store::cursor_watch`] is the horizon. A replica computes it again after its
+//!   own commits (the commit waits, so a replica reads its own writes), when another replica
+//!   announces a commit on `waymark_events` (`pg_notify`, sent after the commit in a
+//!   transaction of its own that does not wait for the disk: a notifying transaction holds
+//!   PostgreSQL's cluster-wide notify lock until it ends, so a writer's own commit must not
+//!   notify), and every second in any case. Each store keeps one dedicated listener connection
+//!   (`PgListener`); when it is lost, the task connects and `LISTEN`s again, then computes the
+//!   horizon, so a commit announced while it was away still wakes the streams.
 //! * **Messages** get `seq = max + 1` per session under a transaction-scoped advisory lock on
 //!   the session (`pg_advisory_xact_lock(MESSAGES_LOCK, hashtext(session_id))`), taken before
 //!   the `MAX` is read: two replicas appending to one session queue instead of colliding, with
@@ -48,15 +50,13 @@
 //!
 //! # What callers must know
 //!
-//! A write transaction that has appended an event holds the cursor lock until it ends. Lock
-//! every task a transaction needs (call `task()`) *before* its first `append_event`, or use one
-//! transaction per task: a transaction that locks task B after appending an event for task A
-//! waits for B while holding the cursor lock, and another transaction holding B and waiting
-//! for the cursor lock deadlocks with it. PostgreSQL detects that after `deadlock_timeout`
-//! (1 s by default) and aborts one of them, which reaches the caller as `Busy`.
+//! A write transaction that has appended an event holds its claim until it ends, and no reader
+//! of any replica passes its cursor meanwhile: keep event-writing transactions short. Lock every
+//! task a transaction needs (call `task()`) before its first `append_event`, so its events'
+//! cursors follow the task's order.
 //!
 //! A transaction left idle for [`PgOptions::idle_in_transaction_timeout`] is ended by
-//! PostgreSQL, so a hung replica cannot hold a task or the cursor lock for everyone else.
+//! PostgreSQL, so a hung replica cannot hold a task, or the horizon, for everyone else.
 //!
 //! JSON columns are `JSONB`: a value comes back equal as a `serde_json::Value` (key order and
 //! number spelling may differ, the value does not). PostgreSQL stores no NUL character, in
@@ -72,6 +72,7 @@ pub mod testing;
 mod tx;
 
 use std::str::FromStr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -84,9 +85,15 @@ static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../../migrations/serv
 
 /// The channel commits announce their newest cursor on.
 pub(crate) const EVENTS_CHANNEL: &str = "waymark_events";
-/// The advisory lock (single 64-bit key space) that orders event-writing transactions: the
-/// bytes of `"waymark\0"`.
-pub(crate) const CURSOR_LOCK: i64 = 0x7761_796d_6172_6b00;
+/// The claims of event-writing transactions (crate docs): 64-bit advisory keys
+/// `CLAIM_CLASS << 32 | position`, which `pg_locks` shows as `classid` (the upper half, from
+/// `CLAIM_CLASS` up) and `objid` (the lower half). Positions below 2^53 (cursors are JSON
+/// numbers) keep the upper half within `CLAIM_CLASS .. CLAIM_CLASS + CLAIM_CLASSES`.
+pub(crate) const CLAIM_CLASS: i64 = 0x5700_0000;
+/// How many `classid`s the claims span.
+pub(crate) const CLAIM_CLASSES: i64 = 1 << 24;
+/// The first claim key: position 0.
+pub(crate) const CLAIM_KEYS: i64 = CLAIM_CLASS << 32;
 /// The class of the per-session advisory locks (two 32-bit key space, which does not overlap
 /// the 64-bit one): the bytes of `"wmsg"`.
 pub(crate) const MESSAGES_LOCK: i32 = 0x776d_7367;
@@ -124,7 +131,7 @@ impl Default for PgOptions {
 pub struct PgStore {
     pool: PgPool,
     listener_pool: PgPool,
-    cursor_tx: watch::Sender<i64>,
+    horizon: Arc<fanout::Horizon>,
     fanout: tokio::task::JoinHandle<()>,
 }
 
@@ -185,21 +192,21 @@ impl PgStore {
         let listener = fanout::subscribe(&listener_pool)
             .await
             .map_err(|e| open_err(format!("listening for commits: {e}")))?;
-        // Read after LISTEN: a commit between the two is either notified or counted here.
-        let newest = fanout::newest_cursor(&pool)
+        // Computed after LISTEN: a commit between the two is either announced or counted here.
+        let start = fanout::horizon(&pool)
             .await
             .map_err(|e| open_err(format!("reading the newest cursor: {e}")))?;
-        let (cursor_tx, _) = watch::channel(newest);
+        let horizon = Arc::new(fanout::Horizon::new(start));
         let fanout = tokio::spawn(fanout::run(
             listener_pool.clone(),
             pool.clone(),
-            cursor_tx.clone(),
+            horizon.clone(),
             listener,
         ));
         Ok(PgStore {
             pool,
             listener_pool,
-            cursor_tx,
+            horizon,
             fanout,
         })
     }
@@ -271,25 +278,34 @@ fn redact(url: &str) -> String {
 #[async_trait]
 impl Store for PgStore {
     async fn write(&self) -> Result<Box<dyn StoreTx>> {
+        // The horizon is taken before the transaction's first statement, so everything up to
+        // it is in what the transaction reads.
+        let through = self.horizon.now();
         let tx = self
             .pool
             .begin_with("BEGIN ISOLATION LEVEL READ COMMITTED READ WRITE")
             .await
             .map_err(tx::db_err)?;
-        Ok(Box::new(tx::PgTx::new(tx, Some(self.cursor_tx.clone()))))
+        Ok(Box::new(tx::PgTx::new(
+            tx,
+            Some(self.horizon.clone()),
+            through,
+        )))
     }
 
     async fn read(&self) -> Result<Box<dyn StoreTx>> {
+        // Taken before the snapshot (the first statement's): see `write`.
+        let through = self.horizon.now();
         let tx = self
             .pool
             .begin_with("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
             .await
             .map_err(tx::db_err)?;
-        Ok(Box::new(tx::PgTx::new(tx, None)))
+        Ok(Box::new(tx::PgTx::new(tx, None, through)))
     }
 
     fn cursor_watch(&self) -> watch::Receiver<i64> {
-        self.cursor_tx.subscribe()
+        self.horizon.watch.subscribe()
     }
 
     fn backend(&self) -> &'static str {

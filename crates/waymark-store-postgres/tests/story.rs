@@ -485,13 +485,14 @@ async fn a_reader_never_skips_an_event_that_commits_late() {
     }
 
     // A reader on replica 0 follows the log like an SSE stream: read past `last`, repeat.
+    // Once the writers are done it is told the newest committed cursor, and it stops when it
+    // read up to that (its replica hears of replica 1's last commits a moment later).
     let reader_store = stores[0].clone();
-    let done = Arc::new(tokio::sync::Notify::new());
-    let reader_done = done.clone();
+    let (done, mut reader_done) = tokio::sync::watch::channel(None::<i64>);
     let reader = tokio::spawn(async move {
         let mut last = 0;
         let mut seen = Vec::new();
-        let mut finishing = false;
+        let deadline = Instant::now() + Duration::from_secs(30);
         loop {
             let mut r = reader_store.read().await.unwrap();
             let page = r.events_after(last, 1000, None).await.unwrap();
@@ -505,11 +506,19 @@ async fn a_reader_never_skips_an_event_that_commits_late() {
                 last = e.cursor;
                 seen.push(e.cursor);
             }
-            if finishing && page.is_empty() {
+            let newest = *reader_done.borrow_and_update();
+            if let Some(newest) = newest
+                && page.is_empty()
+                && last >= newest
+            {
                 return seen;
             }
+            assert!(
+                Instant::now() < deadline,
+                "the reader never reached the newest committed cursor {newest:?} (at {last})"
+            );
             tokio::select! {
-                _ = reader_done.notified() => finishing = true,
+                _ = reader_done.changed() => {}
                 _ = tokio::time::sleep(Duration::from_millis(1)) => {}
             }
         }
@@ -522,7 +531,7 @@ async fn a_reader_never_skips_an_event_that_commits_late() {
         committed.extend(c);
         rolled_back.extend(r);
     }
-    done.notify_one();
+    done.send_replace(committed.last().copied());
     let seen = reader.await.unwrap();
     let seen_set: BTreeSet<i64> = seen.iter().copied().collect();
     assert_eq!(seen.len(), seen_set.len(), "an event was delivered twice");
@@ -539,6 +548,90 @@ async fn a_reader_never_skips_an_event_that_commits_late() {
     assert_eq!(seen_set, committed);
     assert!(!rolled_back.is_empty(), "the test must roll some back");
     db.drop_db(&[&stores[0], &stores[1]]).await;
+}
+
+/// An event-writing transaction still in flight holds every replica's horizon below its
+/// cursor: a later cursor committed through another replica is neither read nor announced
+/// until the earlier one ends, and then both come in cursor order. One that rolls back stops
+/// holding it back when it ends. Writers do not wait for each other meanwhile.
+#[tokio::test]
+async fn an_event_in_flight_holds_the_horizon_below_it_on_every_replica() {
+    let db = TestDb::new().await;
+    let (a, b) = (db.store().await, db.store().await);
+    seed(&a).await;
+    let cursors = |rows: Vec<EventRow>| rows.iter().map(|e| e.cursor).collect::<Vec<_>>();
+    // Where the log stands once both replicas know the seed's commits.
+    let before = a.read().await.unwrap().max_cursor().await.unwrap();
+    tokio::time::timeout(
+        Duration::from_secs(5),
+        b.cursor_watch().wait_for(|c| *c >= before),
+    )
+    .await
+    .unwrap()
+    .unwrap();
+
+    let mut early = a.write().await.unwrap();
+    let c1 = early.append_event(&event("task_1", 1)).await.unwrap();
+    let mut late = b.write().await.unwrap();
+    let c2 = late.append_event(&event("task_1", 2)).await.unwrap();
+    assert!(c2 > c1);
+    // It commits while the earlier one is still open: the writers do not take turns.
+    tokio::time::timeout(Duration::from_secs(5), late.commit())
+        .await
+        .expect("a commit waits for no other writer")
+        .unwrap();
+    for store in [&a, &b] {
+        assert!(
+            *store.cursor_watch().borrow() < c1,
+            "the horizon passed an event still in flight"
+        );
+        let mut r = store.read().await.unwrap();
+        assert_eq!(
+            cursors(r.events_after(before, 100, None).await.unwrap()),
+            Vec::<i64>::new()
+        );
+        assert!(r.max_cursor().await.unwrap() < c1);
+    }
+
+    early.commit().await.unwrap();
+    for store in [&a, &b] {
+        tokio::time::timeout(
+            Duration::from_secs(5),
+            store.cursor_watch().wait_for(|c| *c >= c2),
+        )
+        .await
+        .expect("once the earlier commit ends, every replica's horizon passes both")
+        .unwrap();
+        let mut r = store.read().await.unwrap();
+        assert_eq!(
+            cursors(r.events_after(before, 100, None).await.unwrap()),
+            vec![c1, c2]
+        );
+    }
+
+    // A transaction that rolls back leaves a gap, and holds nothing back once it ended.
+    let mut gone = a.write().await.unwrap();
+    let c3 = gone.append_event(&event("task_1", 3)).await.unwrap();
+    drop(gone);
+    let mut next = b.write().await.unwrap();
+    let c4 = next.append_event(&event("task_1", 4)).await.unwrap();
+    next.commit().await.unwrap();
+    assert!(c4 > c3);
+    for store in [&a, &b] {
+        tokio::time::timeout(
+            Duration::from_secs(5),
+            store.cursor_watch().wait_for(|c| *c >= c4),
+        )
+        .await
+        .expect("a rolled-back claim stops holding the horizon back")
+        .unwrap();
+        let mut r = store.read().await.unwrap();
+        assert_eq!(
+            cursors(r.events_after(c2, 100, None).await.unwrap()),
+            vec![c4]
+        );
+    }
+    db.drop_db(&[&a, &b]).await;
 }
 
 #[tokio::test]

@@ -1,14 +1,14 @@
 //! `CheckpointsTx` on PostgreSQL: the checkpoint chain. An append locks the task before it reads
-//! the chain head, then writes the checkpoint, its event (under the cursor lock) and the
-//! `pg_notify` in one statement.
+//! the chain head, then writes the checkpoint and its event (after the transaction's claim) in
+//! one statement.
 
 use async_trait::async_trait;
 use waymark_store::*;
 use waymark_store_sql as sql;
 
 use super::{PgTx, db_err};
+use crate::CLAIM_KEYS;
 use crate::rows::*;
-use crate::{CURSOR_LOCK, EVENTS_CHANNEL};
 
 #[async_trait]
 impl CheckpointsTx for PgTx {
@@ -65,22 +65,25 @@ impl CheckpointsTx for PgTx {
         c: &CheckpointRow,
         e: &NewEvent,
     ) -> Result<i64> {
-        // One round trip for what `insert_checkpoint`, `append_event` and the commit's
-        // `pg_notify` make in four, three of them under the cursor lock. The event's row is
-        // built from a join with the lock's row, so its cursor is drawn after the lock is held
-        // (the crate docs, "Cursors become visible …"); a checkpoint that exists returns no
-        // row from `cp`, and then no event is written. The notification is delivered at commit.
+        // One round trip for what `insert_checkpoint` and `append_event` make in two. The
+        // event's row is built from a join with the claim's row, so its cursor is drawn after
+        // the claim is held (crate docs, "Readers never pass …"); claiming again in a
+        // transaction that already did is harmless. A checkpoint that exists returns no row
+        // from `cp`, and then nothing is claimed and no event is written.
         let cursor: Option<i64> = sqlx::query_scalar(
             "WITH cp AS (
                INSERT INTO checkpoints (task_id, sequence, attempt_id, fence, body, prev_digest,
                  digest, created_at)
                VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT DO NOTHING RETURNING 1),
-             cursor_lock AS (SELECT pg_advisory_xact_lock($9) FROM cp),
+             claim AS MATERIALIZED (
+               SELECT pg_advisory_xact_lock_shared(
+                 $9 + CASE WHEN s.is_called THEN s.last_value ELSE s.last_value - 1 END)
+               FROM cp, events_cursor_seq s),
              ev AS (
                INSERT INTO events (task_id, owner_id, kind, data, at)
-               SELECT $10, $11, $12, $13, $14 FROM cursor_lock
+               SELECT $10, $11, $12, $13, $14 FROM claim
                RETURNING cursor)
-             SELECT ev.cursor FROM ev, LATERAL (SELECT pg_notify($15, ev.cursor::text)) n",
+             SELECT ev.cursor FROM ev",
         )
         .bind(&c.task_id)
         .bind(c.sequence)
@@ -90,13 +93,12 @@ impl CheckpointsTx for PgTx {
         .bind(&c.prev_digest)
         .bind(&c.digest)
         .bind(c.created_at)
-        .bind(CURSOR_LOCK)
+        .bind(CLAIM_KEYS)
         .bind(&e.task_id)
         .bind(&e.owner_id)
         .bind(e.kind.as_str())
         .bind(&e.data)
         .bind(e.at)
-        .bind(EVENTS_CHANNEL)
         .fetch_optional(&mut *self.tx)
         .await
         .map_err(db_err)?;
@@ -105,9 +107,8 @@ impl CheckpointsTx for PgTx {
                 "checkpoints: a row with the same key exists".into(),
             ));
         };
-        self.cursor_locked = true;
+        self.claimed = true;
         self.note_appended(cursor);
-        self.notified = self.appended;
         Ok(cursor)
     }
 

@@ -1,32 +1,48 @@
-//! `EventsTx` on PostgreSQL: the event log (cursors, retention) and the audit log. An append takes
-//! the cursor lock first, so cursors become visible in commit order (crate docs).
+//! `EventsTx` on PostgreSQL: the event log (cursors, retention) and the audit log. A
+//! transaction's first event claims its place first, and reads stop at the horizon the
+//! transaction began with (crate docs).
 
 use async_trait::async_trait;
 use waymark_store::*;
 use waymark_store_sql as sql;
 
 use super::{PgTx, db_err};
-use crate::CURSOR_LOCK;
+use crate::CLAIM_KEYS;
 use crate::rows::*;
 
 #[async_trait]
 impl EventsTx for PgTx {
     async fn append_event(&mut self, e: &NewEvent) -> Result<i64> {
-        if !self.cursor_locked {
-            // Held to commit: event-writing transactions draw cursors and commit one at a time,
-            // so cursors become visible in order (crate docs, "Cursors become visible …").
-            sqlx::query("SELECT pg_advisory_xact_lock($1)")
-                .bind(CURSOR_LOCK)
-                .execute(&mut *self.tx)
+        let cursor = if self.claimed {
+            sql::events::append_event(e)
+                .query_scalar()
+                .fetch_one(&mut *self.tx)
                 .await
-                .map_err(db_err)?;
-            self.cursor_locked = true;
-        }
-        let cursor = sql::events::append_event(e)
-            .query_scalar()
+                .map_err(db_err)?
+        } else {
+            // The claim (keyed by how far the sequence has drawn) is held before the cursor is
+            // drawn, and until the transaction ends.
+            let cursor = sqlx::query_scalar(
+                "WITH claim AS MATERIALIZED (
+                   SELECT pg_advisory_xact_lock_shared(
+                     $6 + CASE WHEN is_called THEN last_value ELSE last_value - 1 END)
+                   FROM events_cursor_seq)
+                 INSERT INTO events (task_id, owner_id, kind, data, at)
+                 SELECT $1, $2, $3, $4, $5 FROM claim
+                 RETURNING cursor",
+            )
+            .bind(&e.task_id)
+            .bind(&e.owner_id)
+            .bind(e.kind.as_str())
+            .bind(&e.data)
+            .bind(e.at)
+            .bind(CLAIM_KEYS)
             .fetch_one(&mut *self.tx)
             .await
             .map_err(db_err)?;
+            self.claimed = true;
+            cursor
+        };
         self.note_appended(cursor);
         Ok(cursor)
     }
@@ -37,28 +53,38 @@ impl EventsTx for PgTx {
         limit: i64,
         owners: Option<&[String]>,
     ) -> Result<Vec<EventRow>> {
+        // Never past the horizon this transaction began with (crate docs).
+        let through = self.through;
         let q = match owners {
-            Some([o]) => sql::events::owner_events_after(o, cursor, limit).query(),
-            // A delegate's view: several owners, merged by cursor.
             Some(os) => sqlx::query(
-                "SELECT * FROM events WHERE owner_id = ANY($1) AND cursor > $2
-                 ORDER BY cursor LIMIT $3",
+                "SELECT * FROM events WHERE owner_id = ANY($1) AND cursor > $2 AND cursor <= $3
+                 ORDER BY cursor LIMIT $4",
             )
             .bind(os)
             .bind(cursor)
+            .bind(through)
             .bind(limit),
-            None => sql::events::events_after(cursor, limit).query(),
+            None => sqlx::query(
+                "SELECT * FROM events WHERE cursor > $1 AND cursor <= $2 ORDER BY cursor LIMIT $3",
+            )
+            .bind(cursor)
+            .bind(through)
+            .bind(limit),
         };
         self.all(q, event_row).await
     }
 
     async fn max_cursor(&mut self) -> Result<i64> {
-        // The pruned mark remembers the newest cursor even after pruning deleted it.
-        self.scalar(
-            "SELECT GREATEST(COALESCE((SELECT MAX(cursor) FROM events), 0),
+        // The newest event up to the horizon; the pruned mark remembers the newest cursor
+        // even after pruning deleted it.
+        sqlx::query_scalar(
+            "SELECT GREATEST(COALESCE((SELECT MAX(cursor) FROM events WHERE cursor <= $1), 0),
                              (SELECT pruned_through FROM event_retention WHERE id = 1))",
         )
+        .bind(self.through)
+        .fetch_one(&mut *self.tx)
         .await
+        .map_err(db_err)
     }
 
     async fn pruned_through(&mut self) -> Result<i64> {

@@ -1,6 +1,6 @@
 //! One transaction on PostgreSQL: every `StoreTx` method as one or two statements. The crate
 //! docs say which locks a method takes and why. Here are the transaction, the helpers its
-//! statements run through and its commit (with the `pg_notify` that fans its events out); each
+//! statements run through and its commit (which has its replica's horizon computed again); each
 //! table family's statements are a module of their own, one `waymark_store` trait each. A
 //! statement both backends say alike comes from `waymark_store_sql`; a module writes here only
 //! what PostgreSQL says its own way.
@@ -20,26 +20,28 @@ mod secrets;
 mod tasks;
 mod users;
 
+use std::sync::Arc;
+
 use async_trait::async_trait;
 use sqlx::postgres::{PgArguments, PgRow};
 use sqlx::{Postgres, Transaction};
-use tokio::sync::watch;
 use waymark_store::*;
 
-use crate::{EVENTS_CHANNEL, advance};
+use crate::fanout::Horizon;
 
 type Q<'q> = sqlx::query::Query<'q, Postgres, PgArguments>;
 
 pub(crate) struct PgTx {
     tx: Transaction<'static, Postgres>,
-    /// `Some` in write transactions: the watch raised after a commit that appended events.
-    notify: Option<watch::Sender<i64>>,
-    /// Whether this transaction holds the cursor lock (taken by its first event).
-    cursor_locked: bool,
+    /// `Some` in write transactions: the horizon computed again after a commit that appended
+    /// events.
+    horizon: Option<Arc<Horizon>>,
+    /// The horizon when the transaction began: its reads of the log stop there (crate docs).
+    through: i64,
+    /// Whether this transaction holds its claim (taken by its first event).
+    claimed: bool,
     /// The newest cursor this transaction appended.
     appended: Option<i64>,
-    /// The cursor a statement of this transaction already announced with `pg_notify`.
-    notified: Option<i64>,
 }
 
 /// Maps a driver error to the store's vocabulary.
@@ -76,24 +78,25 @@ pub(crate) fn db_err(e: sqlx::Error) -> StoreError {
 impl PgTx {
     pub(crate) fn new(
         tx: Transaction<'static, Postgres>,
-        notify: Option<watch::Sender<i64>>,
+        horizon: Option<Arc<Horizon>>,
+        through: i64,
     ) -> Self {
         PgTx {
             tx,
-            notify,
-            cursor_locked: false,
+            horizon,
+            through,
+            claimed: false,
             appended: None,
-            notified: None,
         }
     }
 
-    /// Remembers the newest cursor this transaction appended (announced at commit).
+    /// Remembers the newest cursor this transaction appended (announced after commit).
     fn note_appended(&mut self, cursor: i64) {
         self.appended = Some(self.appended.map_or(cursor, |c| c.max(cursor)));
     }
 
     fn is_write(&self) -> bool {
-        self.notify.is_some()
+        self.horizon.is_some()
     }
 
     async fn one<'q, T>(&mut self, q: Q<'q>, map: fn(&PgRow) -> Result<T>) -> Result<Option<T>> {
@@ -132,37 +135,20 @@ impl PgTx {
             _ => Ok(()),
         }
     }
-
-    async fn scalar(&mut self, sql: &'static str) -> Result<i64> {
-        sqlx::query_scalar(sql)
-            .fetch_one(&mut *self.tx)
-            .await
-            .map_err(db_err)
-    }
 }
 
 #[async_trait]
 impl StoreTx for PgTx {
     async fn commit(self: Box<Self>) -> Result<()> {
         let PgTx {
-            mut tx,
-            notify,
+            tx,
+            horizon,
             appended,
-            notified,
             ..
         } = *self;
-        if let Some(cursor) = appended.filter(|c| notified != Some(*c)) {
-            // Delivered to every listener when (and only if) the transaction commits.
-            sqlx::query("SELECT pg_notify($1, $2)")
-                .bind(EVENTS_CHANNEL)
-                .bind(cursor.to_string())
-                .execute(&mut *tx)
-                .await
-                .map_err(db_err)?;
-        }
         tx.commit().await.map_err(db_err)?;
-        if let (Some(cursor), Some(notify)) = (appended, notify) {
-            advance(&notify, cursor);
+        if let (Some(cursor), Some(horizon)) = (appended, horizon) {
+            horizon.committed(cursor).await;
         }
         Ok(())
     }
