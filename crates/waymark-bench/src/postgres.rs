@@ -61,8 +61,159 @@ pub(crate) async fn postgres(quick: bool, out: &mut Vec<Figure>) -> Result<()> {
             .await?;
         res?;
     }
+    // The database a network away: the same appends through a proxy that delays every byte
+    // by `AWAY` each way (`Delayed`), as a database on another machine would.
+    let mut one = None;
+    for replicas in [1usize, 2, 4] {
+        let db = format!("waymark_bench_{}_away_{replicas}", std::process::id());
+        let mut admin = PgConnection::connect(&base).await?;
+        sqlx::query(&format!("CREATE DATABASE {db}"))
+            .execute(&mut admin)
+            .await?;
+        let res = away(&with_database(&base, &db), replicas, quick).await;
+        sqlx::query(&format!("DROP DATABASE IF EXISTS {db} WITH (FORCE)"))
+            .execute(&mut admin)
+            .await?;
+        let rate = res?;
+        let base_rate = *one.get_or_insert(rate);
+        let target = match replicas {
+            1 => "reported (the database 1 ms away each way)".to_owned(),
+            2 => "ratio ≥ 1.6 (baseline: one replica, the database as far)".to_owned(),
+            _ => "reported (baseline: one replica, the database as far)".to_owned(),
+        };
+        out.push(Figure {
+            bench: "postgres".into(),
+            measure: format!(
+                "appends/s, 64 workers, {replicas} replica(s), the database {AWAY:?} away each way"
+            ),
+            value: rate,
+            unit: "/s".into(),
+            baseline: (replicas > 1).then_some(base_rate),
+            ratio: (replicas > 1).then_some(rate / base_rate),
+            target,
+            met: (replicas == 2).then_some(rate / base_rate >= 1.6),
+        });
+    }
     drop(pinned);
     Ok(())
+}
+
+/// How far away the database is in the `away` pass, each way. (tokio's timers count whole
+/// milliseconds, so this is the shortest delay the proxy can add.)
+const AWAY: std::time::Duration = std::time::Duration::from_millis(1);
+
+/// Checkpoint appends by 64 workers over `replicas` replicas whose connections to the database
+/// go through [`Delayed`]: appends/s.
+async fn away(url: &str, replicas: usize, quick: bool) -> Result<f64> {
+    let (workers, per) = (64usize, if quick { 5 } else { 30 });
+    let proxy = Delayed::start(url, AWAY).await?;
+    let far = proxy.url.clone();
+    let first = serve(bench_config(), Some(&far), None).await?;
+    let mut servers = vec![first];
+    for _ in 1..replicas {
+        let worker = servers[0].worker.clone();
+        servers.push(serve(bench_config(), Some(&far), Some(worker)).await?);
+    }
+    let at = |i: usize| -> &Server { &servers[i % replicas] };
+    let mut tasks = Vec::new();
+    for i in 0..workers {
+        tasks.push(at(i).task_with_attempt().await?);
+    }
+    let (rate, _) = timed_clients(workers, per, |client, seq| {
+        let (task, att) = &tasks[client];
+        let path = format!("/v1/tasks/{task}/checkpoints");
+        let req = json!({"attempt_id": att, "fence": 1, "sequence": seq, "body": body(seq)});
+        let s = at(client);
+        async move { s.post(&path, &req).await }
+    })
+    .await?;
+    drop(servers);
+    drop(proxy);
+    Ok(rate)
+}
+
+/// A TCP proxy on loopback in front of the database that holds every chunk of bytes for a
+/// fixed delay before passing it on, each way, without holding up the chunks behind it: what
+/// a network between the replicas and the database adds to each round trip.
+struct Delayed {
+    url: String,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Delayed {
+    async fn start(url: &str, delay: std::time::Duration) -> Result<Delayed> {
+        let parsed = url::Url::parse(url).context("the database URL")?;
+        let upstream = format!(
+            "{}:{}",
+            parsed
+                .host_str()
+                .context("the database URL names no host")?,
+            parsed.port().unwrap_or(5432)
+        );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let port = listener.local_addr()?.port();
+        let mut near = parsed.clone();
+        near.set_host(Some("127.0.0.1"))?;
+        near.set_port(Some(port))
+            .map_err(|()| anyhow::anyhow!("cannot set the proxy's port"))?;
+        let task = tokio::spawn(async move {
+            while let Ok((client, _)) = listener.accept().await {
+                let upstream = upstream.clone();
+                tokio::spawn(async move {
+                    let Ok(server) = tokio::net::TcpStream::connect(&upstream).await else {
+                        return;
+                    };
+                    let _ = client.set_nodelay(true);
+                    let _ = server.set_nodelay(true);
+                    let (cr, cw) = client.into_split();
+                    let (sr, sw) = server.into_split();
+                    tokio::join!(pump(cr, sw, delay), pump(sr, cw, delay));
+                });
+            }
+        });
+        Ok(Delayed {
+            url: near.to_string(),
+            task,
+        })
+    }
+}
+
+impl Drop for Delayed {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// Copies `from` to `to`, each chunk `delay` after it was read.
+async fn pump(
+    mut from: tokio::net::tcp::OwnedReadHalf,
+    mut to: tokio::net::tcp::OwnedWriteHalf,
+    delay: std::time::Duration,
+) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<(tokio::time::Instant, Vec<u8>)>();
+    let reading = async move {
+        let mut buf = vec![0u8; 64 * 1024];
+        while let Ok(n) = from.read(&mut buf).await {
+            if n == 0
+                || tx
+                    .send((tokio::time::Instant::now() + delay, buf[..n].to_vec()))
+                    .is_err()
+            {
+                break;
+            }
+        }
+    };
+    let writing = async move {
+        while let Some((due, chunk)) = rx.recv().await {
+            tokio::time::sleep_until(due).await;
+            if to.write_all(&chunk).await.is_err() {
+                break;
+            }
+        }
+        let _ = to.shutdown().await;
+    };
+    tokio::join!(reading, writing);
 }
 
 /// The database on its own cores: PostgreSQL's processes on the upper half of the machine's

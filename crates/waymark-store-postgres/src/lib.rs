@@ -104,7 +104,8 @@ const PING_AFTER_IDLE: Duration = Duration::from_secs(5);
 /// How a [`PgStore`] connects.
 #[derive(Debug, Clone)]
 pub struct PgOptions {
-    /// Connections in the pool of this replica (the listener has one more of its own).
+    /// Connections in the pool of this replica (the commit listener and the horizon have one
+    /// more each).
     pub max_connections: u32,
     /// How long a statement waits for a row or advisory lock before failing with
     /// [`StoreError::Busy`].
@@ -131,6 +132,7 @@ impl Default for PgOptions {
 pub struct PgStore {
     pool: PgPool,
     listener_pool: PgPool,
+    horizon_pool: PgPool,
     horizon: Arc<fanout::Horizon>,
     fanout: tokio::task::JoinHandle<()>,
 }
@@ -179,7 +181,7 @@ impl PgStore {
                 })
             })
             .acquire_timeout(options.acquire_timeout)
-            .connect_with(with_timeouts)
+            .connect_with(with_timeouts.clone())
             .await
             .map_err(|e| open_err(e.to_string()))?;
         // The listener's connection lives as long as the store: no idle or lifetime limit.
@@ -189,23 +191,30 @@ impl PgStore {
             .idle_timeout(None)
             .acquire_timeout(options.acquire_timeout)
             .connect_lazy_with(base.application_name("waymark-listener"));
+        // The horizon is computed on a connection of its own, so a commit waiting for it does
+        // not queue behind the writers for the pool.
+        let horizon_pool = PgPoolOptions::new()
+            .max_connections(1)
+            .acquire_timeout(options.acquire_timeout)
+            .connect_lazy_with(with_timeouts.clone().application_name("waymark-horizon"));
         let listener = fanout::subscribe(&listener_pool)
             .await
             .map_err(|e| open_err(format!("listening for commits: {e}")))?;
         // Computed after LISTEN: a commit between the two is either announced or counted here.
-        let start = fanout::horizon(&pool)
+        let start = fanout::horizon(&horizon_pool)
             .await
             .map_err(|e| open_err(format!("reading the newest cursor: {e}")))?;
         let horizon = Arc::new(fanout::Horizon::new(start));
         let fanout = tokio::spawn(fanout::run(
             listener_pool.clone(),
-            pool.clone(),
+            horizon_pool.clone(),
             horizon.clone(),
             listener,
         ));
         Ok(PgStore {
             pool,
             listener_pool,
+            horizon_pool,
             horizon,
             fanout,
         })
@@ -221,6 +230,7 @@ impl PgStore {
     pub async fn close(&self) {
         self.fanout.abort();
         self.listener_pool.close().await;
+        self.horizon_pool.close().await;
         self.pool.close().await;
     }
 }
