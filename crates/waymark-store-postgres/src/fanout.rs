@@ -5,10 +5,10 @@
 //! after it was computed) or rolled back (a gap that never fills). The cursor watch carries it,
 //! and every read of the log stops there (the crate docs say why it is safe).
 //!
-//! It is computed on a pool connection from two reads, in this order: how far the cursor
-//! sequence has drawn, then the smallest claim held in `pg_locks` (each event-writing
-//! transaction holds a shared advisory lock keyed by the sequence's position before its first
-//! cursor, until it ends). A transaction that drew a cursor before the first read held its
+//! It is computed on a connection of its own by one statement that reads, in this order, how
+//! far the cursor sequence has drawn, then the smallest claim held in `pg_locks` (each
+//! event-writing transaction holds a shared advisory lock keyed by the sequence's position
+//! before its first cursor, until it ends). A transaction that drew a cursor before the first read held its
 //! claim before it drew, so the second read sees it; one that draws after the first read gets
 //! a cursor above the horizon.
 //!
@@ -86,34 +86,41 @@ impl Horizon {
     }
 }
 
-/// The horizon as the database says it now (see the module docs).
+/// The horizon as the database says it now (see the module docs), in one statement: the
+/// sequence is read in the `FROM` row, and the claims by a subquery of the select list that
+/// refers to it, which runs only once that row was read.
 pub(crate) async fn horizon(pool: &PgPool) -> Result<i64, sqlx::Error> {
-    let mut conn = pool.acquire().await?;
-    // First how far the sequence has drawn (a sequence not yet called has drawn nothing)…
-    let drawn: i64 = sqlx::query_scalar(
-        "SELECT CASE WHEN is_called THEN last_value ELSE last_value - 1 END FROM events_cursor_seq",
-    )
-    .fetch_one(&mut *conn)
-    .await?;
-    // …then the oldest claim still held in this database.
-    let claimed: Option<i64> = sqlx::query_scalar(
-        "SELECT MIN(((classid::bigint - $1) << 32) | objid::bigint) FROM pg_locks
-         WHERE locktype = 'advisory' AND objsubid = 1
-           AND classid::bigint >= $1 AND classid::bigint < $1 + $2
-           AND database = (SELECT oid FROM pg_database WHERE datname = current_database())",
+    sqlx::query_scalar(
+        "SELECT LEAST(s.drawn, (
+           SELECT MIN(((l.classid::bigint - $1) << 32) | l.objid::bigint) FROM pg_locks l
+           WHERE s.drawn IS NOT NULL AND l.locktype = 'advisory' AND l.objsubid = 1
+             AND l.classid::bigint >= $1 AND l.classid::bigint < $1 + $2
+             AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())))
+         FROM (SELECT CASE WHEN is_called THEN last_value ELSE last_value - 1 END AS drawn
+               FROM events_cursor_seq) s",
     )
     .bind(CLAIM_CLASS)
     .bind(CLAIM_CLASSES)
-    .fetch_one(&mut *conn)
-    .await?;
-    // A transaction claiming position `b` draws cursors above `b`: `b` itself is settled.
-    Ok(claimed.map_or(drawn, |b| b.min(drawn)))
+    .fetch_one(pool)
+    .await
 }
 
-/// Announces this replica's newest commit to the others, then computes the horizon.
+/// Computes the horizon (and answers the commits waiting for it), then announces this
+/// replica's newest commit to the others.
 async fn refresh(pool: &PgPool, h: &Horizon) -> Result<(), sqlx::Error> {
     let asked = h.requested.load(Ordering::Acquire);
     let unannounced = h.unannounced.swap(0, Ordering::AcqRel);
+    let computed = horizon(pool).await;
+    if let Ok(at) = computed {
+        advance(&h.watch, at);
+        h.done.send_if_modified(|d| {
+            let newer = asked > *d;
+            if newer {
+                *d = asked;
+            }
+            newer
+        });
+    }
     if unannounced > 0 {
         // A wake-up, not a record: nothing is lost if it is (the others compute every
         // `EVERY`), so its commit need not wait for the disk.
@@ -128,15 +135,7 @@ async fn refresh(pool: &PgPool, h: &Horizon) -> Result<(), sqlx::Error> {
             return Err(e);
         }
     }
-    advance(&h.watch, horizon(pool).await?);
-    h.done.send_if_modified(|d| {
-        let newer = asked > *d;
-        if newer {
-            *d = asked;
-        }
-        newer
-    });
-    Ok(())
+    computed.map(drop)
 }
 
 /// A listener on the events channel. It reports a lost connection (`Ok(None)`) at once, so the
