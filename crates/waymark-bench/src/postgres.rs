@@ -105,31 +105,59 @@ const AWAY: std::time::Duration = std::time::Duration::from_millis(1);
 /// Checkpoint appends by 64 workers over `replicas` replicas whose connections to the database
 /// go through [`Delayed`]: appends/s.
 async fn away(url: &str, replicas: usize, quick: bool) -> Result<f64> {
-    let (workers, per) = (64usize, if quick { 5 } else { 30 });
+    let per = if quick { 5 } else { 30 };
     let proxy = Delayed::start(url, AWAY).await?;
-    let far = proxy.url.clone();
-    let first = serve(bench_config(), Some(&far), None).await?;
-    let mut servers = vec![first];
-    for _ in 1..replicas {
-        let worker = servers[0].worker.clone();
-        servers.push(serve(bench_config(), Some(&far), Some(worker)).await?);
-    }
-    let at = |i: usize| -> &Server { &servers[i % replicas] };
-    let mut tasks = Vec::new();
-    for i in 0..workers {
-        tasks.push(at(i).task_with_attempt().await?);
-    }
-    let (rate, _) = timed_clients(workers, per, |client, seq| {
-        let (task, att) = &tasks[client];
-        let path = format!("/v1/tasks/{task}/checkpoints");
-        let req = json!({"attempt_id": att, "fence": 1, "sequence": seq, "body": body(seq)});
-        let s = at(client);
-        async move { s.post(&path, &req).await }
-    })
-    .await?;
-    drop(servers);
+    let set = Replicas::start(&proxy.url, replicas).await?;
+    let (rate, _) = set.append(per).await?;
+    drop(set);
     drop(proxy);
     Ok(rate)
+}
+
+/// `replicas` replicas on the database at `url`, and a task with an attempt for each of
+/// [`WORKERS`] workers: worker `i` talks to replica `i % replicas`, for its setup as for what
+/// it measures.
+struct Replicas {
+    servers: Vec<Server>,
+    tasks: Vec<(String, String)>,
+}
+
+/// The concurrent workers of every pass.
+const WORKERS: usize = 64;
+
+impl Replicas {
+    async fn start(url: &str, replicas: usize) -> Result<Replicas> {
+        let mut servers = vec![serve(bench_config(), Some(url), None).await?];
+        for _ in 1..replicas {
+            let worker = servers[0].worker.clone();
+            servers.push(serve(bench_config(), Some(url), Some(worker)).await?);
+        }
+        let mut set = Replicas {
+            servers,
+            tasks: Vec::new(),
+        };
+        for i in 0..WORKERS {
+            let task = set.at(i).task_with_attempt().await?;
+            set.tasks.push(task);
+        }
+        Ok(set)
+    }
+
+    fn at(&self, worker: usize) -> &Server {
+        &self.servers[worker % self.servers.len()]
+    }
+
+    /// Every worker appends `per` checkpoints, one after another.
+    async fn append(&self, per: usize) -> Result<(f64, Vec<f64>)> {
+        timed_clients(WORKERS, per, |client, seq| {
+            let (task, att) = &self.tasks[client];
+            let path = format!("/v1/tasks/{task}/checkpoints");
+            let req = json!({"attempt_id": att, "fence": 1, "sequence": seq, "body": body(seq)});
+            let s = self.at(client);
+            async move { s.post(&path, &req).await }
+        })
+        .await
+    }
 }
 
 /// A TCP proxy on loopback in front of the database that holds every chunk of bytes for a
@@ -267,43 +295,24 @@ impl Drop for Pinned {
 }
 
 async fn appends(url: &str, replicas: usize, quick: bool, out: &mut Vec<Figure>) -> Result<()> {
-    let (workers, per) = (64usize, if quick { 10 } else { 60 });
-    let first = serve(bench_config(), Some(url), None).await?;
-    let mut servers = vec![first];
-    for _ in 1..replicas {
-        let worker = servers[0].worker.clone();
-        servers.push(serve(bench_config(), Some(url), Some(worker)).await?);
-    }
-    // Worker `i` talks to replica `i % replicas`, for its setup as for its appends.
-    let at = |i: usize| -> &Server { &servers[i % replicas] };
-    let mut tasks = Vec::new();
-    for i in 0..workers {
-        tasks.push(at(i).task_with_attempt().await?);
-    }
+    let (workers, per) = (WORKERS, if quick { 10 } else { 60 });
+    let mut set = Replicas::start(url, replicas).await?;
     settle_disk().await;
-    let (rate, append) = costs(url, workers * per, || {
-        timed_clients(workers, per, |client, seq| {
-            let (task, att) = &tasks[client];
-            let path = format!("/v1/tasks/{task}/checkpoints");
-            let req = json!({"attempt_id": att, "fence": 1, "sequence": seq, "body": body(seq)});
-            let s = at(client);
-            async move { s.post(&path, &req).await }
-        })
-    })
-    .await?;
+    let (rate, append) = costs(url, workers * per, || set.append(per)).await?;
     // A heartbeat (every agent renews its lease every 10 s by default): a write that appends
-    // no event, so it takes no cursor lock.
+    // no event, so it claims no place in the log.
     settle_disk().await;
     let (beat_rate, beat) = costs(url, workers * per, || {
         timed_clients(workers, per, |client, _| {
-            let (_, att) = &tasks[client];
+            let (_, att) = &set.tasks[client];
             let path = format!("/v1/attempts/{att}/heartbeat");
-            let s = at(client);
+            let s = set.at(client);
             async move { s.post(&path, &json!({"fence": 1})).await }
         })
     })
     .await?;
-    drop(servers);
+    let tasks = std::mem::take(&mut set.tasks);
+    drop(set);
     let rows = [("appends", append), ("heartbeats", beat)];
     for (what, c) in rows {
         for (measure, value, unit) in [

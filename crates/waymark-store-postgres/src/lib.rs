@@ -29,7 +29,10 @@
 //!   committed and in that snapshot, or rolled back and never will be: no gap, no duplicate,
 //!   and readers of different replicas see one order. PostgreSQL makes a commit visible before
 //!   it releases the transaction's locks. Two transactions on one task still commit in order
-//!   (the task's row lock), so its events' cursors grow with them.
+//!   (the task's row lock), so its events' cursors grow with them. `max_cursor` is the newest
+//!   event up to that horizon, so the rows a snapshot reads beside it may already show changes
+//!   whose events come after it: a client resuming from it gets those events again, in order,
+//!   and ends where the snapshot was or later.
 //! * **Fan-out.** [`Store::cursor_watch`] is the horizon. A replica computes it again after its
 //!   own commits (the commit waits, so a replica reads its own writes), when another replica
 //!   announces a commit on `waymark_events` (`pg_notify`, sent after the commit in a
