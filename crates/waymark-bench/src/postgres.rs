@@ -363,7 +363,7 @@ async fn appends(url: &str, replicas: usize, quick: bool, out: &mut Vec<Figure>)
     let raw = (workers * per) as f64 / start.elapsed().as_secs_f64();
     // A second reference (reported): one row per commit, one commit after another — what a
     // database allows when each commit must finish before the next starts, as event-writing
-    // transactions do under the cursor lock (`waymark-store-postgres`'s crate docs).
+    // transactions did under the cursor lock before the horizon (`docs/scale.md`).
     sqlx::query("TRUNCATE bench_raw").execute(&mut c).await?;
     settle_disk().await;
     let serial_rows = (workers * per / 4).max(64);

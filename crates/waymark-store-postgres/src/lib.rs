@@ -116,7 +116,7 @@ pub struct PgOptions {
     /// How long `write()` and `read()` wait for a free connection before [`StoreError::Busy`].
     pub acquire_timeout: Duration,
     /// How long a transaction may sit idle before PostgreSQL ends it: a replica that hangs
-    /// inside a transaction must not hold a task (or the cursor lock) for every other replica.
+    /// inside a transaction must not hold a task (or the horizon) for every other replica.
     pub idle_in_transaction_timeout: Duration,
 }
 

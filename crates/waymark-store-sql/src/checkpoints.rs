@@ -1,6 +1,6 @@
 //! `CheckpointsTx`'s statements: the checkpoint chain. An append's context is each backend's own
 //! (one join on SQLite, a row lock on PostgreSQL), and so is its insert with an event on
-//! PostgreSQL (one CTE with the cursor lock and `pg_notify`); SQLite runs the two inserts here.
+//! PostgreSQL (one CTE with the transaction's claim); SQLite runs the two inserts here.
 
 use waymark_store::CheckpointRow;
 
