@@ -74,6 +74,28 @@ impl Replicas {
                 .map(|n| async { n.advance(Duration::ZERO).await.unwrap() }),
         )
         .await;
+        self.settled().await;
+    }
+
+    /// Waits until every running replica has heard of the others' commits: each one's cursor
+    /// watch (its horizon) reaches the newest any of them has. A replica's reads of the log
+    /// stop at its horizon, and it hears of another's commit moments after it
+    /// (`waymark-store-postgres`, "Readers never pass an event still in flight").
+    async fn settled(&self) {
+        let running = || self.nodes.iter().flatten();
+        let newest = running()
+            .map(|n| *n.state.store.cursor_watch().borrow())
+            .max()
+            .unwrap_or(0);
+        for n in running() {
+            tokio::time::timeout(
+                Duration::from_secs(5),
+                n.state.store.cursor_watch().wait_for(|c| *c >= newest),
+            )
+            .await
+            .expect("every replica hears of the others' commits")
+            .unwrap();
+        }
     }
 
     fn node(&self, i: usize) -> &Running {
@@ -125,6 +147,7 @@ impl Replicas {
 
     /// Every committed event, as the database holds it.
     async fn all_cursors(&self) -> Vec<i64> {
+        self.settled().await;
         let store = self.node(0).state.store.clone();
         let mut tx = store.read().await.unwrap();
         tx.events_after(0, 1_000_000, None)
