@@ -49,32 +49,20 @@ pub(crate) async fn postgres(quick: bool, out: &mut Vec<Figure>) -> Result<()> {
             p.database, p.bench
         );
     }
+    let pid = std::process::id();
     for replicas in [1usize, 2, 4] {
-        let db = format!("waymark_bench_{}_{replicas}", std::process::id());
-        let mut admin = PgConnection::connect(&base).await?;
-        sqlx::query(&format!("CREATE DATABASE {db}"))
-            .execute(&mut admin)
-            .await?;
-        let res = appends(&with_database(&base, &db), replicas, quick, out).await;
-        sqlx::query(&format!("DROP DATABASE IF EXISTS {db} WITH (FORCE)"))
-            .execute(&mut admin)
-            .await?;
-        res?;
+        let db = format!("waymark_bench_{pid}_{replicas}");
+        in_database(&base, &db, async |url| {
+            appends(&url, replicas, quick, out).await
+        })
+        .await?;
     }
     // The database a network away: the same appends through a proxy that delays every byte
     // by `AWAY` each way (`Delayed`), as a database on another machine would.
     let mut one = None;
     for replicas in [1usize, 2, 4] {
-        let db = format!("waymark_bench_{}_away_{replicas}", std::process::id());
-        let mut admin = PgConnection::connect(&base).await?;
-        sqlx::query(&format!("CREATE DATABASE {db}"))
-            .execute(&mut admin)
-            .await?;
-        let res = away(&with_database(&base, &db), replicas, quick).await;
-        sqlx::query(&format!("DROP DATABASE IF EXISTS {db} WITH (FORCE)"))
-            .execute(&mut admin)
-            .await?;
-        let rate = res?;
+        let db = format!("waymark_bench_{pid}_away_{replicas}");
+        let rate = in_database(&base, &db, async |url| away(&url, replicas, quick).await).await?;
         let base_rate = *one.get_or_insert(rate);
         let target = match replicas {
             1 => "reported (the database 1 ms away each way)".to_owned(),
@@ -96,6 +84,24 @@ pub(crate) async fn postgres(quick: bool, out: &mut Vec<Figure>) -> Result<()> {
     }
     drop(pinned);
     Ok(())
+}
+
+/// A database of its own for one measurement on the server at `base`: created, handed to
+/// `measure` by its URL, and dropped after it, whether it succeeded or not.
+async fn in_database<T>(
+    base: &str,
+    name: &str,
+    measure: impl AsyncFnOnce(String) -> Result<T>,
+) -> Result<T> {
+    let mut admin = PgConnection::connect(base).await?;
+    sqlx::query(&format!("CREATE DATABASE {name}"))
+        .execute(&mut admin)
+        .await?;
+    let res = measure(with_database(base, name)).await;
+    sqlx::query(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+        .execute(&mut admin)
+        .await?;
+    res
 }
 
 /// How far away the database is in the `away` pass, each way. (tokio's timers count whole
