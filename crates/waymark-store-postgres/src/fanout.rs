@@ -90,15 +90,16 @@ impl Horizon {
 /// sequence is read in the `FROM` row, and the claims by a subquery of the select list that
 /// refers to it, which runs only once that row was read.
 pub(crate) async fn horizon(pool: &PgPool) -> Result<i64, sqlx::Error> {
-    sqlx::query_scalar(
+    sqlx::query_scalar(concat!(
         "SELECT LEAST(s.drawn, (
            SELECT MIN(((l.classid::bigint - $1) << 32) | l.objid::bigint) FROM pg_locks l
            WHERE s.drawn IS NOT NULL AND l.locktype = 'advisory' AND l.objsubid = 1
              AND l.classid::bigint >= $1 AND l.classid::bigint < $1 + $2
              AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())))
-         FROM (SELECT CASE WHEN is_called THEN last_value ELSE last_value - 1 END AS drawn
-               FROM events_cursor_seq) s",
-    )
+         FROM (SELECT ",
+        crate::drawn!(),
+        " AS drawn FROM events_cursor_seq) s",
+    ))
     .bind(CLAIM_CLASS)
     .bind(CLAIM_CLASSES)
     .fetch_one(pool)

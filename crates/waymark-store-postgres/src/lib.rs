@@ -97,6 +97,16 @@ pub(crate) const CLAIM_CLASS: i64 = 0x5700_0000;
 pub(crate) const CLAIM_CLASSES: i64 = 1 << 24;
 /// The first claim key: position 0.
 pub(crate) const CLAIM_KEYS: i64 = CLAIM_CLASS << 32;
+
+/// How far the cursor sequence has drawn, as SQL over `events_cursor_seq` (a sequence not yet
+/// called has drawn nothing): the position a claim is keyed by and the horizon's upper bound,
+/// written once for the statements that `concat!` it in.
+macro_rules! drawn {
+    () => {
+        "CASE WHEN is_called THEN last_value ELSE last_value - 1 END"
+    };
+}
+pub(crate) use drawn;
 /// The class of the per-session advisory locks (two 32-bit key space, which does not overlap
 /// the 64-bit one): the bytes of `"wmsg"`.
 pub(crate) const MESSAGES_LOCK: i32 = 0x776d_7367;

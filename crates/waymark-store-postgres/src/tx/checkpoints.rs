@@ -70,21 +70,21 @@ impl CheckpointsTx for PgTx {
         // the claim is held (crate docs, "Readers never pass …"); claiming again in a
         // transaction that already did is harmless. A checkpoint that exists returns no row
         // from `cp`, and then nothing is claimed and no event is written.
-        let cursor: Option<i64> = sqlx::query_scalar(
+        let cursor: Option<i64> = sqlx::query_scalar(concat!(
             "WITH cp AS (
                INSERT INTO checkpoints (task_id, sequence, attempt_id, fence, body, prev_digest,
                  digest, created_at)
                VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT DO NOTHING RETURNING 1),
              claim AS MATERIALIZED (
-               SELECT pg_advisory_xact_lock_shared(
-                 $9 + CASE WHEN s.is_called THEN s.last_value ELSE s.last_value - 1 END)
-               FROM cp, events_cursor_seq s),
+               SELECT pg_advisory_xact_lock_shared($9 + ",
+            crate::drawn!(),
+            ") FROM cp, events_cursor_seq),
              ev AS (
                INSERT INTO events (task_id, owner_id, kind, data, at)
                SELECT $10, $11, $12, $13, $14 FROM claim
                RETURNING cursor)
              SELECT ev.cursor FROM ev",
-        )
+        ))
         .bind(&c.task_id)
         .bind(c.sequence)
         .bind(&c.attempt_id)

@@ -22,15 +22,15 @@ impl EventsTx for PgTx {
         } else {
             // The claim (keyed by how far the sequence has drawn) is held before the cursor is
             // drawn, and until the transaction ends.
-            let cursor = sqlx::query_scalar(
+            let cursor = sqlx::query_scalar(concat!(
                 "WITH claim AS MATERIALIZED (
-                   SELECT pg_advisory_xact_lock_shared(
-                     $6 + CASE WHEN is_called THEN last_value ELSE last_value - 1 END)
-                   FROM events_cursor_seq)
+                   SELECT pg_advisory_xact_lock_shared($6 + ",
+                crate::drawn!(),
+                ") FROM events_cursor_seq)
                  INSERT INTO events (task_id, owner_id, kind, data, at)
                  SELECT $1, $2, $3, $4, $5 FROM claim
                  RETURNING cursor",
-            )
+            ))
             .bind(&e.task_id)
             .bind(&e.owner_id)
             .bind(e.kind.as_str())
